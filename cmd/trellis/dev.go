@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"trellis.dev/trellis/internal/client"
+	"trellis.dev/trellis/internal/server"
+)
+
+// serverFlags are the flags dev and server share.
+type serverFlags struct {
+	httpAddr, grpcAddr, raftAddr string
+	dataDir                      string
+	logLevel                     string
+	enableDebug                  bool
+}
+
+func (f *serverFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.httpAddr, "http-addr", server.DefaultHTTPAddr, "address of the HTTP/JSON API (host:port)")
+	fs.StringVar(&f.grpcAddr, "grpc-addr", server.DefaultGRPCAddr, "address of the gRPC API, which agents and other servers use (host:port)")
+	fs.StringVar(&f.raftAddr, "raft-addr", server.DefaultRaftAddr, "address of Raft, which other servers dial (host:port)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&f.enableDebug, "enable-debug", false, "serve Go's profiling endpoints at /v1/debug/pprof/ on the HTTP API (for diagnosing a server; leave off otherwise)")
+}
+
+func (f *serverFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, usageError{fmt.Errorf("-log-level: %q is not debug, info, warn or error", f.logLevel)}
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), nil
+}
+
+func newDevCmd(e *env) *cobra.Command {
+	var f serverFlags
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a Trellis server in this process, ready at once, with nothing to configure",
+		Long: `Run one Trellis server that is its own cluster and leader at once. Without
+-data-dir everything is kept in memory and gone when it stops; with -data-dir it
+is a single-server Raft cluster that keeps its data there.
+
+It prints where its HTTP and gRPC APIs listen. Stop it with Ctrl-C.`,
+		Example: `  trellis dev
+  trellis dev -http-addr 127.0.0.1:8500 -grpc-addr 127.0.0.1:8501`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := f.logger(e.stderr)
+			if err != nil {
+				return err
+			}
+			cfg := server.Config{
+				HTTPAddr:    f.httpAddr,
+				GRPCAddr:    f.grpcAddr,
+				RaftAddr:    f.raftAddr,
+				Logger:      log,
+				EnableDebug: f.enableDebug,
+			}
+			if f.dataDir != "" {
+				cfg.Raft = &server.RaftConfig{DataDir: f.dataDir, BootstrapExpect: 1, SingleServer: true}
+			}
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
+			return runServer(cmd.Context(), cfg, func(s *server.Server) { printDevBanner(e.stdout, s) })
+		},
+	}
+	f.register(cmd.Flags())
+	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "keep data in this directory (a single-server Raft cluster) instead of in memory")
+	return cmd
+}
+
+// runServer assembles a server and runs it until ctx ends or SIGINT or
+// SIGTERM arrives; a second signal kills the process the default way.
+func runServer(ctx context.Context, cfg server.Config, started func(*server.Server)) error {
+	s, err := server.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // the next Ctrl-C ends the process at once
+	}()
+	if started != nil {
+		started(s)
+	}
+	return s.Start(ctx)
+}
+
+func printDevBanner(w io.Writer, s *server.Server) {
+	httpURL := "http://" + s.HTTPAddr()
+	storage := "in memory: nothing is kept after it stops"
+	if !s.InMemory() {
+		storage = "a single-server Raft cluster"
+	}
+	addrFlag := ""
+	if httpURL != client.DefaultAddr {
+		addrFlag = " -addr " + httpURL
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Trellis dev server (%s) is running.\n", storage)
+	fmt.Fprintf(&b, "  HTTP API:  %s\n", httpURL)
+	fmt.Fprintf(&b, "  gRPC API:  %s\n", s.GRPCAddr())
+	fmt.Fprintf(&b, "  Raft:      %s\n", s.RaftAddr())
+	fmt.Fprintf(&b, "Try this, in another terminal:\n")
+	fmt.Fprintf(&b, "  echo '{type: core/v1/Namespace, name: demo, data: {description: my first namespace}}' | trellis resource apply%s -f -\n", addrFlag)
+	fmt.Fprintf(&b, "  trellis resource list%s core/v1/Namespace\n", addrFlag)
+	fmt.Fprintf(&b, "Press Ctrl-C to stop.\n")
+	_, _ = io.WriteString(w, b.String())
+}
+
+// signalContext ends on SIGINT or SIGTERM.
+func signalContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+}

@@ -1,0 +1,11 @@
+// Command trellis is the Trellis server, dev mode and command line.
+package main
+
+import (
+	"context"
+	"os"
+)
+
+func main() {
+	os.Exit(execute(context.Background(), os.Args[1:], stdEnv()))
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"trellis.dev/trellis/internal/cli"
+	"trellis.dev/trellis/internal/client"
+)
+
+// env is what commands read from and write to, so tests can run them in
+// process.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	now            func() time.Time
+}
+
+func stdEnv() *env {
+	return &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, now: time.Now}
+}
+
+// usageError is a mistake in how a command was called (exit status 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// execute runs the command line and returns the exit status: 0, 1 when
+// the command failed, 2 when it was called wrongly.
+func execute(ctx context.Context, args []string, e *env) int {
+	root := newRootCmd(e)
+	root.SetArgs(cli.NormalizeArgs(args, longFlags(root)))
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(e.stderr, "Error: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) || isCobraUsageError(err) {
+		fmt.Fprintf(e.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		return 2
+	}
+	return 1
+}
+
+// isCobraUsageError recognises cobra's own argument and command errors,
+// which it does not type.
+func isCobraUsageError(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "accepts ") ||
+		strings.HasPrefix(msg, "requires ") || strings.HasPrefix(msg, "unknown flag") ||
+		strings.HasPrefix(msg, "unknown shorthand flag")
+}
+
+func newRootCmd(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "trellis",
+		Short: "Trellis: a cluster orchestrator and service-mesh control plane in one binary",
+		Long: `Trellis runs tasks on machines and connects them through a service mesh, all
+stored as typed resources in a Raft-replicated store and driven by controllers.
+
+Start here:
+  trellis dev                                  run a server in memory on 127.0.0.1:7700
+  trellis resource list core/v1/Namespace      list resources through its HTTP API
+
+Flags take one dash or two: -addr and --addr are the same.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.SetIn(e.stdin)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.CompletionOptions.DisableDefaultCmd = true
+	cf := &clientFlags{}
+	cf.register(root.PersistentFlags())
+	root.AddCommand(newDevCmd(e), newServerCmd(e), newResourceCmd(e, cf), newOperatorCmd(e, cf), newSnapshotCmd(e, cf))
+	return root
+}
+
+// longFlags collects every long flag name in the command tree.
+func longFlags(root *cobra.Command) map[string]bool {
+	names := map[string]bool{"help": true}
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		add := func(f *pflag.Flag) { names[f.Name] = true }
+		c.Flags().VisitAll(add)
+		c.PersistentFlags().VisitAll(add)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	return names
+}
+
+// clientFlags are the flags of every command that talks to a server.
+type clientFlags struct {
+	addr  string
+	token string
+}
+
+func (f *clientFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.addr, "addr", "", "HTTP address of a Trellis server (env TRELLIS_ADDR; default "+client.DefaultAddr+")")
+	fs.StringVar(&f.token, "token", "", "ACL token to send (env TRELLIS_TOKEN)")
+}
+
+func (f *clientFlags) client(e *env) (*client.Client, error) {
+	addr, token := f.addr, f.token
+	if addr == "" {
+		addr = e.getenv("TRELLIS_ADDR")
+	}
+	if token == "" {
+		token = e.getenv("TRELLIS_TOKEN")
+	}
+	c, err := client.New(addr, client.WithToken(token))
+	if err != nil {
+		return nil, usageError{fmt.Errorf("-addr: %w", err)}
+	}
+	return c, nil
+}

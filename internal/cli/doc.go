@@ -1,0 +1,23 @@
+// Package cli holds the decisions of the trellis command line that are not
+// cobra wiring: reading spec files into documents, normalizing single-dash
+// long flags, and rendering resources and events as tables, JSON or YAML.
+// Everything here is a pure function over plain values (bytes in, bytes or
+// values out), tested by tables; cmd/trellis does the I/O.
+//
+// Design decisions:
+//
+//   - A spec file holds one or many documents, YAML or JSON, separated by
+//     "---" lines; a document may also be a list of documents. Each document
+//     is a wire.Document ({type, name, namespace, metadata, version, owner,
+//     data}). The whole file is parsed and checked before anything is sent,
+//     so a typo in the third document writes nothing; errors name the file,
+//     the line and the field.
+//   - -o json and -o yaml print exactly what the HTTP API returned (YAML is
+//     that JSON converted, keys sorted); the table is for people and may
+//     change.
+//   - The contract spells long flags with one dash (-addr, -data-dir), as
+//     Consul and Nomad do. cobra/pflag read "-addr" as the shorthands
+//     a,d,d,r, so arguments that name a known long flag with one dash are
+//     rewritten to two dashes before parsing; "--addr" works as well, and
+//     real shorthands (-o, -n, -f, -A) are left alone.
+package cli

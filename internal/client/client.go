@@ -1,0 +1,284 @@
+// Package client is a Go client of Trellis's HTTP API (package httpapi),
+// used by the CLI and by tests and benchmarks that drive a server from
+// outside. It speaks only the public JSON API and its shapes (package
+// wire), nothing internal.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"trellis.dev/trellis/internal/httpapi/wire"
+)
+
+// DefaultAddr is where a server listens unless told otherwise.
+const DefaultAddr = "http://127.0.0.1:7700"
+
+// Client talks to one server's HTTP API.
+type Client struct {
+	base  *url.URL
+	token string
+	http  *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithToken sends token as the caller's ACL token.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithHTTPClient uses hc instead of a default client (which has no
+// timeout, since watches are long requests: use contexts for deadlines).
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
+
+// ErrBadAddr is wrapped when the server address cannot be used.
+var ErrBadAddr = errors.New("bad server address")
+
+// New returns a client of the server at addr ("http://host:port"; a bare
+// "host:port" means http).
+func New(addr string, opts ...Option) (*Client, error) {
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w %q: %v", ErrBadAddr, addr, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("%w %q: the scheme must be http or https", ErrBadAddr, addr)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("%w %q: no host", ErrBadAddr, addr)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	c := &Client{base: u, http: http.DefaultClient}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// Addr returns the server's base URL.
+func (c *Client) Addr() string { return c.base.String() }
+
+// APIError is an error response of the server.
+type APIError struct {
+	StatusCode int    // the HTTP status
+	Code       string // wire.Code*
+	Message    string
+}
+
+func (e *APIError) Error() string { return e.Message }
+
+// IsCode reports whether err is an APIError with that code.
+func IsCode(err error, code string) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == code
+}
+
+// Ref names one resource.
+type Ref struct {
+	Type      wire.Type
+	Namespace string // "" for cluster-scoped types, or the default namespace
+	Name      string
+}
+
+func (c *Client) resourceURL(typ wire.Type, name string, q url.Values) string {
+	p := "/v1/resources/" + url.PathEscape(typ.Group) + "/" + url.PathEscape(typ.GroupVersion) + "/" + url.PathEscape(typ.Kind)
+	if name != "" {
+		p += "/" + url.PathEscape(name)
+	}
+	return c.pathURL(p) + encodeQuery(q)
+}
+
+// pathURL joins an already-escaped path to the base URL.
+func (c *Client) pathURL(p string) string {
+	u := *c.base
+	u.RawQuery, u.Fragment = "", ""
+	return u.String() + p
+}
+
+func encodeQuery(q url.Values) string {
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+// do sends a request and decodes a 200 response's JSON into out (when out
+// is not nil); any other status becomes an *APIError.
+func (c *Client) do(ctx context.Context, method, url string, body any, out any) error {
+	resp, err := c.send(ctx, method, url, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decoding the response of %s %s: %w", method, url, err)
+	}
+	return nil
+}
+
+// send sends a request and returns a 200 response, or the error the server
+// gave.
+func (c *Client) send(ctx context.Context, method, url string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("X-Trellis-Token", c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var e wire.Error
+	if json.Unmarshal(b, &e) != nil || e.Error == "" {
+		e = wire.Error{Error: fmt.Sprintf("%s %s: HTTP %d: %s", method, url, resp.StatusCode, strings.TrimSpace(string(b)))}
+	}
+	return nil, &APIError{StatusCode: resp.StatusCode, Code: e.Code, Message: e.Error}
+}
+
+// Write creates or updates a resource. A non-empty w.Version makes it a
+// compare-and-swap.
+func (c *Client) Write(ctx context.Context, ref Ref, w wire.WriteRequest) (*wire.Resource, error) {
+	var out wire.Resource
+	if err := c.do(ctx, http.MethodPut, c.resourceURL(ref.Type, ref.Name, nsQuery(ref.Namespace)), w, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Apply writes one document (its type, name and namespace are in it).
+func (c *Client) Apply(ctx context.Context, doc wire.Document) (*wire.Resource, error) {
+	typ, err := wire.ParseType(doc.Type)
+	if err != nil {
+		return nil, err
+	}
+	return c.Write(ctx, Ref{Type: typ, Namespace: doc.Namespace, Name: doc.Name}, wire.WriteRequest{
+		Data: doc.Data, Metadata: doc.Metadata, Version: doc.Version, Owner: doc.Owner,
+	})
+}
+
+// WriteBatch writes every document atomically.
+func (c *Client) WriteBatch(ctx context.Context, docs []wire.Document) ([]*wire.Resource, error) {
+	var out wire.ListResponse
+	if err := c.do(ctx, http.MethodPut, c.pathURL("/v1/batch"), wire.BatchRequest{Resources: docs}, &out); err != nil {
+		return nil, err
+	}
+	return out.Resources, nil
+}
+
+// Read returns a resource; consistent asks for a strong read.
+func (c *Client) Read(ctx context.Context, ref Ref, consistent bool) (*wire.Resource, error) {
+	q := nsQuery(ref.Namespace)
+	if consistent {
+		q.Set("consistent", "1")
+	}
+	var out wire.Resource
+	if err := c.do(ctx, http.MethodGet, c.resourceURL(ref.Type, ref.Name, q), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Delete deletes a resource; deleting what is not there is not an error. A
+// non-empty version makes it a compare-and-swap.
+func (c *Client) Delete(ctx context.Context, ref Ref, version string) error {
+	q := nsQuery(ref.Namespace)
+	if version != "" {
+		q.Set("version", version)
+	}
+	return c.do(ctx, http.MethodDelete, c.resourceURL(ref.Type, ref.Name, q), nil, nil)
+}
+
+// ListOptions narrow a list or a watch.
+type ListOptions struct {
+	Namespace  string // "" the default namespace, "*" every namespace
+	Prefix     string // names starting with it
+	Consistent bool   // lists only: a strong read
+	Index      uint64 // watches only: resume after this index
+}
+
+func (o ListOptions) query() url.Values {
+	q := nsQuery(o.Namespace)
+	if o.Prefix != "" {
+		q.Set("prefix", o.Prefix)
+	}
+	return q
+}
+
+// List returns the resources of a type.
+func (c *Client) List(ctx context.Context, typ wire.Type, opts ListOptions) ([]*wire.Resource, error) {
+	q := opts.query()
+	if opts.Consistent {
+		q.Set("consistent", "1")
+	}
+	var out wire.ListResponse
+	if err := c.do(ctx, http.MethodGet, c.resourceURL(typ, "", q), nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Resources, nil
+}
+
+// Leader returns the cluster leader's Raft address, "" when there is none.
+func (c *Client) Leader(ctx context.Context) (string, error) {
+	var out string
+	err := c.do(ctx, http.MethodGet, c.pathURL("/v1/status/leader"), nil, &out)
+	return out, err
+}
+
+// Peers returns the Raft addresses of the cluster's voters.
+func (c *Client) Peers(ctx context.Context) ([]string, error) {
+	var out []string
+	err := c.do(ctx, http.MethodGet, c.pathURL("/v1/status/peers"), nil, &out)
+	return out, err
+}
+
+// Health returns nil when the server reports itself healthy.
+func (c *Client) Health(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, c.pathURL("/v1/health"), nil, nil)
+}
+
+func nsQuery(namespace string) url.Values {
+	q := url.Values{}
+	if namespace != "" {
+		q.Set("namespace", namespace)
+	}
+	return q
+}
+
+// formatIndex is used for ?index=.
+func formatIndex(i uint64) string { return strconv.FormatUint(i, 10) }

@@ -1,0 +1,43 @@
+// Package controller is the controller runtime of seed 003: every behaviour
+// of Trellis (the schedulers, the CA manager, health, the ACL and owner
+// reapers) is a controller that watches resources and converges the world
+// onto them.
+//
+// A Controller declares its managed type, the types it watches with a
+// Mapper from a change to the requests it calls for, and a Reconciler; the
+// reconcile contract (level-triggered, idempotent, what an error, a
+// RequeueAfter and a Terminal error mean) is written on Reconciler.
+//
+// Design decisions:
+//
+//   - Leader only. The Manager follows storage.Leadership: it starts every
+//     controller on gaining leadership and stops them, waiting for the
+//     reconciles in flight, on losing it. All progress is kept in resources,
+//     so a new leader needs no hand-over: its watches open with a full list
+//     and every resource is reconciled once.
+//   - One watch per type, shared. The Manager opens one watch per watched
+//     type for all controllers (an informer), which remembers the id, owner
+//     and version of what it has seen, not the data (the owner reaper
+//     follows every type; a full copy would double the leader's memory).
+//     That record makes a broken watch lossless: the informer resumes after
+//     the last index it has wholly seen, and when the service cannot resume
+//     from there it lists again and hands on the difference with its
+//     record, deletions included.
+//   - Mappers are pure. A Mapper runs on the watch's path and does no I/O;
+//     references between resources are looked up in a reverse index the
+//     Manager keeps from Controller.References (MapReferencing).
+//   - One queue per controller, with the rules of a Kubernetes work queue:
+//     dedupe of queued requests, never one request on two workers, changes
+//     during a run queue it again, per-request exponential backoff with
+//     jitter that success resets. A panic in Reconcile is recovered and
+//     treated as an error. Delays use the time package's timers, so tests
+//     run them in a testing/synctest bubble instead of an injected clock;
+//     the backoff itself is a pure function tested by tables.
+//   - A periodic resync lists every watched type from the store (not from
+//     the informers' record) and maps it as if just written: it repairs
+//     whatever a bug or an outage let slip.
+//   - Stopping waits for every reconcile in flight, without a deadline:
+//     that wait is what keeps the reconciles of an old and a new leader
+//     apart. A reconcile that ignores its context is named in the log
+//     every 30 seconds until it returns.
+package controller

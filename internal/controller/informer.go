@@ -1,0 +1,256 @@
+package controller
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/storage"
+)
+
+// watchBackoff bounds the delay between failed attempts to (re)open a watch.
+var watchBackoff = Backoff{Base: 100 * time.Millisecond, Max: 30 * time.Second}
+
+// informer follows one type through the resource service for the
+// Manager's controllers and hands each change to its handlers, in the
+// store's order. It remembers, for every resource of the type, only what it
+// needs to tell a change from a repeat and to report a deletion: the id,
+// the owner and the version (not the data: the owner reaper follows every
+// type, and a full copy of the store would double the leader's memory).
+//
+// When the watch ends (cut off for falling behind, the stream broken), the
+// informer resumes it after the last index it has wholly seen, so that no
+// change is lost. When the service can no longer resume from there, it
+// lists again and compares the new list with what it remembers: what is new
+// or changed is handed on as an upsert, what is gone as a delete, so even
+// then a change is never lost, only collapsed to its latest state. Such a
+// delete carries only the id, the owner and the version.
+type informer struct {
+	client  resource.API
+	typ     *pbresource.Type
+	logger  *slog.Logger
+	metrics *metrics
+	// handlers are set before run and called on run's goroutine.
+	handlers []func(Event)
+
+	mu   sync.Mutex
+	seen map[slot]seenResource
+}
+
+// slot is where a resource of the informer's type is stored.
+type slot struct{ namespace, name string }
+
+func slotOf(id *pbresource.ID) slot {
+	return slot{namespace: id.GetTenancy().GetNamespace(), name: id.GetName()}
+}
+
+// seenResource is what the informer remembers of a resource.
+type seenResource struct {
+	id      *pbresource.ID
+	owner   *pbresource.ID
+	version string
+}
+
+func remember(res *pbresource.Resource) seenResource {
+	return seenResource{id: res.GetId(), owner: res.GetOwner(), version: res.GetVersion()}
+}
+
+// resource rebuilds what is remembered as a resource without data.
+func (s seenResource) resource() *pbresource.Resource {
+	return &pbresource.Resource{Id: s.id, Owner: s.owner, Version: s.version}
+}
+
+func newInformer(client resource.API, typ *pbresource.Type, logger *slog.Logger, m *metrics) *informer {
+	return &informer{
+		client:  client,
+		typ:     typ,
+		logger:  logger.With("type", storage.TypeString(typ)),
+		metrics: m,
+		seen:    make(map[slot]seenResource),
+	}
+}
+
+// run follows the type until ctx ends.
+func (in *informer) run(ctx context.Context) {
+	var (
+		complete uint64 // every change up to this index has been handed on
+		attempt  int    // consecutive attempts that made no progress
+	)
+	for ctx.Err() == nil {
+		if attempt > 0 {
+			t := time.NewTimer(watchBackoff.delay(attempt, rand.Float64()))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		w, err := in.client.Watch(ctx, &pbresource.WatchListRequest{
+			Type:       in.typ,
+			Tenancy:    &pbresource.Tenancy{Namespace: storage.WildcardNamespace},
+			SinceIndex: complete,
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if complete > 0 {
+				// The service cannot resume from there (its history is
+				// gone, or it restarted): list again, at once.
+				in.logger.Info("controller watch cannot resume, listing again", "after_index", complete, "error", err)
+				in.metrics.watchRestarts.WithLabelValues(storage.TypeString(in.typ), "relist").Inc()
+				complete = 0
+				continue
+			}
+			attempt++
+			in.logger.Warn("controller watch failed to open", "attempt", attempt, "error", err)
+			continue
+		}
+		before := complete
+		complete, err = in.consume(ctx, w, complete)
+		w.Close()
+		if ctx.Err() != nil {
+			return
+		}
+		if complete > before {
+			attempt = 0
+		} else {
+			attempt++
+		}
+		in.logger.Info("controller watch ended, resuming", "after_index", complete, "error", err)
+		in.metrics.watchRestarts.WithLabelValues(storage.TypeString(in.typ), "resume").Inc()
+	}
+}
+
+// consume reads w until it ends and returns the index up to which every
+// change has been handed on. since is the index w was opened after (0: w
+// starts with a full snapshot).
+func (in *informer) consume(ctx context.Context, w storage.Watch, since uint64) (uint64, error) {
+	var (
+		complete = since
+		lastSeen = since
+		listing  = since == 0
+		fresh    map[slot]*pbresource.Resource
+	)
+	if listing {
+		fresh = make(map[slot]*pbresource.Resource)
+	}
+	for {
+		ev, err := w.Next(ctx)
+		if err != nil {
+			return complete, err
+		}
+		// Events of one batch share an index: an index is wholly seen only
+		// once a later one arrives (or the snapshot ends).
+		if idx := ev.GetIndex(); idx > lastSeen {
+			complete, lastSeen = lastSeen, idx
+		}
+		res := ev.GetResource()
+		switch ev.GetOp() {
+		case pbresource.WatchEvent_OP_UPSERT:
+			if listing {
+				fresh[slotOf(res.GetId())] = res
+				continue
+			}
+			in.upsert(res)
+		case pbresource.WatchEvent_OP_DELETE:
+			if listing {
+				delete(fresh, slotOf(res.GetId()))
+				continue
+			}
+			in.remove(res)
+		case pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
+			if listing {
+				in.replace(fresh)
+				listing, fresh = false, nil
+			}
+			complete = lastSeen
+		}
+	}
+}
+
+// upsert remembers res and hands it on, unless it is a repeat (a resumed
+// watch may repeat the events of its last index).
+func (in *informer) upsert(res *pbresource.Resource) {
+	k := slotOf(res.GetId())
+	in.mu.Lock()
+	old, had := in.seen[k]
+	if had && old.version == res.GetVersion() && old.id.GetUid() == res.GetId().GetUid() {
+		in.mu.Unlock()
+		return
+	}
+	in.seen[k] = remember(res)
+	in.mu.Unlock()
+	if had && old.id.GetUid() != res.GetId().GetUid() {
+		// A new incarnation: the old one was deleted in between.
+		in.dispatch(Event{Resource: old.resource(), Deleted: true})
+	}
+	in.dispatch(Event{Resource: res})
+}
+
+// remove forgets res and hands its deletion on, unless it was already gone.
+func (in *informer) remove(res *pbresource.Resource) {
+	k := slotOf(res.GetId())
+	in.mu.Lock()
+	old, had := in.seen[k]
+	if !had || old.id.GetUid() != res.GetId().GetUid() {
+		in.mu.Unlock()
+		return
+	}
+	delete(in.seen, k)
+	in.mu.Unlock()
+	in.dispatch(Event{Resource: res, Deleted: true})
+}
+
+// replace makes a fresh list what is remembered, handing on what differs.
+func (in *informer) replace(fresh map[slot]*pbresource.Resource) {
+	in.mu.Lock()
+	var gone []*pbresource.Resource
+	for k, old := range in.seen {
+		if _, ok := fresh[k]; !ok {
+			gone = append(gone, old.resource())
+		}
+	}
+	in.mu.Unlock()
+	sortResources(gone)
+	for _, old := range gone {
+		in.remove(old)
+	}
+	list := make([]*pbresource.Resource, 0, len(fresh))
+	for _, res := range fresh {
+		list = append(list, res)
+	}
+	sortResources(list)
+	for _, res := range list {
+		in.upsert(res)
+	}
+}
+
+func (in *informer) dispatch(ev Event) {
+	for _, h := range in.handlers {
+		h(ev)
+	}
+}
+
+// nameKey keys a resource by type, namespace and name.
+func nameKey(id *pbresource.ID) key {
+	k := keyOf(id)
+	k.uid = ""
+	return k
+}
+
+func sortResources(list []*pbresource.Resource) {
+	sort.Slice(list, func(i, j int) bool {
+		a, b := list[i].GetId(), list[j].GetId()
+		if na, nb := a.GetTenancy().GetNamespace(), b.GetTenancy().GetNamespace(); na != nb {
+			return na < nb
+		}
+		return a.GetName() < b.GetName()
+	})
+}

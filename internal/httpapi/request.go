@@ -1,0 +1,226 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/httpapi/wire"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/storage"
+)
+
+// This file turns the parts of a request (body, path, query) into plain
+// values, refusing bad input with errors that name the field.
+
+// decodeJSON reads one JSON object from body into v, refusing unknown
+// fields and anything after the object.
+func decodeJSON(body io.Reader, v any) error {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return jsonError(err)
+		}
+		return inputError("body", "unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// jsonError rewords encoding/json's errors to name the field at fault.
+func jsonError(err error) error {
+	var (
+		mbe    *http.MaxBytesError
+		syntax *json.SyntaxError
+		typ    *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return &FieldError{Field: "body", Reason: fmt.Sprintf("over the limit of %d bytes", mbe.Limit), kind: ErrTooLarge}
+	case errors.Is(err, io.EOF):
+		return inputError("body", "empty; expected a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return inputError("body", "malformed JSON: unexpected end of input")
+	case errors.As(err, &syntax):
+		return inputError("body", "malformed JSON at byte %d: %s", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))
+	case errors.As(err, &typ):
+		field := "body"
+		if f := strings.TrimPrefix(typ.Field, "WriteRequest."); f != "" {
+			field = f // the path of JSON names, less the embedded struct
+		}
+		return inputError(field, "expected %s, got a JSON %s", jsonKind(typ.Type.Kind().String()), typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return inputError("body", "unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	return inputError("body", "%s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "map", "struct":
+		return "an object"
+	case "slice", "array":
+		return "a list"
+	case "string":
+		return "a string"
+	}
+	return "a " + goKind
+}
+
+// writeBody is what PUT on a resource accepts: the write request, plus the
+// read-only fields of a response so a fetched resource can be put back.
+type writeBody struct {
+	wire.WriteRequest
+	ID         *wire.ID        `json:"id,omitempty"`
+	Generation json.RawMessage `json:"generation,omitempty"`
+	Status     json.RawMessage `json:"status,omitempty"`
+}
+
+// typeFromPath resolves the {group}/{version}/{kind} of a request.
+func typeFromPath(reg *resource.Registry, r *http.Request) (*pbresource.Type, resource.Registration, error) {
+	typ := &pbresource.Type{
+		Group:        r.PathValue("group"),
+		GroupVersion: r.PathValue("version"),
+		Kind:         r.PathValue("kind"),
+	}
+	return resolveType(reg, typ, "type")
+}
+
+func resolveType(reg *resource.Registry, typ *pbresource.Type, field string) (*pbresource.Type, resource.Registration, error) {
+	regn, ok := reg.Resolve(typ)
+	if !ok {
+		return nil, resource.Registration{}, inputError(field, "unknown resource type %s (known types: %s)",
+			storage.TypeString(typ), knownTypes(reg))
+	}
+	return typ, regn, nil
+}
+
+func knownTypes(reg *resource.Registry) string {
+	regs := reg.Types()
+	if len(regs) == 0 {
+		return "none"
+	}
+	names := make([]string, len(regs))
+	for i, r := range regs {
+		names[i] = storage.TypeString(r.Type)
+	}
+	return strings.Join(names, ", ")
+}
+
+// tenancyFor applies a type's scope to a namespace given by the caller:
+// namespaced types default to "default"; cluster-scoped types take none.
+// The wildcard "*" is allowed only where lists is true.
+func tenancyFor(regn resource.Registration, namespace string, lists bool, field string) (*pbresource.Tenancy, error) {
+	if regn.Scope == resource.ScopeCluster {
+		if namespace != "" && namespace != storage.WildcardNamespace {
+			return nil, inputError(field, "%s is cluster-scoped: give no namespace (got %q)",
+				storage.TypeString(regn.Type), namespace)
+		}
+		return &pbresource.Tenancy{}, nil
+	}
+	switch namespace {
+	case "":
+		namespace = "default"
+	case storage.WildcardNamespace:
+		if !lists {
+			return nil, inputError(field, `"*" (every namespace) is only for lists and watches`)
+		}
+	}
+	return &pbresource.Tenancy{Namespace: namespace}, nil
+}
+
+// query holds the query parameters of a request.
+type query struct {
+	namespace  string
+	prefix     string
+	version    string
+	consistent bool
+	watch      bool
+	index      uint64
+}
+
+// parseQuery reads the query parameters named in allowed, refusing any
+// other, so a misspelled one is an error rather than silently ignored.
+func parseQuery(values url.Values, allowed ...string) (query, error) {
+	var q query
+	allow := make(map[string]bool, len(allowed))
+	for _, a := range allowed {
+		allow[a] = true
+	}
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !allow[k] {
+			if len(allowed) == 0 {
+				return q, inputError("query", "unknown parameter %q (this path takes none)", k)
+			}
+			return q, inputError("query", "unknown parameter %q (this path takes: %s)", k, strings.Join(allowed, ", "))
+		}
+		vs := values[k]
+		if len(vs) > 1 {
+			return q, inputError(k, "given %d times; give it once", len(vs))
+		}
+		v := vs[0]
+		var err error
+		switch k {
+		case "namespace":
+			q.namespace = v
+		case "prefix":
+			q.prefix = v
+		case "version":
+			q.version = v
+		case "consistent":
+			q.consistent, err = parseFlag(k, v)
+		case "watch":
+			q.watch, err = parseFlag(k, v)
+		case "index":
+			q.index, err = strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				err = inputError(k, "must be a non-negative integer, got %q", v)
+			}
+		}
+		if err != nil {
+			return q, err
+		}
+	}
+	return q, nil
+}
+
+// parseFlag reads a boolean parameter; a bare "?watch" counts as true.
+func parseFlag(name, v string) (bool, error) {
+	if v == "" {
+		return true, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, inputError(name, "must be 1, true, 0 or false, got %q", v)
+	}
+	return b, nil
+}
+
+// tokenFrom reads the caller's ACL token: X-Trellis-Token, or else an
+// Authorization: Bearer header.
+func tokenFrom(r *http.Request) string {
+	if tok := r.Header.Get("X-Trellis-Token"); tok != "" {
+		return tok
+	}
+	auth := r.Header.Get("Authorization")
+	if len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
+		return strings.TrimSpace(auth[7:])
+	}
+	return ""
+}

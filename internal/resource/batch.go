@@ -1,0 +1,84 @@
+package resource
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+)
+
+// WriteBatch writes several resources atomically: all of them or none.
+// Every member is validated and authorized as a Write would be, and a
+// refusal names the member ("resources[3].id.name: ..."). Members that
+// carry a version are CAS writes; the others are upserts. Members identical
+// to what is stored are not written and come back as stored.
+func (s *Service) WriteBatch(ctx context.Context, req *pbresource.WriteBatchRequest) (*pbresource.WriteBatchResponse, error) {
+	out, err := s.writeBatch(ctx, req)
+	if err != nil {
+		return nil, s.errs.toStatus("write batch", err)
+	}
+	return &pbresource.WriteBatchResponse{Resources: cloneAll(out)}, nil
+}
+
+func (s *Service) writeBatch(ctx context.Context, req *pbresource.WriteBatchRequest) ([]*pbresource.Resource, error) {
+	a, err := s.authorizer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBatchSize(req.GetResources()); err != nil {
+		return nil, err
+	}
+	cands := make([]*candidate, len(req.GetResources()))
+	ids := make([]*pbresource.ID, len(cands))
+	first := make(map[string]int, len(cands))
+	for i, in := range req.GetResources() {
+		c, err := s.prepare(memberField(i), in)
+		if err != nil {
+			return nil, err
+		}
+		key := nameKey(c.res.GetId())
+		if j, dup := first[key]; dup {
+			return nil, NewFieldError(memberField(i)+".id", "names the same resource as %s: a batch writes each resource once", memberField(j))
+		}
+		first[key] = i
+		if err := s.authorizeWrite(a, c.reg, c.res); err != nil {
+			return nil, withPrefix(memberField(i), err)
+		}
+		cands[i], ids[i] = c, c.res.GetId()
+	}
+	if err := s.checkNamespaces(ctx, ids, memberField); err != nil {
+		return nil, err
+	}
+	return s.applyWrites(ctx, cands, true)
+}
+
+func memberField(i int) string { return fmt.Sprintf("resources[%d]", i) }
+
+// nameKey identifies the slot a resource occupies, whatever its uid.
+func nameKey(id *pbresource.ID) string {
+	t := id.GetType()
+	return t.GetGroup() + "/" + t.GetGroupVersion() + "/" + t.GetKind() + "\x00" + id.GetTenancy().GetNamespace() + "\x00" + id.GetName()
+}
+
+// checkBatchSize refuses an empty batch and one over the member or size
+// limits, before any member is looked at.
+func checkBatchSize(members []*pbresource.Resource) error {
+	if len(members) == 0 {
+		return NewFieldError("resources", "is empty: a batch needs at least one resource")
+	}
+	if len(members) > MaxBatchMembers {
+		return status.Errorf(codes.ResourceExhausted, "resources: the batch has %d members, over the limit of %d; split it", len(members), MaxBatchMembers)
+	}
+	total := 0
+	for _, m := range members {
+		total += proto.Size(m)
+	}
+	if total > MaxBatchSize {
+		return status.Errorf(codes.ResourceExhausted, "resources: the batch is %d bytes encoded, over the limit of %d bytes; split it", total, MaxBatchSize)
+	}
+	return nil
+}

@@ -1,0 +1,57 @@
+package resource
+
+import (
+	"context"
+	"fmt"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/storage"
+)
+
+// Delete deletes one resource, as a CAS when a version is given. Deleting
+// what is not stored succeeds. It does not delete what the resource owns:
+// the owner reaper does (see the package comment).
+func (s *Service) Delete(ctx context.Context, req *pbresource.DeleteRequest) (*pbresource.DeleteResponse, error) {
+	if err := s.delete(ctx, req); err != nil {
+		return nil, s.errs.toStatus("delete", err)
+	}
+	return &pbresource.DeleteResponse{}, nil
+}
+
+func (s *Service) delete(ctx context.Context, req *pbresource.DeleteRequest) error {
+	a, err := s.authorizer(ctx)
+	if err != nil {
+		return err
+	}
+	id, reg, err := s.registry.checkID("id", req.GetId())
+	if err != nil {
+		return err
+	}
+	namespace := isNamespaceType(id.GetType())
+	if namespace && id.GetName() == DefaultNamespace {
+		return NewFieldError("id.name", "the %q namespace cannot be deleted", DefaultNamespace)
+	}
+	// The Write hook sees the stored resource when it is the one named, and
+	// only the id otherwise. The read may be stale: it only informs the
+	// hook, and the delete itself is decided by the backend.
+	target := &pbresource.Resource{Id: id}
+	stored, err := s.readCurrent(ctx, storage.EventualConsistency, id)
+	if err != nil {
+		return err
+	}
+	if stored != nil && (id.GetUid() == "" || id.GetUid() == stored.GetId().GetUid()) {
+		target = stored
+	}
+	if err := s.authorizeWrite(a, reg, target); err != nil {
+		return err
+	}
+	if namespace {
+		if err := s.checkNamespaceDeletable(ctx, id.GetName()); err != nil {
+			return err
+		}
+	}
+	if err := s.backend.DeleteCAS(ctx, id, req.GetVersion()); err != nil {
+		return fmt.Errorf("%s: %w", storage.IDString(id), err)
+	}
+	return nil
+}

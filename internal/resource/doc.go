@@ -1,0 +1,108 @@
+// Package resource is the generic resource service of seed 003: the type
+// registry, with each type's validation, defaulting and ACL hooks, and the
+// service that reads, writes, lists, deletes and watches resources of every
+// registered type through one API, on top of a storage.Backend.
+//
+// # One service, two faces
+//
+// Service implements API, which in-process callers use (the HTTP API, the
+// controllers), and the generated gRPC ResourceServiceServer. The unary
+// RPCs are the API methods themselves; WatchList streams what Watch yields.
+// The caller's token is the one ContextWithToken attached or, on the gRPC
+// face, the TokenMetadataKey metadata; Config.Authorize turns it into an
+// Authorizer once per request. Every error is a gRPC status error:
+//
+//	InvalidArgument     bad input; the message names the field and the reason,
+//	                    e.g. `id.name: "Foo_1" is not a valid name: ...`, or
+//	                    `resources[3].id.name: ...` for a batch member
+//	ResourceExhausted   a resource over MaxResourceSize, a batch over its limits
+//	NotFound            nothing stored under that id
+//	Aborted             a version or uid that is not the stored one (re-read and
+//	                    retry), or an upsert that lost too many races
+//	FailedPrecondition  the state forbids it: a namespace that does not exist,
+//	                    deleting a namespace that is not empty
+//	PermissionDenied    an ACL hook refused
+//	Unavailable         no leader (storage.ErrInconsistent); retry
+//	OutOfRange          a watch must re-list: it fell behind the writers, or
+//	                    its since_index is no longer kept (see NeedsRelist);
+//	                    the code means nothing else anywhere in the service
+//	Canceled, DeadlineExceeded   the request's context ended
+//	Internal            anything else; the detail is logged, not returned
+//
+// # What a write goes through
+//
+// Nothing is written until all of this has passed, in this order: the id
+// (a registered type, a lowercase DNS label name, a namespace as the type's
+// Scope requires: none for cluster-scoped types, "default" when a
+// namespaced type gives none), metadata (label-style keys, bounded values),
+// the owner (a full id with its uid), data (an Any of the registered
+// message that decodes into it), the type's Mutate hook, the checks again
+// on what Mutate produced, the type's Validate hook, the size limit, the
+// ACL Write hook, and the existence of the namespace. The data is then
+// stored in one canonical (deterministic) encoding.
+//
+// Against the stored resource (planWrite, a pure function):
+//
+//   - create: uid is a new ULID, generation 1, no status;
+//   - a uid that is not the stored one: refused (the resource was deleted
+//     and re-created since the caller read it);
+//   - a version that is not the stored one: refused (CAS); no version: an
+//     upsert onto whatever is stored;
+//   - the owner is fixed at create: a write that changes it is refused;
+//   - data and metadata equal (proto.Equal) to the stored ones: nothing is
+//     written and the stored resource is returned, its version unchanged.
+//     Controllers rely on this to write their desired state every time
+//     without looping on their own writes;
+//   - otherwise generation + 1 and the stored status carried over: only
+//     WriteStatus changes status.
+//
+// The first read of the stored resource is eventual: on a Raft follower it
+// costs no round trip to the leader, and the CAS on the version it returned
+// catches a stale read. A decision the CAS cannot check (a refusal, or a
+// write that changes nothing) is confirmed with a strong read first. When
+// the CAS fails, an upsert reads again with strong consistency and tries
+// again, a bounded number of times.
+//
+// WriteBatch validates every member as Write does and applies all of them
+// in one Backend.WriteBatch: all or none. Its reads are per member but
+// eventual, so placing thousands of resources costs no round trip beyond
+// the batch itself. One weakness: a member identical to its stored copy is
+// confirmed by a strong read and left out of the batch, so it is checked
+// just before the batch is applied rather than atomically with it.
+//
+// WriteStatus sets one key of status (a controller's name), optionally as a
+// CAS, bumps the version and never the generation; observed_generation may
+// not exceed the generation. An identical status is not written again.
+//
+// # Tenancy
+//
+// DefaultNamespace always exists. Any other namespace must be stored as a
+// core/v1/Namespace before resources are written into it, and a Namespace
+// can be deleted only when no registered namespaced type has resources in
+// it. Neither check is atomic with the write it guards: a write racing the
+// deletion of its namespace can land in a namespace that is then gone.
+//
+// # ACLs
+//
+// Every request calls its type's ACL hooks, or DefaultACLHooks for the ones
+// a type leaves nil. Read asks the hook before the store, so a refused
+// caller cannot learn whether a resource exists. List and Watch call the
+// List hook and then leave out each resource the Read hook refuses; this is
+// how a wildcard ("*") list of a namespaced type shows only what the caller
+// may read. Write, WriteBatch, WriteStatus and Delete call the Write hook.
+//
+// # Owners
+//
+// A resource may name an owner: one incarnation (uid included) of another
+// resource. The service does not delete owned resources when their owner
+// is deleted, and does not check that the owner exists when writing. The
+// controller runtime's owner reaper does that: it deletes every resource
+// whose owner is no longer stored with that uid. So a resource written with
+// an owner that does not exist will be reaped.
+//
+// # Copies
+//
+// The backend shares its stored resources with its store. Everything the
+// API returns is a copy the caller may change; the gRPC face, which only
+// encodes, skips the copy for watch events.
+package resource

@@ -1,0 +1,100 @@
+package resource
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/storage"
+)
+
+// Scope says whether a type's resources live in a namespace.
+type Scope int
+
+const (
+	// ScopeNamespace resources live in a namespace ("default" when none is
+	// given).
+	ScopeNamespace Scope = iota
+	// ScopeCluster resources have no namespace.
+	ScopeCluster
+)
+
+// Registration describes a resource type to the resource service.
+type Registration struct {
+	Type *pbresource.Type
+	// Proto is an empty message of the type's data.
+	Proto proto.Message
+	Scope Scope
+	// Validate checks a resource before it is written. Its error should name
+	// the field at fault, for example with a FieldError.
+	Validate func(*pbresource.Resource) error
+	// Mutate fills defaults before validation.
+	Mutate func(*pbresource.Resource) error
+	// ACLs decides who may read, write and list the type. Nil, or a nil
+	// hook in it, means the default of DefaultACLHooks: namespace read and
+	// write for namespaced types, operator read and write for
+	// cluster-scoped ones.
+	ACLs *ACLHooks
+}
+
+// ACLHooks are the authorization hooks of a type. Each returns an error
+// wrapping ErrPermissionDenied to refuse.
+type ACLHooks struct {
+	Read  func(Authorizer, *pbresource.ID) error
+	Write func(Authorizer, *pbresource.Resource) error
+	List  func(Authorizer, *pbresource.Tenancy) error
+}
+
+// Registry holds the registered types.
+type Registry struct {
+	mu    sync.RWMutex
+	types map[string]Registration
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{types: make(map[string]Registration)}
+}
+
+// Register adds a type. Registering a type twice, or without a proto
+// message, is a programming error and panics.
+func (r *Registry) Register(reg Registration) {
+	if reg.Type == nil || reg.Type.GetGroup() == "" || reg.Type.GetGroupVersion() == "" || reg.Type.GetKind() == "" {
+		panic("resource: registration needs a full type")
+	}
+	if reg.Proto == nil {
+		panic(fmt.Sprintf("resource: %s registered without a proto message", storage.TypeString(reg.Type)))
+	}
+	key := storage.TypeString(reg.Type)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.types[key]; ok {
+		panic(fmt.Sprintf("resource: %s registered twice", key))
+	}
+	r.types[key] = reg
+}
+
+// Resolve returns the registration of a type.
+func (r *Registry) Resolve(typ *pbresource.Type) (Registration, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	reg, ok := r.types[storage.TypeString(typ)]
+	return reg, ok
+}
+
+// Types returns every registration, ordered by type string.
+func (r *Registry) Types() []Registration {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Registration, 0, len(r.types))
+	for _, reg := range r.types {
+		out = append(out, reg)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return storage.TypeString(out[i].Type) < storage.TypeString(out[j].Type)
+	})
+	return out
+}

@@ -1,0 +1,343 @@
+package resource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/storage"
+)
+
+// candidate is one resource of a write request, validated and mutated: what
+// the caller asks to store, before it is compared with what is stored.
+type candidate struct {
+	// field names the member in errors: "" for Write, "resources[3]" for a
+	// batch member.
+	field string
+	reg   Registration
+	// res is the normalized request: id with its namespace filled in, data
+	// in canonical encoding, no status, generation unset. Version and uid are
+	// as the caller gave them.
+	res  *pbresource.Resource
+	data proto.Message
+}
+
+// prepare validates a write request's resource, runs the type's Mutate and
+// Validate hooks and returns the candidate to write. It reads nothing.
+func (s *Service) prepare(field string, in *pbresource.Resource) (*candidate, error) {
+	c, err := s.prepareResource(in)
+	if err != nil {
+		return nil, withPrefix(field, err)
+	}
+	c.field = field
+	return c, nil
+}
+
+func (s *Service) prepareResource(in *pbresource.Resource) (*candidate, error) {
+	if in == nil {
+		return nil, NewFieldError("", "a resource is required")
+	}
+	id, reg, err := s.registry.checkID("id", in.GetId())
+	if err != nil {
+		return nil, err
+	}
+	res := &pbresource.Resource{
+		Id:       id,
+		Version:  in.GetVersion(),
+		Metadata: maps.Clone(in.GetMetadata()),
+		Data:     in.GetData(),
+	}
+	if in.GetOwner() != nil {
+		if res.Owner, err = s.registry.checkOwner("owner", in.GetOwner()); err != nil {
+			return nil, err
+		}
+	}
+	data, err := s.checkContent(reg, res)
+	if err != nil {
+		return nil, err
+	}
+	if reg.Mutate != nil {
+		res.Data = proto.Clone(res.Data).(*anypb.Any) // the hook may change it in place
+		id, owner, version := proto.Clone(res.Id), proto.Clone(res.Owner), res.Version
+		if err := hookError(reg.Mutate(res)); err != nil {
+			return nil, err
+		}
+		if !proto.Equal(id, res.GetId()) || !proto.Equal(owner, res.GetOwner()) || version != res.GetVersion() {
+			return nil, fmt.Errorf("the Mutate hook of %s changed the id, owner or version", storage.TypeString(reg.Type))
+		}
+		if data, err = s.checkContent(reg, res); err != nil {
+			return nil, err
+		}
+	}
+	if reg.Validate != nil {
+		if err := hookError(reg.Validate(res)); err != nil {
+			return nil, err
+		}
+	}
+	// Store the data in one canonical encoding, whatever the client sent.
+	value, err := proto.MarshalOptions{Deterministic: true}.Marshal(data)
+	if err != nil {
+		return nil, NewFieldError("data", "cannot be encoded: %v", err)
+	}
+	res.Data = &anypb.Any{TypeUrl: "type.googleapis.com/" + string(data.ProtoReflect().Descriptor().FullName()), Value: value}
+	if err := checkSize(res); err != nil {
+		return nil, err
+	}
+	return &candidate{reg: reg, res: res, data: data}, nil
+}
+
+// checkContent validates the parts of a resource other than its id and
+// returns its decoded data.
+func (s *Service) checkContent(reg Registration, res *pbresource.Resource) (proto.Message, error) {
+	if err := checkMetadata(res.GetMetadata()); err != nil {
+		return nil, err
+	}
+	if res.GetOwner() != nil && storage.SameName(res.GetOwner(), res.GetId()) {
+		return nil, NewFieldError("owner", "a resource cannot own itself")
+	}
+	return decodeData(reg, res.GetData())
+}
+
+// hookError keeps a hook's FieldError or status error as it is and makes
+// any other error a refusal of the resource as a whole.
+func hookError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return err
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return &FieldError{Reason: "resource is invalid: " + err.Error()}
+}
+
+// writePlan is what to do for one candidate given the stored resource.
+type writePlan struct {
+	// write is what to hand the backend; nil when the request changes
+	// nothing and stored is the answer.
+	write  *pbresource.Resource
+	stored *pbresource.Resource
+}
+
+// planWrite decides how a candidate applies to the stored resource (nil
+// when none is stored). It is pure: newUID is called only for a create.
+//
+//   - create: a new uid, generation 1, no status;
+//   - a uid or version that does not match the stored one: Aborted;
+//   - a different owner: refused, owners are fixed at create;
+//   - the same data and metadata: nothing to write;
+//   - otherwise: generation + 1, status carried over, CAS on the stored
+//     version.
+func planWrite(c *candidate, stored *pbresource.Resource, newUID func() (string, error)) (writePlan, error) {
+	req := c.res
+	name := storage.IDString(req.GetId())
+	if stored == nil {
+		if uid := req.GetId().GetUid(); uid != "" {
+			return writePlan{}, status.Errorf(codes.Aborted, "id.uid: %s with uid %s no longer exists: it was deleted; re-read it and retry", name, uid)
+		}
+		if req.GetVersion() != "" {
+			return writePlan{}, status.Errorf(codes.Aborted, "version: conflict: %s does not exist, so it is not at version %s; re-read it and retry", name, req.GetVersion())
+		}
+		uid, err := newUID()
+		if err != nil {
+			return writePlan{}, fmt.Errorf("new uid: %w", err)
+		}
+		w := shallowResource(req)
+		w.Id = proto.Clone(req.GetId()).(*pbresource.ID)
+		w.Id.Uid = uid
+		w.Version = ""
+		w.Generation = 1
+		return writePlan{write: w}, nil
+	}
+	if uid := req.GetId().GetUid(); uid != "" && uid != stored.GetId().GetUid() {
+		return writePlan{}, status.Errorf(codes.Aborted, "id.uid: %s now has uid %s, not %s: it was deleted and re-created; re-read it and retry", name, stored.GetId().GetUid(), uid)
+	}
+	if v := req.GetVersion(); v != "" && v != stored.GetVersion() {
+		return writePlan{}, status.Errorf(codes.Aborted, "version: conflict: %s is at version %s, not %s; re-read it and retry", name, stored.GetVersion(), v)
+	}
+	if !proto.Equal(req.GetOwner(), stored.GetOwner()) {
+		return writePlan{}, NewFieldError("owner", "cannot change once %s is created (stored owner: %s)", name, ownerString(stored.GetOwner()))
+	}
+	if sameContent(c, stored) {
+		return writePlan{stored: stored}, nil
+	}
+	w := shallowResource(req)
+	w.Id = stored.GetId() // the stored uid
+	w.Version = stored.GetVersion()
+	w.Generation = stored.GetGeneration() + 1
+	w.Status = stored.GetStatus()
+	if err := checkSize(w); err != nil {
+		return writePlan{}, err
+	}
+	return writePlan{write: w, stored: stored}, nil
+}
+
+// shallowResource copies the fields of a candidate that a write stores.
+func shallowResource(req *pbresource.Resource) *pbresource.Resource {
+	return &pbresource.Resource{
+		Id:       req.GetId(),
+		Owner:    req.GetOwner(),
+		Metadata: req.GetMetadata(),
+		Data:     req.GetData(),
+	}
+}
+
+// sameContent reports whether the candidate's data and metadata equal the
+// stored ones. Data is compared decoded, since equal messages may encode
+// differently.
+func sameContent(c *candidate, stored *pbresource.Resource) bool {
+	if !maps.Equal(c.res.GetMetadata(), stored.GetMetadata()) {
+		return false
+	}
+	if stored.GetData().MessageName() != c.data.ProtoReflect().Descriptor().FullName() {
+		return false
+	}
+	old := c.data.ProtoReflect().New().Interface()
+	if err := proto.Unmarshal(stored.GetData().GetValue(), old); err != nil {
+		return false
+	}
+	return proto.Equal(c.data, old)
+}
+
+func ownerString(id *pbresource.ID) string {
+	if id == nil {
+		return "none"
+	}
+	return storage.IDString(id) + " uid " + id.GetUid()
+}
+
+// Write creates or updates one resource; see the package comment.
+func (s *Service) Write(ctx context.Context, req *pbresource.WriteRequest) (*pbresource.WriteResponse, error) {
+	out, err := s.write(ctx, req)
+	if err != nil {
+		return nil, s.errs.toStatus("write", err)
+	}
+	return &pbresource.WriteResponse{Resource: clone(out)}, nil
+}
+
+func (s *Service) write(ctx context.Context, req *pbresource.WriteRequest) (*pbresource.Resource, error) {
+	a, err := s.authorizer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.prepare("", req.GetResource())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.authorizeWrite(a, c.reg, c.res); err != nil {
+		return nil, err
+	}
+	if err := s.checkNamespaces(ctx, []*pbresource.ID{c.res.GetId()}, func(int) string { return "" }); err != nil {
+		return nil, err
+	}
+	out, err := s.applyWrites(ctx, []*candidate{c}, false)
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// applyWrites plans every candidate against the stored resources and
+// writes the ones that change something, all in one CAS operation: a
+// WriteCAS for a single write, a WriteBatch for a batch.
+//
+// The first reads are eventual (local, no round trip to the leader): the
+// CAS on the stored version catches a stale read. A plan that would not
+// write (a refusal, or a no-op answered from the read) is confirmed with a
+// strong read first, since no CAS would catch a stale read there. When the
+// CAS fails, every candidate is read again with strong consistency and
+// planned again; a candidate that carried a version then fails as stale,
+// one that did not is retried, at most maxWriteAttempts times.
+func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch bool) ([]*pbresource.Resource, error) {
+	results := make([]*pbresource.Resource, len(cands))
+	consistency := storage.EventualConsistency
+	for attempt := range maxWriteAttempts {
+		var (
+			writes  []*pbresource.Resource
+			members []int
+		)
+		for i, c := range cands {
+			p, err := s.planWithRead(ctx, consistency, c)
+			if err != nil {
+				return nil, withPrefix(c.field, err)
+			}
+			if p.write == nil {
+				results[i] = p.stored
+				continue
+			}
+			writes = append(writes, p.write)
+			members = append(members, i)
+		}
+		if len(writes) == 0 {
+			return results, nil
+		}
+		var (
+			stored []*pbresource.Resource
+			err    error
+		)
+		if batch {
+			stored, err = s.backend.WriteBatch(ctx, writes)
+		} else {
+			var one *pbresource.Resource
+			one, err = s.backend.WriteCAS(ctx, writes[0])
+			stored = []*pbresource.Resource{one}
+		}
+		if err == nil {
+			for j, i := range members {
+				results[i] = stored[j]
+			}
+			return results, nil
+		}
+		if !isConflict(err) {
+			return nil, err
+		}
+		consistency = storage.StrongConsistency
+		if err := conflictPause(ctx, attempt); err != nil {
+			return nil, err
+		}
+	}
+	return nil, status.Errorf(codes.Aborted, "gave up after %d attempts: concurrent writes kept changing the resource; retry", maxWriteAttempts)
+}
+
+// planWithRead reads the stored resource and plans the candidate against
+// it, confirming with a strong read any plan that would not write.
+func (s *Service) planWithRead(ctx context.Context, consistency storage.ReadConsistency, c *candidate) (writePlan, error) {
+	for {
+		stored, err := s.readCurrent(ctx, consistency, c.res.GetId())
+		if err != nil {
+			return writePlan{}, err
+		}
+		p, err := planWrite(c, stored, s.newUID)
+		if (err != nil || p.write == nil) && consistency == storage.EventualConsistency {
+			consistency = storage.StrongConsistency
+			continue
+		}
+		return p, err
+	}
+}
+
+// readCurrent reads whatever is stored under an id's name, whatever its
+// uid: nil when nothing is.
+func (s *Service) readCurrent(ctx context.Context, consistency storage.ReadConsistency, id *pbresource.ID) (*pbresource.Resource, error) {
+	byName := &pbresource.ID{Type: id.GetType(), Tenancy: id.GetTenancy(), Name: id.GetName()}
+	res, err := s.backend.Read(ctx, consistency, byName)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, nil
+	}
+	return res, err
+}
+
+// isConflict reports a CAS failure, whether of one write or of a batch.
+func isConflict(err error) bool {
+	return errors.Is(err, storage.ErrCASFailure) || errors.Is(err, storage.ErrWrongUID) || errors.Is(err, storage.ErrBatchConflict)
+}

@@ -1,0 +1,14 @@
+package server
+
+// SingleNode is the ClusterStatus of a server that is a cluster by itself
+// (the in-memory backend): it is always the leader, at its Raft address.
+type SingleNode struct {
+	// Addr is reported as the leader's and only peer's Raft address.
+	Addr string
+}
+
+// Leader returns the server's own address.
+func (s SingleNode) Leader() string { return s.Addr }
+
+// Peers returns the server alone.
+func (s SingleNode) Peers() ([]string, error) { return []string{s.Addr}, nil }

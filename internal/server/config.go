@@ -1,0 +1,199 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"trellis.dev/trellis/internal/resource"
+)
+
+// Default addresses (issue #2: 7700 HTTP, 7701 gRPC, 7702 Raft).
+const (
+	DefaultHTTPAddr        = "127.0.0.1:7700"
+	DefaultGRPCAddr        = "127.0.0.1:7701"
+	DefaultRaftAddr        = "127.0.0.1:7702"
+	DefaultShutdownTimeout = 15 * time.Second
+	// DefaultGRPCMaxRecvBytes admits the resource service's largest batch
+	// (resource.MaxBatchSize, 8 MiB) with room to spare.
+	DefaultGRPCMaxRecvBytes = 16 << 20
+)
+
+// Config says what server to assemble.
+type Config struct {
+	HTTPAddr string // host:port; port 0 picks a free one
+	GRPCAddr string
+	// RaftAddr is the address other servers reach this one's Raft on; an
+	// in-memory server reports it as the leader's address.
+	RaftAddr string
+	// Raft, when set, makes the server a Raft voter with durable storage.
+	// Nil: everything in memory, this server the leader at once.
+	Raft *RaftConfig
+
+	Logger          *slog.Logger
+	ShutdownTimeout time.Duration
+	// Registry holds the resource types served; nil means the core types.
+	Registry *resource.Registry
+	// Authorize turns the caller's token (resource.TokenFromContext) into
+	// an Authorizer; nil allows everything, until ACLs land.
+	Authorize func(ctx context.Context) (resource.Authorizer, error)
+
+	// Request limits; zero means the defaults (httpapi.DefaultMax*,
+	// DefaultGRPCMaxRecvBytes).
+	MaxRequestBytes  int64
+	MaxBatchBytes    int64
+	GRPCMaxRecvBytes int
+
+	// EnableDebug serves Go's pprof endpoints on the HTTP API.
+	EnableDebug bool
+}
+
+// RaftConfig is what `trellis server` (and `trellis dev -data-dir`) ask of
+// the Raft backend.
+type RaftConfig struct {
+	DataDir string
+	// BootstrapExpect is how many servers to wait for before the first
+	// election of a new cluster (0: do not bootstrap; join one).
+	BootstrapExpect int
+	// RetryJoin lists other servers' gRPC addresses to join through,
+	// retried until one answers.
+	RetryJoin []string
+	// SingleServer tunes Raft for a cluster of one (trellis dev -data-dir):
+	// it elects itself within milliseconds. Never for real clusters.
+	SingleServer bool
+}
+
+// ErrConfig is wrapped by every configuration refusal.
+var ErrConfig = errors.New("bad configuration")
+
+func configError(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, args...))
+}
+
+// withDefaults fills the zero fields.
+func (c Config) withDefaults() Config {
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = DefaultGRPCAddr
+	}
+	if c.RaftAddr == "" {
+		c.RaftAddr = DefaultRaftAddr
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.GRPCMaxRecvBytes <= 0 {
+		c.GRPCMaxRecvBytes = DefaultGRPCMaxRecvBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate checks the configuration, naming the flag at fault. Field names
+// are the command-line flags of `trellis server`.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	addrs := []struct{ flag, addr string }{
+		{"-http-addr", c.HTTPAddr},
+		{"-grpc-addr", c.GRPCAddr},
+		{"-raft-addr", c.RaftAddr},
+	}
+	for _, a := range addrs {
+		if err := ValidateAddr(a.flag, a.addr); err != nil {
+			return err
+		}
+	}
+	for i := range addrs {
+		for j := i + 1; j < len(addrs); j++ {
+			if sameListenAddr(addrs[i].addr, addrs[j].addr) {
+				return configError(addrs[j].flag, "%q is also %s; each needs its own port", addrs[j].addr, addrs[i].flag)
+			}
+		}
+	}
+	if c.Raft != nil {
+		return c.Raft.validate(c.RaftAddr)
+	}
+	return nil
+}
+
+func (r *RaftConfig) validate(raftAddr string) error {
+	if r.DataDir == "" {
+		return configError("-data-dir", "required: the directory where this server keeps its Raft log and snapshots")
+	}
+	host, _, _ := net.SplitHostPort(raftAddr)
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return configError("-raft-addr", "%q: other servers dial this address, so give a specific host, not %q", raftAddr, host)
+	}
+	if r.BootstrapExpect < 0 {
+		return configError("-bootstrap-expect", "%d: must be 0 (join an existing cluster) or the number of servers to wait for", r.BootstrapExpect)
+	}
+	seen := make(map[string]bool)
+	for _, a := range r.RetryJoin {
+		if err := ValidateAddr("-retry-join", a); err != nil {
+			return err
+		}
+		host, port, _ := net.SplitHostPort(a)
+		if host == "" || port == "0" {
+			return configError("-retry-join", "%q: give the host and gRPC port of another server", a)
+		}
+		if seen[a] {
+			return configError("-retry-join", "%q given twice", a)
+		}
+		seen[a] = true
+	}
+	return nil
+}
+
+// ValidateAddr checks a host:port listen or dial address.
+func ValidateAddr(field, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return configError(field, "%q is not host:port (for example 127.0.0.1:7700)", addr)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return configError(field, "%q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	if host != "" && net.ParseIP(host) == nil && !validHostname(host) {
+		return configError(field, "%q: %q is neither an IP address nor a host name", addr, host)
+	}
+	return nil
+}
+
+func validHostname(h string) bool {
+	if len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// sameListenAddr reports whether two addresses would collide: the same
+// port on the same or an overlapping host (port 0 never collides).
+func sameListenAddr(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	if pa != pb || pa == "0" {
+		return false
+	}
+	wild := func(h string) bool { ip := net.ParseIP(h); return h == "" || (ip != nil && ip.IsUnspecified()) }
+	return ha == hb || wild(ha) || wild(hb)
+}

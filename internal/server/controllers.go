@@ -1,0 +1,38 @@
+package server
+
+import (
+	"fmt"
+
+	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/resource/reaper"
+)
+
+// AddController registers a controller to run on this server while it
+// leads. It must be called before Start; the built-in owner reaper is
+// always added.
+func (s *Server) AddController(c controller.Controller) {
+	if s.started {
+		panic("server: AddController after Start")
+	}
+	s.controllers = append(s.controllers, c)
+}
+
+// newControllerManager builds the manager at Start, once every type is
+// registered: the reaper watches the registry's types as they are then.
+func (s *Server) newControllerManager() (*controller.Manager, error) {
+	mgr, err := controller.NewManager(controller.Config{
+		Client:     s.api,
+		Leadership: s.leadership.Subscribe(),
+		Registerer: s.metrics,
+		Logger:     s.log.With("component", "controllers"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range append([]controller.Controller{reaper.Controller(s.api, s.registry)}, s.controllers...) {
+		if err := mgr.Register(c); err != nil {
+			return nil, fmt.Errorf("controller %s: %w", c.Name, err)
+		}
+	}
+	return mgr, nil
+}

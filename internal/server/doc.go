@@ -1,0 +1,33 @@
+// Package server assembles a Trellis server process: a storage backend
+// (in memory, or Raft once wired in), the type registry with the core types,
+// the resource service over them, the gRPC API (the ResourceService, with a
+// recovery interceptor and message size limits) and the HTTP/JSON API
+// (package httpapi), one Prometheus registry served at /v1/metrics, and the
+// runnables that make up the running process.
+//
+// Design decisions:
+//
+//   - Every long-lived part is a Runnable whose Start(ctx) blocks until ctx
+//     ends. A Group starts them in order, waiting for those that say when
+//     they are ready (Readier), and stops them one at a time in reverse
+//     order under one shutdown deadline; the first failure stops the rest.
+//     The order of a server is: the leadership hub, gRPC (first up, last
+//     down: other servers forward to it), whatever Add registered (Raft, the
+//     controller manager), the bootstrap (the default Namespace, stored each
+//     time this server gains leadership), and the HTTP API last, so a
+//     client's first request already finds "default" and the HTTP API is
+//     the first thing to stop taking requests.
+//   - Listeners are bound in New, not in Start: port 0 resolves before the
+//     server runs (tests, `trellis dev` printing its addresses) and a port
+//     in use is an error of New.
+//   - Watches never end by themselves, and both http.Server.Shutdown and
+//     grpc.Server.GracefulStop wait for open requests; the server ends its
+//     watches first, with a retryable error (HTTP: a last "unavailable"
+//     line; gRPC: codes.Unavailable), then drains the rest.
+//   - A backend's LeaderCh is one channel; the leadership hub fans it out so
+//     that the bootstrap, the controller manager and later the CA manager
+//     each get every transition (Server.Leadership subscribes).
+//   - The Raft backend plugs in at one place, Server.openRaft, which has
+//     everything it needs at hand: the gRPC server for forwarding and join,
+//     the metrics registry and Add for its runnables.
+package server

@@ -1,0 +1,90 @@
+package server
+
+import (
+	"context"
+	"io"
+
+	"trellis.dev/trellis/internal/cluster"
+	"trellis.dev/trellis/internal/httpapi/wire"
+	raftstore "trellis.dev/trellis/internal/storage/raft"
+)
+
+// openRaft opens this server's Raft node and cluster membership: the
+// replicated backend, the forwarding and cluster gRPC services, Raft
+// metrics, and the runnable that forms or joins the cluster (it runs after
+// the gRPC server is up, since formation talks to the other servers).
+func (s *Server) openRaft(cfg *RaftConfig) error {
+	tuning := raftstore.DefaultTuning()
+	if cfg.SingleServer {
+		tuning = raftstore.DevTuning()
+	}
+	c, err := cluster.New(cluster.Config{
+		DataDir:         cfg.DataDir,
+		RaftAddr:        s.cfg.RaftAddr,
+		GRPCAddr:        s.grpcLn.Addr().String(),
+		BootstrapExpect: cfg.BootstrapExpect,
+		RetryJoin:       cfg.RetryJoin,
+		Logger:          s.log.With("component", "cluster"),
+		Tuning:          tuning,
+	})
+	if err != nil {
+		return err
+	}
+	c.RegisterGRPC(s.grpc)
+	if err := s.metrics.Register(c.Backend().Metrics()); err != nil {
+		_ = c.Shutdown(context.Background())
+		return err
+	}
+	s.raft = c
+	s.backend = c.Backend()
+	s.cluster = raftStatus{c}
+	s.operator = raftStatus{c}
+	s.Add("raft", c)
+	return nil
+}
+
+// raftStatus answers the HTTP API's cluster questions from the Raft
+// cluster, with errors as gRPC status errors.
+type raftStatus struct{ c *cluster.Cluster }
+
+func (r raftStatus) Leader() string { return r.c.Leader() }
+
+// Peers returns the Raft addresses of the voters.
+func (r raftStatus) Peers() ([]string, error) {
+	peers, err := r.c.Peers()
+	if err != nil {
+		return nil, cluster.ToStatus(err)
+	}
+	var out []string
+	for _, p := range peers {
+		if p.Voter {
+			out = append(out, p.RaftAddr)
+		}
+	}
+	return out, nil
+}
+
+func (r raftStatus) RaftPeers() ([]wire.RaftPeer, error) {
+	peers, err := r.c.Peers()
+	if err != nil {
+		return nil, cluster.ToStatus(err)
+	}
+	out := make([]wire.RaftPeer, len(peers))
+	for i, p := range peers {
+		out[i] = wire.RaftPeer{ID: p.ID, RaftAddr: p.RaftAddr, GRPCAddr: p.GRPCAddr, Voter: p.Voter, Leader: p.Leader}
+	}
+	return out, nil
+}
+
+func (r raftStatus) RemovePeer(ctx context.Context, idOrAddr string) (string, error) {
+	id, err := r.c.RemovePeer(ctx, idOrAddr)
+	return id, cluster.ToStatus(err)
+}
+
+func (r raftStatus) Snapshot(ctx context.Context, w io.Writer) error {
+	return cluster.ToStatus(r.c.Snapshot(ctx, w))
+}
+
+func (r raftStatus) Restore(ctx context.Context, rd io.Reader) error {
+	return cluster.ToStatus(r.c.Restore(ctx, rd))
+}

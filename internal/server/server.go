@@ -1,0 +1,279 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/cluster"
+	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/core"
+	"trellis.dev/trellis/internal/httpapi"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/storage"
+	"trellis.dev/trellis/internal/storage/inmem"
+)
+
+// Server is one assembled Trellis server process: a storage backend, the
+// resource service over it, and the gRPC and HTTP APIs over that, with the
+// process's Prometheus registry and its runnables.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	registry *resource.Registry
+	backend  storage.Backend
+	cluster  httpapi.ClusterStatus
+	operator httpapi.Operator // nil in memory
+	raft     *cluster.Cluster // nil in memory
+	api      resource.API
+	metrics  *prometheus.Registry
+
+	grpc     *grpc.Server
+	grpcLn   net.Listener
+	httpAPI  *httpapi.Handler
+	httpLn   net.Listener
+	stopping context.Context
+	stop     context.CancelFunc
+
+	leadership *leadershipHub // nil when the backend does not say
+	bootstrap  *bootstrapper
+
+	// extra runnables run between the gRPC server (first up, last down)
+	// and the HTTP server (last up, first down).
+	extra       []namedRunnable
+	controllers []controller.Controller
+	started     bool
+}
+
+// New assembles a server and binds its listeners (so that port 0 resolves
+// and a port in use is reported now); Start runs it.
+func New(cfg Config) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, log: cfg.Logger, registry: cfg.Registry, metrics: prometheus.NewRegistry()}
+	s.stopping, s.stop = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			s.closeListeners()
+		}
+	}()
+	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.registry == nil {
+		s.registry = resource.NewRegistry()
+		core.Register(s.registry)
+	}
+
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(cfg.GRPCMaxRecvBytes),
+		grpc.ChainUnaryInterceptor(unaryInterceptor(s.log)),
+		grpc.ChainStreamInterceptor(streamInterceptor(s.log, s.stopping)),
+	)
+
+	// Listeners first: with port 0 the Raft node must advertise the gRPC
+	// port actually bound.
+	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("-grpc-addr: %w", err)
+	}
+	if s.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("-http-addr: %w", err)
+	}
+
+	if cfg.Raft != nil {
+		if err := s.openRaft(cfg.Raft); err != nil {
+			return nil, err
+		}
+	} else {
+		s.backend = inmem.NewBackend()
+		s.cluster = SingleNode{Addr: cfg.RaftAddr}
+	}
+
+	svc := resource.NewService(resource.Config{
+		Backend:   s.backend,
+		Registry:  s.registry,
+		Authorize: cfg.Authorize,
+		Logger:    s.log.With("component", "resource"),
+	})
+	s.api = svc
+	pbresource.RegisterResourceServiceServer(s.grpc, svc)
+	if l, ok := s.backend.(storage.Leadership); ok {
+		s.leadership = newLeadershipHub(l)
+		s.bootstrap = newBootstrapper(s.api, s.leadership.Subscribe(), s.log.With("component", "bootstrap"))
+	}
+
+	s.httpAPI, err = httpapi.New(httpapi.Config{
+		API:             s.api,
+		Registry:        s.registry,
+		Cluster:         s.cluster,
+		Operator:        s.operator,
+		Registerer:      s.metrics,
+		Gatherer:        s.metrics,
+		Logger:          s.log.With("component", "http"),
+		MaxRequestBytes: cfg.MaxRequestBytes,
+		MaxBatchBytes:   cfg.MaxBatchBytes,
+		EnableDebug:     cfg.EnableDebug,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) closeListeners() {
+	for _, ln := range []net.Listener{s.grpcLn, s.httpLn} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}
+
+// Add adds a runnable (the controller manager, the Raft node, ...) to run
+// after the gRPC server is up and before the HTTP API opens, stopped in
+// reverse. It must be called before Start.
+func (s *Server) Add(name string, r Runnable) {
+	if s.started {
+		panic("server: Add after Start")
+	}
+	s.extra = append(s.extra, namedRunnable{name: name, r: r})
+}
+
+// Start runs the server until ctx ends, then shuts it down in reverse
+// order within the shutdown timeout.
+func (s *Server) Start(ctx context.Context) error {
+	if s.started {
+		return errors.New("server: already started")
+	}
+	s.started = true
+	g := NewGroup(s.cfg.ShutdownTimeout, s.log)
+	if s.leadership != nil {
+		g.Add("leadership", s.leadership)
+	}
+	g.Add("grpc", RunnableFunc(s.serveGRPC))
+	for _, e := range s.extra {
+		g.Add(e.name, e.r)
+	}
+	if s.leadership != nil {
+		mgr, err := s.newControllerManager()
+		if err != nil {
+			s.closeListeners()
+			return err
+		}
+		g.Add("controllers", mgr)
+	}
+	if s.bootstrap != nil {
+		// After the backend's runnables (Raft), before the HTTP API: people
+		// and tools find "default" there from their first request.
+		g.Add("bootstrap", s.bootstrap)
+	}
+	g.Add("http", RunnableFunc(s.serveHTTP))
+	s.log.Info("server starting", "http", s.HTTPAddr(), "grpc", s.GRPCAddr(), "raft", s.cfg.RaftAddr,
+		"storage", s.storageKind(), "runnables", g.Names())
+	err := g.Start(ctx)
+	s.closeListeners()
+	s.log.Info("server stopped", "err", err)
+	return err
+}
+
+func (s *Server) storageKind() string {
+	if s.cfg.Raft != nil {
+		return "raft"
+	}
+	return "memory"
+}
+
+func (s *Server) serveGRPC(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(s.grpcLn) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("grpc server: %w", err)
+	case <-ctx.Done():
+	}
+	s.stop() // end watch streams, which GracefulStop would wait on
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	t := time.NewTimer(s.cfg.ShutdownTimeout / 2)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		s.log.Warn("grpc: graceful stop timed out; closing connections")
+		s.grpc.Stop()
+		<-stopped
+	}
+	<-errc
+	return nil
+}
+
+func (s *Server) serveHTTP(ctx context.Context) error {
+	srv := &http.Server{
+		Handler:           s.httpAPI,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(s.httpLn) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	s.httpAPI.Shutdown() // end watch streams, which Shutdown would wait on
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout/2)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		s.log.Warn("http: graceful shutdown timed out; closing connections", "err", err)
+		_ = srv.Close()
+	}
+	<-errc
+	return nil
+}
+
+// HTTPAddr is the address the HTTP API listens on.
+func (s *Server) HTTPAddr() string { return s.httpLn.Addr().String() }
+
+// GRPCAddr is the address the gRPC API listens on.
+func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }
+
+// RaftAddr is the Raft address the server reports.
+func (s *Server) RaftAddr() string { return s.cfg.RaftAddr }
+
+// InMemory reports whether the server keeps everything in memory.
+func (s *Server) InMemory() bool { return s.cfg.Raft == nil }
+
+// API is the resource service (for in-process callers: controllers).
+func (s *Server) API() resource.API { return s.api }
+
+// Registry is the type registry; register types before Start.
+func (s *Server) Registry() *resource.Registry { return s.registry }
+
+// Backend is the storage backend.
+func (s *Server) Backend() storage.Backend { return s.backend }
+
+// Leadership returns a new subscription to this server's leadership (each
+// caller gets its own channel: the controller manager, the CA manager...);
+// nil when the backend does not say.
+func (s *Server) Leadership() storage.Leadership {
+	if s.leadership == nil {
+		return nil
+	}
+	return s.leadership.Subscribe()
+}
+
+// Metrics is the process's Prometheus registry, served at /v1/metrics:
+// register collectors on it before Start.
+func (s *Server) Metrics() *prometheus.Registry { return s.metrics }
+
+// GRPC is the gRPC server: register services on it before Start.
+func (s *Server) GRPC() *grpc.Server { return s.grpc }

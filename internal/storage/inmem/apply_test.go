@@ -1,0 +1,62 @@
+package inmem
+
+import (
+	"unsafe"
+
+	"errors"
+	"google.golang.org/protobuf/types/known/anypb"
+	"testing"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/storage"
+)
+
+// WriteBatch stores copies; ApplyBatch stores what it is handed. Both
+// follow the same CAS rules.
+func TestApplyBatchStoresWhatItIsHanded(t *testing.T) {
+	s := NewStore()
+	kept := newRes("default", "kept", "u1")
+	if _, err := s.WriteBatch(1, []*pbresource.Resource{kept}); err != nil {
+		t.Fatal(err)
+	}
+	if kept.GetVersion() != "" {
+		t.Fatalf("WriteBatch changed the caller's resource: version %q", kept.GetVersion())
+	}
+	handed := newRes("default", "handed", "u2")
+	out, err := s.ApplyBatch(2, []*pbresource.Resource{handed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Read(testID("default", "handed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != handed || out[0] != handed || handed.GetVersion() != "2" {
+		t.Fatalf("ApplyBatch stored a copy or no version: stored %p handed %p version %q", got, handed, handed.GetVersion())
+	}
+	if _, err := s.ApplyCAS(3, newRes("default", "handed", "u2")); !errors.Is(err, storage.ErrCASFailure) {
+		t.Fatalf("ApplyCAS over an existing resource without a version = %v, want ErrCASFailure", err)
+	}
+}
+
+// Stored resources of one type share one Type and one type URL.
+func TestStoredResourcesShareTheirType(t *testing.T) {
+	s := NewStore()
+	a, b := newRes("default", "a", "u1"), newRes("default", "b", "u2")
+	a.Data = &anypb.Any{TypeUrl: "type.googleapis.com/x.Y"}
+	b.Data = &anypb.Any{TypeUrl: "type.googleapis.com/x.Y"}
+	if _, err := s.ApplyBatch(1, []*pbresource.Resource{a}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteBatch(2, []*pbresource.Resource{b}); err != nil {
+		t.Fatal(err)
+	}
+	ra, _ := s.Read(testID("default", "a"))
+	rb, _ := s.Read(testID("default", "b"))
+	if ra.GetId().GetType() != rb.GetId().GetType() {
+		t.Fatal("two stored resources of one type hold distinct Type messages")
+	}
+	if unsafe.StringData(ra.GetData().GetTypeUrl()) != unsafe.StringData(rb.GetData().GetTypeUrl()) {
+		t.Fatal("two stored resources of one type hold distinct type URL strings")
+	}
+}

@@ -1,0 +1,335 @@
+package inmem
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-memdb"
+	"google.golang.org/protobuf/proto"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/storage"
+)
+
+// Defaults for the event ring and per-watcher buffers. The ring keeps the
+// resources of its events alive (old versions too), so it is a trade of
+// memory against how far back a broken watch can resume; one that cannot
+// lists again.
+const (
+	DefaultEventHistory  = 1 << 14
+	DefaultWatcherBuffer = 1 << 11
+)
+
+// Store is the in-memory resource state. Reads run concurrently on MVCC
+// snapshots; changes are serialized.
+type Store struct {
+	// db is replaced as a whole by Restore while readers may be using it.
+	db atomic.Pointer[memdb.MemDB]
+
+	// mu serializes changes and the registration of watchers, so that a
+	// watcher sees exactly the changes after its snapshot.
+	mu       sync.Mutex
+	index    atomic.Uint64
+	events   eventRing
+	watchers map[typeKey]map[*watch]struct{}
+
+	watcherBuffer int
+
+	// shared holds one copy of each type and data type URL, which every
+	// stored resource of that type points to instead of its own.
+	shared interned
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithEventHistory sets how many past events are kept for resuming watches.
+func WithEventHistory(n int) Option { return func(s *Store) { s.events = newEventRing(n) } }
+
+// WithWatcherBuffer sets how many events a watcher may have unread before it
+// is cut off.
+func WithWatcherBuffer(n int) Option { return func(s *Store) { s.watcherBuffer = n } }
+
+// NewStore returns an empty store at index 0.
+func NewStore(opts ...Option) *Store {
+	db, err := memdb.NewMemDB(newSchema())
+	if err != nil {
+		panic(fmt.Sprintf("inmem: invalid schema: %v", err)) // a programming error
+	}
+	s := &Store{
+		events:        newEventRing(DefaultEventHistory),
+		watchers:      make(map[typeKey]map[*watch]struct{}),
+		watcherBuffer: DefaultWatcherBuffer,
+	}
+	s.db.Store(db)
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Index is the index of the last change applied.
+func (s *Store) Index() uint64 { return s.index.Load() }
+
+// Read returns the stored resource named by id.
+func (s *Store) Read(id *pbresource.ID) (*pbresource.Resource, error) {
+	txn := s.db.Load().Txn(false)
+	res, err := get(txn, id)
+	if err != nil {
+		return nil, err
+	}
+	if res == nil {
+		return nil, storage.ErrNotFound
+	}
+	if id.GetUid() != "" && id.GetUid() != res.GetId().GetUid() {
+		return nil, storage.ErrWrongUID
+	}
+	return res, nil
+}
+
+// List returns the resources matching the query, ordered by namespace, name.
+func (s *Store) List(typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string) ([]*pbresource.Resource, error) {
+	return list(s.db.Load().Txn(false), typ, tenancy, namePrefix)
+}
+
+// ListByOwner returns the resources owned by id.
+func (s *Store) ListByOwner(id *pbresource.ID) ([]*pbresource.Resource, error) {
+	it, err := s.db.Load().Txn(false).Get(tableResources, indexOwner, id)
+	if err != nil {
+		return nil, err
+	}
+	var out []*pbresource.Resource
+	for obj := it.Next(); obj != nil; obj = it.Next() {
+		out = append(out, obj.(*pbresource.Resource))
+	}
+	return out, nil
+}
+
+// WriteCAS stores res at index idx under the rules of storage.Backend.
+func (s *Store) WriteCAS(idx uint64, res *pbresource.Resource) (*pbresource.Resource, error) {
+	out, err := s.WriteBatch(idx, []*pbresource.Resource{res})
+	if err != nil {
+		return nil, unwrapBatch(err)
+	}
+	return out[0], nil
+}
+
+// WriteBatch stores every resource at index idx, or none of them. It
+// stores copies: the caller keeps its resources.
+func (s *Store) WriteBatch(idx uint64, resources []*pbresource.Resource) ([]*pbresource.Resource, error) {
+	return s.writeBatch(idx, resources, false)
+}
+
+// ApplyBatch is WriteBatch for a caller that hands its resources over, such
+// as the Raft FSM with the messages it has just decoded: they are stored as
+// they are (their versions set), saving a copy of each on every server.
+// The caller must not use them afterwards.
+func (s *Store) ApplyBatch(idx uint64, resources []*pbresource.Resource) ([]*pbresource.Resource, error) {
+	return s.writeBatch(idx, resources, true)
+}
+
+// ApplyCAS is WriteCAS with ApplyBatch's hand-over of res.
+func (s *Store) ApplyCAS(idx uint64, res *pbresource.Resource) (*pbresource.Resource, error) {
+	out, err := s.writeBatch(idx, []*pbresource.Resource{res}, true)
+	if err != nil {
+		return nil, unwrapBatch(err)
+	}
+	return out[0], nil
+}
+
+func (s *Store) writeBatch(idx uint64, resources []*pbresource.Resource, owned bool) ([]*pbresource.Resource, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	txn := s.db.Load().Txn(true)
+	defer txn.Abort()
+
+	version := strconv.FormatUint(idx, 10)
+	stored := make([]*pbresource.Resource, len(resources))
+	seen := make(map[string]struct{}, len(resources))
+	for i, res := range resources {
+		key := nameKey(res.GetId())
+		if _, dup := seen[string(key)]; dup {
+			return nil, fmt.Errorf("%w: %s appears twice", storage.ErrBatchConflict, storage.IDString(res.GetId()))
+		}
+		seen[string(key)] = struct{}{}
+		existing, err := getByKey(txn, key)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkCAS(existing, res); err != nil {
+			return nil, &batchError{member: i, id: res.GetId(), err: err}
+		}
+		c := res
+		if !owned {
+			c = proto.Clone(res).(*pbresource.Resource)
+		}
+		c.Version = version
+		s.intern(c)
+		if err := txn.Insert(tableResources, c); err != nil {
+			return nil, err
+		}
+		stored[i] = c
+	}
+	txn.Commit()
+	s.setIndex(idx)
+	for _, c := range stored {
+		s.publish(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_UPSERT, Resource: c, Index: idx})
+	}
+	return stored, nil
+}
+
+// DeleteCAS deletes the resource named by id at index idx.
+func (s *Store) DeleteCAS(idx uint64, id *pbresource.ID, version string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	txn := s.db.Load().Txn(true)
+	defer txn.Abort()
+	existing, err := get(txn, id)
+	if err != nil {
+		return err
+	}
+	if existing == nil || (id.GetUid() != "" && id.GetUid() != existing.GetId().GetUid()) {
+		return nil
+	}
+	if version != "" && version != existing.GetVersion() {
+		return storage.ErrCASFailure
+	}
+	if err := txn.Delete(tableResources, existing); err != nil {
+		return err
+	}
+	txn.Commit()
+	s.setIndex(idx)
+	s.publish(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_DELETE, Resource: existing, Index: idx})
+	return nil
+}
+
+// setIndex records idx as the latest change; indexes never go backwards.
+func (s *Store) setIndex(idx uint64) {
+	if idx > s.index.Load() {
+		s.index.Store(idx)
+	}
+}
+
+// ForEach calls fn for every stored resource, on a consistent snapshot, and
+// returns the index of that snapshot. It is what the Raft FSM snapshots.
+func (s *Store) ForEach(fn func(*pbresource.Resource) error) (uint64, error) {
+	s.mu.Lock()
+	txn := s.db.Load().Txn(false)
+	idx := s.index.Load()
+	s.mu.Unlock()
+	it, err := txn.Get(tableResources, indexID+"_prefix", []byte{})
+	if err != nil {
+		return 0, err
+	}
+	for obj := it.Next(); obj != nil; obj = it.Next() {
+		if err := fn(obj.(*pbresource.Resource)); err != nil {
+			return 0, err
+		}
+	}
+	return idx, nil
+}
+
+// Restore replaces the whole state with resources at index idx. Every
+// watcher is cut off with storage.ErrIndexTooOld, since the changes between
+// what it saw and the restored state are unknown.
+func (s *Store) Restore(idx uint64, resources []*pbresource.Resource) error {
+	db, err := memdb.NewMemDB(newSchema())
+	if err != nil {
+		return err
+	}
+	txn := db.Txn(true)
+	for _, res := range resources {
+		s.intern(res)
+		if err := txn.Insert(tableResources, res); err != nil {
+			txn.Abort()
+			return err
+		}
+	}
+	txn.Commit()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.db.Store(db)
+	s.index.Store(idx)
+	s.events.reset(idx)
+	for _, set := range s.watchers {
+		for w := range set {
+			w.cutOff(storage.ErrIndexTooOld)
+		}
+	}
+	s.watchers = make(map[typeKey]map[*watch]struct{})
+	return nil
+}
+
+func get(txn *memdb.Txn, id *pbresource.ID) (*pbresource.Resource, error) {
+	return getByKey(txn, nameKey(id))
+}
+
+// getByKey looks a resource up by its id-index key (nameKey).
+func getByKey(txn *memdb.Txn, key []byte) (*pbresource.Resource, error) {
+	obj, err := txn.First(tableResources, indexID, key)
+	if err != nil || obj == nil {
+		return nil, err
+	}
+	return obj.(*pbresource.Resource), nil
+}
+
+func list(txn *memdb.Txn, typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string) ([]*pbresource.Resource, error) {
+	it, err := txn.Get(tableResources, indexID+"_prefix", listPrefix(typ, tenancy, namePrefix))
+	if err != nil {
+		return nil, err
+	}
+	var out []*pbresource.Resource
+	for obj := it.Next(); obj != nil; obj = it.Next() {
+		res := obj.(*pbresource.Resource)
+		if storage.Matches(res, typ, tenancy, namePrefix) {
+			out = append(out, res)
+		}
+	}
+	return out, nil
+}
+
+// checkCAS applies the compare-and-swap rule of storage.Backend.WriteCAS.
+func checkCAS(existing, res *pbresource.Resource) error {
+	if existing == nil {
+		if res.GetVersion() != "" {
+			return fmt.Errorf("%w (it does not exist)", storage.ErrCASFailure)
+		}
+		return nil
+	}
+	if res.GetVersion() == "" {
+		return fmt.Errorf("%w (it already exists)", storage.ErrCASFailure)
+	}
+	if existing.GetId().GetUid() != res.GetId().GetUid() {
+		return storage.ErrWrongUID
+	}
+	if existing.GetVersion() != res.GetVersion() {
+		return storage.ErrCASFailure
+	}
+	return nil
+}
+
+// batchError names the member of a batch that failed its check.
+type batchError struct {
+	member int
+	id     *pbresource.ID
+	err    error
+}
+
+func (e *batchError) Error() string {
+	return fmt.Sprintf("%s: member %d (%s): %v", storage.ErrBatchConflict, e.member, storage.IDString(e.id), e.err)
+}
+
+func (e *batchError) Unwrap() []error { return []error{storage.ErrBatchConflict, e.err} }
+
+// unwrapBatch turns the batch error of a one-member batch into its cause.
+func unwrapBatch(err error) error {
+	if be, ok := err.(*batchError); ok {
+		return be.err
+	}
+	return err
+}

@@ -1,0 +1,188 @@
+package inmem
+
+import (
+	"context"
+	"sync"
+
+	"github.com/hashicorp/go-memdb"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/storage"
+)
+
+// eventRing keeps the most recent events for resuming watches.
+type eventRing struct {
+	buf   []*pbresource.WatchEvent
+	start int // position of the oldest event
+	n     int
+	// evicted is the highest index no longer fully covered by buf: a watch
+	// may resume after index i only when i >= evicted.
+	evicted uint64
+}
+
+func newEventRing(size int) eventRing {
+	if size < 1 {
+		size = 1
+	}
+	return eventRing{buf: make([]*pbresource.WatchEvent, size)}
+}
+
+func (r *eventRing) add(ev *pbresource.WatchEvent) {
+	if r.n == len(r.buf) {
+		r.evicted = r.buf[r.start].GetIndex()
+		r.buf[r.start] = nil
+		r.start = (r.start + 1) % len(r.buf)
+		r.n--
+	}
+	r.buf[(r.start+r.n)%len(r.buf)] = ev
+	r.n++
+}
+
+// since returns the kept events after idx, oldest first, or false when some
+// of them are gone. Events of one batch share an index, so an index is
+// covered only once every event at it is still kept.
+func (r *eventRing) since(idx uint64) ([]*pbresource.WatchEvent, bool) {
+	if idx < r.evicted {
+		return nil, false
+	}
+	var out []*pbresource.WatchEvent
+	for i := 0; i < r.n; i++ {
+		ev := r.buf[(r.start+i)%len(r.buf)]
+		if ev.GetIndex() > idx {
+			out = append(out, ev)
+		}
+	}
+	return out, true
+}
+
+func (r *eventRing) reset(idx uint64) {
+	clear(r.buf)
+	r.start, r.n, r.evicted = 0, 0, idx
+}
+
+// publish hands ev to the ring and to every matching watcher. Called with
+// s.mu held.
+func (s *Store) publish(ev *pbresource.WatchEvent) {
+	s.events.add(ev)
+	for w := range s.watchers[keyOf(ev.GetResource().GetId().GetType())] {
+		// A watch resumed from an index this store has not reached yet (one
+		// another server gave the caller) must not repeat changes up to it.
+		if ev.GetIndex() <= w.snapshotIndex || !storage.Matches(ev.GetResource(), w.typ, w.tenancy, w.namePrefix) {
+			continue
+		}
+		select {
+		case w.ch <- ev:
+		default:
+			w.cutOff(storage.ErrWatchTooSlow)
+			delete(s.watchers[keyOf(w.typ)], w)
+		}
+	}
+}
+
+// WatchList starts a watch; see storage.Backend.WatchList. Changes at or
+// below sinceIndex are never delivered, even when sinceIndex is ahead of
+// this store (a lagging follower asked to resume from an index the leader
+// gave the caller): those changes were seen already.
+func (s *Store) WatchList(typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64) (storage.Watch, error) {
+	w := &watch{
+		store:      s,
+		typ:        typ,
+		tenancy:    tenancy,
+		namePrefix: namePrefix,
+		ch:         make(chan *pbresource.WatchEvent, s.watcherBuffer),
+	}
+
+	s.mu.Lock()
+	var txn *memdb.Txn
+	if sinceIndex == 0 {
+		txn = s.db.Load().Txn(false)
+	} else {
+		replay, ok := s.events.since(sinceIndex)
+		if !ok {
+			s.mu.Unlock()
+			return nil, storage.ErrIndexTooOld
+		}
+		for _, ev := range replay {
+			if storage.Matches(ev.GetResource(), typ, tenancy, namePrefix) {
+				w.pending = append(w.pending, ev)
+			}
+		}
+	}
+	w.snapshotIndex = max(s.index.Load(), sinceIndex)
+	key := keyOf(typ)
+	if s.watchers[key] == nil {
+		s.watchers[key] = make(map[*watch]struct{})
+	}
+	s.watchers[key][w] = struct{}{}
+	s.mu.Unlock()
+
+	if txn != nil {
+		snapshot, err := list(txn, typ, tenancy, namePrefix)
+		if err != nil {
+			w.Close()
+			return nil, err
+		}
+		w.pending = make([]*pbresource.WatchEvent, len(snapshot))
+		for i, res := range snapshot {
+			w.pending[i] = &pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_UPSERT, Resource: res, Index: w.snapshotIndex}
+		}
+	}
+	return w, nil
+}
+
+type watch struct {
+	store      *Store
+	typ        *pbresource.Type
+	tenancy    *pbresource.Tenancy
+	namePrefix string
+
+	// pending holds the snapshot (or replay) still to be returned, before
+	// END_OF_SNAPSHOT; only Next touches it.
+	pending       []*pbresource.WatchEvent
+	snapshotIndex uint64
+	sentEnd       bool
+
+	ch        chan *pbresource.WatchEvent
+	closeOnce sync.Once
+	err       error // set before ch is closed
+}
+
+// cutOff ends the watch with err once its buffered events are read. Called
+// with the store's mu held.
+func (w *watch) cutOff(err error) {
+	w.closeOnce.Do(func() {
+		w.err = err
+		close(w.ch)
+	})
+}
+
+func (w *watch) Next(ctx context.Context) (*pbresource.WatchEvent, error) {
+	if len(w.pending) > 0 {
+		ev := w.pending[0]
+		w.pending[0] = nil
+		w.pending = w.pending[1:]
+		return ev, nil
+	}
+	if !w.sentEnd {
+		w.sentEnd = true
+		return &pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_END_OF_SNAPSHOT, Index: w.snapshotIndex}, nil
+	}
+	select {
+	case ev, ok := <-w.ch:
+		if !ok {
+			return nil, w.err
+		}
+		return ev, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops the watch. It is safe to call more than once.
+func (w *watch) Close() {
+	s := w.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.watchers[keyOf(w.typ)], w)
+	w.cutOff(context.Canceled)
+}

@@ -1,0 +1,110 @@
+package inmem
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/storage"
+)
+
+// TestSlowWatcherIsCutOff: a watcher that does not read is cut off once its
+// buffer is full, keeps what was buffered, and never holds a writer up. It
+// runs in a synctest bubble, where a writer blocked on a watcher's channel
+// would be reported as a deadlock instead of hanging the test.
+func TestSlowWatcherIsCutOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := NewBackend(WithWatcherBuffer(2))
+		slow := openWatch(t, b, 0)
+		fast := openWatch(t, b, 0)
+		skipSnapshot(t, slow)
+		skipSnapshot(t, fast)
+
+		var written []*pbresource.Resource
+		for i := range 6 {
+			res := write(t, b, newRes("default", fmt.Sprintf("r%d", i), "u"))
+			written = append(written, res)
+			if ev := mustNext(t, fast); ev.GetResource() != res {
+				t.Fatalf("fast watcher got %s, want the upsert of %s", evString(ev), res.GetId().GetName())
+			}
+		}
+		// Deletes and batches do not wait for the slow watcher either.
+		if err := b.DeleteCAS(t.Context(), written[0].GetId(), ""); err != nil {
+			t.Fatal(err)
+		}
+		if ev := mustNext(t, fast); ev.GetOp() != pbresource.WatchEvent_OP_DELETE {
+			t.Fatalf("fast watcher got %s, want the delete of r0", evString(ev))
+		}
+		if _, err := b.WriteBatch(t.Context(), []*pbresource.Resource{newRes("default", "x", "u"), newRes("default", "y", "u")}); err != nil {
+			t.Fatal(err)
+		}
+		if got := watcherCount(b.Store()); got != 1 {
+			t.Fatalf("the store feeds %d watchers; want only the fast one", got)
+		}
+
+		for _, want := range written[:2] {
+			if ev := mustNext(t, slow); ev.GetResource() != want {
+				t.Fatalf("slow watcher got %s, want its buffered upsert of %s", evString(ev), want.GetId().GetName())
+			}
+		}
+		for range 2 {
+			if ev, err := nextEvent(t, slow); !errors.Is(err, storage.ErrWatchTooSlow) {
+				t.Fatalf("slow watcher after its buffer: %v, %v; want ErrWatchTooSlow", ev, err)
+			}
+		}
+
+		// The fast watcher got everything.
+		for _, want := range []string{"x", "y"} {
+			if ev := mustNext(t, fast); ev.GetResource().GetId().GetName() != want {
+				t.Fatalf("fast watcher got %s, want an event of %s", evString(ev), want)
+			}
+		}
+		fast.Close()
+		if got := watcherCount(b.Store()); got != 0 {
+			t.Fatalf("after Close the store still feeds %d watchers", got)
+		}
+	})
+}
+
+// TestWatchOnlyCountsMatchingEvents: events a watcher does not match do not
+// fill its buffer.
+func TestWatchOnlyCountsMatchingEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := NewBackend(WithWatcherBuffer(1))
+		w, err := b.WatchList(t.Context(), testTyp, &pbresource.Tenancy{Namespace: "watched"}, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		skipSnapshot(t, w)
+		for i := range 10 {
+			write(t, b, newRes("other", fmt.Sprintf("r%d", i), "u"))
+		}
+		want := write(t, b, newRes("watched", "r", "u"))
+		if ev := mustNext(t, w); ev.GetResource() != want {
+			t.Fatalf("got %s, want the upsert of watched/r", evString(ev))
+		}
+	})
+}
+
+// TestWatchResumedAheadOfTheStore: a Raft follower that lags may be asked to
+// resume from an index another server gave the caller. The changes up to
+// that index were seen already; only later ones are "after" it.
+func TestWatchResumedAheadOfTheStore(t *testing.T) {
+	b := NewBackend()
+	write(t, b, newRes("default", "before", "u")) // index 1
+	w := openWatch(t, b, 4)
+	if ev := mustNext(t, w); ev.GetOp() != pbresource.WatchEvent_OP_END_OF_SNAPSHOT || ev.GetIndex() != 4 {
+		t.Fatalf("got %s, want END_OF_SNAPSHOT@4", evString(ev))
+	}
+	for i := 2; i <= 6; i++ {
+		write(t, b, newRes("default", fmt.Sprintf("r%d", i), "u"))
+	}
+	for _, want := range []uint64{5, 6} {
+		if ev := mustNext(t, w); ev.GetIndex() != want {
+			t.Fatalf("got %s, want the change at %d (those up to 4 were seen)", evString(ev), want)
+		}
+	}
+}

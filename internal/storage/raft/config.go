@@ -1,0 +1,161 @@
+package raft
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"trellis.dev/trellis/internal/storage/inmem"
+)
+
+// Config says where a server keeps its Raft state and how it is reached.
+type Config struct {
+	// ID is this server's Raft id; it must never change for a data dir.
+	ID string
+	// DataDir holds the Raft log, stable store and snapshots. Empty keeps
+	// everything in memory (tests, throwaway dev servers).
+	DataDir string
+	// RaftAddr is the TCP address the Raft transport listens on. Port 0
+	// picks a free port (see Backend.RaftAddr).
+	RaftAddr string
+	// RaftAdvertiseAddr is the address other servers dial; it defaults to
+	// the listener's address and must be set when RaftAddr's host is
+	// unspecified (0.0.0.0).
+	RaftAdvertiseAddr string
+	// GRPCAddr is the address other servers dial to reach this server's
+	// gRPC port (the forwarding service). It is recorded in the replicated
+	// server registry.
+	GRPCAddr string
+	// Logger receives the backend's and Raft's logs. Nil discards them.
+	Logger *slog.Logger
+	// Tuning holds Raft timings and snapshot policy; zero fields default.
+	Tuning Tuning
+	// StoreOptions configure the in-memory state store (watch buffers).
+	StoreOptions []inmem.Option
+	// DialOptions are used to dial other servers' gRPC ports. The default
+	// is plaintext.
+	DialOptions []grpc.DialOption
+}
+
+// Tuning holds Raft's timings and snapshot policy. A zero field takes the
+// value of DefaultTuning.
+type Tuning struct {
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// SnapshotInterval is how often Raft checks whether to snapshot;
+	// SnapshotThreshold is how many log entries since the last snapshot
+	// make it do so; TrailingLogs is how many entries a snapshot leaves in
+	// the log for slow followers.
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	// SnapshotRetain is how many snapshots are kept on disk.
+	SnapshotRetain int
+	// HoldTimeout bounds how long a request waits for a leader (during an
+	// election) before failing with storage.ErrInconsistent.
+	HoldTimeout time.Duration
+}
+
+// DefaultTuning is for clusters on a LAN: Raft's own defaults, which are
+// also Consul's and Nomad's with a raft multiplier of 1.
+func DefaultTuning() Tuning {
+	return Tuning{
+		HeartbeatTimeout:   1000 * time.Millisecond,
+		ElectionTimeout:    1000 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
+		CommitTimeout:      50 * time.Millisecond,
+		SnapshotInterval:   120 * time.Second,
+		SnapshotThreshold:  8192,
+		TrailingLogs:       10240,
+		SnapshotRetain:     2,
+		HoldTimeout:        7 * time.Second,
+	}
+}
+
+// DevTuning is for a single-server cluster (trellis dev): it elects itself
+// within tens of milliseconds. Not for multi-server clusters.
+func DevTuning() Tuning {
+	t := DefaultTuning()
+	t.HeartbeatTimeout = 50 * time.Millisecond
+	t.ElectionTimeout = 50 * time.Millisecond
+	t.LeaderLeaseTimeout = 50 * time.Millisecond
+	t.CommitTimeout = 5 * time.Millisecond
+	return t
+}
+
+// withDefaults fills zero fields from DefaultTuning.
+func (t Tuning) withDefaults() Tuning {
+	d := DefaultTuning()
+	setDur := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setDur(&t.HeartbeatTimeout, d.HeartbeatTimeout)
+	setDur(&t.ElectionTimeout, d.ElectionTimeout)
+	setDur(&t.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
+	setDur(&t.CommitTimeout, d.CommitTimeout)
+	setDur(&t.SnapshotInterval, d.SnapshotInterval)
+	setDur(&t.HoldTimeout, d.HoldTimeout)
+	if t.SnapshotThreshold == 0 {
+		t.SnapshotThreshold = d.SnapshotThreshold
+	}
+	if t.TrailingLogs == 0 {
+		t.TrailingLogs = d.TrailingLogs
+	}
+	if t.SnapshotRetain == 0 {
+		t.SnapshotRetain = d.SnapshotRetain
+	}
+	return t
+}
+
+// ErrInvalidConfig wraps every configuration error.
+var ErrInvalidConfig = errors.New("invalid raft storage configuration")
+
+// validate checks the fields Open relies on and names the one at fault.
+func (c Config) validate() error {
+	if c.ID == "" {
+		return fmt.Errorf("%w: ID is empty", ErrInvalidConfig)
+	}
+	if c.RaftAddr == "" {
+		return fmt.Errorf("%w: RaftAddr is empty", ErrInvalidConfig)
+	}
+	if _, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
+		return fmt.Errorf("%w: RaftAddr %q: %v", ErrInvalidConfig, c.RaftAddr, err)
+	}
+	if c.RaftAdvertiseAddr != "" {
+		if err := checkDialable("RaftAdvertiseAddr", c.RaftAdvertiseAddr); err != nil {
+			return err
+		}
+	}
+	if err := checkDialable("GRPCAddr", c.GRPCAddr); err != nil {
+		return err
+	}
+	t := c.Tuning
+	if t.HeartbeatTimeout < 0 || t.ElectionTimeout < 0 || t.LeaderLeaseTimeout < 0 || t.CommitTimeout < 0 ||
+		t.SnapshotInterval < 0 || t.HoldTimeout < 0 || t.SnapshotRetain < 0 {
+		return fmt.Errorf("%w: Tuning has a negative value", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// checkDialable refuses addresses other servers could not dial.
+func checkDialable(field, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: %s %q: %v", ErrInvalidConfig, field, addr, err)
+	}
+	if port == "" || port == "0" {
+		return fmt.Errorf("%w: %s %q: needs a port", ErrInvalidConfig, field, addr)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return fmt.Errorf("%w: %s %q: other servers cannot dial an unspecified host", ErrInvalidConfig, field, addr)
+	}
+	return nil
+}

@@ -1,0 +1,60 @@
+// Package raft is the replicated storage.Backend: resources kept in an
+// inmem.Store on every server, changed only by applying a Raft log
+// (github.com/hashicorp/raft, with raft-boltdb as log and stable store,
+// fsync on every append, and file snapshots).
+//
+// # Write path (seed 003)
+//
+// A write (WriteCAS, WriteBatch, DeleteCAS) becomes one protobuf Command
+// (api/storage/v1/raft.proto), one log entry. On the leader it is handed to
+// raft.Apply; a follower forwards it to the leader's gRPC forwarding
+// service, found through the replicated server registry (id → Raft and
+// gRPC address; the leader records itself on gaining leadership, the
+// cluster package records the others as they join). Once committed, every
+// server's FSM applies it to its store at the entry's index, which the
+// store turns into the resource version: no clock, randomness or id
+// generation happens in apply, so every server holds the same versions.
+// The FSM's result (stored resources, or the CAS error) returns through
+// raft's ApplyFuture, and across the forwarding RPC with its sentinel
+// errors intact.
+//
+// # Never lose, never lie
+//
+// A write is acknowledged only after raft reports it committed and applied.
+// When nothing was done (no leader yet, raft refused the entry before
+// appending it, the request never left this server), the backend waits for
+// a leader and retries, for up to Tuning.HoldTimeout. When the entry may
+// have been committed (leadership lost after it entered the log, the
+// connection broke after the request was sent, the caller gave up), the
+// error wraps storage.ErrInconsistent and ErrOutcomeUnknown: retryable,
+// but the caller should read before repeating a non-idempotent write.
+//
+// # Reads and watches
+//
+// Eventual reads, ListByOwner and watches are served by the local store.
+// Strong reads are served by the leader: after gaining leadership it
+// applies a barrier (everything committed in earlier terms is then
+// applied) and only then counts as ready; each strong read checks it is
+// still the leader of that same term (VerifyLeader). Followers forward
+// strong reads. Since every server applies the same log at the same
+// indexes, a watch resumes on any server from the index it last saw: a
+// lagging server first waits until it has that index committed, and skips
+// the changes up to it that its store applies later; an index no server
+// issued is refused with storage.ErrIndexTooOld.
+//
+// # Snapshots
+//
+// FSM snapshots are streams of length-delimited protobuf records, written
+// while iterating an MVCC snapshot of the store and read record by record,
+// so neither side holds an encoded copy of the state. A user snapshot
+// (trellis snapshot save) is the same stream, gzipped behind a magic line;
+// a user restore checks the whole file first, then, with writes held back,
+// goes through raft's user-restore, which replaces the state on every
+// server and leaves a gap in the index so no watch resumes across it.
+//
+// # Leadership
+//
+// LeaderCh subscriptions report true once the leader has caught up (so
+// controllers start on a complete store) and false as soon as it is lost;
+// a slow subscriber never misses a loss.
+package raft

@@ -1,0 +1,156 @@
+package raft
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+
+	hraft "github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	pbstorage "trellis.dev/trellis/api/storage/v1"
+	"trellis.dev/trellis/internal/storage/inmem"
+)
+
+// fsm is the state machine every server applies the Raft log to: resources
+// in an inmem.Store, changed at the log entry's index (which the store
+// turns into the version), and the server registry. Apply reads nothing
+// but the entry and the current state: no clock, no randomness, no ids.
+type fsm struct {
+	store  *inmem.Store
+	logger *slog.Logger
+	// onServers is called (on the FSM goroutine) after the registry changed.
+	onServers func()
+
+	mu      sync.RWMutex
+	servers map[string]*pbstorage.Server
+}
+
+// applyResult is what Apply hands back through raft's ApplyFuture: the
+// stored resources, or why the operation was refused (a CAS failure, ...).
+type applyResult struct {
+	resources []*pbresource.Resource
+	err       error
+}
+
+func newFSM(store *inmem.Store, logger *slog.Logger, onServers func()) *fsm {
+	return &fsm{store: store, logger: logger, onServers: onServers, servers: map[string]*pbstorage.Server{}}
+}
+
+var _ hraft.FSM = (*fsm)(nil)
+
+// Apply applies one committed log entry.
+func (f *fsm) Apply(l *hraft.Log) any {
+	if l.Type != hraft.LogCommand {
+		return nil
+	}
+	var cmd pbstorage.Command
+	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
+		f.logger.Error("raft log entry does not decode; skipped", "index", l.Index, "error", err)
+		return &applyResult{err: invalid("log entry %d does not decode: %v", l.Index, err)}
+	}
+	return f.apply(l.Index, &cmd)
+}
+
+func (f *fsm) apply(idx uint64, cmd *pbstorage.Command) *applyResult {
+	if err := checkCommand(cmd); err != nil {
+		// A command this version does not know, or a malformed one: the same
+		// on every server of this version, so skipping it is deterministic.
+		f.logger.Error("raft log entry cannot be applied; skipped", "index", idx, "error", err)
+		return &applyResult{err: err}
+	}
+	switch op := cmd.GetOp().(type) {
+	case *pbstorage.Command_Write:
+		res, err := f.store.ApplyCAS(idx, op.Write.GetResource())
+		if err != nil {
+			return &applyResult{err: err}
+		}
+		return &applyResult{resources: []*pbresource.Resource{res}}
+	case *pbstorage.Command_WriteBatch:
+		out, err := f.store.ApplyBatch(idx, op.WriteBatch.GetResources())
+		return &applyResult{resources: out, err: err}
+	case *pbstorage.Command_Delete:
+		return &applyResult{err: f.store.DeleteCAS(idx, op.Delete.GetId(), op.Delete.GetVersion())}
+	case *pbstorage.Command_RegisterServer:
+		s := op.RegisterServer.GetServer()
+		f.mu.Lock()
+		f.servers[s.GetId()] = s
+		f.mu.Unlock()
+		f.onServers()
+		return &applyResult{}
+	case *pbstorage.Command_DeregisterServer:
+		f.mu.Lock()
+		delete(f.servers, op.DeregisterServer.GetId())
+		f.mu.Unlock()
+		f.onServers()
+		return &applyResult{}
+	}
+	return &applyResult{err: fmt.Errorf("unreachable: %T", cmd.GetOp())}
+}
+
+// server returns the registry record of id.
+func (f *fsm) server(id string) (Server, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s, ok := f.servers[id]
+	if !ok {
+		return Server{}, false
+	}
+	return Server{ID: s.GetId(), RaftAddr: s.GetRaftAddr(), GRPCAddr: s.GetGrpcAddr()}, true
+}
+
+// serverList returns the registry ordered by id (for snapshots).
+func (f *fsm) serverList() []*pbstorage.Server {
+	f.mu.RLock()
+	out := make([]*pbstorage.Server, 0, len(f.servers))
+	for _, s := range f.servers {
+		out = append(out, s)
+	}
+	f.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *pbstorage.Server) int {
+		switch {
+		case a.GetId() < b.GetId():
+			return -1
+		case a.GetId() > b.GetId():
+			return 1
+		}
+		return 0
+	})
+	return cloneServers(out)
+}
+
+// Snapshot captures the state for raft. See fsmSnapshot.
+func (f *fsm) Snapshot() (hraft.FSMSnapshot, error) {
+	return startSnapshot(f.store, f.serverList()), nil
+}
+
+// Restore replaces the whole state with a snapshot stream. The resources
+// are decoded one by one into the slice the new store is built from, so the
+// stream is never held in memory.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var resources []*pbresource.Resource
+	tr, err := readSnapshot(rc, func(res *pbresource.Resource) error {
+		resources = append(resources, res)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := f.store.Restore(tr.GetIndex(), resources); err != nil {
+		return fmt.Errorf("restore store: %w", err)
+	}
+	servers := make(map[string]*pbstorage.Server, len(tr.GetServers()))
+	for _, s := range tr.GetServers() {
+		servers[s.GetId()] = s
+	}
+	f.mu.Lock()
+	f.servers = servers
+	f.mu.Unlock()
+	f.onServers()
+	f.logger.Info("restored state from snapshot", "index", tr.GetIndex(), "resources", len(resources))
+	return nil
+}

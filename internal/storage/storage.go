@@ -1,0 +1,106 @@
+package storage
+
+import (
+	"context"
+	"errors"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+)
+
+// ReadConsistency says how fresh a read must be.
+type ReadConsistency int
+
+const (
+	// EventualConsistency reads the local copy, which may lag the leader.
+	EventualConsistency ReadConsistency = iota
+	// StrongConsistency reads state that includes every write acknowledged
+	// before the read began (a linearizable read).
+	StrongConsistency
+)
+
+func (c ReadConsistency) String() string {
+	if c == StrongConsistency {
+		return "strong"
+	}
+	return "eventual"
+}
+
+// WildcardNamespace in a List or WatchList tenancy matches every namespace.
+const WildcardNamespace = "*"
+
+var (
+	// ErrNotFound: no resource is stored under that id.
+	ErrNotFound = errors.New("resource not found")
+	// ErrCASFailure: the version given does not match the stored one (or a
+	// create found a resource already stored).
+	ErrCASFailure = errors.New("version conflict: the resource has changed since the version given")
+	// ErrWrongUID: a resource of that name exists but is another incarnation
+	// than the uid the caller named.
+	ErrWrongUID = errors.New("resource has a different uid: it was deleted and re-created")
+	// ErrInconsistent: the read or write needs a leader and none is known, or
+	// leadership was lost while it was in flight. The caller may retry.
+	ErrInconsistent = errors.New("no cluster leader: cannot serve this request right now, retry")
+	// ErrWatchTooSlow: the watcher fell too far behind the writers and was
+	// cut off. List again and start a new watch.
+	ErrWatchTooSlow = errors.New("watch fell behind and was closed: re-list and watch again")
+	// ErrIndexTooOld: a watch was asked to resume from an index whose events
+	// are no longer kept. List again and start a new watch.
+	ErrIndexTooOld = errors.New("watch cannot resume from that index, its events are gone: re-list and watch again")
+	// ErrBatchConflict wraps the CAS failure of one member of a batch.
+	ErrBatchConflict = errors.New("batch refused")
+)
+
+// Backend is the storage contract. See the package comment for its rules.
+type Backend interface {
+	// Read returns the resource with the id's type, tenancy and name. When
+	// the id carries a uid that differs from the stored one, it fails with
+	// ErrWrongUID; when nothing is stored, with ErrNotFound.
+	Read(ctx context.Context, consistency ReadConsistency, id *pbresource.ID) (*pbresource.Resource, error)
+
+	// WriteCAS stores res. res.Version must equal the stored version, or be
+	// empty when nothing is stored under that name (a create). The stored
+	// copy, with its new version, is returned. An update whose uid differs
+	// from the stored one fails with ErrWrongUID.
+	WriteCAS(ctx context.Context, res *pbresource.Resource) (*pbresource.Resource, error)
+
+	// WriteBatch applies several WriteCAS operations atomically: every one
+	// is checked before any is applied, and either all are stored or none
+	// (the error wraps ErrBatchConflict and names the member that failed).
+	// A batch may not name one resource twice.
+	WriteBatch(ctx context.Context, resources []*pbresource.Resource) ([]*pbresource.Resource, error)
+
+	// DeleteCAS deletes the resource when version matches the stored one
+	// (an empty version deletes whatever is stored). Deleting something that
+	// is not stored, or naming a uid that is no longer stored, is not an
+	// error.
+	DeleteCAS(ctx context.Context, id *pbresource.ID, version string) error
+
+	// List returns the resources of a type in a tenancy (namespace "*" for
+	// all) whose names start with namePrefix, ordered by namespace and name.
+	List(ctx context.Context, consistency ReadConsistency, typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string) ([]*pbresource.Resource, error)
+
+	// ListByOwner returns the resources whose owner is id (matching uid too).
+	ListByOwner(ctx context.Context, id *pbresource.ID) ([]*pbresource.Resource, error)
+
+	// WatchList returns a watch on the resources List would return. With
+	// sinceIndex 0, it first yields an upsert for every current resource and
+	// then an END_OF_SNAPSHOT event; with sinceIndex > 0, it yields every
+	// change after that index and then END_OF_SNAPSHOT, or fails with
+	// ErrIndexTooOld. After that it yields every change, in index order.
+	WatchList(ctx context.Context, typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64) (Watch, error)
+}
+
+// Watch is a stream of events. Next blocks until an event, the end of ctx,
+// or the watch's end (ErrWatchTooSlow when the watcher fell behind).
+type Watch interface {
+	Next(ctx context.Context) (*pbresource.WatchEvent, error)
+	Close()
+}
+
+// Leadership is implemented by backends that know whether this process may
+// run controllers (the Raft leader; the in-memory backend always may).
+type Leadership interface {
+	// LeaderCh yields true when this process becomes the leader and false
+	// when it stops being one. The first value is the current state.
+	LeaderCh() <-chan bool
+}

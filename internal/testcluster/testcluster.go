@@ -1,0 +1,266 @@
+// Package testcluster starts real `trellis server` processes on loopback,
+// for the multi-process tests in test/ and for the benchmarks in bench/. It
+// is the harness, not the thing under test: it only launches the binary with
+// the documented flags and reads the documented HTTP status endpoints.
+package testcluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Build compiles cmd/trellis into dir and returns the binary's path. It must
+// run inside the trellis module (tests do).
+func Build(dir string) (string, error) {
+	bin := filepath.Join(dir, "trellis")
+	cmd := exec.Command("go", "build", "-o", bin, "trellis.dev/trellis/cmd/trellis")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Member is one server process.
+type Member struct {
+	Name     string
+	HTTPAddr string
+	GRPCAddr string
+	RaftAddr string
+	DataDir  string
+	LogPath  string
+
+	bin  string
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Cluster is a set of servers started to form one cluster.
+type Cluster struct {
+	Members []*Member
+}
+
+// Options says what to start.
+type Options struct {
+	Bin     string // the trellis binary
+	Dir     string // where data dirs and logs go
+	Servers int
+	// Extra flags for every server.
+	Extra []string
+}
+
+// Start launches the servers with -bootstrap-expect and -retry-join naming
+// each other, and waits until all of them agree on a leader.
+func Start(ctx context.Context, o Options) (*Cluster, error) {
+	ports, err := FreePorts(3 * o.Servers)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{}
+	var grpcAddrs []string
+	for i := range o.Servers {
+		grpcAddrs = append(grpcAddrs, fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]))
+	}
+	for i := range o.Servers {
+		m := &Member{
+			Name:     fmt.Sprintf("server%d", i),
+			HTTPAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i]),
+			GRPCAddr: grpcAddrs[i],
+			RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]),
+			DataDir:  filepath.Join(o.Dir, fmt.Sprintf("server%d", i)),
+			LogPath:  filepath.Join(o.Dir, fmt.Sprintf("server%d.log", i)),
+			bin:      o.Bin,
+		}
+		m.args = []string{"server",
+			"-data-dir", m.DataDir,
+			"-http-addr", m.HTTPAddr,
+			"-grpc-addr", m.GRPCAddr,
+			"-raft-addr", m.RaftAddr,
+			"-bootstrap-expect", strconv.Itoa(o.Servers),
+		}
+		for j, a := range grpcAddrs {
+			if j != i {
+				m.args = append(m.args, "-retry-join", a)
+			}
+		}
+		m.args = append(m.args, o.Extra...)
+		if err := m.Start(); err != nil {
+			c.Stop()
+			return nil, err
+		}
+		c.Members = append(c.Members, m)
+	}
+	if _, err := c.WaitLeader(ctx, c.Members); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Start runs the member's process (again, after Kill or Stop).
+func (m *Member) Start() error {
+	logf, err := os.OpenFile(m.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(m.bin, m.args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", m.Name, err)
+	}
+	m.cmd, m.done = cmd, make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(m.done)
+	}()
+	return nil
+}
+
+// Running reports whether the process is alive.
+func (m *Member) Running() bool {
+	if m.done == nil {
+		return false
+	}
+	select {
+	case <-m.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill ends the process with SIGKILL and waits for it.
+func (m *Member) Kill() {
+	if !m.Running() {
+		return
+	}
+	_ = m.cmd.Process.Kill()
+	<-m.done
+}
+
+// Stop ends the process with SIGTERM, then SIGKILL after 10 s.
+func (m *Member) Stop() {
+	if !m.Running() {
+		return
+	}
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.done:
+	case <-time.After(10 * time.Second):
+		m.Kill()
+	}
+}
+
+// PID is the process id of the running process.
+func (m *Member) PID() int { return m.cmd.Process.Pid }
+
+// RSS reads the process's resident set size from /proc.
+func (m *Member) RSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.PID()))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", m.PID())
+}
+
+// Leader asks the member who the leader is (its Raft address, "" for none).
+func (m *Member) Leader() (string, error) {
+	client := http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get("http://" + m.HTTPAddr + "/v1/status/leader")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var leader string
+	err = json.NewDecoder(resp.Body).Decode(&leader)
+	return leader, err
+}
+
+// Stop ends every member.
+func (c *Cluster) Stop() {
+	for _, m := range c.Members {
+		m.Stop()
+	}
+}
+
+// WaitLeader waits until every member of among names the same leader, which
+// is one of the cluster's members, and returns it.
+func (c *Cluster) WaitLeader(ctx context.Context, among []*Member) (*Member, error) {
+	var leader *Member
+	err := WaitFor(ctx, 60*time.Second, func() bool {
+		var addr string
+		for _, m := range among {
+			l, err := m.Leader()
+			if err != nil || l == "" || (addr != "" && l != addr) {
+				return false
+			}
+			addr = l
+		}
+		for _, m := range c.Members {
+			if m.RaftAddr == addr {
+				leader = m
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no agreed leader among %d servers: %w (logs beside %s)", len(among), err, c.Members[0].LogPath)
+	}
+	return leader, nil
+}
+
+// WaitFor polls ok every 50 ms until it holds, ctx ends or limit passes.
+func WaitFor(ctx context.Context, limit time.Duration, ok func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for !ok() {
+		select {
+		case <-ctx.Done():
+			return errors.New("condition not met in time")
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// FreePorts returns n distinct ports that were free on 127.0.0.1.
+func FreePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
