@@ -33,6 +33,10 @@ type Registration struct {
 	Validate func(*pbresource.Resource) error
 	// Mutate fills defaults before validation.
 	Mutate func(*pbresource.Resource) error
+	// Immutable types refuse any change to a stored resource's data: a
+	// change is a new resource (a TaskDefinition revision, say). Metadata
+	// may still change.
+	Immutable bool
 	// ACLs decides who may read, write and list the type. Nil, or a nil
 	// hook in it, means the default of DefaultACLHooks: namespace read and
 	// write for namespaced types, operator read and write for

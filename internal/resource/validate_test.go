@@ -294,6 +294,23 @@ func TestPlanWrite(t *testing.T) {
 			}
 		})
 	}
+	t.Run("immutable", func(t *testing.T) {
+		changed := widgetCandidate(t, "v2", map[string]string{"app": "web"})
+		changed.reg.Immutable = true
+		if _, err := planWrite(changed, stored, newUID); err == nil || !strings.Contains(err.Error(), "data: cannot change: demo/v1/Widget/default/w is immutable") {
+			t.Fatalf("data change of an immutable type: got %v", err)
+		}
+		relabelled := widgetCandidate(t, "v1", map[string]string{"app": "api"})
+		relabelled.reg.Immutable = true
+		if p, err := planWrite(relabelled, stored, newUID); err != nil || p.write.GetGeneration() != 4 {
+			t.Fatalf("metadata change of an immutable type: got %v, %v", p.write, err)
+		}
+		same := widgetCandidate(t, "v1", map[string]string{"app": "web"})
+		same.reg.Immutable = true
+		if p, err := planWrite(same, stored, newUID); err != nil || p.write != nil {
+			t.Fatalf("identical write of an immutable type: got %+v, %v", p, err)
+		}
+	})
 	t.Run("owner removed", func(t *testing.T) {
 		s := &pbresource.Resource{Id: stored.Id, Version: "7", Data: stored.Data, Owner: owner, Metadata: stored.Metadata}
 		if _, err := planWrite(base, s, newUID); err == nil || !strings.Contains(err.Error(), "owner: cannot change") {

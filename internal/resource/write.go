@@ -171,6 +171,9 @@ func planWrite(c *candidate, stored *pbresource.Resource, newUID func() (string,
 	if sameContent(c, stored) {
 		return writePlan{stored: stored}, nil
 	}
+	if c.reg.Immutable && !sameData(c, stored) {
+		return writePlan{}, NewFieldError("data", "cannot change: %s is immutable once written; write a new one instead", name)
+	}
 	w := shallowResource(req)
 	w.Id = stored.GetId() // the stored uid
 	w.Version = stored.GetVersion()
@@ -196,9 +199,11 @@ func shallowResource(req *pbresource.Resource) *pbresource.Resource {
 // stored ones. Data is compared decoded, since equal messages may encode
 // differently.
 func sameContent(c *candidate, stored *pbresource.Resource) bool {
-	if !maps.Equal(c.res.GetMetadata(), stored.GetMetadata()) {
-		return false
-	}
+	return maps.Equal(c.res.GetMetadata(), stored.GetMetadata()) && sameData(c, stored)
+}
+
+// sameData reports whether the candidate's data equals the stored data.
+func sameData(c *candidate, stored *pbresource.Resource) bool {
 	if stored.GetData().MessageName() != c.data.ProtoReflect().Descriptor().FullName() {
 		return false
 	}

@@ -110,8 +110,8 @@ type ContainerDefinition struct {
 	// ports the container listens on; unique within the task.
 	Ports []uint32 `protobuf:"varint,7,rep,packed,name=ports,proto3" json:"ports,omitempty"`
 	// essential: when it exits and cannot be restarted, the task stops.
-	// Defaults to true when no container of the task sets it.
-	Essential bool `protobuf:"varint,8,opt,name=essential,proto3" json:"essential,omitempty"`
+	// Defaults to true, as in ECS.
+	Essential *bool `protobuf:"varint,8,opt,name=essential,proto3,oneof" json:"essential,omitempty"`
 	// sidecar: on stop it keeps running until every other container has
 	// exited (seed 000's proxy), then is stopped.
 	Sidecar     bool          `protobuf:"varint,9,opt,name=sidecar,proto3" json:"sidecar,omitempty"`
@@ -205,8 +205,8 @@ func (x *ContainerDefinition) GetPorts() []uint32 {
 }
 
 func (x *ContainerDefinition) GetEssential() bool {
-	if x != nil {
-		return x.Essential
+	if x != nil && x.Essential != nil {
+		return *x.Essential
 	}
 	return false
 }
@@ -473,7 +473,7 @@ const file_api_orchestrator_v1_taskdef_proto_rawDesc = "" +
 	"\n" +
 	"containers\x18\x03 \x03(\v2,.trellis.orchestrator.v1.ContainerDefinitionR\n" +
 	"containers\x12M\n" +
-	"\x0erestart_policy\x18\x04 \x01(\v2&.trellis.orchestrator.v1.RestartPolicyR\rrestartPolicy\"\xd3\x04\n" +
+	"\x0erestart_policy\x18\x04 \x01(\v2&.trellis.orchestrator.v1.RestartPolicyR\rrestartPolicy\"\xe6\x04\n" +
 	"\x13ContainerDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06driver\x18\x02 \x01(\tR\x06driver\x12\x14\n" +
@@ -482,8 +482,8 @@ const file_api_orchestrator_v1_taskdef_proto_rawDesc = "" +
 	"\x03env\x18\x05 \x03(\v25.trellis.orchestrator.v1.ContainerDefinition.EnvEntryR\x03env\x12\x1f\n" +
 	"\vworking_dir\x18\x06 \x01(\tR\n" +
 	"workingDir\x12\x14\n" +
-	"\x05ports\x18\a \x03(\rR\x05ports\x12\x1c\n" +
-	"\tessential\x18\b \x01(\bR\tessential\x12\x18\n" +
+	"\x05ports\x18\a \x03(\rR\x05ports\x12!\n" +
+	"\tessential\x18\b \x01(\bH\x00R\tessential\x88\x01\x01\x12\x18\n" +
 	"\asidecar\x18\t \x01(\bR\asidecar\x12B\n" +
 	"\n" +
 	"depends_on\x18\n" +
@@ -493,7 +493,9 @@ const file_api_orchestrator_v1_taskdef_proto_rawDesc = "" +
 	"\tresources\x18\r \x01(\v2\".trellis.orchestrator.v1.ResourcesR\tresources\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
+	"\n" +
+	"_essential\"H\n" +
 	"\n" +
 	"Dependency\x12\x1c\n" +
 	"\tcontainer\x18\x01 \x01(\tR\tcontainer\x12\x1c\n" +
@@ -553,6 +555,7 @@ func file_api_orchestrator_v1_taskdef_proto_init() {
 		return
 	}
 	file_api_orchestrator_v1_instance_proto_init()
+	file_api_orchestrator_v1_taskdef_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
