@@ -2,6 +2,7 @@ package resource
 
 import (
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 )
@@ -27,4 +28,20 @@ func DecodeData[T proto.Message](res *pbresource.Resource) (T, error) {
 		return zero, NewFieldError("data", "does not decode as %s: %v", want, err)
 	}
 	return msg, nil
+}
+
+// MutateData decodes a resource's data, lets fill change it, and stores
+// it back: the body of most Mutate hooks.
+func MutateData[T proto.Message](res *pbresource.Resource, fill func(T)) error {
+	msg, err := DecodeData[T](res)
+	if err != nil {
+		return err
+	}
+	fill(msg)
+	data, err := anypb.New(msg)
+	if err != nil {
+		return NewFieldError("data", "cannot be encoded: %v", err)
+	}
+	res.Data = data
+	return nil
 }

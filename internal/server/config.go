@@ -37,7 +37,8 @@ type Config struct {
 
 	Logger          *slog.Logger
 	ShutdownTimeout time.Duration
-	// Registry holds the resource types served; nil means the core types.
+	// Registry holds the resource types served; nil means the core and
+	// orchestrator types.
 	Registry *resource.Registry
 	// Authorize turns the caller's token (resource.TokenFromContext) into
 	// an Authorizer; nil allows everything, until ACLs land.

@@ -17,6 +17,7 @@ import (
 	"trellis.dev/trellis/internal/cluster"
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/core"
+	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/httpapi"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
@@ -72,6 +73,7 @@ func New(cfg Config) (_ *Server, err error) {
 	if s.registry == nil {
 		s.registry = resource.NewRegistry()
 		core.Register(s.registry)
+		orchestrator.Register(s.registry)
 	}
 
 	s.grpc = grpc.NewServer(

@@ -1,0 +1,95 @@
+package orchestrator
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/resource"
+)
+
+// Limits of a task's free-text fields, in characters.
+const (
+	MaxStartedByLength = 256
+	MaxReasonLength    = 2048
+)
+
+// MutateTask fills the defaults of a new task: it should run, and nothing
+// has happened to it yet.
+func MutateTask(res *pbresource.Resource) error {
+	return resource.MutateData(res, func(t *pborch.Task) {
+		if t.DesiredStatus == "" {
+			t.DesiredStatus = StatusRunning
+		}
+		if t.LastStatus == "" {
+			t.LastStatus = StatusPending
+		}
+		if t.Health == "" {
+			t.Health = HealthUnknown
+		}
+	})
+}
+
+// ValidateTask is the Validate hook of orchestrator/v1/Task.
+func ValidateTask(res *pbresource.Resource) error {
+	t, err := resource.DecodeData[*pborch.Task](res)
+	if err != nil {
+		return err
+	}
+	family, rev, err := ParseTaskDefinitionRef(t.GetTaskDefinition())
+	if err != nil {
+		return resource.NewFieldError("data.task_definition", "%v", err)
+	}
+	if rev == 0 {
+		return resource.NewFieldError("data.task_definition", "%q names no revision: a task runs one revision, %s:N", t.GetTaskDefinition(), family)
+	}
+	if err := resource.ValidateName("data.instance", t.GetInstance()); err != nil {
+		return err
+	}
+	if utf8.RuneCountInString(t.GetStartedBy()) > MaxStartedByLength {
+		return resource.NewFieldError("data.started_by", "is over the limit of %d characters", MaxStartedByLength)
+	}
+	switch t.GetDesiredStatus() {
+	case StatusRunning, StatusStopped:
+	default:
+		return resource.NewFieldError("data.desired_status", "%q is not RUNNING or STOPPED", t.GetDesiredStatus())
+	}
+	switch t.GetLastStatus() {
+	case StatusPending, StatusRunning, StatusStopped, StatusLost:
+	default:
+		return resource.NewFieldError("data.last_status", "%q is not one of PENDING, RUNNING, STOPPED, LOST", t.GetLastStatus())
+	}
+	if err := validateHealth("data.health", t.GetHealth()); err != nil {
+		return err
+	}
+	if utf8.RuneCountInString(t.GetStopReason()) > MaxReasonLength {
+		return resource.NewFieldError("data.stop_reason", "is over the limit of %d characters", MaxReasonLength)
+	}
+	for i, c := range t.GetContainers() {
+		field := fmt.Sprintf("data.containers[%d]", i)
+		if err := resource.ValidateName(field+".name", c.GetName()); err != nil {
+			return err
+		}
+		switch c.GetStatus() {
+		case StatusPending, StatusRunning, StatusStopped:
+		default:
+			return resource.NewFieldError(field+".status", "%q is not one of PENDING, RUNNING, STOPPED", c.GetStatus())
+		}
+		if err := validateHealth(field+".health", c.GetHealth()); err != nil {
+			return err
+		}
+		if utf8.RuneCountInString(c.GetReason()) > MaxReasonLength {
+			return resource.NewFieldError(field+".reason", "is over the limit of %d characters", MaxReasonLength)
+		}
+	}
+	return nil
+}
+
+func validateHealth(field, h string) error {
+	switch h {
+	case "", HealthUnknown, HealthHealthy, HealthUnhealthy:
+		return nil
+	}
+	return resource.NewFieldError(field, "%q is not one of HEALTHY, UNHEALTHY, UNKNOWN", h)
+}

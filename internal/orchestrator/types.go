@@ -1,0 +1,62 @@
+package orchestrator
+
+import (
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/resource"
+)
+
+// Group and GroupVersion of the orchestrator's types.
+const (
+	Group        = "orchestrator"
+	GroupVersion = "v1"
+)
+
+// The orchestrator's resource types.
+var (
+	// InstanceType is cluster-scoped: a machine serves every namespace.
+	InstanceType       = &pbresource.Type{Group: Group, GroupVersion: GroupVersion, Kind: "Instance"}
+	TaskDefinitionType = &pbresource.Type{Group: Group, GroupVersion: GroupVersion, Kind: "TaskDefinition"}
+	TaskType           = &pbresource.Type{Group: Group, GroupVersion: GroupVersion, Kind: "Task"}
+)
+
+// Register registers the orchestrator's types.
+func Register(r *resource.Registry) {
+	r.Register(resource.Registration{
+		Type:     InstanceType,
+		Proto:    &pborch.Instance{},
+		Scope:    resource.ScopeCluster,
+		Mutate:   MutateInstance,
+		Validate: ValidateInstance,
+	})
+	r.Register(resource.Registration{
+		Type:      TaskDefinitionType,
+		Proto:     &pborch.TaskDefinition{},
+		Scope:     resource.ScopeNamespace,
+		Immutable: true,
+		Mutate:    MutateTaskDefinition,
+		Validate:  ValidateTaskDefinition,
+	})
+	r.Register(resource.Registration{
+		Type:     TaskType,
+		Proto:    &pborch.Task{},
+		Scope:    resource.ScopeNamespace,
+		Mutate:   MutateTask,
+		Validate: ValidateTask,
+	})
+}
+
+// InstanceID is the id of the Instance called name.
+func InstanceID(name string) *pbresource.ID {
+	return &pbresource.ID{Type: InstanceType, Tenancy: &pbresource.Tenancy{}, Name: name}
+}
+
+// TaskDefinitionID is the id of family:revision in namespace ns.
+func TaskDefinitionID(ns, family string, revision int64) *pbresource.ID {
+	return &pbresource.ID{Type: TaskDefinitionType, Tenancy: &pbresource.Tenancy{Namespace: ns}, Name: TaskDefinitionName(family, revision)}
+}
+
+// TaskID is the id of the Task called name in namespace ns.
+func TaskID(ns, name string) *pbresource.ID {
+	return &pbresource.ID{Type: TaskType, Tenancy: &pbresource.Tenancy{Namespace: ns}, Name: name}
+}

@@ -1,0 +1,62 @@
+package orchestrator
+
+// Instance statuses.
+const (
+	InstanceReady    = "ready"
+	InstanceDraining = "draining"
+	InstanceDown     = "down"
+	InstanceLeft     = "left"
+)
+
+// Task statuses: desired (Running, Stopped) and last (all four).
+const (
+	StatusPending = "PENDING"
+	StatusRunning = "RUNNING"
+	StatusStopped = "STOPPED"
+	StatusLost    = "LOST"
+)
+
+// Health values of tasks and containers.
+const (
+	HealthUnknown   = "UNKNOWN"
+	HealthHealthy   = "HEALTHY"
+	HealthUnhealthy = "UNHEALTHY"
+)
+
+// Dependency conditions, as ECS dependsOn.
+const (
+	ConditionStart    = "START"
+	ConditionHealthy  = "HEALTHY"
+	ConditionComplete = "COMPLETE"
+	ConditionSuccess  = "SUCCESS"
+)
+
+// Drivers a task definition may name.
+const (
+	DriverExec   = "exec"
+	DriverDocker = "docker"
+)
+
+// Drivers lists the drivers in the order the CLI shows them.
+var Drivers = []string{DriverExec, DriverDocker}
+
+// InstanceStatus is what an instance's status is, from what is known of
+// it: left wins over everything, down (no heartbeat) over a drain, and a
+// drain over ready.
+func InstanceStatus(left, down, drain bool) string {
+	switch {
+	case left:
+		return InstanceLeft
+	case down:
+		return InstanceDown
+	case drain:
+		return InstanceDraining
+	}
+	return InstanceReady
+}
+
+// TaskLive reports whether a task still holds its instance: not stopped,
+// not lost.
+func TaskLive(lastStatus string) bool {
+	return lastStatus != StatusStopped && lastStatus != StatusLost
+}
