@@ -84,7 +84,8 @@ Flags take one dash or two: -addr and --addr are the same.`,
 	root.CompletionOptions.DisableDefaultCmd = true
 	cf := &clientFlags{}
 	cf.register(root.PersistentFlags())
-	root.AddCommand(newDevCmd(e), newServerCmd(e), newResourceCmd(e, cf), newOperatorCmd(e, cf), newSnapshotCmd(e, cf))
+	root.AddCommand(newDevCmd(e), newServerCmd(e), newResourceCmd(e, cf), newOperatorCmd(e, cf), newSnapshotCmd(e, cf),
+		newInstanceCmd(e, cf), newTaskDefCmd(e, cf), newTaskCmd(e, cf))
 	return root
 }
 

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+const webSpec = `family: web
+containers:
+  - name: app
+    driver: exec
+    command: ["/bin/sh", "-c", "echo hello; exec sleep 600"]
+    env: {LOG_LEVEL: info}
+    ports: [8080]
+    depends_on: [{container: proxy, condition: START}]
+  - name: proxy
+    driver: exec
+    command: ["/bin/sh", "-c", "exec sleep infinity"]
+    sidecar: true
+restart_policy: {attempts: 3, interval: 5m, delay: 5s}
+`
+
+// The task definition commands against a real in-process server: revisions
+// are assigned, an unchanged definition is not registered again, and bad
+// input is refused with the field named.
+func TestTaskDefCommands(t *testing.T) {
+	addr := startDev(t)
+	vars := map[string]string{"TRELLIS_ADDR": addr}
+	expect := func(wantCode int, stdin, want string, args ...string) string {
+		t.Helper()
+		code, out, errOut := run(t, stdin, vars, args...)
+		if code != wantCode || !strings.Contains(out+errOut, want) {
+			t.Fatalf("%v: exit %d, want %d with %q\nstdout: %s\nstderr: %s", args, code, wantCode, want, out, errOut)
+		}
+		return out
+	}
+	expect(0, webSpec, "registered web:1", "taskdef", "register", "-f", "-")
+	expect(0, webSpec, "web:1 is already this definition: nothing registered", "taskdef", "register", "-f", "-")
+	expect(0, strings.Replace(webSpec, "info", "debug", 1), "registered web:2", "taskdef", "register", "-f", "-")
+	out := expect(0, "", "web:2", "taskdef", "list", "web")
+	if strings.Index(out, "web:2") > strings.Index(out, "web:1") {
+		t.Errorf("list is not latest first:\n%s", out)
+	}
+	expect(0, "", "proxy:START", "taskdef", "show", "web")
+	expect(0, "", `"family": "web"`, "taskdef", "show", "web:1", "-o", "json")
+	expect(1, strings.Replace(webSpec, "condition: START", "condition: READY", 1), `data.containers[0].depends_on[0].condition: "READY" is not a condition`, "taskdef", "register", "-f", "-")
+	expect(1, strings.Replace(webSpec, "driver: exec", "driver: rkt", 1), `data.containers[0].driver: "rkt" is not a driver`, "taskdef", "register", "-f", "-")
+	expect(1, strings.Replace(webSpec, "sidecar: true", "sidecar: true\n    ports: [8080]", 1), `port 8080 clashes with container "app"`, "taskdef", "register", "-f", "-")
+	expect(1, strings.Replace(webSpec, "sidecar: true", "sidecar: true\n    depends_on: [{container: app}]", 1), "depends_on has a cycle: app -> proxy -> app", "taskdef", "register", "-f", "-")
+	expect(1, strings.Replace(webSpec, "ports:", "prots:", 1), "prots", "taskdef", "register", "-f", "-")
+	expect(1, "", "task definition web:9 is not registered", "taskdef", "show", "web:9")
+	// Nothing refused was stored.
+	out = expect(0, "", "web:2", "taskdef", "list")
+	if strings.Count(out, "web:") != 2 {
+		t.Errorf("refused registrations left revisions behind:\n%s", out)
+	}
+}
+
+// Instance and task commands on an instance registered by hand (the agent
+// has its own tests): drain refuses placements, attributes round-trip,
+// and a placed task shows up and can be stopped.
+func TestInstanceAndTaskCommands(t *testing.T) {
+	addr := startDev(t)
+	vars := map[string]string{"TRELLIS_ADDR": addr}
+	expect := func(wantCode int, stdin, want string, args ...string) string {
+		t.Helper()
+		code, out, errOut := run(t, stdin, vars, args...)
+		if code != wantCode || !strings.Contains(out+errOut, want) {
+			t.Fatalf("%v: exit %d, want %d with %q\nstdout: %s\nstderr: %s", args, code, wantCode, want, out, errOut)
+		}
+		return out
+	}
+	expect(0, webSpec, "registered web:1", "taskdef", "register", "-f", "-")
+	expect(0, "{type: orchestrator/v1/Instance, name: node-1, data: {cluster: dev, attributes: {os: linux, zone: a}}}", "applied", "resource", "apply", "-f", "-")
+	expect(0, "", "zone=a", "instance", "list")
+	expect(0, "", "instance node-1: set rack=r1,zone=b", "instance", "set-attribute", "node-1", "zone=b", "rack=r1")
+	expect(2, "", `attribute "os" is set by the agent itself`, "instance", "set-attribute", "node-1", "os=plan9")
+	expect(0, "", "instance node-1: removed rack", "instance", "remove-attribute", "node-1", "rack")
+	out := expect(0, "", "zone=b", "instance", "list")
+	if strings.Contains(out, "rack") {
+		t.Errorf("rack was not removed:\n%s", out)
+	}
+	expect(0, "", "instance node-1 is draining", "instance", "drain", "node-1")
+	expect(1, "", "instance node-1 is draining: tasks are placed only on ready instances", "task", "run", "--taskdef", "web:1", "--instance", "node-1")
+	expect(0, "", "instance node-1 is ready", "instance", "undrain", "node-1")
+	expect(1, "", `instance "node-9" is not registered`, "task", "run", "--taskdef", "web:1", "--instance", "node-9")
+	out = expect(0, "", "placed on node-1", "task", "run", "--taskdef", "web", "--instance", "node-1")
+	name := strings.Fields(out)[1]
+	expect(0, "", "PENDING", "task", "list", "--instance", "node-1")
+	expect(0, "", "Task definition:   web:1", "task", "show", name)
+	expect(0, "", name, "instance", "show", "node-1")
+	expect(0, "", "task "+name+" is stopping", "task", "stop", name, "--reason", "testing")
+	expect(0, "", "Stop reason:       stopped by user: testing", "task", "show", name)
+	expect(0, "", "already stopping", "task", "stop", name)
+}
