@@ -46,7 +46,9 @@ func newInstanceListCmd(e *env, cf *clientFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the instances",
-		Args:  cobra.NoArgs,
+		Example: `  trellis instance list
+  trellis instance list --cluster prod -o json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(out); err != nil {
 				return err
@@ -126,9 +128,10 @@ func availableDrivers(in *pborch.Instance) string {
 func newInstanceShowCmd(e *env, cf *clientFlags) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
-		Use:   "show NAME",
-		Short: "Show one instance: status, attributes, drivers and its tasks",
-		Args:  cobra.ExactArgs(1),
+		Use:     "show NAME",
+		Short:   "Show one instance: status, attributes, drivers and its tasks",
+		Example: `  trellis instance show node-1`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(out); err != nil {
 				return err
@@ -217,9 +220,10 @@ func newInstanceDrainCmd(e *env, cf *clientFlags, drain bool) *cobra.Command {
 		use, short = "undrain NAME", "Let new tasks be placed on a drained instance again"
 	}
 	return &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Use:     use,
+		Short:   short,
+		Example: "  trellis instance " + strings.Fields(use)[0] + " node-1",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client(e)
 			if err != nil {

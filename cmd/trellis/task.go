@@ -259,7 +259,9 @@ func newTaskShowCmd(e *env, cf *clientFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show TASK",
 		Short: "Show a task and the state of each of its containers",
-		Args:  cobra.ExactArgs(1),
+		Example: `  trellis task show 01jd3kq8w6r3x0t5v2m4n7p9yb
+  trellis task show 01jd3kq8w6r3x0t5v2m4n7p9yb -o json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(out); err != nil {
 				return err
@@ -327,9 +329,10 @@ func shortID(id string) string {
 func newTaskStopCmd(e *env, cf *clientFlags) *cobra.Command {
 	var namespace, reason string
 	cmd := &cobra.Command{
-		Use:   "stop TASK",
-		Short: "Stop a task: its agent sends SIGTERM, then SIGKILL after each container's stop timeout",
-		Args:  cobra.ExactArgs(1),
+		Use:     "stop TASK",
+		Short:   "Stop a task: its agent sends SIGTERM, then SIGKILL after each container's stop timeout",
+		Example: `  trellis task stop 01jd3kq8w6r3x0t5v2m4n7p9yb --reason "replaced by web:3"`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client(e)
 			if err != nil {

@@ -251,7 +251,9 @@ func newTaskDefListCmd(e *env, cf *clientFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list [FAMILY]",
 		Short: "List task definitions (of one family, latest first)",
-		Args:  cobra.MaximumNArgs(1),
+		Example: `  trellis taskdef list
+  trellis taskdef list web`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(out); err != nil {
 				return err
@@ -341,7 +343,9 @@ func newTaskDefShowCmd(e *env, cf *clientFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show FAMILY[:REVISION]",
 		Short: "Show a task definition (the family's latest when no revision is given)",
-		Args:  cobra.ExactArgs(1),
+		Example: `  trellis taskdef show web
+  trellis taskdef show web:2 -o yaml`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(out); err != nil {
 				return err
