@@ -65,21 +65,22 @@ func (p CommandProber) Probe(ctx context.Context) Result {
 // wants to know), and connections are not kept between probes, so that
 // each probe sees whether the container accepts a new one.
 type HTTPProber struct {
-	URL    string
-	client *http.Client
+	URL string
+}
+
+// probeClient is shared by HTTP probers: it follows no redirects, keeps no
+// connections and ignores proxy settings from the environment (a health
+// check talks to the container, never through a proxy).
+var probeClient = &http.Client{
+	Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
+	CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	},
 }
 
 // NewHTTPProber returns a prober of url.
 func NewHTTPProber(url string) HTTPProber {
-	return HTTPProber{
-		URL: url,
-		client: &http.Client{
-			Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return http.ErrUseLastResponse
-			},
-		},
-	}
+	return HTTPProber{URL: url}
 }
 
 func (p HTTPProber) Probe(ctx context.Context) Result {
@@ -88,7 +89,7 @@ func (p HTTPProber) Probe(ctx context.Context) Result {
 		return Result{Output: fmt.Sprintf("GET %s: %v", p.URL, err)}
 	}
 	req.Header.Set("User-Agent", "trellis-health-check")
-	resp, err := p.client.Do(req)
+	resp, err := probeClient.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{Output: fmt.Sprintf("GET %s: timed out", p.URL)}

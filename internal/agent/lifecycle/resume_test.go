@@ -147,3 +147,20 @@ func TestCheckAgainst(t *testing.T) {
 		}
 	}
 }
+
+func TestDamagedStateIsRefused(t *testing.T) {
+	spec := task(noRestarts, ctr("app", true))
+	st, _ := NewState(spec)
+	st.Containers[0].Phase = PhaseRunning // but no handle
+	if err := st.CheckAgainst(spec); err == nil || !strings.Contains(err.Error(), "no handle") {
+		t.Fatalf("running without a handle: %v", err)
+	}
+	d := Step(spec, st, Resumed{}, Env{Now: t0})
+	if len(d.Actions) != 0 {
+		t.Fatalf("Step acted on a damaged state: %v", formatActions(d.Actions))
+	}
+	st.Containers[0].Phase = "sleeping"
+	if err := st.CheckAgainst(spec); err == nil || !strings.Contains(err.Error(), "unknown phase") {
+		t.Fatalf("unknown phase: %v", err)
+	}
+}

@@ -174,8 +174,9 @@ func (s State) Container(name string) (ContainerState, bool) {
 }
 
 // CheckAgainst says whether s is a state of spec: the same containers in
-// the same order. A state saved by an agent of another task definition is
-// refused instead of being misread.
+// the same order, each in a phase Step knows. A state saved by an agent of
+// another task definition, or damaged, is refused instead of being
+// misread.
 func (s State) CheckAgainst(spec TaskSpec) error {
 	if len(s.Containers) != len(spec.Containers) {
 		return fmt.Errorf("state has %d containers, the spec %d", len(s.Containers), len(spec.Containers))
@@ -183,6 +184,15 @@ func (s State) CheckAgainst(spec TaskSpec) error {
 	for i, c := range s.Containers {
 		if c.Name != spec.Containers[i].Name {
 			return fmt.Errorf("state container %d is %q, the spec's is %q", i, c.Name, spec.Containers[i].Name)
+		}
+		switch c.Phase {
+		case PhaseWaiting, PhaseStarting, PhaseExited:
+		case PhaseRunning:
+			if c.Handle == nil {
+				return fmt.Errorf("state container %q is running but has no handle", c.Name)
+			}
+		default:
+			return fmt.Errorf("state container %q has an unknown phase %q", c.Name, c.Phase)
 		}
 	}
 	return nil
