@@ -126,6 +126,7 @@ func (r *Runner) run(ctx context.Context, st State, first Event) error {
 		return errors.New("a runner runs its task once")
 	}
 	r.ran = true
+	r.state = st
 	r.mu.Unlock()
 
 	ctx, cancel := context.WithCancel(ctx)
