@@ -114,11 +114,10 @@ func ValidateContainers(td *pborch.TaskDefinition) error {
 				return resource.NewFieldError(field+".container", "container %q cannot depend on itself", c.GetName())
 			}
 			switch d.GetCondition() {
-			case ConditionStart, ConditionComplete, ConditionSuccess:
-			case ConditionHealthy:
-				if cs[names[d.GetContainer()]].GetHealthCheck() == nil {
-					return resource.NewFieldError(field+".condition", "HEALTHY needs a health check on container %q, which has none", d.GetContainer())
-				}
+			// HEALTHY on a container without a health check is met once it
+			// runs: the issue's own example spec has the app wait for a
+			// proxy HEALTHY with no check on the proxy.
+			case ConditionStart, ConditionHealthy, ConditionComplete, ConditionSuccess:
 			default:
 				return resource.NewFieldError(field+".condition", "%q is not a condition: one of START, HEALTHY, COMPLETE, SUCCESS", d.GetCondition())
 			}
