@@ -8,11 +8,13 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"trellis.dev/trellis/internal/client"
+	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 	"trellis.dev/trellis/internal/server"
 )
 
@@ -22,6 +24,7 @@ type serverFlags struct {
 	dataDir                      string
 	logLevel                     string
 	enableDebug                  bool
+	heartbeatTTL                 time.Duration
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
@@ -29,6 +32,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.grpcAddr, "grpc-addr", server.DefaultGRPCAddr, "address of the gRPC API, which agents and other servers use (host:port)")
 	fs.StringVar(&f.raftAddr, "raft-addr", server.DefaultRaftAddr, "address of Raft, which other servers dial (host:port)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", heartbeat.DefaultTTL, "how long an instance's agent may be silent before the instance is marked down and its tasks lost")
 	fs.BoolVar(&f.enableDebug, "enable-debug", false, "serve Go's profiling endpoints at /v1/debug/pprof/ on the HTTP API (for diagnosing a server; leave off otherwise)")
 }
 
@@ -59,11 +63,12 @@ It prints where its HTTP and gRPC APIs listen. Stop it with Ctrl-C.`,
 				return err
 			}
 			cfg := server.Config{
-				HTTPAddr:    f.httpAddr,
-				GRPCAddr:    f.grpcAddr,
-				RaftAddr:    f.raftAddr,
-				Logger:      log,
-				EnableDebug: f.enableDebug,
+				HTTPAddr:     f.httpAddr,
+				GRPCAddr:     f.grpcAddr,
+				RaftAddr:     f.raftAddr,
+				Logger:       log,
+				EnableDebug:  f.enableDebug,
+				HeartbeatTTL: f.heartbeatTTL,
 			}
 			if f.dataDir != "" {
 				cfg.Raft = &server.RaftConfig{DataDir: f.dataDir, BootstrapExpect: 1, SingleServer: true}

@@ -54,10 +54,11 @@ A server that should join an existing cluster takes -retry-join alone.`,
 // serverConfig turns the server command's flags into a validated Config.
 func serverConfig(f serverFlags, bootstrapExpect int, retryJoin []string) (server.Config, error) {
 	cfg := server.Config{
-		HTTPAddr:    f.httpAddr,
-		GRPCAddr:    f.grpcAddr,
-		RaftAddr:    f.raftAddr,
-		EnableDebug: f.enableDebug,
+		HTTPAddr:     f.httpAddr,
+		GRPCAddr:     f.grpcAddr,
+		RaftAddr:     f.raftAddr,
+		EnableDebug:  f.enableDebug,
+		HeartbeatTTL: f.heartbeatTTL,
 		Raft: &server.RaftConfig{
 			DataDir:         f.dataDir,
 			BootstrapExpect: bootstrapExpect,

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 	"trellis.dev/trellis/internal/resource"
 )
 
@@ -52,6 +53,10 @@ type Config struct {
 
 	// EnableDebug serves Go's pprof endpoints on the HTTP API.
 	EnableDebug bool
+
+	// HeartbeatTTL: an instance whose agent is silent this long is marked
+	// down (heartbeat.DefaultTTL, 10 s, when zero).
+	HeartbeatTTL time.Duration
 }
 
 // RaftConfig is what `trellis server` (and `trellis dev -data-dir`) ask of
@@ -119,6 +124,9 @@ func (c Config) Validate() error {
 				return configError(addrs[j].flag, "%q is also %s; each needs its own port", addrs[j].addr, addrs[i].flag)
 			}
 		}
+	}
+	if c.HeartbeatTTL != 0 && c.HeartbeatTTL < heartbeat.MinTTL {
+		return configError("-heartbeat-ttl", "%s is below the minimum of %s", c.HeartbeatTTL, heartbeat.MinTTL)
 	}
 	if c.Raft != nil {
 		return c.Raft.validate(c.RaftAddr)

@@ -112,6 +112,9 @@ func New(cfg Config) (_ *Server, err error) {
 		s.leadership = newLeadershipHub(l)
 		s.bootstrap = newBootstrapper(s.api, s.leadership.Subscribe(), s.log.With("component", "bootstrap"))
 	}
+	if err := s.addOrchestrator(); err != nil {
+		return nil, err
+	}
 
 	s.httpAPI, err = httpapi.New(httpapi.Config{
 		API:             s.api,

@@ -33,7 +33,17 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type AgentServiceClient interface {
 	// Heartbeat says an instance's agent is alive. Any server answers; a
-	// follower forwards it to the leader.
+	// follower forwards it to the leader. A heartbeat only keeps alive an
+	// Instance stored as ready or draining with the same session; it never
+	// brings back one that is down. Errors (the agent's contract is the
+	// package comment of internal/orchestrator/heartbeat):
+	//   - UNAVAILABLE: no leader now, or it cannot be reached: retry soon,
+	//     on another server if need be.
+	//   - NOT_FOUND (reason NOT_REGISTERED), FAILED_PRECONDITION (reasons
+	//     INSTANCE_DOWN, INSTANCE_LEFT, SESSION_MISMATCH): register the
+	//     Instance again, with a new session, then heartbeat. The reason is a
+	//     google.rpc.ErrorInfo detail of domain "heartbeat.trellis.dev".
+	//   - INVALID_ARGUMENT: a malformed request.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 }
 
@@ -60,7 +70,17 @@ func (c *agentServiceClient) Heartbeat(ctx context.Context, in *HeartbeatRequest
 // for forward compatibility.
 type AgentServiceServer interface {
 	// Heartbeat says an instance's agent is alive. Any server answers; a
-	// follower forwards it to the leader.
+	// follower forwards it to the leader. A heartbeat only keeps alive an
+	// Instance stored as ready or draining with the same session; it never
+	// brings back one that is down. Errors (the agent's contract is the
+	// package comment of internal/orchestrator/heartbeat):
+	//   - UNAVAILABLE: no leader now, or it cannot be reached: retry soon,
+	//     on another server if need be.
+	//   - NOT_FOUND (reason NOT_REGISTERED), FAILED_PRECONDITION (reasons
+	//     INSTANCE_DOWN, INSTANCE_LEFT, SESSION_MISMATCH): register the
+	//     Instance again, with a new session, then heartbeat. The reason is a
+	//     google.rpc.ErrorInfo detail of domain "heartbeat.trellis.dev".
+	//   - INVALID_ARGUMENT: a malformed request.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }

@@ -1,0 +1,210 @@
+package controllers_test
+
+import (
+	"testing"
+	"time"
+
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	"trellis.dev/trellis/internal/orchestrator/heartbeat"
+)
+
+// A ready instance is checked again at its deadline, which heartbeats
+// push back; silence for a TTL marks it down, and the task controller then
+// marks its live tasks lost.
+func TestSilentInstanceGoesDownAndItsTasksLost(t *testing.T) {
+	e := newEnv(t)
+	e.setLeader(true)
+	e.register("i-1", "s1", true) // draining: the drain must survive
+	e.register("i-2", "s1", false)
+	e.place("t-running", "i-1", "RUNNING")
+	e.place("t-pending", "i-1", "PENDING")
+	e.place("t-stopped", "i-1", "STOPPED")
+	e.place("t-elsewhere", "i-2", "RUNNING")
+
+	if d := e.requeuedAfter(e.reconcileInstance("i-1")); d != testTTL {
+		t.Fatalf("first verdict requeues after %s, want the TTL %s", d, testTTL)
+	}
+	e.clock.Advance(6 * time.Second)
+	if err := e.tracker.Heartbeat(e.ctx, "i-1", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(4 * time.Second)
+	// At the first deadline: alive, since heard 4s ago.
+	if d := e.requeuedAfter(e.reconcileInstance("i-1")); d != 6*time.Second {
+		t.Fatalf("verdict after a heartbeat requeues after %s, want 6s", d)
+	}
+	if got := e.instance("i-1").GetStatus(); got != "draining" {
+		t.Fatalf("status while alive = %q", got)
+	}
+	// Nothing to lose while the instance lives.
+	if err := e.reconcileTasks("i-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.task("t-running").GetLastStatus(); got != "RUNNING" {
+		t.Fatalf("task on a live instance = %q, want RUNNING", got)
+	}
+
+	e.clock.Advance(6 * time.Second)
+	if err := e.reconcileInstance("i-1"); err != nil {
+		t.Fatalf("reconcile at the deadline = %v", err)
+	}
+	in := e.instance("i-1")
+	if in.GetStatus() != "down" || !in.GetDrain() || !in.GetDownSince().AsTime().Equal(e.clock.Now()) ||
+		in.GetSession() != "s1" || in.GetAttributes()["zone"] != "a" {
+		t.Fatalf("instance after expiry = %v; want down since now, drain and the rest kept", in)
+	}
+	// A heartbeat does not bring it back.
+	if err := e.tracker.Heartbeat(e.ctx, "i-1", "s1"); heartbeat.ReasonOf(err) != heartbeat.ReasonDown {
+		t.Fatalf("Heartbeat of a down instance = %v, want %s", err, heartbeat.ReasonDown)
+	}
+	// Reconciling a down instance again changes nothing.
+	if err := e.reconcileInstance("i-1"); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := e.reconcileTasks("i-1"); err != nil {
+		t.Fatal(err)
+	}
+	want := "instance i-1 down: no heartbeat for 10s"
+	for _, name := range []string{"t-running", "t-pending"} {
+		tk := e.task(name)
+		if tk.GetLastStatus() != "LOST" || tk.GetStopReason() != want || !tk.GetStoppedAt().AsTime().Equal(e.clock.Now()) {
+			t.Fatalf("%s = %v; want LOST, %q, stopped now", name, tk, want)
+		}
+	}
+	if got := e.task("t-stopped"); got.GetLastStatus() != "STOPPED" || got.GetStopReason() != "" {
+		t.Fatalf("an ended task was changed: %v", got)
+	}
+	if got := e.task("t-elsewhere").GetLastStatus(); got != "RUNNING" {
+		t.Fatalf("a task on another instance = %q", got)
+	}
+	// Idempotent.
+	if err := e.reconcileTasks("i-1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The agent registers again: the instance is alive with a whole TTL, and
+// its lost tasks stay lost.
+func TestReRegisteredInstanceComesBack(t *testing.T) {
+	e := newEnv(t)
+	e.setLeader(true)
+	e.register("i-1", "s1", false)
+	e.place("t1", "i-1", "RUNNING")
+	e.reconcileInstance("i-1")
+	e.clock.Advance(testTTL)
+	if err := e.reconcileInstance("i-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reconcileTasks("i-1"); err != nil {
+		t.Fatal(err)
+	}
+
+	e.register("i-1", "s2", false)
+	if got := e.instance("i-1"); got.GetStatus() != "ready" || got.GetDownSince() == nil {
+		t.Fatalf("re-registered instance = %v; want ready, down_since kept", got)
+	}
+	if err := e.tracker.Heartbeat(e.ctx, "i-1", "s2"); err != nil {
+		t.Fatalf("Heartbeat of the new session = %v", err)
+	}
+	if d := e.requeuedAfter(e.reconcileInstance("i-1")); d != testTTL {
+		t.Fatalf("verdict after re-registration requeues after %s, want a whole TTL", d)
+	}
+	if err := e.reconcileTasks("i-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.task("t1").GetLastStatus(); got != "LOST" {
+		t.Fatalf("lost task after the instance came back = %q, want LOST", got)
+	}
+}
+
+// An Instance written after the verdict (the agent registered again with
+// the same session, or an operator drained it) is judged anew: the write
+// that would have marked the old version down must not land on the new one.
+func TestInstanceWrittenAfterTheVerdictIsNotMarkedDown(t *testing.T) {
+	e := newEnv(t)
+	e.setLeader(true)
+	e.register("i-1", "s1", false)
+	e.reconcileInstance("i-1")
+	e.clock.Advance(testTTL)
+	// The verdict: expired (as a reconcile would ask, before its write).
+	res, err := e.api.Read(e.ctx, readInstance("i-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := e.tracker.Observe("i-1", "s1", res.GetResource().GetVersion()); !l.Expired {
+		t.Fatal("not expired after a TTL")
+	}
+	e.writeInstance("i-1", func(in *pborch.Instance) { in.Drain, in.Status = true, "" })
+	if d := e.requeuedAfter(e.reconcileInstance("i-1")); d != testTTL {
+		t.Fatalf("verdict on the new version requeues after %s, want a whole TTL", d)
+	}
+	if got := e.instance("i-1").GetStatus(); got != "draining" {
+		t.Fatalf("status = %q, want draining", got)
+	}
+}
+
+// Live tasks of instances that left or are gone are lost; ended ones kept.
+func TestTasksOfLeftAndRemovedInstances(t *testing.T) {
+	e := newEnv(t)
+	e.setLeader(true)
+	e.register("left-1", "s1", false)
+	e.writeInstance("left-1", func(in *pborch.Instance) { in.Status = "left" })
+	e.place("on-left", "left-1", "RUNNING")
+	e.place("ended-on-left", "left-1", "STOPPED")
+	e.place("on-gone", "gone-1", "PENDING")
+	for _, name := range []string{"left-1", "gone-1"} {
+		if err := e.reconcileTasks(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, reason := range map[string]string{
+		"on-left": "instance left-1 left the cluster",
+		"on-gone": "instance gone-1 was removed",
+	} {
+		if tk := e.task(name); tk.GetLastStatus() != "LOST" || tk.GetStopReason() != reason {
+			t.Errorf("%s = %v; want LOST, %q", name, tk, reason)
+		}
+	}
+	if got := e.task("ended-on-left").GetLastStatus(); got != "STOPPED" {
+		t.Errorf("ended task on a left instance = %q, want STOPPED", got)
+	}
+	// The instance controller forgets what is not alive.
+	if err := e.reconcileInstance("left-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reconcileInstance("gone-1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A task deleted while its deletion went unseen is dropped from the index
+// when read, without failing the reconcile.
+func TestDeletedTaskIsDroppedFromTheIndex(t *testing.T) {
+	e := newEnv(t)
+	e.setLeader(true)
+	e.place("t1", "gone-1", "RUNNING")
+	e.place("t2", "gone-1", "RUNNING")
+	if _, err := e.api.Delete(e.ctx, deleteTask("t1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reconcileTasks("gone-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.task("t2").GetLastStatus(); got != "LOST" {
+		t.Fatalf("t2 = %q, want LOST", got)
+	}
+}
+
+// The controllers may start a moment before the tracker follows the same
+// leadership: the verdict is asked again shortly.
+func TestVerdictWaitsForTheTracker(t *testing.T) {
+	e := newEnv(t)
+	e.register("i-1", "s1", false)
+	if d := e.requeuedAfter(e.reconcileInstance("i-1")); d <= 0 || d > time.Second {
+		t.Fatalf("verdict before the tracker is active requeues after %s, want a short while", d)
+	}
+	if got := e.instance("i-1").GetStatus(); got != "ready" {
+		t.Fatalf("status = %q", got)
+	}
+}

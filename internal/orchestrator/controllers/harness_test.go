@@ -1,0 +1,214 @@
+package controllers_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/core"
+	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/orchestrator/controllers"
+	"trellis.dev/trellis/internal/orchestrator/heartbeat"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/storage/inmem"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+const testTTL = 10 * time.Second
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+type leadership chan bool
+
+func (l leadership) LeaderCh() <-chan bool { return l }
+
+// env runs the controllers' reconcilers by hand over the real resource
+// service on the in-memory backend, with a heartbeat tracker on a fake
+// clock. The task controller's watch is fed by the test, as the Manager's
+// would be, through its mapper.
+type env struct {
+	t         *testing.T
+	ctx       context.Context
+	api       *resource.Service
+	clock     *fakeClock
+	lead      leadership
+	tracker   *heartbeat.Tracker
+	instances controller.Controller
+	tasks     controller.Controller
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	reg := resource.NewRegistry()
+	core.Register(reg)
+	orchestrator.Register(reg)
+	e := &env{
+		t: t, ctx: context.Background(),
+		api:   resource.NewService(resource.Config{Backend: inmem.NewBackend(), Registry: reg}),
+		clock: &fakeClock{now: t0},
+		lead:  make(leadership, 1),
+	}
+	if err := core.Bootstrap(e.ctx, e.api); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	e.tracker, err = heartbeat.NewTracker(heartbeat.Config{TTL: testTTL, Instances: e.api, Leadership: e.lead, Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.tracker.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	cfg := controllers.Config{API: e.api, Tracker: e.tracker}
+	if e.instances, err = controllers.InstanceController(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if e.tasks, err = controllers.TaskController(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *env) setLeader(v bool) {
+	e.t.Helper()
+	e.lead <- v
+	deadline := time.Now().Add(10 * time.Second)
+	for e.tracker.Active() != v {
+		if time.Now().After(deadline) {
+			e.t.Fatal("the tracker did not follow leadership")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// register writes the Instance as an agent does.
+func (e *env) register(name, session string, drain bool) {
+	e.t.Helper()
+	e.writeInstance(name, func(in *pborch.Instance) {
+		in.Session, in.Drain, in.Status = session, drain, ""
+		in.Attributes = map[string]string{"zone": "a"}
+	})
+}
+
+// writeInstance edits the stored Instance (or a new one) and writes it.
+func (e *env) writeInstance(name string, edit func(*pborch.Instance)) {
+	e.t.Helper()
+	res := &pbresource.Resource{Id: orchestrator.InstanceID(name)}
+	in := &pborch.Instance{}
+	if cur, err := e.api.Read(e.ctx, &pbresource.ReadRequest{Id: res.Id}); err == nil {
+		res = cur.GetResource()
+		in = e.decodeInstance(res)
+	}
+	edit(in)
+	res.Data = mustAny(e.t, in)
+	if _, err := e.api.Write(e.ctx, &pbresource.WriteRequest{Resource: res}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) instance(name string) *pborch.Instance {
+	e.t.Helper()
+	resp, err := e.api.Read(e.ctx, &pbresource.ReadRequest{Id: orchestrator.InstanceID(name)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.decodeInstance(resp.GetResource())
+}
+
+func (e *env) decodeInstance(res *pbresource.Resource) *pborch.Instance {
+	in, err := resource.DecodeData[*pborch.Instance](res)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return in
+}
+
+// place writes a task, and hands it to the task controller's watch.
+func (e *env) place(name, instance, lastStatus string) {
+	e.t.Helper()
+	id := orchestrator.TaskID("default", name)
+	res := &pbresource.Resource{Id: id}
+	if cur, err := e.api.Read(e.ctx, &pbresource.ReadRequest{Id: id}); err == nil {
+		res = cur.GetResource()
+	}
+	res.Data = mustAny(e.t, &pborch.Task{TaskDefinition: "web:1", Instance: instance, StartedBy: "test", LastStatus: lastStatus})
+	out, err := e.api.Write(e.ctx, &pbresource.WriteRequest{Resource: res})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.tasks.Watches[0].Map(controller.Event{Resource: out.GetResource()}, nil)
+}
+
+func (e *env) task(name string) *pborch.Task {
+	e.t.Helper()
+	resp, err := e.api.Read(e.ctx, &pbresource.ReadRequest{Id: orchestrator.TaskID("default", name)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	t, err := resource.DecodeData[*pborch.Task](resp.GetResource())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return t
+}
+
+func (e *env) reconcileInstance(name string) error {
+	return e.instances.Reconciler.Reconcile(e.ctx, controller.Request{ID: orchestrator.InstanceID(name)})
+}
+
+func (e *env) reconcileTasks(name string) error {
+	return e.tasks.Reconciler.Reconcile(e.ctx, controller.Request{ID: orchestrator.InstanceID(name)})
+}
+
+// requeuedAfter returns the delay of a RequeueAfter result, failing the
+// test on anything else.
+func (e *env) requeuedAfter(err error) time.Duration {
+	e.t.Helper()
+	var r *controller.RequeueAfterError
+	if !errors.As(err, &r) {
+		e.t.Fatalf("reconcile = %v, want a requeue", err)
+	}
+	return r.After
+}
+
+func mustAny(t *testing.T, m proto.Message) *anypb.Any {
+	t.Helper()
+	a, err := anypb.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func readInstance(name string) *pbresource.ReadRequest {
+	return &pbresource.ReadRequest{Id: orchestrator.InstanceID(name)}
+}
+
+func deleteTask(name string) *pbresource.DeleteRequest {
+	return &pbresource.DeleteRequest{Id: orchestrator.TaskID("default", name)}
+}

@@ -1,0 +1,171 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/orchestrator/heartbeat"
+	"trellis.dev/trellis/internal/resource"
+)
+
+// Names of the controllers, in logs, metrics and status keys.
+const (
+	InstanceControllerName = "orchestrator-instance"
+	TaskControllerName     = "orchestrator-task"
+)
+
+// Defaults of Config.
+const (
+	DefaultTaskResync     = time.Minute
+	DefaultInstanceResync = 5 * time.Minute
+)
+
+// inactiveRetry is how soon a verdict is asked again when the tracker is
+// not active yet: the controllers and the tracker follow leadership each on
+// their own, so the controllers may start a moment before it.
+const inactiveRetry = 100 * time.Millisecond
+
+// Config is what the orchestrator's controllers need.
+type Config struct {
+	// API is the resource service they read and write through. Required.
+	API resource.API
+	// Tracker keeps the heartbeats; its TTL is the one in stop reasons.
+	// Required.
+	Tracker *heartbeat.Tracker
+	// TaskResync is how often the task controller reconciles every
+	// instance and every task from the store (DefaultTaskResync when zero).
+	TaskResync time.Duration
+	// InstanceResync is the instance controller's (DefaultInstanceResync
+	// when zero); its verdicts requeue themselves, so this only repairs.
+	InstanceResync time.Duration
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.API == nil {
+		return c, errors.New("orchestrator controllers: Config.API is required")
+	}
+	if c.Tracker == nil {
+		return c, errors.New("orchestrator controllers: Config.Tracker is required")
+	}
+	if c.TaskResync == 0 {
+		c.TaskResync = DefaultTaskResync
+	}
+	if c.InstanceResync == 0 {
+		c.InstanceResync = DefaultInstanceResync
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// Controllers returns the instance controller and the task controller.
+func Controllers(cfg Config) ([]controller.Controller, error) {
+	ic, err := InstanceController(cfg)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := TaskController(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return []controller.Controller{ic, tc}, nil
+}
+
+// InstanceController marks down the instances whose heartbeats stopped.
+// It reconciles every Instance: a ready or draining one is put to the
+// tracker, and runs again when its heartbeat would expire; one that has
+// expired is written down. Down, left and removed instances are forgotten
+// by the tracker.
+func InstanceController(cfg Config) (controller.Controller, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return controller.Controller{}, err
+	}
+	return controller.Controller{
+		Name:        InstanceControllerName,
+		ManagedType: orchestrator.InstanceType,
+		Reconciler: &instanceReconciler{
+			api: cfg.API, tracker: cfg.Tracker,
+			log: cfg.Logger.With("controller", InstanceControllerName),
+		},
+		ResyncPeriod: cfg.InstanceResync,
+		// Verdicts are a memory lookup and a read; the workers are there for
+		// the writes when many instances go down at once.
+		Workers: 4,
+	}, nil
+}
+
+type instanceReconciler struct {
+	api     resource.API
+	tracker *heartbeat.Tracker
+	log     *slog.Logger
+}
+
+func (r *instanceReconciler) Reconcile(ctx context.Context, req controller.Request) error {
+	name := req.ID.GetName()
+	resp, err := r.api.Read(ctx, &pbresource.ReadRequest{Id: orchestrator.InstanceID(name)})
+	if status.Code(err) == codes.NotFound {
+		r.tracker.Forget(name)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading instance %s: %w", name, err)
+	}
+	res := resp.GetResource()
+	in, err := resource.DecodeData[*pborch.Instance](res)
+	if err != nil {
+		return controller.Terminal(fmt.Errorf("instance %s: %w", name, err))
+	}
+	switch in.GetStatus() {
+	case orchestrator.InstanceReady, orchestrator.InstanceDraining:
+	default:
+		r.tracker.Forget(name)
+		return nil
+	}
+	l, err := r.tracker.Observe(name, in.GetSession(), res.GetVersion())
+	if errors.Is(err, heartbeat.ErrNotLeader) {
+		return controller.RequeueAfter(inactiveRetry)
+	}
+	if err != nil {
+		return err
+	}
+	now := r.tracker.Now()
+	if !l.Expired {
+		return controller.RequeueAfter(l.Deadline.Sub(now))
+	}
+
+	// Expired: the tracker refuses this session's heartbeats from now on,
+	// so the instance cannot come back between this verdict and the write.
+	// The write is a CAS on the version judged: if the agent registered
+	// again meanwhile it fails, and the next run judges the new version.
+	// drain is left as it is: it outlives a down period.
+	in.Status = orchestrator.InstanceDown
+	in.DownSince = timestamppb.New(now)
+	data, err := anypb.New(in)
+	if err != nil {
+		return controller.Terminal(err)
+	}
+	res.Data = data
+	if _, err := r.api.Write(ctx, &pbresource.WriteRequest{Resource: res}); err != nil {
+		return fmt.Errorf("marking instance %s down: %w", name, err)
+	}
+	r.tracker.Forget(name)
+	r.log.Warn("instance down: no heartbeat", "instance", name, "ttl", r.tracker.TTL(),
+		"last_heard", l.Deadline.Add(-r.tracker.TTL()).Format(time.RFC3339Nano))
+	return nil
+}

@@ -1,0 +1,114 @@
+package heartbeat_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/anypb"
+
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/core"
+	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/orchestrator/heartbeat"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/storage/inmem"
+)
+
+// fakeClock is the tests' time: it moves only when told.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// leadership is driven by the test.
+type leadership chan bool
+
+func (l leadership) LeaderCh() <-chan bool { return l }
+
+const testTTL = 10 * time.Second
+
+// env is a Tracker over the real resource service on the in-memory
+// backend, with a fake clock and a leadership the test drives.
+type env struct {
+	t       *testing.T
+	api     *resource.Service
+	clock   *fakeClock
+	lead    leadership
+	tracker *heartbeat.Tracker
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	reg := resource.NewRegistry()
+	core.Register(reg)
+	orchestrator.Register(reg)
+	e := &env{
+		t:     t,
+		api:   resource.NewService(resource.Config{Backend: inmem.NewBackend(), Registry: reg}),
+		clock: &fakeClock{now: t0},
+		lead:  make(leadership, 1),
+	}
+	var err error
+	e.tracker, err = heartbeat.NewTracker(heartbeat.Config{TTL: testTTL, Instances: e.api, Leadership: e.lead, Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.tracker.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return e
+}
+
+// setLeader hands the tracker a leadership change and waits until it has
+// acted on it.
+func (e *env) setLeader(v bool) {
+	e.t.Helper()
+	e.lead <- v
+	waitFor(e.t, "the tracker to follow leadership", func() bool { return e.tracker.Active() == v })
+}
+
+// register stores the Instance as an agent would and returns its version.
+func (e *env) register(name, session, status string) string {
+	e.t.Helper()
+	data, err := anypb.New(&pborch.Instance{Session: session, Status: status, Drain: status == orchestrator.InstanceDraining})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	res := &pbresource.Resource{Id: orchestrator.InstanceID(name), Data: data}
+	if cur, err := e.api.Read(context.Background(), &pbresource.ReadRequest{Id: res.Id}); err == nil {
+		res.Version = cur.GetResource().GetVersion()
+	}
+	out, err := e.api.Write(context.Background(), &pbresource.WriteRequest{Resource: res})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out.GetResource().GetVersion()
+}
+
+// waitFor polls cond until it holds, failing the test after 10 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -1,0 +1,122 @@
+package heartbeat_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pbagent "trellis.dev/trellis/api/agent/v1"
+	"trellis.dev/trellis/internal/orchestrator/heartbeat"
+)
+
+// serve runs the AgentService over tracker on a loopback port and returns
+// a client of it and its address.
+func serve(t *testing.T, cfg heartbeat.ServiceConfig) (pbagent.AgentServiceClient, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Self == "" {
+		cfg.Self = ln.Addr().String()
+	}
+	svc, err := heartbeat.NewService(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pbagent.RegisterAgentServiceServer(srv, svc)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	return pbagent.NewAgentServiceClient(dial(t, ln.Addr().String())), ln.Addr().String()
+}
+
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// A follower forwards heartbeats to the leader over gRPC; the leader's
+// answers, refusals included, come back as they are.
+func TestFollowerForwardsToTheLeader(t *testing.T) {
+	ctx := context.Background()
+	leader := newEnv(t)
+	leader.setLeader(true)
+	leader.register("i-1", "s1", "ready")
+	leaderClient, leaderAddr := serve(t, heartbeat.ServiceConfig{Tracker: leader.tracker})
+
+	// The follower's own tracker is inactive: it is not the leader.
+	follower := newEnv(t)
+	toLeader := dial(t, leaderAddr)
+	followerClient, _ := serve(t, heartbeat.ServiceConfig{
+		Tracker:    follower.tracker,
+		LeaderConn: func() (*grpc.ClientConn, error) { return toLeader, nil },
+	})
+
+	for name, c := range map[string]pbagent.AgentServiceClient{"leader": leaderClient, "follower": followerClient} {
+		resp, err := c.Heartbeat(ctx, &pbagent.HeartbeatRequest{Instance: "i-1", Session: "s1"})
+		if err != nil {
+			t.Fatalf("Heartbeat to the %s = %v", name, err)
+		}
+		if resp.GetTtl().AsDuration() != testTTL || resp.GetLeader() != leaderAddr {
+			t.Fatalf("Heartbeat to the %s = %v, want ttl %s and leader %s", name, resp, testTTL, leaderAddr)
+		}
+		_, err = c.Heartbeat(ctx, &pbagent.HeartbeatRequest{Instance: "i-1", Session: "old"})
+		if status.Code(err) != codes.FailedPrecondition || heartbeat.ReasonOf(err) != heartbeat.ReasonSessionMismatch {
+			t.Fatalf("stale session through the %s = %v, want FailedPrecondition %s", name, err, heartbeat.ReasonSessionMismatch)
+		}
+	}
+}
+
+// Without a leader to reach, a heartbeat fails with Unavailable, which the
+// agent retries; it is never bounced between servers.
+func TestNoLeaderIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	// A server that is not the leader, and whose idea of the leader is a
+	// server that is not the leader either: the forwarded heartbeat is
+	// refused there, not forwarded back.
+	other := newEnv(t)
+	otherClient, otherAddr := serve(t, heartbeat.ServiceConfig{
+		Tracker:    other.tracker,
+		LeaderConn: func() (*grpc.ClientConn, error) { return nil, errors.New("no leader is known") },
+	})
+	e := newEnv(t)
+	toOther := dial(t, otherAddr)
+	client, _ := serve(t, heartbeat.ServiceConfig{
+		Tracker:    e.tracker,
+		LeaderConn: func() (*grpc.ClientConn, error) { return toOther, nil },
+	})
+	for name, c := range map[string]pbagent.AgentServiceClient{"no leader known": otherClient, "forwarded to a non-leader": client} {
+		_, err := c.Heartbeat(ctx, &pbagent.HeartbeatRequest{Instance: "i-1", Session: "s1"})
+		if status.Code(err) != codes.Unavailable || heartbeat.ReasonOf(err) != "" {
+			t.Errorf("%s: Heartbeat = %v, want Unavailable without a reason", name, err)
+		}
+	}
+}
+
+func TestBadHeartbeats(t *testing.T) {
+	e := newEnv(t)
+	e.setLeader(true)
+	client, _ := serve(t, heartbeat.ServiceConfig{Tracker: e.tracker})
+	for _, req := range []*pbagent.HeartbeatRequest{
+		{Session: "s1"},
+		{Instance: "Not_A_Name", Session: "s1"},
+		{Instance: "i-1"},
+		{Instance: "i-1", Session: string(make([]byte, heartbeat.MaxSessionLength+1))},
+	} {
+		if _, err := client.Heartbeat(context.Background(), req); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("Heartbeat(%v) = %v, want InvalidArgument", req, err)
+		}
+	}
+}

@@ -1,0 +1,326 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/storage"
+)
+
+// DefaultTTL is how long an instance may stay silent before it is marked
+// down, unless the server is configured otherwise.
+const DefaultTTL = 10 * time.Second
+
+// MinTTL is the shortest TTL a server accepts: shorter ones cannot be met
+// over a network by agents that heartbeat a third of it apart.
+const MinTTL = 100 * time.Millisecond
+
+// Clock tells the time. The Tracker reads it for every heartbeat and every
+// verdict, so tests decide what time it is.
+type Clock interface {
+	Now() time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// InstanceReader reads Instance resources: the resource service, on the
+// leader, whose local copy holds every acknowledged write.
+type InstanceReader interface {
+	Read(context.Context, *pbresource.ReadRequest) (*pbresource.ReadResponse, error)
+}
+
+// Config is what a Tracker needs.
+type Config struct {
+	// TTL: an instance not heard from for this long is expired (DefaultTTL
+	// when zero).
+	TTL time.Duration
+	// Instances reads the stored Instances, for heartbeats the Tracker
+	// cannot judge from memory. Required.
+	Instances InstanceReader
+	// Leadership says when this server is the leader. Required by Start.
+	Leadership storage.Leadership
+	// Clock; nil is the real one.
+	Clock Clock
+	// Registerer receives the heartbeat metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Tracker keeps, on the leader and in memory only, when each instance was
+// last heard from. Heartbeats update it; the instance controller asks it
+// for verdicts (Observe) and tells it when an instance stops being alive
+// in the store (Forget). Nothing it holds is written to the store: a new
+// leader starts empty and gives every instance a full TTL.
+type Tracker struct {
+	ttl        time.Duration
+	clock      Clock
+	store      InstanceReader
+	leadership storage.Leadership
+	log        *slog.Logger
+	metrics    *metrics
+
+	mu     sync.Mutex
+	active bool
+	// entries are the instances the controller observed alive in this term.
+	entries map[string]*entry
+}
+
+// entry is one instance the instance controller observed as ready or
+// draining with a session.
+type entry struct {
+	session   string
+	lastHeard time.Time
+	// expired is set when a verdict found the instance expired: from then
+	// on heartbeats of this session are refused while the controller marks
+	// it down. expiredVersion is the version of the Instance judged; a
+	// later version (the instance was written since) earns a fresh TTL.
+	expired        bool
+	expiredVersion string
+}
+
+// NewTracker returns a Tracker, inactive until Start sees leadership.
+func NewTracker(cfg Config) (*Tracker, error) {
+	if cfg.Instances == nil {
+		return nil, errors.New("heartbeat tracker: Config.Instances is required")
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.TTL < MinTTL {
+		return nil, fmt.Errorf("heartbeat tracker: TTL %s is below the minimum of %s", cfg.TTL, MinTTL)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	t := &Tracker{
+		ttl: cfg.TTL, clock: cfg.Clock, store: cfg.Instances, leadership: cfg.Leadership,
+		log: cfg.Logger, entries: map[string]*entry{},
+	}
+	m, err := newMetrics(cfg.Registerer, t.tracked)
+	if err != nil {
+		return nil, err
+	}
+	t.metrics = m
+	return t, nil
+}
+
+// TTL is how long an instance may stay silent.
+func (t *Tracker) TTL() time.Duration { return t.ttl }
+
+// Start follows the leadership until ctx ends: the Tracker is active, and
+// starts empty, each time this server becomes the leader, and forgets
+// everything when it stops being one.
+func (t *Tracker) Start(ctx context.Context) error {
+	if t.leadership == nil {
+		return errors.New("heartbeat tracker: Config.Leadership is required to Start")
+	}
+	defer t.setActive(false)
+	ch := t.leadership.LeaderCh()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case leader, ok := <-ch:
+			if !ok {
+				ch, leader = nil, false
+			}
+			t.setActive(leader)
+		}
+	}
+}
+
+// setActive starts or ends a term. Either way the entries start empty:
+// what a previous term heard is not this term's business, and an instance
+// first observed now gets a whole TTL from now.
+func (t *Tracker) setActive(active bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.active == active {
+		return
+	}
+	t.active = active
+	t.entries = map[string]*entry{}
+	if active {
+		t.log.Info("heartbeat tracker active: every live instance has a full TTL from now", "ttl", t.ttl)
+	} else {
+		t.log.Info("heartbeat tracker inactive: this server no longer leads")
+	}
+}
+
+// Active reports whether this server keeps the heartbeats now.
+func (t *Tracker) Active() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.active
+}
+
+func (t *Tracker) tracked() float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return float64(len(t.entries))
+}
+
+// Heartbeat records that instance's agent, in session, is alive. It
+// returns nil when the heartbeat is taken, ErrNotLeader when this server
+// does not keep heartbeats now, a refusal (see Reason) when the agent must
+// register again, or a gRPC status error when the store could not be read.
+//
+// A heartbeat never makes an instance alive by itself: it only extends an
+// instance the store already calls ready or draining, with that session.
+// Only the instance controller adds instances to the Tracker (Observe),
+// from what it read in the store, so a heartbeat racing with a change of
+// the Instance cannot bring back what the controller has just marked down.
+func (t *Tracker) Heartbeat(ctx context.Context, instance, session string) error {
+	t.mu.Lock()
+	if !t.active {
+		t.mu.Unlock()
+		return ErrNotLeader
+	}
+	if e := t.entries[instance]; e != nil && e.session == session {
+		if e.expired {
+			t.mu.Unlock()
+			t.metrics.heartbeats.WithLabelValues(resultRefused).Inc()
+			return refusal(ReasonDown, instance, Registration{}, session, t.ttl)
+		}
+		e.lastHeard = t.clock.Now()
+		t.mu.Unlock()
+		t.metrics.heartbeats.WithLabelValues(resultOK).Inc()
+		return nil
+	}
+	t.mu.Unlock()
+
+	// Not observed yet in this term (a new leader, a new registration the
+	// controller has not seen) or another session: the store decides. An
+	// accepted heartbeat changes nothing here; the controller's first
+	// verdict on this registration gives it a whole TTL anyway.
+	reg, err := t.registration(ctx, instance)
+	if err != nil {
+		t.metrics.heartbeats.WithLabelValues(resultError).Inc()
+		return err
+	}
+	if r := Admit(reg, session); r != "" {
+		t.metrics.heartbeats.WithLabelValues(resultRefused).Inc()
+		return refusal(r, instance, reg, session, t.ttl)
+	}
+	t.metrics.heartbeats.WithLabelValues(resultOK).Inc()
+	return nil
+}
+
+// registration reads what the store says of instance.
+func (t *Tracker) registration(ctx context.Context, instance string) (Registration, error) {
+	resp, err := t.store.Read(ctx, &pbresource.ReadRequest{Id: orchestrator.InstanceID(instance)})
+	if status.Code(err) == codes.NotFound {
+		return Registration{}, nil
+	}
+	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return Registration{}, err
+		}
+		return Registration{}, status.Errorf(codes.Unavailable, "reading instance %q: %v", instance, err)
+	}
+	in, err := resource.DecodeData[*pborch.Instance](resp.GetResource())
+	if err != nil {
+		return Registration{}, status.Errorf(codes.Internal, "instance %q: %v", instance, err)
+	}
+	return Registration{Found: true, Status: in.GetStatus(), Session: in.GetSession()}, nil
+}
+
+// Observe is the instance controller's question about an Instance it read
+// as ready or draining, with session, at version: is it expired? An
+// instance first observed in this term, or observed with a new session,
+// gets a whole TTL from now. A verdict of expired is final for that
+// version: heartbeats of the session are refused from then on, so the
+// controller can mark it down without a heartbeat slipping in between;
+// observed again at another version (someone wrote the Instance since), it
+// gets a fresh TTL instead. Observe fails with ErrNotLeader while the
+// Tracker is inactive.
+func (t *Tracker) Observe(instance, session, version string) (Liveness, error) {
+	now := t.clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.active {
+		return Liveness{}, ErrNotLeader
+	}
+	e := t.entries[instance]
+	switch {
+	case e == nil || e.session != session:
+		e = &entry{session: session, lastHeard: now}
+		t.entries[instance] = e
+	case e.expired && e.expiredVersion != version:
+		e.expired, e.expiredVersion, e.lastHeard = false, "", now
+	}
+	l := Judge(e.lastHeard, now, t.ttl)
+	if l.Expired && !e.expired {
+		e.expired, e.expiredVersion = true, version
+		t.metrics.expired.Inc()
+	}
+	return l, nil
+}
+
+// Forget drops an instance the store no longer calls alive (down, left or
+// removed). Its heartbeats are then judged by the store again, which
+// refuses them until the agent registers anew.
+func (t *Tracker) Forget(instance string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.entries, instance)
+}
+
+// Now is the Tracker's clock's time.
+func (t *Tracker) Now() time.Time { return t.clock.Now() }
+
+// Result labels of the heartbeats_total metric.
+const (
+	resultOK        = "ok"
+	resultRefused   = "refused"
+	resultForwarded = "forwarded"
+	resultError     = "error"
+)
+
+type metrics struct {
+	heartbeats *prometheus.CounterVec
+	expired    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, tracked func() float64) (*metrics, error) {
+	m := &metrics{
+		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "trellis", Subsystem: "heartbeat", Name: "requests_total",
+			Help: "Heartbeats handled by this server, by result (ok, refused, forwarded to the leader, error).",
+		}, []string{"result"}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "trellis", Subsystem: "heartbeat", Name: "expired_total",
+			Help: "Instances found with no heartbeat for a whole TTL, while this server led.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.heartbeats, m.expired, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "trellis", Subsystem: "heartbeat", Name: "tracked_instances",
+		Help: "Live instances whose heartbeats this server, as leader, keeps.",
+	}, tracked)} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("heartbeat metrics: %w", err)
+		}
+	}
+	return m, nil
+}

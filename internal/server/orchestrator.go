@@ -1,0 +1,56 @@
+package server
+
+import (
+	"google.golang.org/grpc"
+
+	pbagent "trellis.dev/trellis/api/agent/v1"
+	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/orchestrator/controllers"
+	"trellis.dev/trellis/internal/orchestrator/heartbeat"
+)
+
+// addOrchestrator wires the orchestrator's server side, when the registry
+// serves its types: the AgentService on the gRPC server, the heartbeat
+// tracker (active while this server leads) and the instance and task
+// controllers.
+func (s *Server) addOrchestrator() error {
+	if _, ok := s.registry.Resolve(orchestrator.InstanceType); !ok || s.leadership == nil {
+		return nil
+	}
+	tracker, err := heartbeat.NewTracker(heartbeat.Config{
+		TTL:        s.cfg.HeartbeatTTL,
+		Instances:  s.api,
+		Leadership: s.leadership.Subscribe(),
+		Registerer: s.metrics,
+		Logger:     s.log.With("component", "heartbeat"),
+	})
+	if err != nil {
+		return err
+	}
+	// A follower forwards heartbeats over the Raft backend's pooled
+	// connection to the leader; in memory this server always leads.
+	var leaderConn func() (*grpc.ClientConn, error)
+	self := s.GRPCAddr()
+	if s.raft != nil {
+		leaderConn = s.raft.Backend().LeaderConn
+		self = s.raft.Backend().GRPCAddr()
+	}
+	svc, err := heartbeat.NewService(heartbeat.ServiceConfig{Tracker: tracker, LeaderConn: leaderConn, Self: self})
+	if err != nil {
+		return err
+	}
+	pbagent.RegisterAgentServiceServer(s.grpc, svc)
+	ctls, err := controllers.Controllers(controllers.Config{
+		API:     s.api,
+		Tracker: tracker,
+		Logger:  s.log.With("component", "orchestrator"),
+	})
+	if err != nil {
+		return err
+	}
+	for _, c := range ctls {
+		s.AddController(c)
+	}
+	s.Add("heartbeats", tracker)
+	return nil
+}
