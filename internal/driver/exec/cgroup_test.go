@@ -3,8 +3,11 @@
 package exec_test
 
 import (
+	"encoding/json"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -135,7 +138,16 @@ func TestDestroyRefusesAForeignCgroup(t *testing.T) {
 	d := newDriver(t, exec.Config{})
 	h := start(t, d, testSpec(t, "true"))
 	wait(t, d, h)
-	h.State = []byte(strings.Replace(string(h.State), `"start_ticks"`, `"cgroup":"/sys/fs/cgroup/system.slice","start_ticks"`, 1))
+	var st map[string]any
+	if err := json.Unmarshal(h.State, &st); err != nil {
+		t.Fatal(err)
+	}
+	st["cgroup"] = "/sys/fs/cgroup/system.slice"
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.State = b
 	if err := d.Destroy(ctxFor(t), h); err == nil || !strings.Contains(err.Error(), "is not below") {
 		t.Fatalf("Destroy = %v, want a refusal", err)
 	}
@@ -174,5 +186,49 @@ func TestNoLimitsNoOOM(t *testing.T) {
 	h := start(t, d, testSpec(t, "sh", "-c", "exit 0"))
 	if exit := wait(t, d, h); exit.OOMKilled {
 		t.Errorf("exit = %+v, want no OOM", exit)
+	}
+}
+
+// A SIGKILL through a handle naming another cgroup kills the container's
+// process group but never the other group's processes.
+func TestSignalSparesAForeignCgroup(t *testing.T) {
+	root := cgroup2Root(t)
+	victimGroup := filepath.Join(root, "trellis-test-victim-"+randomName())
+	if err := os.Mkdir(victimGroup, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	victim := osexec.Command("sleep", "1000")
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = victim.Process.Kill()
+		_ = victim.Wait()
+		_ = os.Remove(victimGroup)
+	})
+	if err := os.WriteFile(filepath.Join(victimGroup, "cgroup.procs"), []byte(strconv.Itoa(victim.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	d := newDriver(t, exec.Config{CgroupRoot: root})
+	h := start(t, d, testSpec(t, "sleep", "1000"))
+	var st map[string]any
+	if err := json.Unmarshal(h.State, &st); err != nil {
+		t.Fatal(err)
+	}
+	st["cgroup"] = victimGroup
+	forged := h
+	forged.State, _ = json.Marshal(st)
+	if err := d.Signal(ctxFor(t), forged, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if exit := wait(t, d, h); exit.Signal != syscall.SIGKILL {
+		t.Errorf("container exit = %+v, want SIGKILL", exit)
+	}
+	// Had the victim's group been killed, it would not end by TERM.
+	_ = victim.Process.Signal(syscall.SIGTERM)
+	err := victim.Wait()
+	if ws, ok := victim.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGTERM {
+		t.Errorf("victim ended with %v, want SIGTERM: the forged handle reached it", err)
 	}
 }

@@ -106,12 +106,12 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Handle, er
 	}
 	cg := d.cgroups()
 	if cg.parent != "" {
-		dir, fd, err := cg.create(cgroupName(spec.TaskUID, spec.TaskID, spec.Container, randomSuffix()), spec.CPUMillis, spec.MemoryBytes)
+		group, fd, err := cg.create(cgroupName(spec.TaskUID, spec.TaskID, spec.Container, randomSuffix()), spec.CPUMillis, spec.MemoryBytes)
 		if err != nil {
 			return driver.Handle{}, err
 		}
 		defer unix.Close(fd)
-		st.Cgroup = dir
+		st.Cgroup = group
 		// clone3(CLONE_INTO_CGROUP): the child is in its group from its
 		// first instruction, so not even an exec'd shell runs unlimited.
 		cmd.SysProcAttr.UseCgroupFD = true
@@ -269,7 +269,9 @@ func (d *Driver) Signal(ctx context.Context, h driver.Handle, sig syscall.Signal
 	if err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("signal %v to process group %d: %w", sig, pid, err)
 	}
-	if sig == unix.SIGKILL && st.Cgroup != "" {
+	// A damaged handle must not make us kill some other group; the group
+	// signal above has done what it could.
+	if sig == unix.SIGKILL && st.Cgroup != "" && d.ownCgroup(st.Cgroup) {
 		if err := killCgroup(st.Cgroup); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("signal %v to cgroup %s: %w", sig, st.Cgroup, err)
 		}
@@ -347,9 +349,8 @@ func (d *Driver) Destroy(ctx context.Context, h driver.Handle) error {
 		return err
 	}
 	if st.Cgroup != "" {
-		root := d.cgroupParentDir()
-		if !within(root, st.Cgroup) {
-			return fmt.Errorf("handle state: cgroup %q is not below %s", st.Cgroup, root)
+		if !d.ownCgroup(st.Cgroup) {
+			return fmt.Errorf("handle state: cgroup %q is not below %s", st.Cgroup, d.cgroupParentDir())
 		}
 		if _, ok := ctx.Deadline(); !ok {
 			var cancel context.CancelFunc
@@ -368,4 +369,10 @@ func (d *Driver) Destroy(ctx context.Context, h driver.Handle) error {
 
 func (d *Driver) cgroupParentDir() string {
 	return filepath.Join(d.cfg.CgroupRoot, d.cfg.CgroupParent)
+}
+
+// ownCgroup reports whether a handle's cgroup is one of this driver's
+// container groups, which it may kill and remove.
+func (d *Driver) ownCgroup(dir string) bool {
+	return within(d.cgroupParentDir(), dir)
 }

@@ -99,13 +99,18 @@ func (b *burster) joined(from, to int) string {
 	return string(bytes.Join(b.bursts[from:to], nil))
 }
 
-func rotatingDriver(t *testing.T, maxFiles int) *exec.Driver {
-	return newDriver(t, exec.Config{
+// rotatingConfig rotates at 1 KiB and looks often.
+func rotatingConfig(maxFiles int) exec.Config {
+	return exec.Config{
 		LogMaxBytes:       1024,
 		LogMaxFiles:       maxFiles,
 		LogRotateInterval: time.Millisecond,
 		LogFollowInterval: time.Millisecond,
-	})
+	}
+}
+
+func rotatingDriver(t *testing.T, maxFiles int) *exec.Driver {
+	return newDriver(t, rotatingConfig(maxFiles))
 }
 
 func TestLogRotation(t *testing.T) {

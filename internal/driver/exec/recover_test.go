@@ -21,14 +21,18 @@ import (
 // (through a pidfd: it is not our child), signals it and rotates its logs.
 func TestRecoverAfterAgentRestart(t *testing.T) {
 	b := newBurster(t, 3)
-	h := startInOtherAgent(t, b.spec, "", "trellis-test-"+randomName())
+	// The restarted agent has the same configuration: where cgroups are
+	// enforced, Destroy removes only groups below its own parent.
+	cfg := rotatingConfig(3)
+	cfg.CgroupParent = "trellis-test-" + randomName()
+	h := startInOtherAgent(t, b.spec, "", cfg.CgroupParent)
 	pid, _ := strconv.Atoi(h.ID)
 	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
 	if ppid := parentOf(t, pid); ppid == os.Getpid() {
 		t.Fatalf("the container is a child of the test process; the test proves nothing")
 	}
 
-	d := rotatingDriver(t, 3)
+	d := newDriver(t, cfg)
 	if err := d.Recover(ctxFor(t), h); err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
@@ -71,10 +75,10 @@ func TestRecoverAfterAgentRestart(t *testing.T) {
 // Wait on a handle the Driver has not seen recovers it first.
 func TestWaitRecoversImplicitly(t *testing.T) {
 	spec := testSpec(t, "sleep", "1000")
-	h := startInOtherAgent(t, spec, "", "trellis-test-"+randomName())
-	pid, _ := strconv.Atoi(h.ID)
-	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
-	d := newDriver(t, exec.Config{})
+	parent := "trellis-test-" + randomName()
+	h := startInOtherAgent(t, spec, "", parent)
+	d := newDriver(t, exec.Config{CgroupParent: parent})
+	t.Cleanup(func() { cleanup(t, d, h) })
 	// A Wait whose context has already ended still attaches first.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
