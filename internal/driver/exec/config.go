@@ -1,0 +1,74 @@
+package exec
+
+import (
+	"io"
+	"log/slog"
+	"time"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultLogMaxBytes       = 10 << 20
+	DefaultLogMaxFiles       = 3
+	DefaultLogRotateInterval = time.Second
+	DefaultLogFollowInterval = 250 * time.Millisecond
+	DefaultCgroupRoot        = "/sys/fs/cgroup"
+	DefaultCgroupParent      = "trellis"
+)
+
+// ExecOutputLimit bounds the output Driver.Exec returns: a health check
+// that floods its output must not grow the agent.
+const ExecOutputLimit = 64 << 10
+
+// Config sets up a Driver. The zero value is usable: each zero field takes
+// its default.
+type Config struct {
+	// Logger receives the driver's notes (cgroups unavailable, a rotation
+	// that failed). Nil discards them.
+	Logger *slog.Logger
+
+	// LogMaxBytes is the size at which a log file is rotated.
+	LogMaxBytes int64
+	// LogMaxFiles is how many files of one stream are kept, the current
+	// one included (as Docker's max-file): 3 keeps <name>, <name>.1 and
+	// <name>.2. 1 keeps only the current file, truncated when full.
+	LogMaxFiles int
+	// LogRotateInterval is how often the rotator checks a container's log
+	// sizes. A file may pass LogMaxBytes by what is written in one interval.
+	LogRotateInterval time.Duration
+	// LogFollowInterval is how often a following Logs reader looks for new
+	// output once it has caught up.
+	LogFollowInterval time.Duration
+
+	// CgroupRoot is where the cgroup v2 hierarchy is mounted.
+	CgroupRoot string
+	// CgroupParent is the group under CgroupRoot that holds one group per
+	// container; it is created on demand. A relative path; it may nest
+	// ("trellis/agent-1").
+	CgroupParent string
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.LogMaxBytes <= 0 {
+		c.LogMaxBytes = DefaultLogMaxBytes
+	}
+	if c.LogMaxFiles <= 0 {
+		c.LogMaxFiles = DefaultLogMaxFiles
+	}
+	if c.LogRotateInterval <= 0 {
+		c.LogRotateInterval = DefaultLogRotateInterval
+	}
+	if c.LogFollowInterval <= 0 {
+		c.LogFollowInterval = DefaultLogFollowInterval
+	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = DefaultCgroupRoot
+	}
+	if c.CgroupParent == "" {
+		c.CgroupParent = DefaultCgroupParent
+	}
+	return c
+}

@@ -1,0 +1,43 @@
+//go:build !linux
+
+package exec
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"syscall"
+
+	"trellis.dev/trellis/internal/driver"
+)
+
+// Off Linux the driver compiles, so that the agent does, but reports itself
+// unavailable: it needs /proc, pidfds and cgroup v2.
+
+func unavailable() error {
+	return fmt.Errorf("exec driver needs Linux, this is %s: %w", runtime.GOOS, driver.ErrUnavailable)
+}
+
+func (d *Driver) Fingerprint(ctx context.Context) driver.Fingerprint {
+	return driver.Fingerprint{Detail: unavailable().Error()}
+}
+
+func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Handle, error) {
+	return driver.Handle{}, unavailable()
+}
+
+func (d *Driver) Wait(ctx context.Context, h driver.Handle) (driver.Exit, error) {
+	return driver.Exit{Code: -1, Err: unavailable()}, unavailable()
+}
+
+func (d *Driver) Signal(ctx context.Context, h driver.Handle, sig syscall.Signal) error {
+	return unavailable()
+}
+
+func (d *Driver) Exec(ctx context.Context, h driver.Handle, cmd []string) (int, []byte, error) {
+	return -1, nil, unavailable()
+}
+
+func (d *Driver) Recover(ctx context.Context, h driver.Handle) error { return unavailable() }
+
+func (d *Driver) Destroy(ctx context.Context, h driver.Handle) error { return unavailable() }
