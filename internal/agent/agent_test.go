@@ -191,7 +191,9 @@ func TestReportsAreBatchedAndMergedOnConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the first report is held", func() bool { return counts.held.Load() == 1 })
-	eventually(t, "every task runs on the agent", func() bool { return a.countTasks(func(e *task) bool { return e.snap.Status == orchestrator.StatusRunning }) == n })
+	eventually(t, "every task runs on the agent", func() bool {
+		return a.countTasks(func(e *task) bool { return e.snap.Status == orchestrator.StatusRunning }) == n
+	})
 
 	// Meanwhile someone labels every task: the held batch is stale now.
 	for i := range n {

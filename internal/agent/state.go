@@ -84,9 +84,9 @@ func encodeDefinition(td *pborch.TaskDefinition) (json.RawMessage, error) {
 // stateDir is the local state of one agent.
 type stateDir struct{ root string }
 
-func (d stateDir) tasksDir() string            { return filepath.Join(d.root, "tasks") }
+func (d stateDir) tasksDir() string             { return filepath.Join(d.root, "tasks") }
 func (d stateDir) recordPath(uid string) string { return filepath.Join(d.tasksDir(), uid+".json") }
-func (d stateDir) agentPath() string           { return filepath.Join(d.root, "agent.json") }
+func (d stateDir) agentPath() string            { return filepath.Join(d.root, "agent.json") }
 
 func (d stateDir) init() error {
 	if err := os.MkdirAll(d.tasksDir(), 0o700); err != nil {
