@@ -120,7 +120,7 @@ type heartbeats struct {
 }
 
 func (h *heartbeats) Heartbeat(ctx context.Context, req *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error) {
-	resp, err := h.api.Read(ctx, &pbresource.ReadRequest{Id: orchestrator.InstanceID(req.GetInstance())})
+	resp, err := h.api.Read(ctx, &pbresource.ReadRequest{Id: orchestrator.InstanceID(req.GetInstance()), Consistent: true})
 	if status.Code(err) == codes.NotFound {
 		return nil, status.Error(codes.FailedPrecondition, "unknown instance")
 	}
