@@ -73,6 +73,9 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.NewRunner == nil {
+		return nil, configError("NewRunner", "required: the agent needs a task runner")
+	}
 	cfg = cfg.withDefaults()
 	a := &Agent{
 		cfg:       cfg,

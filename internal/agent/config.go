@@ -144,9 +144,6 @@ func (c Config) Validate() error {
 			return configError("-attribute", "the value of %q is over %d characters", k, orchestrator.MaxAttributeValueLength)
 		}
 	}
-	if c.NewRunner == nil {
-		return configError("NewRunner", "required: the agent needs a task runner")
-	}
 	for name, d := range c.Drivers {
 		if d == nil {
 			return configError("Drivers", "driver %q is nil", name)

@@ -302,6 +302,11 @@ func TestConfigRefusals(t *testing.T) {
 	if err := good().Validate(); err != nil {
 		t.Fatalf("a good config is refused: %v", err)
 	}
+	noRunner := good()
+	noRunner.NewRunner = nil
+	if _, err := New(noRunner); err == nil || !strings.Contains(err.Error(), "NewRunner: required") {
+		t.Errorf("New without a runner: %v", err)
+	}
 	for _, c := range []struct {
 		edit func(*Config)
 		want string
@@ -314,7 +319,6 @@ func TestConfigRefusals(t *testing.T) {
 		{func(c *Config) { c.Cluster = "Prod" }, `-cluster: "Prod" is not a valid name`},
 		{func(c *Config) { c.Attributes = map[string]string{"os": "x"} }, `-attribute: "os" is a built-in attribute`},
 		{func(c *Config) { c.Attributes = map[string]string{"-x": "x"} }, `-attribute[-x]`},
-		{func(c *Config) { c.NewRunner = nil }, "NewRunner: required"},
 		{func(c *Config) { c.HTTPAddr = "7710" }, `-http-addr: "7710" is not host:port`},
 	} {
 		cfg := good()

@@ -26,6 +26,10 @@ type session struct {
 	addr string
 	res  pbresource.ResourceServiceClient
 	hb   pbagent.AgentServiceClient
+	// starts are the task starts under way on this session; it ends only
+	// once they have given up, so that the next session's resync sees
+	// the tasks they dropped as idle and starts them again.
+	starts sync.WaitGroup
 }
 
 var errLeft = errors.New("the instance has left the cluster")
@@ -46,6 +50,7 @@ func (a *Agent) runSession(ctx context.Context, addr string) (worked bool, err e
 	defer cc.Close()
 	s := &session{a: a, addr: addr, res: pbresource.NewResourceServiceClient(cc), hb: pbagent.NewAgentServiceClient(cc)}
 	ctx, cancel := context.WithCancel(ctx)
+	defer s.starts.Wait()
 	defer cancel()
 
 	a.mu.Lock()

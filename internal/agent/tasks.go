@@ -140,7 +140,11 @@ func (a *Agent) apply(ctx context.Context, s *session, fx effects) {
 			a.mu.Unlock()
 			continue
 		}
-		go a.start(ctx, s, t)
+		s.starts.Add(1)
+		go func() {
+			defer s.starts.Done()
+			a.start(ctx, s, t)
+		}()
 	}
 }
 
