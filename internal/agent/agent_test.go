@@ -548,3 +548,38 @@ func TestAdmitRefusesASecondCopy(t *testing.T) {
 type errSecondCopy string
 
 func (e errSecondCopy) Error() string { return "a copy runs already: " + string(e) }
+
+// A task deleted while its agent was away is not in the agent's first
+// listing: the agent stops it (without writing it back).
+func TestTaskDeletedWhileTheAgentWasAway(t *testing.T) {
+	srv := startServer(t)
+	pt := newProcTable(t)
+	cfg := config(t, "i-1", pt, srv)
+	a1 := startAgent(t, cfg)
+	registered(t, srv, a1)
+	srv.registerDefinition(t, "default", shDefinition("sleeper", "exec sleep 1000"))
+	srv.place(t, "default", "t1", "sleeper:1", "i-1")
+	tk := srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
+	pid, _ := strconv.Atoi(tk.GetContainers()[0].GetRuntimeId())
+	a1.kill(t)
+	if _, err := srv.res.Delete(context.Background(), &pbresource.DeleteRequest{Id: orchestrator.TaskID("default", "t1")}); err != nil {
+		t.Fatal(err)
+	}
+
+	startAgent(t, cfg)
+	eventually(t, "the process is stopped", func() bool {
+		select {
+		case <-pt.find(pid).done:
+			return true
+		default:
+			return false
+		}
+	})
+	eventually(t, "the local state is removed", func() bool { return len(records(t, cfg.DataDir)) == 0 })
+	if res, _ := srv.task(t, "default", "t1"); res != nil {
+		t.Errorf("the deleted task was written again: %v", res)
+	}
+	if pt.resume.Load() != 1 {
+		t.Errorf("resumed %d times, want 1 (then stopped)", pt.resume.Load())
+	}
+}

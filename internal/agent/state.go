@@ -147,16 +147,20 @@ func (d stateDir) loadRecords() ([]*record, []error) {
 	return out, errs
 }
 
-// removeOrphanDirs removes task directories without a record: tasks that
-// finished before the agent last stopped.
-func (d stateDir) removeOrphanDirs(keep map[string]bool) {
+// removeOrphans removes task directories without a record (tasks that
+// finished before the agent last stopped) and temporary files a killed
+// agent left half written.
+func (d stateDir) removeOrphans(keep map[string]bool) {
 	entries, err := os.ReadDir(d.tasksDir())
 	if err != nil {
 		return
 	}
 	for _, e := range entries {
-		if e.IsDir() && !keep[e.Name()] {
+		switch {
+		case e.IsDir() && !keep[e.Name()]:
 			_ = os.RemoveAll(filepath.Join(d.tasksDir(), e.Name()))
+		case !e.IsDir() && strings.HasPrefix(e.Name(), "."):
+			_ = os.Remove(filepath.Join(d.tasksDir(), e.Name()))
 		}
 	}
 }

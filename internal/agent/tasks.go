@@ -556,10 +556,12 @@ func (a *Agent) resume() {
 		if e.token != "" {
 			a.tokens[e.token] = e
 		}
-		if r.Done || r.Snapshot.Status == orchestrator.StatusStopped {
+		if r.Done {
 			e.phase = phaseDone
 			continue
 		}
+		// Not done, even if the last snapshot says STOPPED: the runner may
+		// not have released its containers yet, and resuming lets it.
 		e.phase = phaseRunning
 		if e.stopReason != "" {
 			e.phase = phaseStopping
@@ -568,7 +570,7 @@ func (a *Agent) resume() {
 		states = append(states, r.Snapshot.State)
 	}
 	a.mu.Unlock()
-	a.state.removeOrphanDirs(keep)
+	a.state.removeOrphans(keep)
 	for i, e := range toRun {
 		a.log.Info("resuming task", "task", e.key(), "uid", e.uid)
 		a.run(e, states[i])
