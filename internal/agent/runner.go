@@ -142,6 +142,10 @@ type ContainerStatus struct {
 // final: the task is reported STOPPED with the error as its reason. It is
 // the hook for "one and only one copy per instance": the daemon scheduler
 // refuses a second task of the same owner.
+//
+// Admissions are serialized (the agent holds its lock around the call, so
+// two tasks cannot both be admitted against the same live set): the
+// function must be quick, and must not call the Agent.
 type AdmitFunc func(candidate Assignment, live []Assignment) error
 
 // Assignment is a task placed on this instance, as the store has it.
