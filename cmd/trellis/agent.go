@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"trellis.dev/trellis/internal/agent"
+	"trellis.dev/trellis/internal/driver"
+	"trellis.dev/trellis/internal/resource"
+)
+
+// agentRuntime returns the task drivers and the task runner `trellis
+// agent` runs tasks with.
+//
+// TODO(lead): wire the exec and docker drivers (internal/driver/exec,
+// internal/driver/docker) and an agent.NewRunnerFunc over the lifecycle
+// engine (internal/agent/lifecycle) here once they are merged.
+var agentRuntime = func(log *slog.Logger) (map[string]driver.Driver, agent.NewRunnerFunc, error) {
+	return nil, nil, errors.New("this build of trellis has no task drivers wired in")
+}
+
+func newAgentCmd(e *env, cf *clientFlags) *cobra.Command {
+	var (
+		servers    []string
+		attributes []string
+		cfg        agent.Config
+		logLevel   string
+	)
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the agent of an instance: register it, heartbeat, run the tasks placed on it",
+		Long: `Run the agent of this machine (an instance). It registers an Instance resource
+named -name with built-in attributes (os, arch, hostname, cpu.count,
+memory.bytes, kernel, driver.<name>) and those of -attribute, heartbeats to the
+servers, learns the tasks placed on it by watching them, runs them through its
+drivers and reports what happens to them.
+
+It talks to one server at a time over gRPC and moves to another of -server when
+that one goes away. Attributes an operator set with 'trellis instance
+set-attribute', and a drain, are kept across restarts; -attribute values win
+over stored ones of the same key.
+
+Its state lives in -data-dir: an agent killed and started again on the same
+directory re-attaches to the tasks it was running instead of starting them
+again. Stopping the agent (Ctrl-C, SIGTERM) leaves its tasks running; 'trellis
+agent leave' stops them and takes the instance out of the cluster.
+
+Tasks reach the agent's local API at TRELLIS_TASK_METADATA_URI for their own
+state; 'trellis task logs' reads their logs there.`,
+		Example: `  trellis agent -server 127.0.0.1:7701 -data-dir /var/lib/trellis/agent -name web-1 \
+      -attribute zone=eu-1a -attribute node.class=big
+  trellis agent -server 10.0.0.1:7701 -server 10.0.0.2:7701 -server 10.0.0.3:7701 \
+      -data-dir /var/lib/trellis/agent -cluster prod -http-addr 0.0.0.0:7710`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := (&serverFlags{logLevel: logLevel}).logger(e.stderr)
+			if err != nil {
+				return err
+			}
+			cfg.Servers = servers
+			if cfg.Attributes, err = parseAttributes(attributes); err != nil {
+				return usageError{err}
+			}
+			if cfg.Name == "" {
+				host, _ := os.Hostname()
+				if cfg.Name = defaultInstanceName(host); cfg.Name == "" {
+					return usageError{errors.New("-name: required (the host name cannot serve as one)")}
+				}
+			}
+			cfg.Token = cf.token
+			if cfg.Token == "" {
+				cfg.Token = e.getenv("TRELLIS_TOKEN")
+			}
+			cfg.Logger = log
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
+			if cfg.Drivers, cfg.NewRunner, err = agentRuntime(log); err != nil {
+				return err
+			}
+			a, err := agent.New(cfg)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			go func() {
+				<-ctx.Done()
+				stop() // the next signal ends the process at once
+			}()
+			log.Info("trellis agent running", "name", cfg.Name, "http", "http://"+a.HTTPAddr(), "address", a.Address())
+			return a.Start(ctx)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringArrayVar(&servers, "server", nil, "gRPC address (host:port) of a server; repeatable, tried in turn (required)")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for the agent's state, its tasks' directories and logs (required)")
+	fs.StringVar(&cfg.Name, "name", "", "name of this instance (a DNS label; default: the host name)")
+	fs.StringVar(&cfg.Cluster, "cluster", "default", "cluster the instance belongs to")
+	fs.StringArrayVar(&attributes, "attribute", nil, "an attribute of this instance, key=value; repeatable")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", agent.DefaultHTTPAddr, "address of the local API for tasks and the CLI (host:port; port 0 picks one and keeps it across restarts)")
+	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "address written to the Instance for the CLI to reach the local API (default: -http-addr's)")
+	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.AddCommand(newAgentLeaveCmd(e))
+	return cmd
+}
+
+func newAgentLeaveCmd(e *env) *cobra.Command {
+	var addr, dataDir string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "leave",
+		Short: "Make an agent leave the cluster: stop its tasks and mark its instance left",
+		Long: `Ask a running agent to leave the cluster gracefully: it stops every task it runs
+(each within its stop timeout), waits until their STOPPED states are stored,
+marks its Instance left and exits. The command returns when that is done.
+
+Name the agent by the address of its local API (-addr) or by its data
+directory (-data-dir), where it records that address.`,
+		Example: `  trellis agent leave -data-dir /var/lib/trellis/agent
+  trellis agent leave -addr 127.0.0.1:7710`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case addr != "" && dataDir != "":
+				return usageError{errors.New("give -addr or -data-dir, not both")}
+			case addr == "" && dataDir == "":
+				return usageError{errors.New("-addr or -data-dir is required: which agent should leave")}
+			case dataDir != "":
+				var err error
+				if addr, err = agent.ReadAgentFile(dataDir); err != nil {
+					return fmt.Errorf("-data-dir: no agent address recorded: %w", err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			if err := agent.RequestLeave(ctx, addr); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "Agent at %s left the cluster.\n", addr)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "", "address (host:port) of the agent's local API")
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "data directory of the agent (on this machine)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the tasks to stop and the leave to complete")
+	return cmd
+}
+
+// parseAttributes parses -attribute key=value flags.
+func parseAttributes(kvs []string) (map[string]string, error) {
+	out := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("-attribute: %q is not key=value", kv)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("-attribute: %q is given twice", k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// defaultInstanceName makes a host name into an instance name: its first
+// label, lowercased, other characters replaced by '-'; "" when nothing is
+// left.
+func defaultInstanceName(host string) string {
+	host, _, _ = strings.Cut(strings.ToLower(host), ".")
+	var b strings.Builder
+	for _, c := range host {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+			b.WriteRune(c)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	name := strings.Trim(b.String(), "-")
+	if len(name) > 63 {
+		name = strings.TrimRight(name[:63], "-")
+	}
+	if resource.ValidateName("", name) != nil {
+		return ""
+	}
+	return name
+}

@@ -1,0 +1,34 @@
+package agent
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// backoff is the wait before the next attempt after failures consecutive
+// failures (from 1): min·2^(failures-1), capped at max, scaled by a jitter
+// factor in [1/2, 1) drawn from r in [0, 1), so that agents that lost the
+// same server do not come back in step.
+func backoff(minWait, maxWait time.Duration, failures int, r float64) time.Duration {
+	ceiling := minWait
+	for i := 1; i < failures && ceiling < maxWait; i++ {
+		ceiling *= 2
+	}
+	ceiling = min(ceiling, maxWait)
+	r = min(max(r, 0), 0.999999)
+	half := ceiling / 2
+	return half + time.Duration(float64(ceiling-half)*r)
+}
+
+// heartbeatInterval is the wait between heartbeats: a third of the TTL,
+// less up to a quarter of that at random (r in [0, 1)).
+func heartbeatInterval(ttl time.Duration, r float64) time.Duration {
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	third := ttl / 3
+	r = min(max(r, 0), 0.999999)
+	return third - time.Duration(float64(third/4)*r)
+}
+
+func randFloat() float64 { return rand.Float64() }

@@ -1,0 +1,330 @@
+package agent
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/orchestrator"
+)
+
+func stored(desired, last string) *pborch.Task {
+	return &pborch.Task{TaskDefinition: "web:1", Instance: "i-1", DesiredStatus: desired, LastStatus: last}
+}
+
+func TestDecide(t *testing.T) {
+	const (
+		run  = orchestrator.StatusRunning
+		stop = orchestrator.StatusStopped
+		pend = orchestrator.StatusPending
+		lost = orchestrator.StatusLost
+	)
+	for _, c := range []struct {
+		name string
+		s    situation
+		want decision
+	}{
+		// Starting happens once, from PENDING.
+		{"new task starts", situation{stored: stored(run, pend)}, decision{start: true}},
+		{"not while leaving", situation{stored: stored(run, pend), leaving: true}, decision{}},
+		{"starting: nothing more", situation{stored: stored(run, pend), phase: phaseStarting}, decision{}},
+		{"running: nothing", situation{stored: stored(run, run), phase: phaseRunning}, decision{}},
+		{"done: never again", situation{stored: stored(run, run), phase: phaseDone}, decision{}},
+		// Not run here, though the store says it runs or was lost: closed.
+		{"running elsewhere in time", situation{stored: stored(run, run)}, decision{finish: "it no longer runs on instance i-1: the agent has no record of it"}},
+		{"lost, not run here", situation{stored: stored(run, lost)}, decision{finish: "lost: it no longer runs on instance i-1"}},
+		// Desired STOPPED.
+		{"stop before start", situation{stored: stored(stop, pend)}, decision{finish: "stopped before it started: desired status is STOPPED"}},
+		{"stop running", situation{stored: stored(stop, run), phase: phaseRunning}, decision{stop: reasonDesiredStopped}},
+		{"stop starting", situation{stored: stored(stop, pend), phase: phaseStarting}, decision{stop: reasonDesiredStopped}},
+		{"stop lost but running", situation{stored: stored(stop, lost), phase: phaseRunning}, decision{stop: reasonDesiredStopped}},
+		{"stopping already", situation{stored: stored(stop, run), phase: phaseStopping}, decision{}},
+		{"stop lost, not here", situation{stored: stored(stop, lost)}, decision{finish: "lost: it no longer runs on instance i-1"}},
+		// Lost but running here: nothing to decide (the report re-adopts it).
+		{"lost, running here", situation{stored: stored(run, lost), phase: phaseRunning}, decision{}},
+		// STOPPED in the store.
+		{"stopped, never ours", situation{stored: stored(run, stop)}, decision{forget: true}},
+		{"stopped and reported", situation{stored: stored(run, stop), phase: phaseDone, reported: true}, decision{forget: true}},
+		{"stopped, report pending", situation{stored: stored(run, stop), phase: phaseDone}, decision{}},
+		{"stopped by someone, running here", situation{stored: stored(run, stop), phase: phaseRunning}, decision{}},
+		{"stopped by someone, unwanted", situation{stored: stored(stop, stop), phase: phaseRunning}, decision{stop: reasonDesiredStopped}},
+		// Deleted.
+		{"deleted, idle", situation{phase: phaseIdle}, decision{forget: true}},
+		{"deleted, starting", situation{phase: phaseStarting}, decision{stop: reasonDeleted, silent: true}},
+		{"deleted, running", situation{phase: phaseRunning}, decision{stop: reasonDeleted, silent: true}},
+		{"deleted, stopping", situation{phase: phaseStopping}, decision{silent: true}},
+		{"deleted, done", situation{phase: phaseDone}, decision{forget: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := decide(c.s); got != c.want {
+				t.Errorf("decide = %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+// Whatever the situation, decide never both starts and does something
+// else, and never starts a task that is not PENDING or that the agent has
+// taken on already.
+func TestDecideStartsOnlyIdlePending(t *testing.T) {
+	statuses := []string{"", orchestrator.StatusPending, orchestrator.StatusRunning, orchestrator.StatusStopped, orchestrator.StatusLost}
+	for _, desired := range []string{orchestrator.StatusRunning, orchestrator.StatusStopped} {
+		for _, last := range statuses {
+			for p := phaseIdle; p <= phaseDone; p++ {
+				for _, deleted := range []bool{false, true} {
+					for _, flags := range []int{0, 1, 2, 3} {
+						s := situation{phase: p, reported: flags&1 != 0, leaving: flags&2 != 0}
+						if !deleted {
+							s.stored = stored(desired, last)
+						}
+						d := decide(s)
+						set := 0
+						for _, b := range []bool{d.start, d.stop != "", d.finish != "", d.forget} {
+							if b {
+								set++
+							}
+						}
+						name := fmt.Sprintf("%+v deleted=%v", s, deleted)
+						if set > 1 {
+							t.Errorf("%s: %+v does several things", name, d)
+						}
+						if d.start && (p != phaseIdle || deleted || last != orchestrator.StatusPending || desired != orchestrator.StatusRunning || s.leaving) {
+							t.Errorf("%s: starts", name)
+						}
+						if d.stop != "" && p != phaseStarting && p != phaseRunning {
+							t.Errorf("%s: stops a task that does not run", name)
+						}
+						if d.finish != "" && p != phaseIdle {
+							t.Errorf("%s: finishes a task it ran", name)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestReportRoundTrip(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 123456789, time.UTC)
+	code := 3
+	snap := Snapshot{
+		Status: orchestrator.StatusStopped, StopReason: "essential container app exited with code 3",
+		StartedAt: now, StoppingAt: now.Add(time.Second), StoppedAt: now.Add(2 * time.Second),
+		Containers: []ContainerStatus{{Name: "app", Status: orchestrator.StatusStopped, ExitCode: &code, StartedAt: now, FinishedAt: now.Add(time.Second), RuntimeID: "42", Restarts: 1}},
+	}
+	placed := &pborch.Task{TaskDefinition: "web:1", Instance: "i-1", StartedBy: "alice", DesiredStatus: orchestrator.StatusRunning, LastStatus: orchestrator.StatusRunning}
+	merged := mergeReport(placed, reportOf(snap, "s1"), now)
+	if merged.GetStartedBy() != "alice" || merged.GetDesiredStatus() != orchestrator.StatusRunning || merged.GetTaskDefinition() != "web:1" {
+		t.Errorf("the placer's fields changed: %v", merged)
+	}
+	if merged.GetHealth() != orchestrator.HealthUnknown || merged.GetContainers()[0].GetExitCode() != 3 || merged.GetSession() != "s1" {
+		t.Errorf("merged %v", merged)
+	}
+	// What the store gives back (through the wire) carries the report.
+	b, err := proto.Marshal(merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back pborch.Task
+	if err := proto.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !sameReport(&back, reportOf(snap, "s1")) {
+		t.Errorf("a stored report does not compare equal to itself")
+	}
+	if sameReport(&back, reportOf(snap, "s2")) {
+		t.Errorf("a report of another session compares equal")
+	}
+	lost := proto.Clone(&back).(*pborch.Task)
+	lost.LastStatus = orchestrator.StatusLost
+	if sameReport(lost, reportOf(snap, "s1")) {
+		t.Errorf("a task marked lost compares equal to the report")
+	}
+}
+
+func TestFinishedSnapshot(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	last := Snapshot{Status: orchestrator.StatusRunning, Containers: []ContainerStatus{
+		{Name: "init", Status: orchestrator.StatusStopped, ExitCode: new(int), StartedAt: now.Add(-time.Hour), FinishedAt: now.Add(-time.Minute)},
+		{Name: "app", Status: orchestrator.StatusRunning, StartedAt: now.Add(-time.Minute)},
+		{Name: "late", Status: orchestrator.StatusPending},
+	}}
+	got := finishedSnapshot(last, "the task runner ended", now)
+	if got.Status != orchestrator.StatusStopped || got.StopReason != "the task runner ended" || !got.StoppedAt.Equal(now) {
+		t.Errorf("task: %+v", got)
+	}
+	if c := got.Containers[0]; *c.ExitCode != 0 || !c.FinishedAt.Equal(now.Add(-time.Minute)) {
+		t.Errorf("a stopped container changed: %+v", c)
+	}
+	if c := got.Containers[1]; c.Status != orchestrator.StatusStopped || c.ExitCode == nil || *c.ExitCode != -1 || !c.FinishedAt.Equal(now) {
+		t.Errorf("a running container: %+v; want stopped, exit code unknown", c)
+	}
+	if c := got.Containers[2]; c.Status != orchestrator.StatusStopped || c.ExitCode != nil {
+		t.Errorf("a container that never started: %+v; want stopped without an exit code", c)
+	}
+	if last.Containers[1].Status != orchestrator.StatusRunning {
+		t.Errorf("the last snapshot was modified")
+	}
+}
+
+func TestMergeInstance(t *testing.T) {
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	r := registration{
+		cluster: "prod", address: "10.0.0.5:7710", session: "s2", version: "v1",
+		facts: facts{hostname: "box", cpus: 4, memoryBytes: 8 << 30, kernel: "6.1.0", drivers: []*pborch.DriverInfo{
+			{Name: "exec", Available: true, Detail: "cgroups v2"},
+			{Name: "docker", Available: false, Detail: "no engine"},
+		}},
+		attributes: map[string]string{"zone": "a"},
+	}
+	stored := &pborch.Instance{
+		Cluster: "default", Status: orchestrator.InstanceDown, Drain: true, Session: "s1",
+		Attributes: map[string]string{"rack": "r1", "zone": "b", "os": "plan9", "driver.docker": "27", "kernel": "5.0"},
+	}
+	got := mergeInstance(stored, r, at)
+	want := map[string]string{
+		"rack": "r1", "zone": "a", "os": runtime.GOOS, "arch": got.GetAttributes()["arch"], "hostname": "box",
+		"cpu.count": "4", "memory.bytes": "8589934592", "kernel": "6.1.0", "driver.exec": "cgroups v2",
+	}
+	if len(got.GetAttributes()) != len(want) {
+		t.Errorf("attributes %v, want %v", got.GetAttributes(), want)
+	}
+	for k, v := range want {
+		if got.GetAttributes()[k] != v {
+			t.Errorf("attribute %s = %q, want %q", k, got.GetAttributes()[k], v)
+		}
+	}
+	if got.GetStatus() != orchestrator.InstanceDraining || !got.GetDrain() || got.GetSession() != "s2" || got.GetCluster() != "prod" {
+		t.Errorf("instance %v", got)
+	}
+	if got.GetResources().GetCpuMillis() != 4000 || !got.GetRegisteredAt().AsTime().Equal(at) || len(got.GetDrivers()) != 2 {
+		t.Errorf("instance %v", got)
+	}
+	// A first registration.
+	if got := mergeInstance(nil, r, at); got.GetStatus() != orchestrator.InstanceReady || got.GetDrain() {
+		t.Errorf("new instance %v", got)
+	}
+}
+
+func TestParseMemTotal(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+	}{
+		{"MemTotal:       16333364 kB\nMemFree: 1 kB\n", 16333364 * 1024},
+		{"MemFree: 1 kB\nMemTotal: 2048 kB\n", 2048 * 1024},
+		{"MemTotal: 512\n", 512},
+		{"MemTotal: lots kB\n", 0},
+		{"", 0},
+	} {
+		if got := parseMemTotal(strings.NewReader(c.in)); got != c.want {
+			t.Errorf("parseMemTotal(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+	if got := utsString([]int8{'6', '.', '1', 0, 'x'}); got != "6.1" {
+		t.Errorf("utsString = %q", got)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for _, c := range []struct {
+		failures int
+		r        float64
+		want     time.Duration
+	}{
+		{1, 0, 50 * time.Millisecond},
+		{1, 0.999999, 100 * time.Millisecond},
+		{2, 0, 100 * time.Millisecond},
+		{3, 0.5, 300 * time.Millisecond},
+		{20, 0, 5 * time.Second},
+		{1000, 2, 10 * time.Second},
+	} {
+		got := backoff(100*time.Millisecond, 10*time.Second, c.failures, c.r)
+		if d := got - c.want; d < -time.Microsecond*20 || d > time.Microsecond*20 {
+			t.Errorf("backoff(%d, %v) = %s, want %s", c.failures, c.r, got, c.want)
+		}
+	}
+	for _, r := range []float64{0, 0.5, 0.999} {
+		got := heartbeatInterval(9*time.Second, r)
+		if got > 3*time.Second || got < 2250*time.Millisecond {
+			t.Errorf("heartbeatInterval(9s, %v) = %s, want within [2.25s, 3s]", r, got)
+		}
+	}
+}
+
+func TestNextWatchIndex(t *testing.T) {
+	ev := func(op pbresource.WatchEvent_Op, idx uint64) *pbresource.WatchEvent {
+		return &pbresource.WatchEvent{Op: op, Index: idx}
+	}
+	up, eos := pbresource.WatchEvent_OP_UPSERT, pbresource.WatchEvent_OP_END_OF_SNAPSHOT
+	for _, c := range []struct {
+		cur     uint64
+		ev      *pbresource.WatchEvent
+		listing bool
+		want    uint64
+	}{
+		{0, ev(up, 10), true, 0},    // mid-listing: nothing proven
+		{0, ev(eos, 10), false, 10}, // the listing is complete
+		{10, ev(up, 12), false, 11}, // a change at 12: all below it seen
+		{11, ev(up, 12), false, 11}, // another event of the same batch
+		{11, ev(eos, 9), false, 11}, // never backwards
+	} {
+		if got := nextWatchIndex(c.cur, c.ev, c.listing); got != c.want {
+			t.Errorf("nextWatchIndex(%d, %v, %v) = %d, want %d", c.cur, c.ev, c.listing, got, c.want)
+		}
+	}
+}
+
+func TestUIDSet(t *testing.T) {
+	s := newUIDSet(2)
+	s.add("a")
+	s.add("b")
+	s.add("c")
+	if s.has("a") || !s.has("b") || !s.has("c") {
+		t.Errorf("oldest not dropped: %v", s.set)
+	}
+	s.keepOnly(map[string]bool{"c": true})
+	if s.has("b") || !s.has("c") || len(s.order) != 1 {
+		t.Errorf("keepOnly: %v %v", s.set, s.order)
+	}
+}
+
+func TestConfigRefusals(t *testing.T) {
+	good := func() Config {
+		return Config{Servers: []string{"127.0.0.1:7701"}, DataDir: "/tmp/x", Name: "i-1", NewRunner: func(RunnerConfig) (TaskRunner, error) { return nil, nil }}
+	}
+	if err := good().Validate(); err != nil {
+		t.Fatalf("a good config is refused: %v", err)
+	}
+	noRunner := good()
+	noRunner.NewRunner = nil
+	if _, err := New(noRunner); err == nil || !strings.Contains(err.Error(), "NewRunner: required") {
+		t.Errorf("New without a runner: %v", err)
+	}
+	for _, c := range []struct {
+		edit func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Servers = nil }, "-server: at least one"},
+		{func(c *Config) { c.Servers = []string{"7701"} }, `-server: "7701" is not host:port`},
+		{func(c *Config) { c.Servers = []string{"a:1", "a:1"} }, `-server: "a:1" is given twice`},
+		{func(c *Config) { c.DataDir = "" }, "-data-dir: required"},
+		{func(c *Config) { c.Name = "I_1" }, `-name: "I_1" is not a valid name`},
+		{func(c *Config) { c.Cluster = "Prod" }, `-cluster: "Prod" is not a valid name`},
+		{func(c *Config) { c.Attributes = map[string]string{"os": "x"} }, `-attribute: "os" is a built-in attribute`},
+		{func(c *Config) { c.Attributes = map[string]string{"-x": "x"} }, `-attribute[-x]`},
+		{func(c *Config) { c.HTTPAddr = "7710" }, `-http-addr: "7710" is not host:port`},
+	} {
+		cfg := good()
+		c.edit(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want %q", err, c.want)
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/client"
+	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/server"
+	"trellis.dev/trellis/internal/testcluster"
+	"trellis.dev/trellis/internal/testlog"
+)
+
+// startRaftCluster runs n real servers in this process as one Raft
+// cluster, and waits until they agree on a leader.
+func startRaftCluster(t *testing.T, n int) (servers []*testServer, leader int) {
+	t.Helper()
+	ports, err := testcluster.FreePorts(3 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := func(i, k int) string { return fmt.Sprintf("127.0.0.1:%d", ports[3*i+k]) }
+	var https []*client.Client
+	for i := range n {
+		var join []string
+		for j := range n {
+			if j != i {
+				join = append(join, addr(j, 1))
+			}
+		}
+		srv, err := server.New(server.Config{
+			HTTPAddr: addr(i, 0), GRPCAddr: addr(i, 1), RaftAddr: addr(i, 2),
+			Raft:   &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: n, RetryJoin: join},
+			Logger: testlog.Logger(t).With("server", i), ShutdownTimeout: 10 * time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := &testServer{srv: srv, beats: installHeartbeats(srv, 300*time.Millisecond)}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Start(ctx) }()
+		var once sync.Once
+		ts.stop = func() {
+			once.Do(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("server %d: %v", i, err)
+				}
+			})
+		}
+		t.Cleanup(ts.stop)
+		conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		ts.res = pbresource.NewResourceServiceClient(conn)
+		c, err := client.New("http://" + srv.HTTPAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		servers = append(servers, ts)
+		https = append(https, c)
+	}
+	ctx := context.Background()
+	eventually(t, "the cluster is ready", func() bool {
+		for _, c := range https {
+			if c.Health(ctx) != nil {
+				return false
+			}
+		}
+		return true
+	})
+	leader = -1
+	eventually(t, "a leader is known", func() bool {
+		peers, err := https[0].RaftPeers(ctx)
+		if err != nil {
+			return false
+		}
+		for _, p := range peers {
+			for i := range servers {
+				if p.Leader && p.GRPCAddr == servers[i].addr() {
+					leader = i
+				}
+			}
+		}
+		return leader >= 0
+	})
+	return servers, leader
+}
+
+// The agent uses one server at a time; when it goes away the agent moves
+// to another, keeps its session and tasks, and goes on receiving
+// assignments (the watch resumes where it was).
+func TestFailoverToAnotherServer(t *testing.T) {
+	servers, leader := startRaftCluster(t, 3)
+	// A follower first, so that stopping it leaves the cluster its leader.
+	var order []*testServer
+	for i, s := range servers {
+		if i != leader {
+			order = append(order, s)
+		}
+	}
+	order = append(order, servers[leader])
+	lead := servers[leader]
+
+	pt := newProcTable(t)
+	counts := newRPCs()
+	cfg := config(t, "i-1", pt, order...)
+	cfg.DialOptions = counts.dialOptions()
+	a := startAgent(t, cfg)
+	registered(t, lead, a)
+	eventually(t, "the agent uses the first server", func() bool { return a.Server() == order[0].addr() })
+	lead.registerDefinition(t, "default", shDefinition("sleeper", "exec sleep 1000"))
+	lead.place(t, "default", "t1", "sleeper:1", "i-1")
+	lead.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
+	session := a.Session()
+
+	order[0].stop()
+	eventually(t, "the agent moves to another server", func() bool {
+		s := a.Server()
+		return s != "" && s != order[0].addr()
+	})
+	lead.place(t, "default", "t2", "sleeper:1", "i-1")
+	lead.waitTask(t, "default", "t2", "runs after the failover", lastStatus(orchestrator.StatusRunning))
+	if _, tk := lead.task(t, "default", "t1"); tk.GetLastStatus() != orchestrator.StatusRunning || tk.GetSession() != session {
+		t.Errorf("t1 after the failover: %s, session %s (was %s)", tk.GetLastStatus(), tk.GetSession(), session)
+	}
+	if a.Session() != session {
+		t.Errorf("the session changed from %s to %s; a failover within the cluster keeps it", session, a.Session())
+	}
+	if n := pt.starts.Load(); n != 2 {
+		t.Errorf("%d tasks started, want 2", n)
+	}
+	if n := counts.count("WatchList"); n != 2 {
+		t.Errorf("WatchList opened %d times, want 2 (one per server)", n)
+	}
+	// Heartbeats go on to the remaining servers.
+	if order[1].beats != nil {
+		beats := func() int64 {
+			n := int64(0)
+			for _, s := range order[1:] {
+				n += s.beats.count.Load()
+			}
+			return n
+		}
+		before := beats()
+		eventually(t, "heartbeats reach the remaining servers", func() bool { return beats() >= before+2 })
+	}
+}

@@ -1,0 +1,414 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pbagent "trellis.dev/trellis/api/agent/v1"
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/client"
+	"trellis.dev/trellis/internal/driver"
+	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/server"
+	"trellis.dev/trellis/internal/testlog"
+)
+
+// The harness: real in-memory servers on loopback, and a task runner over
+// real /bin/sh processes (runner_test.go).
+
+const waitLimit = 30 * time.Second
+
+// eventually waits until cond holds, failing the test after waitLimit.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until %s", waitLimit, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func waitTimeout() <-chan time.Time { return time.After(waitLimit) }
+
+// testServer is a real server in memory.
+type testServer struct {
+	srv   *server.Server
+	res   pbresource.ResourceServiceClient
+	beats *heartbeats // nil when the server has its own heartbeat service
+	stop  func()
+}
+
+func startServer(t *testing.T) *testServer {
+	t.Helper()
+	srv, err := server.New(server.Config{
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:7702",
+		Logger: testlog.Logger(t), ShutdownTimeout: 10 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{srv: srv}
+	ts.beats = installHeartbeats(srv, 300*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	var once sync.Once
+	ts.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("server: %v", err)
+			}
+		})
+	}
+	t.Cleanup(ts.stop)
+	c, err := client.New("http://" + srv.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the server is ready", func() bool { return c.Health(ctx) == nil })
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ts.res = pbresource.NewResourceServiceClient(conn)
+	return ts
+}
+
+// installHeartbeats registers the test's heartbeat service on srv, unless
+// srv has one of its own (the real one, once it is wired into the
+// server): the tests only rely on the contract both keep.
+func installHeartbeats(srv *server.Server, ttl time.Duration) *heartbeats {
+	if _, ok := srv.GRPC().GetServiceInfo()[pbagent.AgentService_ServiceDesc.ServiceName]; ok {
+		return nil
+	}
+	h := &heartbeats{api: srv.API(), ttl: ttl}
+	pbagent.RegisterAgentServiceServer(srv.GRPC(), h)
+	return h
+}
+
+// heartbeats keeps the heartbeat contract: it answers with the TTL, and
+// with FailedPrecondition when the instance's stored session is not the
+// caller's (or the instance is gone or has left).
+type heartbeats struct {
+	pbagent.UnimplementedAgentServiceServer
+	api   resource.API
+	ttl   time.Duration
+	count atomic.Int64
+}
+
+func (h *heartbeats) Heartbeat(ctx context.Context, req *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error) {
+	resp, err := h.api.Read(ctx, &pbresource.ReadRequest{Id: orchestrator.InstanceID(req.GetInstance()), Consistent: true})
+	if status.Code(err) == codes.NotFound {
+		return nil, status.Error(codes.FailedPrecondition, "unknown instance")
+	}
+	if err != nil {
+		return nil, err
+	}
+	var in pborch.Instance
+	if err := resp.GetResource().GetData().UnmarshalTo(&in); err != nil {
+		return nil, err
+	}
+	if in.GetSession() != req.GetSession() || in.GetStatus() == orchestrator.InstanceLeft {
+		return nil, status.Errorf(codes.FailedPrecondition, "session %s is not the instance's current one", req.GetSession())
+	}
+	h.count.Add(1)
+	return &pbagent.HeartbeatResponse{Ttl: durationpb.New(h.ttl)}, nil
+}
+
+func (ts *testServer) addr() string { return ts.srv.GRPCAddr() }
+
+// write stores a resource of msg under id.
+func (ts *testServer) write(t *testing.T, id *pbresource.ID, msg proto.Message) *pbresource.Resource {
+	t.Helper()
+	data, err := anypb.New(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := ts.res.Write(context.Background(), &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: id, Data: data}})
+	if err != nil {
+		t.Fatalf("write %s: %v", id.GetName(), err)
+	}
+	return resp.GetResource()
+}
+
+func (ts *testServer) registerDefinition(t *testing.T, ns string, td *pborch.TaskDefinition) {
+	t.Helper()
+	ts.write(t, orchestrator.TaskDefinitionID(ns, td.GetFamily(), td.GetRevision()), td)
+}
+
+// place writes a new task of definition ref on instance.
+func (ts *testServer) place(t *testing.T, ns, name, ref, instance string) *pbresource.Resource {
+	t.Helper()
+	return ts.write(t, orchestrator.TaskID(ns, name), &pborch.Task{TaskDefinition: ref, Instance: instance, StartedBy: "test"})
+}
+
+// task reads a task; nil when there is none.
+func (ts *testServer) task(t testing.TB, ns, name string) (*pbresource.Resource, *pborch.Task) {
+	t.Helper()
+	resp, err := ts.res.Read(context.Background(), &pbresource.ReadRequest{Id: orchestrator.TaskID(ns, name)})
+	if status.Code(err) == codes.NotFound {
+		return nil, nil
+	}
+	if err != nil {
+		t.Fatalf("read task %s: %v", name, err)
+	}
+	var tk pborch.Task
+	if err := resp.GetResource().GetData().UnmarshalTo(&tk); err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetResource(), &tk
+}
+
+// waitTask waits until the task satisfies cond and returns it.
+func (ts *testServer) waitTask(t testing.TB, ns, name, what string, cond func(*pborch.Task) bool) *pborch.Task {
+	t.Helper()
+	var got *pborch.Task
+	eventually(t, name+" "+what, func() bool {
+		_, got = ts.task(t, ns, name)
+		return got != nil && cond(got)
+	})
+	return got
+}
+
+func lastStatus(s string) func(*pborch.Task) bool {
+	return func(t *pborch.Task) bool { return t.GetLastStatus() == s }
+}
+
+// editTask changes a stored task with CAS, again on conflict.
+func (ts *testServer) editTask(t *testing.T, ns, name string, edit func(*pborch.Task)) {
+	t.Helper()
+	for {
+		res, tk := ts.task(t, ns, name)
+		if res == nil {
+			t.Fatalf("task %s is gone", name)
+		}
+		edit(tk)
+		data, _ := anypb.New(tk)
+		res.Data = data
+		_, err := ts.res.Write(context.Background(), &pbresource.WriteRequest{Resource: res})
+		if status.Code(err) == codes.Aborted {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("edit task %s: %v", name, err)
+		}
+		return
+	}
+}
+
+func (ts *testServer) instance(t testing.TB, name string) (*pbresource.Resource, *pborch.Instance) {
+	t.Helper()
+	resp, err := ts.res.Read(context.Background(), &pbresource.ReadRequest{Id: orchestrator.InstanceID(name)})
+	if status.Code(err) == codes.NotFound {
+		return nil, nil
+	}
+	if err != nil {
+		t.Fatalf("read instance %s: %v", name, err)
+	}
+	var in pborch.Instance
+	if err := resp.GetResource().GetData().UnmarshalTo(&in); err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetResource(), &in
+}
+
+// shDefinition is a definition of one exec container running script.
+func shDefinition(family string, script string) *pborch.TaskDefinition {
+	return &pborch.TaskDefinition{
+		Family: family, Revision: 1,
+		Containers: []*pborch.ContainerDefinition{{
+			Name: "app", Driver: "exec", Command: []string{"/bin/sh", "-c", script},
+		}},
+	}
+}
+
+// rpcs counts the agent's RPCs by method and can hold WriteBatch calls.
+type rpcs struct {
+	mu     sync.Mutex
+	counts map[string]int
+	// gate, when set, holds every WriteBatch until it is closed; held
+	// counts the calls waiting at it.
+	gate chan struct{}
+	held atomic.Int32
+}
+
+func newRPCs() *rpcs { return &rpcs{counts: make(map[string]int)} }
+
+func (r *rpcs) count(method string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.counts[method]
+}
+
+func (r *rpcs) hold() {
+	r.mu.Lock()
+	r.gate = make(chan struct{})
+	r.mu.Unlock()
+}
+
+func (r *rpcs) release() {
+	r.mu.Lock()
+	if r.gate != nil {
+		close(r.gate)
+		r.gate = nil
+	}
+	r.mu.Unlock()
+}
+
+func (r *rpcs) dialOptions() []grpc.DialOption {
+	short := func(m string) string { return m[strings.LastIndexByte(m, '/')+1:] }
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			r.mu.Lock()
+			r.counts[short(method)]++
+			gate := r.gate
+			r.mu.Unlock()
+			if gate != nil && short(method) == "WriteBatch" {
+				r.held.Add(1)
+				select {
+				case <-gate:
+				case <-ctx.Done():
+				}
+				r.held.Add(-1)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			r.mu.Lock()
+			r.counts[short(method)]++
+			r.mu.Unlock()
+			return streamer(ctx, desc, cc, method, opts...)
+		}),
+	}
+}
+
+// testDriver stands for a driver in fingerprints only: the runner under
+// test (runner_test.go) runs processes itself.
+type testDriver struct{ name string }
+
+var errTestDriver = errors.New("the test driver only fingerprints")
+
+func (d testDriver) Name() string { return d.name }
+func (d testDriver) Fingerprint(context.Context) driver.Fingerprint {
+	return driver.Fingerprint{Available: true, Detail: "test 1.0"}
+}
+func (testDriver) Start(context.Context, driver.Spec) (driver.Handle, error) {
+	return driver.Handle{}, errTestDriver
+}
+func (testDriver) Wait(context.Context, driver.Handle) (driver.Exit, error) {
+	return driver.Exit{}, errTestDriver
+}
+func (testDriver) Signal(context.Context, driver.Handle, syscall.Signal) error { return errTestDriver }
+func (testDriver) Exec(context.Context, driver.Handle, []string) (int, []byte, error) {
+	return 0, nil, errTestDriver
+}
+func (testDriver) Recover(context.Context, driver.Handle) error { return errTestDriver }
+func (testDriver) Destroy(context.Context, driver.Handle) error { return errTestDriver }
+func (testDriver) Logs(context.Context, driver.Handle, driver.Spec, driver.Stream, bool) (io.ReadCloser, error) {
+	return nil, errTestDriver
+}
+
+// running is an agent started by a test.
+type running struct {
+	*Agent
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startAgent runs an agent until the test ends (or kill).
+func startAgent(t *testing.T, cfg Config) *running {
+	t.Helper()
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{Agent: a, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- a.Start(ctx) }()
+	t.Cleanup(func() { r.kill(t) })
+	return r
+}
+
+// kill ends the agent as SIGKILL would, as far as its tasks can tell: it
+// stops without stopping them. It waits for Start to return.
+func (r *running) kill(t testing.TB) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err, ok := <-r.done:
+		if ok && err != nil {
+			t.Errorf("agent Start = %v", err)
+		}
+		if ok {
+			close(r.done)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("the agent did not stop")
+	}
+}
+
+// config is an agent configuration for the test, on servers.
+func config(t *testing.T, name string, runners *procTable, servers ...*testServer) Config {
+	var addrs []string
+	for _, s := range servers {
+		addrs = append(addrs, s.addr())
+	}
+	return Config{
+		Servers:    addrs,
+		DataDir:    t.TempDir(),
+		Name:       name,
+		Drivers:    map[string]driver.Driver{"exec": testDriver{"exec"}},
+		NewRunner:  runners.newRunner,
+		Logger:     testlog.Logger(t),
+		BackoffMin: 10 * time.Millisecond,
+		BackoffMax: 200 * time.Millisecond,
+	}
+}
+
+func httpGet(t testing.TB, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func readFileEventually(t testing.TB, path string) string {
+	t.Helper()
+	var b []byte
+	eventually(t, path+" is written", func() bool {
+		var err error
+		b, err = os.ReadFile(path)
+		return err == nil && strings.HasSuffix(string(b), "\n")
+	})
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,183 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pbagent "trellis.dev/trellis/api/agent/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/resource"
+)
+
+// session is the agent's time on one server: one gRPC connection, and the
+// loops that use it (heartbeats, the watch, the reporter). It ends with
+// the first of them to fail; the agent then moves to the next server.
+type session struct {
+	a    *Agent
+	addr string
+	res  pbresource.ResourceServiceClient
+	hb   pbagent.AgentServiceClient
+	// starts are the task starts under way on this session; it ends only
+	// once they have given up, so that the next session's resync sees
+	// the tasks they dropped as idle and starts them again.
+	starts sync.WaitGroup
+}
+
+var errLeft = errors.New("the instance has left the cluster")
+
+// runSession connects to addr and runs a session on it. worked says it got
+// as far as a registered instance and an answered heartbeat: the server
+// was usable.
+func (a *Agent) runSession(ctx context.Context, addr string) (worked bool, err error) {
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(tokenUnary(a.cfg.Token)),
+		grpc.WithStreamInterceptor(tokenStream(a.cfg.Token)),
+	}, a.cfg.DialOptions...)
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return false, err
+	}
+	defer cc.Close()
+	s := &session{a: a, addr: addr, res: pbresource.NewResourceServiceClient(cc), hb: pbagent.NewAgentServiceClient(cc)}
+	ctx, cancel := context.WithCancel(ctx)
+	defer s.starts.Wait()
+	defer cancel()
+
+	a.mu.Lock()
+	registered := a.registered
+	a.mu.Unlock()
+	if !registered {
+		if err := a.register(ctx, s); err != nil {
+			return false, err
+		}
+	}
+	if err := s.heartbeat(ctx); err != nil {
+		return false, err
+	}
+	a.server.Store(addr)
+	a.setCurrent(s)
+	defer func() {
+		a.setCurrent(nil)
+		a.server.Store("")
+	}()
+	a.log.Info("connected", "server", addr, "session", a.Session())
+	a.resync(ctx, s)
+	return true, runAll(ctx, s.heartbeatLoop, s.watchLoop, s.reportLoop, a.untilLeft)
+}
+
+func (a *Agent) setCurrent(s *session) {
+	a.mu.Lock()
+	a.current = s
+	a.broadcastLocked()
+	a.mu.Unlock()
+}
+
+func (a *Agent) untilLeft(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-a.left:
+		return errLeft
+	}
+}
+
+// runAll runs fns until the first returns; it cancels the others, waits
+// for them, and returns that first error.
+func runAll(ctx context.Context, fns ...func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, len(fns))
+	var wg sync.WaitGroup
+	for _, fn := range fns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errc <- fn(ctx)
+		}()
+	}
+	err := <-errc
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// heartbeatLoop heartbeats every third of the TTL, with jitter.
+func (s *session) heartbeatLoop(ctx context.Context) error {
+	for {
+		wait := heartbeatInterval(s.a.ttlValue(), randFloat())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.a.clock.After(wait):
+		}
+		if err := s.heartbeat(ctx); err != nil {
+			return fmt.Errorf("heartbeat: %w", err)
+		}
+	}
+}
+
+// heartbeat sends one heartbeat. FailedPrecondition means the servers do
+// not know this session: the agent registers again with a new one, then
+// heartbeats for it.
+func (s *session) heartbeat(ctx context.Context) error {
+	resp, err := s.beat(ctx)
+	if status.Code(err) == codes.FailedPrecondition {
+		a := s.a
+		a.log.Warn("the servers no longer know this session; registering again", "server", s.addr, "reason", status.Convert(err).Message())
+		a.mu.Lock()
+		a.session = newSessionID(a.clock.Now())
+		a.registered = false
+		a.mu.Unlock()
+		if err := a.register(ctx, s); err != nil {
+			return err
+		}
+		// Every task is reported again with the new session: that
+		// re-adopts those the servers marked lost.
+		a.resync(ctx, s)
+		resp, err = s.beat(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if ttl := resp.GetTtl(); ttl != nil && ttl.AsDuration() > 0 {
+		s.a.ttl.Store(int64(ttl.AsDuration()))
+	}
+	return nil
+}
+
+func (s *session) beat(ctx context.Context) (*pbagent.HeartbeatResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, min(s.a.cfg.RPCTimeout, s.a.ttlValue()/3))
+	defer cancel()
+	return s.hb.Heartbeat(ctx, &pbagent.HeartbeatRequest{Instance: s.a.cfg.Name, Session: s.a.Session()})
+}
+
+func (a *Agent) ttlValue() time.Duration { return time.Duration(a.ttl.Load()) }
+
+// tokenUnary and tokenStream send the ACL token with every call.
+func tokenUnary(token string) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if token != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, resource.TokenMetadataKey, token)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+func tokenStream(token string) grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if token != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, resource.TokenMetadataKey, token)
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+}
