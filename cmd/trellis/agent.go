@@ -12,18 +12,24 @@ import (
 	"github.com/spf13/cobra"
 
 	"trellis.dev/trellis/internal/agent"
+	"trellis.dev/trellis/internal/agent/taskrunner"
 	"trellis.dev/trellis/internal/driver"
+	dockerdriver "trellis.dev/trellis/internal/driver/docker"
+	execdriver "trellis.dev/trellis/internal/driver/exec"
 	"trellis.dev/trellis/internal/resource"
 )
 
-// agentRuntime returns the task drivers and the task runner `trellis
-// agent` runs tasks with.
-//
-// TODO(lead): wire the exec and docker drivers (internal/driver/exec,
-// internal/driver/docker) and an agent.NewRunnerFunc over the lifecycle
-// engine (internal/agent/lifecycle) here once they are merged.
-var agentRuntime = func(log *slog.Logger) (map[string]driver.Driver, agent.NewRunnerFunc, error) {
-	return nil, nil, errors.New("this build of trellis has no task drivers wired in")
+// agentDrivers are the task drivers of an agent called name: exec, and
+// docker through the host's engine. Docker containers share the host's
+// network, as exec processes do, so their ports are host ports and they
+// reach the agent's local API (TRELLIS_TASK_METADATA_URI) on loopback.
+// A driver the host cannot run is still listed; the agent advertises it as
+// unavailable.
+func agentDrivers(name string, log *slog.Logger) map[string]driver.Driver {
+	return map[string]driver.Driver{
+		execdriver.Name: execdriver.New(execdriver.Config{Logger: log.With("driver", "exec")}),
+		"docker":        dockerdriver.New(dockerdriver.Config{Logger: log.With("driver", "docker"), Agent: name, Network: "host"}),
+	}
 }
 
 func newAgentCmd(e *env, cf *clientFlags) *cobra.Command {
@@ -82,9 +88,7 @@ state; 'trellis task logs' reads their logs there.`,
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
-			if cfg.Drivers, cfg.NewRunner, err = agentRuntime(log); err != nil {
-				return err
-			}
+			cfg.Drivers, cfg.NewRunner = agentDrivers(cfg.Name, log), taskrunner.New
 			a, err := agent.New(cfg)
 			if err != nil {
 				return err

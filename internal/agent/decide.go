@@ -117,6 +117,11 @@ func decide(s situation) decision {
 			}
 			return decision{finish: notRunHere(t)}
 		case phaseStarting, phaseRunning:
+			// Whoever stopped it may have said why (trellis task stop
+			// --reason, a deployment); that is the task's stop reason.
+			if r := t.GetStopReason(); r != "" {
+				return decision{stop: r}
+			}
 			return decision{stop: reasonDesiredStopped}
 		}
 		return decision{}

@@ -18,6 +18,11 @@ func stored(desired, last string) *pborch.Task {
 	return &pborch.Task{TaskDefinition: "web:1", Instance: "i-1", DesiredStatus: desired, LastStatus: last}
 }
 
+func withReason(t *pborch.Task, reason string) *pborch.Task {
+	t.StopReason = reason
+	return t
+}
+
 func TestDecide(t *testing.T) {
 	const (
 		run  = orchestrator.StatusRunning
@@ -43,6 +48,7 @@ func TestDecide(t *testing.T) {
 		{"stop before start", situation{stored: stored(stop, pend)}, decision{finish: "stopped before it started: desired status is STOPPED"}},
 		{"stop running", situation{stored: stored(stop, run), phase: phaseRunning}, decision{stop: reasonDesiredStopped}},
 		{"stop starting", situation{stored: stored(stop, pend), phase: phaseStarting}, decision{stop: reasonDesiredStopped}},
+		{"stop with the stopper's reason", situation{stored: withReason(stored(stop, run), "stopped by user: replaced"), phase: phaseRunning}, decision{stop: "stopped by user: replaced"}},
 		{"stop lost but running", situation{stored: stored(stop, lost), phase: phaseRunning}, decision{stop: reasonDesiredStopped}},
 		{"stopping already", situation{stored: stored(stop, run), phase: phaseStopping}, decision{}},
 		{"stop lost, not here", situation{stored: stored(stop, lost)}, decision{finish: "lost: it no longer runs on instance i-1"}},
