@@ -45,22 +45,35 @@ func (f *serverFlags) logger(w io.Writer) (*slog.Logger, error) {
 }
 
 func newDevCmd(e *env) *cobra.Command {
-	var f serverFlags
+	var (
+		f         serverFlags
+		instances int
+	)
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run a Trellis server in this process, ready at once, with nothing to configure",
-		Long: `Run one Trellis server that is its own cluster and leader at once. Without
--data-dir everything is kept in memory and gone when it stops; with -data-dir it
-is a single-server Raft cluster that keeps its data there.
+		Short: "Run a Trellis server and local agents in this process, ready at once, with nothing to configure",
+		Long: `Run one Trellis server that is its own cluster and leader at once, and
+-instances local agents (default 1) that run tasks on this machine: instances
+dev-1, dev-2, ... each with its own data directory and a distinct zone
+attribute (zone-1, zone-2, ...), so a small cluster can be tried on one box.
 
-It prints where its HTTP and gRPC APIs listen. Stop it with Ctrl-C.`,
+Without -data-dir everything is kept in memory and gone when it stops: on
+Ctrl-C the agents stop their tasks first. With -data-dir the server is a
+single-server Raft cluster that keeps its data there, the agents keep theirs in
+DIR/agents, and tasks keep running across a restart of trellis dev.
+
+It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 		Example: `  trellis dev
-  trellis dev -http-addr 127.0.0.1:8500 -grpc-addr 127.0.0.1:8501`,
+  trellis dev -instances 3
+  trellis dev -http-addr 127.0.0.1:8500 -grpc-addr 127.0.0.1:8501 -data-dir ./trellis-data`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := f.logger(e.stderr)
 			if err != nil {
 				return err
+			}
+			if instances < 0 || instances > 64 {
+				return usageError{fmt.Errorf("-instances: %d is not 0 to 64", instances)}
 			}
 			cfg := server.Config{
 				HTTPAddr:     f.httpAddr,
@@ -76,12 +89,53 @@ It prints where its HTTP and gRPC APIs listen. Stop it with Ctrl-C.`,
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
-			return runServer(cmd.Context(), cfg, func(s *server.Server) { printDevBanner(e.stdout, s) })
+			return runDev(cmd.Context(), cfg, instances, f.dataDir, log, func(s *server.Server) { printDevBanner(e.stdout, s, instances) })
 		},
 	}
 	f.register(cmd.Flags())
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "keep data in this directory (a single-server Raft cluster) instead of in memory")
+	cmd.Flags().IntVar(&instances, "instances", 1, "how many local agents (instances dev-1 ... dev-N) to run; 0 for none")
 	return cmd
+}
+
+// runDev runs the dev server and its agents until ctx ends or SIGINT or
+// SIGTERM arrives; a second signal kills the process the default way. The
+// agents stop before the server, so that their last reports are stored.
+func runDev(ctx context.Context, cfg server.Config, instances int, dataDir string, log *slog.Logger, started func(*server.Server)) error {
+	s, err := server.New(cfg)
+	if err != nil {
+		return err
+	}
+	agents, err := newDevAgents(instances, s, dataDir, log)
+	if err != nil {
+		return err
+	}
+	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	srvCtx, stopServer := context.WithCancel(context.Background())
+	defer stopServer()
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- s.Start(srvCtx) }()
+	agentCtx, stopAgents := context.WithCancel(context.Background())
+	agents.start(agentCtx)
+	if started != nil {
+		started(s)
+	}
+	var srvErr error
+	select {
+	case <-sigCtx.Done():
+	case srvErr = <-srvDone:
+		srvDone = nil
+	case err := <-agents.errs:
+		log.Error("a local agent stopped", "err", err)
+	}
+	stop() // the next Ctrl-C ends the process at once
+	agents.stop(stopAgents, log)
+	stopServer()
+	if srvDone != nil {
+		srvErr = <-srvDone
+	}
+	return srvErr
 }
 
 // runServer assembles a server and runs it until ctx ends or SIGINT or
@@ -103,7 +157,7 @@ func runServer(ctx context.Context, cfg server.Config, started func(*server.Serv
 	return s.Start(ctx)
 }
 
-func printDevBanner(w io.Writer, s *server.Server) {
+func printDevBanner(w io.Writer, s *server.Server, instances int) {
 	httpURL := "http://" + s.HTTPAddr()
 	storage := "in memory: nothing is kept after it stops"
 	if !s.InMemory() {
@@ -118,7 +172,20 @@ func printDevBanner(w io.Writer, s *server.Server) {
 	fmt.Fprintf(&b, "  HTTP API:  %s\n", httpURL)
 	fmt.Fprintf(&b, "  gRPC API:  %s\n", s.GRPCAddr())
 	fmt.Fprintf(&b, "  Raft:      %s\n", s.RaftAddr())
+	if instances > 0 {
+		names := make([]string, instances)
+		for i := range names {
+			names[i] = devInstanceName(i + 1)
+		}
+		fmt.Fprintf(&b, "  Instances: %s (local agents running tasks on this machine)\n", strings.Join(names, ", "))
+	}
 	fmt.Fprintf(&b, "Try this, in another terminal:\n")
+	if instances > 0 {
+		fmt.Fprintf(&b, "  echo '{family: hello, containers: [{name: main, driver: exec, command: [/bin/sh, -c, \"while true; do echo hello; sleep 5; done\"]}]}' | trellis taskdef register%s -f -\n", addrFlag)
+		fmt.Fprintf(&b, "  trellis task run%s --taskdef hello --instance %s\n", addrFlag, devInstanceName(1))
+		fmt.Fprintf(&b, "  trellis task list%s\n", addrFlag)
+		fmt.Fprintf(&b, "  trellis instance list%s\n", addrFlag)
+	}
 	fmt.Fprintf(&b, "  echo '{type: core/v1/Namespace, name: demo, data: {description: my first namespace}}' | trellis resource apply%s -f -\n", addrFlag)
 	fmt.Fprintf(&b, "  trellis resource list%s core/v1/Namespace\n", addrFlag)
 	fmt.Fprintf(&b, "Press Ctrl-C to stop.\n")

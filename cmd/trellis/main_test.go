@@ -33,14 +33,14 @@ func testEnv(stdin string, stdout, stderr io.Writer, vars map[string]string) *en
 
 // startDev runs `trellis dev` in process on free ports and returns its HTTP
 // URL, read from what it prints.
-func startDev(t *testing.T) string {
+func startDev(t *testing.T, extra ...string) string {
 	t.Helper()
 	pr, pw := io.Pipe()
 	stderr := &testlog.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
-		done <- execute(ctx, []string{"dev", "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-log-level", "warn"},
+		done <- execute(ctx, append([]string{"dev", "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-log-level", "warn"}, extra...),
 			testEnv("", pw, stderr, nil))
 		pw.Close()
 	}()

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 const webSpec = `family: web
@@ -92,4 +93,44 @@ func TestInstanceAndTaskCommands(t *testing.T) {
 	expect(0, "", "task "+name+" is stopping", "task", "stop", name, "--reason", "testing")
 	expect(0, "", "Stop reason:       stopped by user: testing", "task", "show", name)
 	expect(0, "", "already stopping", "task", "stop", name)
+}
+
+// waitFor polls cond until it holds, failing the test after 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The newcomer's path: trellis dev runs local agents, so a registered task
+// definition runs as a real process at once, and its logs show.
+func TestDevRunsATask(t *testing.T) {
+	addr := startDev(t, "-instances", "2")
+	vars := map[string]string{"TRELLIS_ADDR": addr}
+	waitFor(t, "both local instances are ready", func() bool {
+		_, out, _ := run(t, "", vars, "instance", "list")
+		return strings.Count(out, " ready ") == 2 && strings.Contains(out, "zone=zone-2")
+	})
+	spec := `{family: hello, containers: [{name: main, driver: exec, command: [/bin/sh, -c, "echo hello from trellis; exec sleep 600"]}]}`
+	if code, out, errOut := run(t, spec, vars, "taskdef", "register", "-f", "-"); code != 0 {
+		t.Fatalf("register: %d %s %s", code, out, errOut)
+	}
+	code, out, errOut := run(t, "", vars, "task", "run", "--taskdef", "hello", "--instance", "dev-2")
+	if code != 0 {
+		t.Fatalf("run: %d %s %s", code, out, errOut)
+	}
+	name := strings.Fields(out)[1]
+	waitFor(t, "the task runs", func() bool {
+		_, out, _ := run(t, "", vars, "task", "show", name)
+		return strings.Contains(out, "Last status:       RUNNING")
+	})
+	waitFor(t, "its output shows in its logs", func() bool {
+		_, out, _ := run(t, "", vars, "task", "logs", name)
+		return strings.Contains(out, "hello from trellis")
+	})
 }
