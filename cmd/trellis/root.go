@@ -85,7 +85,7 @@ Flags take one dash or two: -addr and --addr are the same.`,
 	cf := &clientFlags{}
 	cf.register(root.PersistentFlags())
 	root.AddCommand(newDevCmd(e), newServerCmd(e), newResourceCmd(e, cf), newOperatorCmd(e, cf), newSnapshotCmd(e, cf),
-		newAgentCmd(e, cf), newInstanceCmd(e, cf), newTaskDefCmd(e, cf), newTaskCmd(e, cf))
+		newAgentCmd(e, cf), newSimCmd(e, cf), newInstanceCmd(e, cf), newTaskDefCmd(e, cf), newTaskCmd(e, cf))
 	return root
 }
 

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"trellis.dev/trellis/internal/sim"
+)
+
+func newSimCmd(e *env, cf *clientFlags) *cobra.Command {
+	var (
+		cfg        sim.Config
+		attributes []string
+		logLevel   string
+	)
+	cmd := &cobra.Command{
+		Use:   "sim -instances N -server ADDR",
+		Short: "Run many simulated instances in this process against real servers",
+		Long: `Run N simulated instances, sim-1 ... sim-N, in this process. Each is a real
+agent: it registers its Instance, heartbeats, watches for the tasks placed on
+it and reports them, over gRPC to the servers of -server. Only the tasks are
+simulated: they "run" without processes, at once or after -start-delay, fail
+to start with probability -start-failure-rate, and exit by themselves (code 1)
+after -exit-after with probability -exit-rate.
+
+It is for trying schedulers and measuring servers at a scale one machine
+cannot run for real. Every instance carries the attribute simulated=true, and
+with -zones K a zone attribute zone-1 ... zone-K, round-robin.
+
+Stop it with Ctrl-C; its instances then go silent and the servers mark them
+down after the heartbeat TTL.`,
+		Example: `  trellis sim -instances 5000 -server 127.0.0.1:7701
+  trellis sim -instances 100 -server 127.0.0.1:7701 -zones 3 -exit-rate 0.1 -exit-after 30s`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := (&serverFlags{logLevel: logLevel}).logger(e.stderr)
+			if err != nil {
+				return err
+			}
+			if cfg.Attributes, err = parseAttributes(attributes); err != nil {
+				return usageError{err}
+			}
+			for _, p := range []struct {
+				name string
+				v    float64
+			}{{"-start-failure-rate", cfg.Driver.StartFailureRate}, {"-exit-rate", cfg.Driver.ExitRate}} {
+				if p.v < 0 || p.v > 1 {
+					return usageError{fmt.Errorf("%s: %g is not a probability from 0 to 1", p.name, p.v)}
+				}
+			}
+			if cfg.Instances < 1 || cfg.Instances > 100_000 {
+				return usageError{fmt.Errorf("-instances: %d is not 1 to 100000", cfg.Instances)}
+			}
+			if len(cfg.Servers) == 0 {
+				return usageError{fmt.Errorf("-server: required: a server's gRPC address (host:port)")}
+			}
+			cfg.Token = cf.token
+			if cfg.Token == "" {
+				cfg.Token = e.getenv("TRELLIS_TOKEN")
+			}
+			cfg.Logger = log
+			fleet, err := sim.New(cfg)
+			if err != nil {
+				return usageError{err}
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			start := time.Now()
+			return fleet.Run(ctx, func(n int) {
+				fmt.Fprintf(e.stdout, "%d of %d simulated instances started (%s)\n", n, cfg.Instances, time.Since(start).Round(time.Millisecond))
+			})
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&cfg.Instances, "instances", 100, "how many instances to simulate")
+	fs.StringArrayVar(&cfg.Servers, "server", nil, "gRPC address (host:port) of a server; repeatable (required)")
+	fs.StringVar(&cfg.NamePrefix, "name-prefix", "sim-", "instances are named PREFIX1, PREFIX2, ...")
+	fs.StringVar(&cfg.Cluster, "cluster", "default", "cluster of the instances")
+	fs.StringArrayVar(&attributes, "attribute", nil, "an attribute of every instance, key=value; repeatable")
+	fs.IntVar(&cfg.Zones, "zones", 0, "spread a zone attribute (zone-1 ... zone-K) over the instances")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for the agents' state (default: a temporary one, removed at the end)")
+	fs.IntVar(&cfg.StartRate, "start-rate", 500, "instances started per second")
+	fs.DurationVar(&cfg.Driver.StartDelay, "start-delay", 0, "how long a simulated container takes to start")
+	fs.Float64Var(&cfg.Driver.StartFailureRate, "start-failure-rate", 0, "probability that a simulated container fails to start")
+	fs.Float64Var(&cfg.Driver.ExitRate, "exit-rate", 0, "probability that a simulated container exits by itself (code 1)")
+	fs.DurationVar(&cfg.Driver.ExitAfter, "exit-after", time.Minute, "when a container that exits by itself does so")
+	fs.Uint64Var(&cfg.Driver.Seed, "seed", 1, "seed of the simulated failures, for repeatable runs")
+	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	return cmd
+}
