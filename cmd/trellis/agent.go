@@ -27,8 +27,8 @@ import (
 // unavailable.
 func agentDrivers(name string, log *slog.Logger) map[string]driver.Driver {
 	return map[string]driver.Driver{
-		execdriver.Name: execdriver.New(execdriver.Config{Logger: log.With("driver", "exec")}),
-		"docker":        dockerdriver.New(dockerdriver.Config{Logger: log.With("driver", "docker"), Agent: name, Network: "host"}),
+		execdriver.Name: execdriver.New(execdriver.Config{Logger: log}),
+		"docker":        dockerdriver.New(dockerdriver.Config{Logger: log, Agent: name, Network: "host"}),
 	}
 }
 
