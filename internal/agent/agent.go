@@ -196,6 +196,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.facts = facts
 	a.mu.Unlock()
 	a.resume()
+	a.removeOrphans(ctx)
 
 	httpSrv := &http.Server{
 		Handler:           a.handler(),

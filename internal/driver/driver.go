@@ -127,3 +127,20 @@ type Driver interface {
 	// it goes on until ctx ends.
 	Logs(ctx context.Context, h Handle, spec Spec, stream Stream, follow bool) (io.ReadCloser, error)
 }
+
+// Inventory is implemented by drivers that can list the containers they
+// hold for this agent (docker, by label). An agent lists them when it
+// starts and removes those no task of its local state knows: what a lost
+// data dir, or a crash in the middle of a start, left behind.
+type Inventory interface {
+	Inventory(ctx context.Context) ([]Owned, error)
+}
+
+// Owned is a container a driver holds for the agent.
+type Owned struct {
+	Handle Handle
+	// TaskUID and Container name the task incarnation and container it
+	// was started for.
+	TaskUID   string
+	Container string
+}

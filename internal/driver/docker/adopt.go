@@ -157,3 +157,17 @@ func trimSlash(name string) string {
 	}
 	return name
 }
+
+// Inventory implements driver.Inventory: this agent's containers, running
+// or not.
+func (d *Driver) Inventory(ctx context.Context) ([]driver.Owned, error) {
+	found, err := d.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]driver.Owned, len(found))
+	for i, f := range found {
+		out[i] = driver.Owned{Handle: f.Handle, TaskUID: f.TaskUID, Container: f.Container}
+	}
+	return out, nil
+}

@@ -253,6 +253,11 @@ func TestRecoverAndListFromAnotherDriver(t *testing.T) {
 	if err := second.Recover(ctx, a.Handle); err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
+	// The agent's orphan sweep sees the same container.
+	owned, err := second.Inventory(ctx)
+	if err != nil || len(owned) != 1 || owned[0].Handle.ID != h.ID || owned[0].TaskUID != spec.TaskUID || owned[0].Container != "app" {
+		t.Fatalf("Inventory: %+v, %v", owned, err)
+	}
 
 	if err := second.Signal(ctx, a.Handle, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
