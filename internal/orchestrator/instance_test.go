@@ -101,3 +101,37 @@ func TestTaskValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestTaskUpdates(t *testing.T) {
+	task := func(edit func(*pborch.Task)) *pbresource.Resource {
+		tk := &pborch.Task{TaskDefinition: "web:1", Instance: "i-1", StartedBy: "alice", DesiredStatus: "RUNNING", LastStatus: "RUNNING"}
+		edit(tk)
+		data, _ := anypb.New(tk)
+		return &pbresource.Resource{Id: orchestrator.TaskID("default", "t1"), Data: data}
+	}
+	stored := task(func(*pborch.Task) {})
+	for _, ok := range []func(*pborch.Task){
+		func(tk *pborch.Task) { tk.DesiredStatus = "STOPPED" },
+		func(tk *pborch.Task) { tk.LastStatus = "LOST" },
+		func(tk *pborch.Task) { tk.Health = "HEALTHY" },
+	} {
+		if err := orchestrator.ValidateTaskUpdate(stored, task(ok)); err != nil {
+			t.Errorf("a legal update is refused: %v", err)
+		}
+	}
+	stopped := task(func(tk *pborch.Task) { tk.DesiredStatus = "STOPPED" })
+	for _, c := range []struct {
+		from *pbresource.Resource
+		edit func(*pborch.Task)
+		want string
+	}{
+		{stored, func(tk *pborch.Task) { tk.Instance = "i-2" }, `data.instance: cannot change from "i-1" to "i-2": task t1 is placed`},
+		{stored, func(tk *pborch.Task) { tk.TaskDefinition = "web:2" }, `data.task_definition: cannot change from "web:1" to "web:2"`},
+		{stored, func(tk *pborch.Task) { tk.StartedBy = "bob" }, `data.started_by: cannot change`},
+		{stopped, func(tk *pborch.Task) {}, `data.desired_status: cannot go back to RUNNING: task t1 was asked to stop`},
+	} {
+		if err := orchestrator.ValidateTaskUpdate(c.from, task(c.edit)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want %q", err, c.want)
+		}
+	}
+}

@@ -93,3 +93,32 @@ func validateHealth(field, h string) error {
 	}
 	return resource.NewFieldError(field, "%q is not one of HEALTHY, UNHEALTHY, UNKNOWN", h)
 }
+
+// ValidateTaskUpdate is the ValidateUpdate hook of orchestrator/v1/Task: a
+// placement is fixed (its task definition, instance and started_by never
+// change: a different placement is a new task), and a task asked to stop
+// is never asked to run again.
+func ValidateTaskUpdate(stored, next *pbresource.Resource) error {
+	old, err := resource.DecodeData[*pborch.Task](stored)
+	if err != nil {
+		return nil // a stored task that does not decode: let Validate speak for next
+	}
+	t, err := resource.DecodeData[*pborch.Task](next)
+	if err != nil {
+		return err
+	}
+	name := next.GetId().GetName()
+	for _, f := range []struct{ field, was, now string }{
+		{"data.task_definition", old.GetTaskDefinition(), t.GetTaskDefinition()},
+		{"data.instance", old.GetInstance(), t.GetInstance()},
+		{"data.started_by", old.GetStartedBy(), t.GetStartedBy()},
+	} {
+		if f.was != f.now {
+			return resource.NewFieldError(f.field, "cannot change from %q to %q: task %s is placed; run a new task instead", f.was, f.now, name)
+		}
+	}
+	if old.GetDesiredStatus() == StatusStopped && t.GetDesiredStatus() == StatusRunning {
+		return resource.NewFieldError("data.desired_status", "cannot go back to RUNNING: task %s was asked to stop; run a new task instead", name)
+	}
+	return nil
+}

@@ -38,11 +38,12 @@ func Register(r *resource.Registry) {
 		Validate:  ValidateTaskDefinition,
 	})
 	r.Register(resource.Registration{
-		Type:     TaskType,
-		Proto:    &pborch.Task{},
-		Scope:    resource.ScopeNamespace,
-		Mutate:   MutateTask,
-		Validate: ValidateTask,
+		Type:           TaskType,
+		Proto:          &pborch.Task{},
+		Scope:          resource.ScopeNamespace,
+		Mutate:         MutateTask,
+		Validate:       ValidateTask,
+		ValidateUpdate: ValidateTaskUpdate,
 	})
 }
 

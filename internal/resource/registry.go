@@ -33,6 +33,12 @@ type Registration struct {
 	Validate func(*pbresource.Resource) error
 	// Mutate fills defaults before validation.
 	Mutate func(*pbresource.Resource) error
+	// ValidateUpdate checks a change to a stored resource against what is
+	// stored (fields that are fixed once set, transitions that are not
+	// allowed). It runs after Validate, on every write that would change
+	// the stored resource, and must be pure: it may run again when a write
+	// is retried.
+	ValidateUpdate func(stored, next *pbresource.Resource) error
 	// Immutable types refuse any change to a stored resource's data: a
 	// change is a new resource (a TaskDefinition revision, say). Metadata
 	// may still change.

@@ -311,6 +311,25 @@ func TestPlanWrite(t *testing.T) {
 			t.Fatalf("identical write of an immutable type: got %+v, %v", p, err)
 		}
 	})
+	t.Run("validate update", func(t *testing.T) {
+		changed := widgetCandidate(t, "v2", map[string]string{"app": "web"})
+		var gotStored, gotNext *pbresource.Resource
+		changed.reg.ValidateUpdate = func(stored, next *pbresource.Resource) error {
+			gotStored, gotNext = stored, next
+			return NewFieldError("data.value", "cannot go from v1 to v2")
+		}
+		if _, err := planWrite(changed, stored, newUID); err == nil || err.Error() != "data.value: cannot go from v1 to v2" {
+			t.Fatalf("got %v", err)
+		}
+		if gotStored != stored || gotNext != changed.res {
+			t.Fatal("ValidateUpdate did not see the stored resource and the candidate")
+		}
+		created := widgetCandidate(t, "v2", nil)
+		created.reg.ValidateUpdate = func(stored, next *pbresource.Resource) error { return errors.New("called on a create") }
+		if _, err := planWrite(created, nil, newUID); err != nil {
+			t.Fatalf("create: %v", err)
+		}
+	})
 	t.Run("owner removed", func(t *testing.T) {
 		s := &pbresource.Resource{Id: stored.Id, Version: "7", Data: stored.Data, Owner: owner, Metadata: stored.Metadata}
 		if _, err := planWrite(base, s, newUID); err == nil || !strings.Contains(err.Error(), "owner: cannot change") {

@@ -174,6 +174,11 @@ func planWrite(c *candidate, stored *pbresource.Resource, newUID func() (string,
 	if c.reg.Immutable && !sameData(c, stored) {
 		return writePlan{}, NewFieldError("data", "cannot change: %s is immutable once written; write a new one instead", name)
 	}
+	if c.reg.ValidateUpdate != nil {
+		if err := hookError(c.reg.ValidateUpdate(stored, c.res)); err != nil {
+			return writePlan{}, err
+		}
+	}
 	w := shallowResource(req)
 	w.Id = stored.GetId() // the stored uid
 	w.Version = stored.GetVersion()
