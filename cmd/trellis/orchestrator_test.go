@@ -133,4 +133,17 @@ func TestDevRunsATask(t *testing.T) {
 		_, out, _ := run(t, "", vars, "task", "logs", name)
 		return strings.Contains(out, "hello from trellis")
 	})
+
+	// A process that cannot start: the task ends STOPPED with the driver's
+	// error as its reason.
+	broken := `{family: broken, containers: [{name: main, driver: exec, command: [/no/such/program]}]}`
+	if code, out, errOut := run(t, broken, vars, "taskdef", "register", "-f", "-"); code != 0 {
+		t.Fatalf("register: %d %s %s", code, out, errOut)
+	}
+	_, out, _ = run(t, "", vars, "task", "run", "--taskdef", "broken", "--instance", "dev-1")
+	name = strings.Fields(out)[1]
+	waitFor(t, "the broken task stops with the driver's error", func() bool {
+		_, out, _ := run(t, "", vars, "task", "show", name)
+		return strings.Contains(out, "Last status:       STOPPED") && strings.Contains(out, "/no/such/program") && strings.Contains(out, "no such file")
+	})
 }
