@@ -256,7 +256,7 @@ func (a *Agent) connectLoop(ctx context.Context) {
 			continue
 		}
 		failures++
-		wait := backoff(a.cfg.BackoffMin, a.cfg.BackoffMax, failures, randFloat())
+		wait := reconnectWait(a.cfg.BackoffMin, a.cfg.BackoffMax, a.ttlValue(), failures, randFloat())
 		a.log.Warn("cannot use server", "server", addr, "err", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():
