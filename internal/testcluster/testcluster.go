@@ -1,8 +1,9 @@
 // Package testcluster starts real `trellis server` and `trellis agent`
 // processes on loopback, for the multi-process tests in test/ and for the
 // benchmarks in bench/. It is the harness, not the thing under test: it only
-// launches the binary with the documented flags, reads the documented HTTP
-// status endpoints, and looks at the host's Docker engine from outside.
+// launches the binary with the documented flags and reads the documented
+// HTTP status endpoints. Package dockerhost, beside it, looks at the host's
+// Docker engine.
 package testcluster
 
 import (

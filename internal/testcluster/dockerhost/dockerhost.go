@@ -1,4 +1,9 @@
-package testcluster
+// Package dockerhost is the host's Docker engine as the multi-process tests
+// see it from outside: it builds the docker driver's test image, tells
+// whether a container still runs, and removes what a test left. It is apart
+// from testcluster so that users of that (the benchmarks) do not pull in
+// the engine's client.
+package dockerhost
 
 import (
 	"archive/tar"
@@ -22,16 +27,14 @@ import (
 	"github.com/docker/docker/pkg/jsonmessage"
 )
 
-// Docker is the host's Docker engine, as tests that run containers through
-// agents see it from outside: to build the test image, to check that a
-// container still runs, and to remove what a test left.
-type Docker struct {
+// Engine is a client of the host's Docker engine.
+type Engine struct {
 	cli *client.Client
 }
 
-// ConnectDocker returns the host's engine, or an error saying why none
-// answers (the caller decides whether that skips or fails its test).
-func ConnectDocker(ctx context.Context) (*Docker, error) {
+// Connect returns the host's engine, or an error saying why none answers
+// (the caller decides whether that skips or fails its test).
+func Connect(ctx context.Context) (*Engine, error) {
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return nil, fmt.Errorf("no Docker engine client: %w", err)
@@ -40,11 +43,11 @@ func ConnectDocker(ctx context.Context) (*Docker, error) {
 		cli.Close()
 		return nil, fmt.Errorf("no Docker engine reachable at %s: %w", cli.DaemonHost(), err)
 	}
-	return &Docker{cli: cli}, nil
+	return &Engine{cli: cli}, nil
 }
 
 // Close releases the client.
-func (d *Docker) Close() error { return d.cli.Close() }
+func (d *Engine) Close() error { return d.cli.Close() }
 
 // ProbeRepo is the repository of the probe image: the docker driver's test
 // program (internal/driver/docker/testdata/driverprobe) alone in a FROM
@@ -56,7 +59,7 @@ const ProbeRepo = "trellis-test/driverprobe"
 // has an image of this exact program. It is built the way the docker
 // driver's own tests build it (same flags, same tag: a hash of the
 // program), so the two share one image.
-func (d *Docker) ProbeImage(ctx context.Context) (string, error) {
+func (d *Engine) ProbeImage(ctx context.Context) (string, error) {
 	v, err := d.cli.ServerVersion(ctx)
 	if err != nil {
 		return "", fmt.Errorf("engine version: %w", err)
@@ -149,7 +152,7 @@ func moduleRoot() (string, error) {
 
 // Containers lists the IDs of the containers, running or not, that carry
 // label (key=value), e.g. "trellis.agent=node-1".
-func (d *Docker) Containers(ctx context.Context, label string) ([]string, error) {
+func (d *Engine) Containers(ctx context.Context, label string) ([]string, error) {
 	found, err := d.cli.ContainerList(ctx, container.ListOptions{
 		All:     true,
 		Filters: filters.NewArgs(filters.Arg("label", label)),
@@ -166,7 +169,7 @@ func (d *Docker) Containers(ctx context.Context, label string) ([]string, error)
 
 // Running reports whether the container runs; a container that is gone
 // does not.
-func (d *Docker) Running(ctx context.Context, id string) (bool, error) {
+func (d *Engine) Running(ctx context.Context, id string) (bool, error) {
 	info, err := d.cli.ContainerInspect(ctx, id)
 	if client.IsErrNotFound(err) {
 		return false, nil
@@ -178,7 +181,7 @@ func (d *Docker) Running(ctx context.Context, id string) (bool, error) {
 }
 
 // Remove removes containers, running or not.
-func (d *Docker) Remove(ctx context.Context, ids ...string) error {
+func (d *Engine) Remove(ctx context.Context, ids ...string) error {
 	var errs []error
 	for _, id := range ids {
 		err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
