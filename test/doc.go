@@ -1,4 +1,5 @@
 // Package test holds Trellis's multi-process tests: they build the trellis
-// binary, start real servers on loopback, and drive them through the public
-// HTTP API only, as a user or an outside check would.
+// binary, start real servers and agents on loopback, and drive them through
+// the CLI and the public HTTP API only, as a user or an outside check would,
+// looking at the processes and containers they run from outside.
 package test

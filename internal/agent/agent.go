@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,6 +78,14 @@ func New(cfg Config) (*Agent, error) {
 		return nil, configError("NewRunner", "required: the agent needs a task runner")
 	}
 	cfg = cfg.withDefaults()
+	// Task directories and log files under the data dir are handed to the
+	// drivers, which run processes in other working directories and so
+	// refuse relative paths: a relative -data-dir would fail every task.
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, configError("-data-dir", "%v", err)
+	}
+	cfg.DataDir = dataDir
 	a := &Agent{
 		cfg:       cfg,
 		log:       cfg.Logger.With("instance", cfg.Name),
@@ -248,7 +257,7 @@ func (a *Agent) connectLoop(ctx context.Context) {
 			continue
 		}
 		failures++
-		wait := backoff(a.cfg.BackoffMin, a.cfg.BackoffMax, failures, randFloat())
+		wait := reconnectWait(a.cfg.BackoffMin, a.cfg.BackoffMax, a.ttlValue(), failures, randFloat())
 		a.log.Warn("cannot use server", "server", addr, "err", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():

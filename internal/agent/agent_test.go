@@ -585,3 +585,32 @@ func TestTaskDeletedWhileTheAgentWasAway(t *testing.T) {
 		t.Errorf("resumed %d times, want 1 (then stopped)", pt.resume.Load())
 	}
 }
+
+// A relative -data-dir is made absolute: the drivers are given the task's
+// directories and refuse relative ones (every task failed to start).
+func TestRelativeDataDirGivesTasksAbsolutePaths(t *testing.T) {
+	t.Chdir(t.TempDir())
+	srv := startServer(t)
+	pt := newProcTable(t)
+	cfg := config(t, "i-1", pt, srv)
+	cfg.DataDir = "data"
+	got := make(chan RunnerConfig, 1)
+	cfg.NewRunner = func(rc RunnerConfig) (TaskRunner, error) {
+		got <- rc
+		return pt.newRunner(rc)
+	}
+	a := startAgent(t, cfg)
+	registered(t, srv, a)
+	srv.registerDefinition(t, "default", shDefinition("sleeper", "exec sleep 1000"))
+	srv.place(t, "default", "t1", "sleeper:1", "i-1")
+	var rc RunnerConfig
+	select {
+	case rc = <-got:
+	case <-waitTimeout():
+		t.Fatal("the agent made no runner for the task")
+	}
+	if !filepath.IsAbs(rc.Dir) || !filepath.IsAbs(rc.LogDir) {
+		t.Errorf("task dir %q, log dir %q; want absolute paths", rc.Dir, rc.LogDir)
+	}
+	srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
+}

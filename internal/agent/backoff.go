@@ -20,6 +20,19 @@ func backoff(minWait, maxWait time.Duration, failures int, r float64) time.Durat
 	return half + time.Duration(float64(ceiling-half)*r)
 }
 
+// reconnectWait is the wait before the next attempt to reach a server
+// after failures consecutive failures: the backoff, but never longer than
+// a heartbeat interval of the TTL. The servers mark an instance down after
+// a TTL without a heartbeat, counted from when a new leader took over; an
+// agent still backing off from an election would come back after that and
+// find its instance down and its running tasks LOST, although nothing
+// happened to them (a single server's restart did it one time in six with
+// a 2 s TTL). Retrying at the heartbeat rate costs the servers no more
+// than the heartbeats do.
+func reconnectWait(minWait, maxWait, ttl time.Duration, failures int, r float64) time.Duration {
+	return min(backoff(minWait, maxWait, failures, r), heartbeatInterval(ttl, r))
+}
+
 // heartbeatInterval is the wait between heartbeats: a third of the TTL,
 // less up to a quarter of that at random (r in [0, 1)).
 func heartbeatInterval(ttl time.Duration, r float64) time.Duration {

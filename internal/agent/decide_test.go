@@ -262,6 +262,25 @@ func TestBackoff(t *testing.T) {
 			t.Errorf("heartbeatInterval(9s, %v) = %s, want within [2.25s, 3s]", r, got)
 		}
 	}
+	// Reconnecting, the agent never waits longer than it would between
+	// heartbeats: a server back from an election expects one within a TTL.
+	for _, c := range []struct {
+		ttl      time.Duration
+		failures int
+		r        float64
+		want     time.Duration
+	}{
+		{9 * time.Second, 1, 0, 50 * time.Millisecond},           // the backoff
+		{9 * time.Second, 20, 0, 3 * time.Second},                // a third of the TTL
+		{9 * time.Second, 20, 0.999999, 2250 * time.Millisecond}, // less its jitter
+		{2 * time.Second, 7, 0, 2 * time.Second / 3},
+		{60 * time.Second, 20, 0, 5 * time.Second}, // the backoff's cap
+	} {
+		got := reconnectWait(100*time.Millisecond, 10*time.Second, c.ttl, c.failures, c.r)
+		if d := got - c.want; d < -time.Millisecond || d > time.Millisecond {
+			t.Errorf("reconnectWait(ttl %s, %d, %v) = %s, want %s", c.ttl, c.failures, c.r, got, c.want)
+		}
+	}
 }
 
 func TestNextWatchIndex(t *testing.T) {

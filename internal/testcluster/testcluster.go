@@ -1,7 +1,9 @@
-// Package testcluster starts real `trellis server` processes on loopback,
-// for the multi-process tests in test/ and for the benchmarks in bench/. It
-// is the harness, not the thing under test: it only launches the binary with
-// the documented flags and reads the documented HTTP status endpoints.
+// Package testcluster starts real `trellis server` and `trellis agent`
+// processes on loopback, for the multi-process tests in test/ and for the
+// benchmarks in bench/. It is the harness, not the thing under test: it only
+// launches the binary with the documented flags and reads the documented
+// HTTP status endpoints. Package dockerhost, beside it, looks at the host's
+// Docker engine.
 package testcluster
 
 import (
@@ -11,12 +13,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 )
 
@@ -40,10 +39,7 @@ type Member struct {
 	DataDir  string
 	LogPath  string
 
-	bin  string
-	args []string
-	cmd  *exec.Cmd
-	done chan struct{}
+	process
 }
 
 // Cluster is a set of servers started to form one cluster.
@@ -80,8 +76,8 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]),
 			DataDir:  filepath.Join(o.Dir, fmt.Sprintf("server%d", i)),
 			LogPath:  filepath.Join(o.Dir, fmt.Sprintf("server%d.log", i)),
-			bin:      o.Bin,
 		}
+		m.process = process{name: m.Name, bin: o.Bin, logPath: m.LogPath}
 		m.args = []string{"server",
 			"-data-dir", m.DataDir,
 			"-http-addr", m.HTTPAddr,
@@ -106,80 +102,6 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-// Start runs the member's process (again, after Kill or Stop).
-func (m *Member) Start() error {
-	logf, err := os.OpenFile(m.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(m.bin, m.args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start %s: %w", m.Name, err)
-	}
-	m.cmd, m.done = cmd, make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logf.Close()
-		close(m.done)
-	}()
-	return nil
-}
-
-// Running reports whether the process is alive.
-func (m *Member) Running() bool {
-	if m.done == nil {
-		return false
-	}
-	select {
-	case <-m.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// Kill ends the process with SIGKILL and waits for it.
-func (m *Member) Kill() {
-	if !m.Running() {
-		return
-	}
-	_ = m.cmd.Process.Kill()
-	<-m.done
-}
-
-// Stop ends the process with SIGTERM, then SIGKILL after 10 s.
-func (m *Member) Stop() {
-	if !m.Running() {
-		return
-	}
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-m.done:
-	case <-time.After(10 * time.Second):
-		m.Kill()
-	}
-}
-
-// PID is the process id of the running process.
-func (m *Member) PID() int { return m.cmd.Process.Pid }
-
-// RSS reads the process's resident set size from /proc.
-func (m *Member) RSS() (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.PID()))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", m.PID())
 }
 
 // Leader asks the member who the leader is (its Raft address, "" for none).

@@ -1,0 +1,73 @@
+package testcluster
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+)
+
+// Agent is one `trellis agent` process: an instance. Kill (SIGKILL) and
+// Stop (SIGTERM) leave its tasks running, and Start runs it again on the
+// same data directory, local API address and flags, as an operator
+// restarting it would.
+type Agent struct {
+	Name     string
+	HTTPAddr string // the agent's local API (task metadata, logs, leave)
+	DataDir  string
+	LogPath  string
+
+	process
+}
+
+// AgentOptions says how to start an agent.
+type AgentOptions struct {
+	Bin string // the trellis binary
+	// Dir is where the agent's data directory (Dir/Name) and log
+	// (Dir/Name.log) go.
+	Dir  string
+	Name string // the instance's name
+	// Servers are gRPC addresses of servers (Member.GRPCAddr).
+	Servers []string
+	// Attributes become -attribute key=value flags.
+	Attributes map[string]string
+	// Extra flags for the agent.
+	Extra []string
+}
+
+// StartAgent starts an agent and returns at once; the agent registers its
+// instance on its own (wait for the Instance to be ready through the API).
+// Its local API listens on a port chosen here and kept across restarts.
+func StartAgent(o AgentOptions) (*Agent, error) {
+	if o.Name == "" || len(o.Servers) == 0 {
+		return nil, errors.New("testcluster: an agent needs a name and at least one server")
+	}
+	ports, err := FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		Name:     o.Name,
+		HTTPAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		DataDir:  filepath.Join(o.Dir, o.Name),
+		LogPath:  filepath.Join(o.Dir, o.Name+".log"),
+	}
+	args := []string{"agent", "-name", o.Name, "-data-dir", a.DataDir, "-http-addr", a.HTTPAddr}
+	for _, s := range o.Servers {
+		args = append(args, "-server", s)
+	}
+	keys := make([]string, 0, len(o.Attributes))
+	for k := range o.Attributes {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		args = append(args, "-attribute", k+"="+o.Attributes[k])
+	}
+	args = append(args, o.Extra...)
+	a.process = process{name: "agent " + o.Name, bin: o.Bin, args: args, logPath: a.LogPath}
+	if err := a.Start(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
