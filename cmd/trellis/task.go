@@ -305,7 +305,13 @@ func newTaskShowCmd(e *env, cf *clientFlags) *cobra.Command {
 			fmt.Fprintln(tw, "CONTAINER\tSTATUS\tHEALTH\tEXIT\tRESTARTS\tRUNTIME ID\tREASON")
 			for _, cs := range t.GetContainers() {
 				exit := "-"
-				if cs.ExitCode != nil {
+				switch {
+				case cs.ExitCode == nil:
+				case cs.GetExitCode() < 0:
+					// A process re-adopted after an agent restart is seen
+					// to end, but not its status.
+					exit = "unknown"
+				default:
 					exit = fmt.Sprint(cs.GetExitCode())
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", cs.GetName(), cs.GetStatus(), orDash(cs.GetHealth()), exit, cs.GetRestarts(),

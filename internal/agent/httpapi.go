@@ -148,7 +148,14 @@ func (a *Agent) serveLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc, err := runner.Logs(r.Context(), container, stream, follow)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNotStarted):
+		writeError(w, http.StatusConflict, wire.CodeFailedPrecondition, "task "+key+": "+err.Error())
+		return
+	case errors.Is(err, driver.ErrGone):
+		writeError(w, http.StatusNotFound, wire.CodeNotFound, "task "+key+": "+err.Error())
+		return
+	case err != nil:
 		writeError(w, http.StatusInternalServerError, wire.CodeInternal, "logs: "+err.Error())
 		return
 	}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"maps"
@@ -45,6 +46,10 @@ type TaskRunner interface {
 	Stop(reason string)
 	Logs(ctx context.Context, container string, stream driver.Stream, follow bool) (io.ReadCloser, error)
 }
+
+// ErrNotStarted is what a runner's Logs wraps for a container that has not
+// started yet, so it has no logs; the local API answers 409 for it.
+var ErrNotStarted = errors.New("the container has not started")
 
 // NewRunnerFunc makes the runner of one task. An error is final for the
 // task: the agent reports it STOPPED with the error as its reason.

@@ -72,7 +72,7 @@ func (r *runner) Logs(ctx context.Context, container string, stream driver.Strea
 		if st := r.lr.State(); i < len(st.Containers) && st.Containers[i].Handle != nil {
 			h = *st.Containers[i].Handle
 		} else {
-			return nil, fmt.Errorf("container %s has not started: it has no logs yet", container)
+			return nil, fmt.Errorf("container %s: %w: it has no logs yet", container, agent.ErrNotStarted)
 		}
 		return drv.Logs(ctx, h, cs.Spec, stream, follow)
 	}

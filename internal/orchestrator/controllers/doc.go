@@ -21,8 +21,9 @@
 //
 // Together: a dead instance is down within TTL plus the time of one
 // write after its last heartbeat, and its tasks LOST the moment the task
-// controller sees it down. A LOST task stays LOST: the server never revives
-// it, even when its instance comes back.
+// controller sees it down. The servers never revive a LOST task; its agent
+// does, when it comes back still running it and the task is still wanted
+// (it reports it RUNNING again; see internal/agent).
 //
 // The decisions are pure functions over plain values: heartbeat.Judge
 // (expired or not) and PlanLost (which tasks have lost their instance),
