@@ -52,6 +52,13 @@ func startSnapshot(store *inmem.Store, servers []*pbstorage.Server) *fsmSnapshot
 		defer markTaken()
 		batch := make([]*pbresource.Resource, 0, snapshotBatch)
 		send := func() error {
+			// A released snapshot stops at once: with a reader draining the
+			// channel, the select below would pick either case at random.
+			select {
+			case <-s.release:
+				return errSnapshotReleased
+			default:
+			}
 			select {
 			case s.batches <- batch:
 				batch = make([]*pbresource.Resource, 0, snapshotBatch)
