@@ -168,9 +168,6 @@ func Open(cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// logCacheEntries is how many recent log entries are kept in memory.
-const logCacheEntries = 16
-
 // openStores opens the log, stable and snapshot stores: a write-ahead log
 // (raft-wal: one fsync per append, where BoltDB needs two) that is also the
 // stable store, and snapshot files, under DataDir/raft; or raft's
@@ -199,14 +196,7 @@ func (b *Backend) openStores() (hraft.LogStore, hraft.StableStore, hraft.Snapsho
 		return nil, nil, nil, fmt.Errorf("raft storage: opening the log in %s: %w", filepath.Join(dir, "wal"), err)
 	}
 	b.wal = w
-	// The cache serves recent entries to followers without a disk read. It
-	// counts entries, not bytes, and a batch entry can be megabytes: keep
-	// it short, or it holds hundreds of megabytes after a burst of batches.
-	logs, err := hraft.NewLogCache(logCacheEntries, w)
-	if err != nil {
-		b.closeStores()
-		return nil, nil, nil, err
-	}
+	logs := newLogCache(w, logCacheEntries, logCacheBytes)
 	snaps, err := hraft.NewFileSnapshotStoreWithLogger(dir, b.tuning.SnapshotRetain, newHCLogAdapter(b.logger, "raft-snapshot"))
 	if err != nil {
 		b.closeStores()
