@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"google.golang.org/protobuf/types/known/anypb"
+
 	pbresource "trellis.dev/trellis/api/resource/v1"
 )
 
@@ -46,7 +48,7 @@ func TestEventRingSince(t *testing.T) {
 		{"size below one, too old", 0, seq(1, 2), 0, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newEventRing(tc.size)
+			r := newEventRing(tc.size, 1<<30)
 			for _, idx := range tc.added {
 				r.add(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_UPSERT, Index: idx})
 			}
@@ -59,7 +61,7 @@ func TestEventRingSince(t *testing.T) {
 }
 
 func TestEventRingReset(t *testing.T) {
-	r := newEventRing(4)
+	r := newEventRing(4, 1<<30)
 	for _, idx := range seq(1, 3) {
 		r.add(&pbresource.WatchEvent{Index: idx})
 	}
@@ -87,4 +89,53 @@ func indexes(evs []*pbresource.WatchEvent) []uint64 {
 		out = append(out, ev.GetIndex())
 	}
 	return out
+}
+
+func TestEventRingBytes(t *testing.T) {
+	small := &pbresource.Resource{Id: testID("", "a"), Metadata: map[string]string{"k": "v"}}
+	large := &pbresource.Resource{Id: testID("", "b"), Status: map[string]*pbresource.Status{
+		"c": {Conditions: []*pbresource.Condition{{Type: "t", Message: string(make([]byte, 4096))}}},
+	}}
+	unit := resourceBytes(small)
+	r := newEventRing(100, 3*unit)
+	for _, idx := range seq(1, 5) {
+		r.add(&pbresource.WatchEvent{Index: idx, Resource: small})
+	}
+	if got, ok := r.since(2); !ok || !slices.Equal(indexes(got), seq(3, 5)) {
+		t.Fatalf("since(2) = %v, %v; want 3..5 (three fit), true", indexes(got), ok)
+	}
+	if _, ok := r.since(1); ok {
+		t.Fatal("since(1) after 2 was evicted for room: want too old")
+	}
+	if r.bytes != 3*unit {
+		t.Fatalf("bytes = %d, want %d", r.bytes, 3*unit)
+	}
+
+	// An event over the whole budget is kept alone.
+	r.add(&pbresource.WatchEvent{Index: 6, Resource: large})
+	if got, ok := r.since(5); !ok || !slices.Equal(indexes(got), []uint64{6}) {
+		t.Fatalf("since(5) = %v, %v; want [6], true", indexes(got), ok)
+	}
+	if r.bytes != resourceBytes(large) {
+		t.Fatalf("bytes = %d, want the large event's %d", r.bytes, resourceBytes(large))
+	}
+	r.add(&pbresource.WatchEvent{Index: 7, Resource: small})
+	if got, ok := r.since(6); !ok || !slices.Equal(indexes(got), []uint64{7}) || r.bytes != unit {
+		t.Fatalf("since(6) = %v, %v with %d bytes; want [7], true with %d", indexes(got), ok, r.bytes, unit)
+	}
+	r.reset(7)
+	if r.bytes != 0 {
+		t.Fatalf("bytes after reset = %d", r.bytes)
+	}
+}
+
+func TestResourceBytesCountsVariableFields(t *testing.T) {
+	base := resourceBytes(&pbresource.Resource{Id: testID("", "a")})
+	withData := resourceBytes(&pbresource.Resource{Id: testID("", "a"), Data: &anypb.Any{Value: make([]byte, 1000)}})
+	if withData-base != 1000 {
+		t.Fatalf("1,000 bytes of data add %d", withData-base)
+	}
+	if resourceBytes(nil) != 0 {
+		t.Fatal("a nil resource has a size")
+	}
 }

@@ -16,10 +16,12 @@ import (
 // Defaults for the event ring and per-watcher buffers. The ring keeps the
 // resources of its events alive (old versions too), so it is a trade of
 // memory against how far back a broken watch can resume; one that cannot
-// lists again.
+// lists again. Small resources fill the ring's count first (16,384 events
+// of 256-byte resources hold about 13 MiB); large ones its bytes.
 const (
-	DefaultEventHistory  = 1 << 14
-	DefaultWatcherBuffer = 1 << 11
+	DefaultEventHistory      = 1 << 14
+	DefaultEventHistoryBytes = 64 << 20
+	DefaultWatcherBuffer     = 1 << 11
 )
 
 // Store is the in-memory resource state. Reads run concurrently on MVCC
@@ -46,7 +48,15 @@ type Store struct {
 type Option func(*Store)
 
 // WithEventHistory sets how many past events are kept for resuming watches.
-func WithEventHistory(n int) Option { return func(s *Store) { s.events = newEventRing(n) } }
+func WithEventHistory(n int) Option {
+	return func(s *Store) { s.events = newEventRing(n, s.events.maxBytes) }
+}
+
+// WithEventHistoryBytes bounds the estimated size of the resources the
+// past events keep alive.
+func WithEventHistoryBytes(n int) Option {
+	return func(s *Store) { s.events = newEventRing(len(s.events.buf), n) }
+}
 
 // WithWatcherBuffer sets how many events a watcher may have unread before it
 // is cut off.
@@ -59,7 +69,7 @@ func NewStore(opts ...Option) *Store {
 		panic(fmt.Sprintf("inmem: invalid schema: %v", err)) // a programming error
 	}
 	s := &Store{
-		events:        newEventRing(DefaultEventHistory),
+		events:        newEventRing(DefaultEventHistory, DefaultEventHistoryBytes),
 		watchers:      make(map[typeKey]map[*watch]struct{}),
 		watcherBuffer: DefaultWatcherBuffer,
 	}

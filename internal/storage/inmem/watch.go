@@ -10,56 +10,6 @@ import (
 	"trellis.dev/trellis/internal/storage"
 )
 
-// eventRing keeps the most recent events for resuming watches.
-type eventRing struct {
-	buf   []*pbresource.WatchEvent
-	start int // position of the oldest event
-	n     int
-	// evicted is the highest index no longer fully covered by buf: a watch
-	// may resume after index i only when i >= evicted.
-	evicted uint64
-}
-
-func newEventRing(size int) eventRing {
-	if size < 1 {
-		size = 1
-	}
-	return eventRing{buf: make([]*pbresource.WatchEvent, size)}
-}
-
-func (r *eventRing) add(ev *pbresource.WatchEvent) {
-	if r.n == len(r.buf) {
-		r.evicted = r.buf[r.start].GetIndex()
-		r.buf[r.start] = nil
-		r.start = (r.start + 1) % len(r.buf)
-		r.n--
-	}
-	r.buf[(r.start+r.n)%len(r.buf)] = ev
-	r.n++
-}
-
-// since returns the kept events after idx, oldest first, or false when some
-// of them are gone. Events of one batch share an index, so an index is
-// covered only once every event at it is still kept.
-func (r *eventRing) since(idx uint64) ([]*pbresource.WatchEvent, bool) {
-	if idx < r.evicted {
-		return nil, false
-	}
-	var out []*pbresource.WatchEvent
-	for i := 0; i < r.n; i++ {
-		ev := r.buf[(r.start+i)%len(r.buf)]
-		if ev.GetIndex() > idx {
-			out = append(out, ev)
-		}
-	}
-	return out, true
-}
-
-func (r *eventRing) reset(idx uint64) {
-	clear(r.buf)
-	r.start, r.n, r.evicted = 0, 0, idx
-}
-
 // publish hands ev to the ring and to every matching watcher. Called with
 // s.mu held.
 func (s *Store) publish(ev *pbresource.WatchEvent) {
