@@ -22,10 +22,12 @@ import (
 
 func main() {
 	trellisBin := flag.String("trellis", "bin/trellis", "the trellis binary to measure")
-	etcdBin := flag.String("etcd", "etcd", "the etcd binary to compare with")
+	etcdBin := flag.String("etcd", "etcd", "the etcd binary to compare with (\"\" with -only rss: measure Trellis alone)")
 	dur := flag.Duration("duration", 5*time.Second, "how long each write cell is measured")
 	sizes := flag.String("sizes", "1,3", "cluster sizes to measure")
 	skip := flag.String("skip", "", "comma-separated parts to skip: writes,batch,fanout,rss")
+	only := flag.String("only", "", "run only this part: writes, fanout or rss")
+	gogcs := flag.String("rss-gogc", ",50", "comma-separated GOGC settings the memory part runs Trellis under (empty: Go's default)")
 	out := flag.String("out", "", "also write the report to this file")
 	flag.Parse()
 
@@ -48,10 +50,22 @@ func main() {
 	}
 	b := &bench{ctx: ctx, trellis: *trellisBin, etcd: *etcdBin, dir: dir, dur: *dur, out: w}
 	fmt.Fprintf(w, "# peerbench %s\n\n", time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(w, "Trellis `%s` against `%s` (%s), 256-byte values, fsync on for both.\n\n", *trellisBin, *etcdBin, etcdVersion(*etcdBin))
+	if *etcdBin != "" {
+		fmt.Fprintf(w, "Trellis `%s` against `%s` (%s), 256-byte values, fsync on for both.\n\n", *trellisBin, *etcdBin, etcdVersion(*etcdBin))
+	} else if *only != "rss" {
+		log.Fatal("-etcd \"\" is only for -only rss: the other parts compare with etcd")
+	}
 	parts := map[string]bool{}
 	for _, p := range strings.Split(*skip, ",") {
 		parts[p] = true
+	}
+	if *only != "" {
+		if *only != "writes" && *only != "fanout" && *only != "rss" {
+			log.Fatalf("-only %q: want writes, fanout or rss", *only)
+		}
+		for _, p := range []string{"writes", "batch", "fanout", "rss"} {
+			parts[p] = p != *only && !(*only == "writes" && p == "batch")
+		}
 	}
 	for _, s := range strings.Split(*sizes, ",") {
 		var n int
@@ -64,8 +78,9 @@ func main() {
 		b.fanout()
 	}
 	if !parts["rss"] {
-		b.rss("")
-		b.rss("50")
+		for _, g := range strings.Split(*gogcs, ",") {
+			b.rss(g)
+		}
 	}
 }
 
@@ -202,6 +217,11 @@ func (b *bench) rss(gogc string) {
 	tc.stop()
 	if err != nil {
 		b.fatal("%v", err)
+	}
+	if b.etcd == "" {
+		fmt.Fprintf(b.out, "| system | RSS empty | RSS right after loading %d | RSS %s later, at rest |\n|---|---|---|---|\n| trellis | %d MB | %d MB | %d MB |\n\n",
+			n, rssSettle, before>>20, after>>20, rest>>20)
+		return
 	}
 
 	ec, err := startEtcd(b.ctx, b.etcd, b.dir, 1)
