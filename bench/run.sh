@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# make bench: Go micro-benchmarks, then Trellis against etcd in one run.
+# make bench: Go micro-benchmarks, then Trellis against etcd in one run,
+# then the orchestrator against its peers (etcd leases, os/exec).
 # Installs etcd 3.4 (Debian's etcd-server) when it is missing.
+#
+# Arguments go to peerbench; ORCHBENCH_ARGS to orchbench, for instance
+# ORCHBENCH_ARGS="-cells start" to run one of its cells alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bench/results
@@ -12,3 +16,4 @@ fi
 
 go test -run '^$' -bench . -benchmem ./internal/... | tee bench/results/gobench.txt
 (cd bench && go run ./cmd/peerbench -trellis ../bin/trellis -out results/peerbench.md "$@")
+(cd bench && go run ./cmd/orchbench -trellis ../bin/trellis -out results/orchbench.md ${ORCHBENCH_ARGS:-})

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"trellis.dev/trellis/internal/testcluster"
+)
+
+// server is one `trellis server` or etcd member.
+type server struct {
+	*proc
+	httpAddr string // trellis only
+	grpcAddr string // trellis: gRPC API; etcd: client URL host:port
+	raftAddr string // trellis only
+}
+
+// startTrellis starts n `trellis server` processes forming one cluster
+// (-bootstrap-expect n, each -retry-join the others), with the debug
+// endpoints on so that a missed target can be profiled, and waits for an
+// agreed leader, which it returns with the servers.
+func startTrellis(ctx context.Context, ps *procs, bin string, n int) ([]*server, *server, error) {
+	ports, err := testcluster.FreePorts(3 * n)
+	if err != nil {
+		return nil, nil, err
+	}
+	var servers []*server
+	for i := range n {
+		servers = append(servers, &server{
+			httpAddr: "127.0.0.1:" + strconv.Itoa(ports[3*i]),
+			grpcAddr: "127.0.0.1:" + strconv.Itoa(ports[3*i+1]),
+			raftAddr: "127.0.0.1:" + strconv.Itoa(ports[3*i+2]),
+		})
+	}
+	for i, s := range servers {
+		args := []string{"server",
+			"-data-dir", filepath.Join(ps.dir, fmt.Sprintf("server%d", i)),
+			"-http-addr", s.httpAddr, "-grpc-addr", s.grpcAddr, "-raft-addr", s.raftAddr,
+			"-bootstrap-expect", strconv.Itoa(n),
+			"-enable-debug", "-log-level", "warn",
+		}
+		for j, o := range servers {
+			if j != i {
+				args = append(args, "-retry-join", o.grpcAddr)
+			}
+		}
+		p, err := ps.start(fmt.Sprintf("server%d", i), bin, args...)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.proc = p
+	}
+	leader, err := trellisLeader(ctx, servers)
+	if err != nil {
+		return nil, nil, err
+	}
+	return servers, leader, nil
+}
+
+// trellisLeader waits until every server names the same leader, one of
+// them, and returns it.
+func trellisLeader(ctx context.Context, servers []*server) (*server, error) {
+	client := http.Client{Timeout: 2 * time.Second}
+	var leader *server
+	err := testcluster.WaitFor(ctx, 60*time.Second, func() bool {
+		var addr string
+		for _, s := range servers {
+			resp, err := client.Get("http://" + s.httpAddr + "/v1/status/leader")
+			if err != nil {
+				return false
+			}
+			var l string
+			err = json.NewDecoder(resp.Body).Decode(&l)
+			resp.Body.Close()
+			if err != nil || l == "" || (addr != "" && l != addr) {
+				return false
+			}
+			addr = l
+		}
+		for _, s := range servers {
+			if s.raftAddr == addr {
+				leader = s
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("trellis: no agreed leader among %d servers: %w (logs in %s)", len(servers), err, filepath.Dir(servers[0].log))
+	}
+	return leader, nil
+}
+
+// startAgent starts `trellis agent` named name against the servers.
+func startAgent(ps *procs, bin, name string, servers []*server) (*proc, error) {
+	args := []string{"agent", "-name", name,
+		"-data-dir", filepath.Join(ps.dir, name),
+		"-http-addr", "127.0.0.1:0", "-log-level", "warn"}
+	for _, s := range servers {
+		args = append(args, "-server", s.grpcAddr)
+	}
+	return ps.start(name, bin, args...)
+}
+
+// startSim starts `trellis sim` with n instances named prefix1..prefixN,
+// as the process called label.
+func startSim(ps *procs, bin, label, prefix string, n int, servers []*server) (*proc, error) {
+	args := []string{"sim", "-instances", strconv.Itoa(n), "-name-prefix", prefix,
+		"-data-dir", filepath.Join(ps.dir, label), "-log-level", "warn"}
+	for _, s := range servers {
+		args = append(args, "-server", s.grpcAddr)
+	}
+	return ps.start(label, bin, args...)
+}
+
+// startEtcd starts an n-member etcd cluster with its defaults (fsync on
+// every commit) and waits until every member reports itself healthy.
+func startEtcd(ctx context.Context, ps *procs, bin string, n int) ([]*server, error) {
+	ports, err := testcluster.FreePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	var initial []string
+	for i := range n {
+		initial = append(initial, fmt.Sprintf("e%d=http://127.0.0.1:%d", i, ports[2*i+1]))
+	}
+	var members []*server
+	for i := range n {
+		client := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i])
+		peer := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])
+		p, err := ps.start(fmt.Sprintf("etcd%d", i), bin,
+			"--name", fmt.Sprintf("e%d", i),
+			"--data-dir", filepath.Join(ps.dir, fmt.Sprintf("etcd%d", i)),
+			"--listen-client-urls", client, "--advertise-client-urls", client,
+			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+			"--initial-cluster", strings.Join(initial, ","),
+			"--initial-cluster-state", "new", "--initial-cluster-token", "orchbench",
+			"--log-level", "warn")
+		if err != nil {
+			return nil, err
+		}
+		members = append(members, &server{proc: p, grpcAddr: strings.TrimPrefix(client, "http://")})
+	}
+	client := http.Client{Timeout: 2 * time.Second}
+	err = testcluster.WaitFor(ctx, 60*time.Second, func() bool {
+		for _, m := range members {
+			resp, err := client.Get("http://" + m.grpcAddr + "/health")
+			if err != nil {
+				return false
+			}
+			var h struct{ Health string }
+			_ = json.NewDecoder(resp.Body).Decode(&h)
+			resp.Body.Close()
+			if h.Health != "true" {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd cluster of %d did not become healthy: %w (logs in %s)", n, err, ps.dir)
+	}
+	return members, nil
+}
+
+// etcdLeader returns the member that leads.
+func etcdLeader(ctx context.Context, cli *clientv3.Client, members []*server) (*server, error) {
+	for _, m := range members {
+		st, err := cli.Status(ctx, "http://"+m.grpcAddr)
+		if err != nil {
+			return nil, err
+		}
+		if st.Leader == st.Header.GetMemberId() {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("etcd: no member says it leads")
+}

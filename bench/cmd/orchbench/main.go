@@ -1,0 +1,194 @@
+// Command orchbench measures the orchestrator on this machine, each figure
+// beside a real peer measured in the same run, and prints a Markdown
+// report:
+//
+//   - start: task start latency with the exec driver, from the Task
+//     write's acknowledgement to the RUNNING report seen on a watch, one
+//     `trellis server` and one `trellis agent` running sleep; beside the
+//     same process started by os/exec from this benchmark.
+//   - fleet: `trellis sim -instances N` heartbeating against 3 `trellis
+//     server` processes: each server's CPU and resident size at steady
+//     state, then the time to mark a killed instance down; beside etcd
+//     (3 members) keeping N leases alive, and the time it takes to expire
+//     one whose keepalive stopped.
+//   - rss: the agent's resident size with 50 tasks running, beside its
+//     size with none.
+//
+// Every process it starts is ended when it finishes, fails or is
+// interrupted; they also die with it if it is killed.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type bench struct {
+	trellis, etcd string
+	dir           string
+	runID         string
+	out, progress io.Writer
+
+	tasks, burst, rssTasks int
+	instances, dead        int
+	window, settle         time.Duration
+}
+
+func (b *bench) cellDir(name string) string {
+	d := filepath.Join(b.dir, name)
+	_ = os.MkdirAll(d, 0o755)
+	return d
+}
+
+var allCells = []string{"start", "fleet", "rss"}
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	b := &bench{}
+	flag.StringVar(&b.trellis, "trellis", "bin/trellis", "the trellis binary to measure")
+	flag.StringVar(&b.etcd, "etcd", "etcd", "the etcd binary to compare with")
+	cells := flag.String("cells", strings.Join(allCells, ","), "comma-separated cells to run: start, fleet, rss")
+	flag.IntVar(&b.tasks, "tasks", 200, "start: tasks placed one at a time, and again in bursts")
+	flag.IntVar(&b.burst, "burst", 20, "start: tasks per burst (also how many run at most before they are stopped)")
+	flag.IntVar(&b.rssTasks, "rss-tasks", 50, "rss: tasks the agent runs")
+	flag.IntVar(&b.instances, "instances", 5000, "fleet: simulated instances (etcd: leases)")
+	flag.IntVar(&b.dead, "dead", 5, "fleet: dead instances detected, one after another")
+	flag.DurationVar(&b.window, "window", 60*time.Second, "fleet: how long CPU use is measured")
+	flag.DurationVar(&b.settle, "settle", 15*time.Second, "fleet: pause after every instance is registered, before measuring")
+	outPath := flag.String("out", "", "also write the report to this file")
+	keep := flag.Bool("keep", false, "keep the working directory (data dirs and logs) even when every cell succeeds")
+	flag.Parse()
+
+	want := map[string]bool{}
+	for _, c := range strings.Split(*cells, ",") {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
+		if !strings.Contains(","+strings.Join(allCells, ",")+",", ","+c+",") {
+			log.Printf("-cells: %q is not one of %s", c, strings.Join(allCells, ", "))
+			return 2
+		}
+		want[c] = true
+	}
+	if abs, err := filepath.Abs(b.trellis); err == nil {
+		b.trellis = abs
+	}
+	if _, err := os.Stat(b.trellis); err != nil {
+		log.Printf("-trellis: %v (make build first)", err)
+		return 2
+	}
+	if want["fleet"] {
+		if _, err := exec.LookPath(b.etcd); err != nil {
+			log.Printf("-etcd: %v", err)
+			return 2
+		}
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	id := make([]byte, 6)
+	_, _ = rand.Read(id)
+	b.runID = hex.EncodeToString(id)
+	dir, err := os.MkdirTemp("", "orchbench-")
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	b.dir = dir
+	b.out, b.progress = os.Stdout, os.Stderr
+	if *outPath != "" {
+		f, err := os.Create(*outPath)
+		if err != nil {
+			log.Print(err)
+			return 1
+		}
+		defer f.Close()
+		b.out = io.MultiWriter(os.Stdout, f)
+	}
+
+	failed := false
+	defer func() {
+		// Every cell ends its own processes; this catches any task
+		// process a failure left behind.
+		killMarked(b.runID)
+		if failed || *keep {
+			fmt.Fprintf(os.Stderr, "orchbench: data dirs and logs kept in %s\n", dir)
+		} else {
+			os.RemoveAll(dir)
+		}
+	}()
+	fail := func(cell string, err error) {
+		failed = true
+		fmt.Fprintf(b.out, "**%s: failed: %v**\n\n", cell, err)
+	}
+
+	fmt.Fprintf(b.out, "# orchbench %s\n\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(b.out, "Trellis `%s`; etcd `%s` (%s). %d CPUs; load average at the start %s.\n\n",
+		b.trellis, b.etcd, etcdVersion(b.etcd), runtime.NumCPU(), loadavg())
+	if want["start"] {
+		fmt.Fprintln(b.progress, "orchbench: task start latency")
+		r, err := b.taskStart(ctx)
+		if err != nil {
+			fail("task start latency", err)
+		} else {
+			b.reportStart(r)
+		}
+	}
+	if want["fleet"] && ctx.Err() == nil {
+		fmt.Fprintln(b.progress, "orchbench: fleet, Trellis")
+		tr, err := b.trellisFleet(ctx)
+		if err != nil {
+			fail("fleet (Trellis)", err)
+		}
+		var er *fleetResult
+		if tr != nil && ctx.Err() == nil {
+			fmt.Fprintln(b.progress, "orchbench: fleet, etcd")
+			if er, err = b.etcdFleet(ctx); err != nil {
+				fail("fleet (etcd)", err)
+			}
+		}
+		if tr != nil && er != nil {
+			b.reportFleet(tr, er)
+		}
+	}
+	if want["rss"] && ctx.Err() == nil {
+		fmt.Fprintln(b.progress, "orchbench: agent memory")
+		r, err := b.agentRSS(ctx)
+		if err != nil {
+			fail("agent memory", err)
+		} else {
+			b.reportRSS(r)
+		}
+	}
+	if ctx.Err() != nil {
+		fail("orchbench", ctx.Err())
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+func etcdVersion(bin string) string {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "version unknown"
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimSpace(first)
+}
