@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
@@ -70,7 +71,9 @@ state; 'trellis task logs' reads their logs there.`,
 			if err != nil {
 				return err
 			}
-			cfg.Servers = servers
+			// Agents spread over the servers: each starts at a random one of
+			// the list and goes round it from there.
+			cfg.Servers = rotate(servers, rand.IntN(max(len(servers), 1)))
 			if cfg.Attributes, err = parseAttributes(attributes); err != nil {
 				return usageError{err}
 			}
@@ -104,7 +107,7 @@ state; 'trellis task logs' reads their logs there.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringArrayVar(&servers, "server", nil, "gRPC address (host:port) of a server; repeatable, tried in turn (required)")
+	fs.StringArrayVar(&servers, "server", nil, "gRPC address (host:port) of a server; repeatable (required). The agent starts at a random one and moves round the list when one goes away")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for the agent's state, its tasks' directories and logs (required)")
 	fs.StringVar(&cfg.Name, "name", "", "name of this instance (a DNS label; default: the host name)")
 	fs.StringVar(&cfg.Cluster, "cluster", "default", "cluster the instance belongs to")
@@ -114,6 +117,14 @@ state; 'trellis task logs' reads their logs there.`,
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.AddCommand(newAgentLeaveCmd(e))
 	return cmd
+}
+
+// rotate returns list starting at its i-th element, going round.
+func rotate(list []string, i int) []string {
+	if len(list) == 0 {
+		return list
+	}
+	return append(append([]string(nil), list[i:]...), list[:i]...)
 }
 
 func newAgentLeaveCmd(e *env) *cobra.Command {

@@ -147,3 +147,15 @@ func TestDevRunsATask(t *testing.T) {
 		return strings.Contains(out, "Last status:       STOPPED") && strings.Contains(out, "/no/such/program") && strings.Contains(out, "no such file")
 	})
 }
+
+func TestRotate(t *testing.T) {
+	list := []string{"a", "b", "c"}
+	for i, want := range []string{"a,b,c", "b,c,a", "c,a,b"} {
+		if got := strings.Join(rotate(list, i), ","); got != want {
+			t.Errorf("rotate(%d) = %s, want %s", i, got, want)
+		}
+	}
+	if strings.Join(list, ",") != "a,b,c" {
+		t.Error("rotate changed its input")
+	}
+}
