@@ -195,16 +195,19 @@ func ReadAgentFile(dataDir string) (httpAddr string, err error) {
 }
 
 // writeFileAtomic replaces path with data: a temporary file beside it,
-// synced, then renamed over it.
+// renamed over it.
 func writeFileAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return err
 	}
+	// No fsync: a record only lets a restarted agent re-attach to the
+	// processes and containers of this machine, which a power loss or a
+	// kernel crash (the only failures the page cache does not survive)
+	// ends anyway. The rename keeps every record whole against the agent's
+	// own crashes; after a machine crash a damaged record is reported and
+	// left, and the servers have marked the instance's tasks LOST.
 	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

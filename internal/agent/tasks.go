@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"sync"
 
@@ -24,6 +25,14 @@ type task struct {
 	stored  *pborch.Task
 	seen    bool
 	deleted bool
+
+	// The encodings record() last made of def (immutable) and of res (as
+	// of resJSONOf): a task is saved at every change of its state, and
+	// re-encoding both each time was a sizeable part of the agent's CPU
+	// per task.
+	defJSON   json.RawMessage
+	resJSON   json.RawMessage
+	resJSONOf *pbresource.Resource
 
 	phase  phase
 	def    *pborch.TaskDefinition
@@ -68,15 +77,21 @@ func (t *task) changed(s Snapshot) {
 	t.repairs = 0
 }
 
+// record is what is saved of t. It runs under the agent's lock.
 func (t *task) record() *record {
-	def, _ := encodeDefinition(t.def)
-	res, _ := encodeResource(t.res)
+	if t.defJSON == nil {
+		t.defJSON, _ = encodeDefinition(t.def)
+	}
+	if t.resJSONOf != t.res || t.resJSON == nil {
+		t.resJSON, _ = encodeResource(t.res)
+		t.resJSONOf = t.res
+	}
 	return &record{
 		Namespace:  t.namespace,
 		Name:       t.name,
 		UID:        t.uid,
-		Resource:   res,
-		Definition: def,
+		Resource:   t.resJSON,
+		Definition: t.defJSON,
 		Token:      t.token,
 		Snapshot:   t.snap,
 		Started:    t.started,
