@@ -157,21 +157,27 @@ one batch, all or none.`,
 }
 
 func readDocuments(e *env, file string) ([]cli.Document, error) {
-	var (
-		data []byte
-		err  error
-		name = file
-	)
-	if file == "-" {
-		name = "stdin"
-		data, err = io.ReadAll(e.stdin)
-	} else {
-		data, err = os.ReadFile(file)
-	}
+	data, name, err := readInput(e, file)
 	if err != nil {
-		return nil, fmt.Errorf("-f: %w", err)
+		return nil, err
 	}
 	return cli.ParseDocuments(data, name)
+}
+
+// readInput reads the file of a -f flag ("-" is standard input) and
+// returns it with the name errors should give it.
+func readInput(e *env, file string) (data []byte, name string, err error) {
+	if file == "-" {
+		data, err = io.ReadAll(e.stdin)
+		name = "stdin"
+	} else {
+		data, err = os.ReadFile(file)
+		name = file
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("-f: %w", err)
+	}
+	return data, name, nil
 }
 
 func applyDocuments(ctx context.Context, c *client.Client, docs []cli.Document, atomic, report bool, w io.Writer) ([]*wire.Resource, error) {

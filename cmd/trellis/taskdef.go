@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"slices"
 	"strings"
 
@@ -121,19 +119,9 @@ type taskDefSpec struct {
 }
 
 func readTaskDefSpec(e *env, file string) (*taskDefSpec, error) {
-	var (
-		data []byte
-		err  error
-		name = file
-	)
-	if file == "-" {
-		name = "stdin"
-		data, err = io.ReadAll(e.stdin)
-	} else {
-		data, err = os.ReadFile(file)
-	}
+	data, name, err := readInput(e, file)
 	if err != nil {
-		return nil, fmt.Errorf("-f: %w", err)
+		return nil, err
 	}
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {

@@ -1,41 +1,29 @@
 package docker
 
 import (
-	"archive/tar"
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/jsonmessage"
 
 	"trellis.dev/trellis/internal/driver"
+	"trellis.dev/trellis/internal/testcluster/dockerhost"
 )
 
 // The engine tests run against the host's Docker engine with an image
 // built here, FROM scratch, holding testdata/driverprobe: nothing is
 // pulled. Without an engine they skip, unless TRELLIS_REQUIRE_DOCKER is set
 // (CI sets it, so that a broken engine fails rather than passes silently).
-
-// probeRepo is the test image's repository; its tag is a hash of the
-// program, so that a changed program makes a new image and an unchanged one
-// is built once per host.
-const probeRepo = "trellis-test/driverprobe"
 
 var engine struct {
 	once sync.Once
@@ -83,86 +71,17 @@ func prepareEngine() {
 		return
 	}
 	engine.memoryLimit = info.MemoryLimit
-	v, err := cli.ServerVersion(ctx)
+	// The probe image is built as the multi-process tests build it, so the
+	// two share one image (tagged by a hash of the program).
+	host, err := dockerhost.Connect(ctx)
 	if err != nil {
-		engine.err = fmt.Errorf("engine version: %w", err)
+		engine.err = err
 		return
 	}
-	engine.image, engine.err = buildProbeImage(cli, v.Os, v.Arch)
-}
-
-// buildProbeImage compiles driverprobe for the engine's platform and
-// builds the image from a tar context made here, unless an image of that
-// exact program is already on the host.
-func buildProbeImage(cli *client.Client, goos, goarch string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	dir, err := os.MkdirTemp("", "driverprobe")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "driverprobe")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./testdata/driverprobe")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./testdata/driverprobe: %v\n%s", err, out)
-	}
-	program, err := os.ReadFile(bin)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(program)
-	tag := probeRepo + ":" + hex.EncodeToString(sum[:6])
-	if _, err := cli.ImageInspect(ctx, tag); err == nil {
-		return tag, nil
-	}
-
-	var buildCtx bytes.Buffer
-	tw := tar.NewWriter(&buildCtx)
-	dockerfile := "FROM scratch\nCOPY driverprobe /driverprobe\nENTRYPOINT [\"/driverprobe\"]\nCMD [\"run\"]\n"
-	for _, f := range []struct {
-		name string
-		mode int64
-		data []byte
-	}{{"Dockerfile", 0o644, []byte(dockerfile)}, {"driverprobe", 0o755, program}} {
-		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data))}); err != nil {
-			return "", err
-		}
-		if _, err := tw.Write(f.data); err != nil {
-			return "", err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return "", err
-	}
-	resp, err := cli.ImageBuild(ctx, &buildCtx, build.ImageBuildOptions{
-		Tags:        []string{tag},
-		Remove:      true,
-		ForceRemove: true,
-		Version:     build.BuilderV1,
-		Labels:      map[string]string{"trellis.test": "driverprobe"},
-	})
-	if err != nil {
-		return "", fmt.Errorf("image build: %w", err)
-	}
-	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var m jsonmessage.JSONMessage
-		if err := dec.Decode(&m); err == io.EOF {
-			break
-		} else if err != nil {
-			return "", fmt.Errorf("image build output: %w", err)
-		}
-		if m.Error != nil {
-			return "", fmt.Errorf("image build: %s", m.Error.Message)
-		}
-	}
-	if _, err := cli.ImageInspect(ctx, tag); err != nil {
-		return "", fmt.Errorf("image build finished but %s is not there: %w", tag, err)
-	}
-	return tag, nil
+	defer host.Close()
+	buildCtx, done := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer done()
+	engine.image, engine.err = host.ProbeImage(buildCtx)
 }
 
 // randomHex is a short random name part, so that concurrent tests (and
