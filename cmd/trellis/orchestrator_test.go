@@ -21,13 +21,12 @@ containers:
 restart_policy: {attempts: 3, interval: 5m, delay: 5s}
 `
 
-// The task definition commands against a real in-process server: revisions
-// are assigned, an unchanged definition is not registered again, and bad
-// input is refused with the field named.
-func TestTaskDefCommands(t *testing.T) {
-	addr := startDev(t)
+// expecter returns a function that runs a command line against the server
+// at addr, checks its exit status and that its output holds want, and
+// returns its stdout.
+func expecter(t *testing.T, addr string) func(wantCode int, stdin, want string, args ...string) string {
 	vars := map[string]string{"TRELLIS_ADDR": addr}
-	expect := func(wantCode int, stdin, want string, args ...string) string {
+	return func(wantCode int, stdin, want string, args ...string) string {
 		t.Helper()
 		code, out, errOut := run(t, stdin, vars, args...)
 		if code != wantCode || !strings.Contains(out+errOut, want) {
@@ -35,6 +34,14 @@ func TestTaskDefCommands(t *testing.T) {
 		}
 		return out
 	}
+}
+
+// The task definition commands against a real in-process server: revisions
+// are assigned, an unchanged definition is not registered again, and bad
+// input is refused with the field named.
+func TestTaskDefCommands(t *testing.T) {
+	addr := startDev(t)
+	expect := expecter(t, addr)
 	expect(0, webSpec, "registered web:1", "taskdef", "register", "-f", "-")
 	expect(0, webSpec, "web:1 is already this definition: nothing registered", "taskdef", "register", "-f", "-")
 	expect(0, strings.Replace(webSpec, "info", "debug", 1), "registered web:2", "taskdef", "register", "-f", "-")
@@ -62,15 +69,7 @@ func TestTaskDefCommands(t *testing.T) {
 // and a placed task shows up and can be stopped.
 func TestInstanceAndTaskCommands(t *testing.T) {
 	addr := startDev(t)
-	vars := map[string]string{"TRELLIS_ADDR": addr}
-	expect := func(wantCode int, stdin, want string, args ...string) string {
-		t.Helper()
-		code, out, errOut := run(t, stdin, vars, args...)
-		if code != wantCode || !strings.Contains(out+errOut, want) {
-			t.Fatalf("%v: exit %d, want %d with %q\nstdout: %s\nstderr: %s", args, code, wantCode, want, out, errOut)
-		}
-		return out
-	}
+	expect := expecter(t, addr)
 	expect(0, webSpec, "registered web:1", "taskdef", "register", "-f", "-")
 	expect(0, "{type: orchestrator/v1/Instance, name: node-1, data: {cluster: dev, attributes: {os: linux, zone: a}}}", "applied", "resource", "apply", "-f", "-")
 	expect(0, "", "zone=a", "instance", "list")
