@@ -136,8 +136,8 @@ func TestAssignmentsArriveByWatch(t *testing.T) {
 	if _, other := srv.task(t, "default", "elsewhere"); other.GetSession() == a.Session() || len(other.GetContainers()) != 0 {
 		t.Errorf("a task of another instance was touched by this agent: %v", other)
 	}
-	if n, w := counts.count("List"), counts.count("WatchList"); n != 0 || w != 1 {
-		t.Errorf("List called %d times, WatchList %d; want assignments from one watch", n, w)
+	if n, w, wt := counts.count("List"), counts.count("WatchList"), counts.count("WatchTasks"); n != 0 || w != 0 || wt != 1 {
+		t.Errorf("List called %d times, WatchList %d, WatchTasks %d; want assignments from one per-instance watch", n, w, wt)
 	}
 
 	// Desired STOPPED stops it.

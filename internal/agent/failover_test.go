@@ -140,8 +140,8 @@ func TestFailoverToAnotherServer(t *testing.T) {
 	if n := pt.starts.Load(); n != 2 {
 		t.Errorf("%d tasks started, want 2", n)
 	}
-	if n := counts.count("WatchList"); n != 2 {
-		t.Errorf("WatchList opened %d times, want 2 (one per server)", n)
+	if n := counts.count("WatchTasks") + counts.count("WatchList"); n != 2 {
+		t.Errorf("task watches opened %d times, want 2 (one per server)", n)
 	}
 	// Heartbeats go on to the remaining servers.
 	if order[1].beats != nil {

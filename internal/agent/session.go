@@ -26,6 +26,9 @@ type session struct {
 	addr string
 	res  pbresource.ResourceServiceClient
 	hb   pbagent.AgentServiceClient
+	// noWatchTasks: the server has no WatchTasks (an older server); the
+	// session watches every task instead.
+	noWatchTasks bool
 	// starts are the task starts under way on this session; it ends only
 	// once they have given up, so that the next session's resync sees
 	// the tasks they dropped as idle and starts them again.

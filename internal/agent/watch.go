@@ -4,17 +4,23 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pbagent "trellis.dev/trellis/api/agent/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 )
 
-// watchLoop learns the tasks placed on this instance by watching every
-// task (there is no server-side filter on data.instance) and keeping those
-// that are this instance's. It resumes from the last index it has fully
-// seen, on this server or the next one, and lists again when the server
-// answers OutOfRange (it fell behind, or no longer keeps that index).
+// watchLoop learns the tasks placed on this instance by watching them:
+// through the server's per-instance task stream (WatchTasks), which starts
+// with a snapshot of this instance's tasks every time; or, from a server
+// without it, by watching every task and keeping this instance's, resuming
+// from the last index it has fully seen. Either way OutOfRange (it fell
+// behind, or the server no longer keeps that index) means open it again
+// with a fresh listing.
 func (s *session) watchLoop(ctx context.Context) error {
 	a := s.a
 	for {
@@ -31,30 +37,63 @@ func (s *session) watchLoop(ctx context.Context) error {
 	}
 }
 
-// watchOnce runs one WatchList stream until it fails.
-func (s *session) watchOnce(ctx context.Context) error {
+// eventStream is what watchOnce reads: a WatchTasks or a WatchList stream.
+type eventStream interface {
+	Recv() (*pbresource.WatchEvent, error)
+}
+
+// openTaskStream opens the server's per-instance task stream
+// (AgentService.WatchTasks, always a fresh snapshot) or, from a server
+// that has none, a WatchList of every task that resumes from the last
+// index seen. fresh says the stream starts with a full listing.
+func (s *session) openTaskStream(ctx context.Context) (stream eventStream, first *pbresource.WatchEvent, fresh bool, err error) {
 	a := s.a
+	if !s.noWatchTasks {
+		ts, err := s.hb.WatchTasks(ctx, &pbagent.WatchTasksRequest{Instance: a.cfg.Name})
+		if err != nil {
+			return nil, nil, false, err
+		}
+		// A server without WatchTasks answers the first read.
+		ev, err := ts.Recv()
+		if status.Code(err) != codes.Unimplemented {
+			return ts, ev, true, err
+		}
+		s.noWatchTasks = true
+		a.log.Info("the server has no per-instance task stream; watching every task", "server", s.addr)
+	}
 	since := a.watchIndex
-	stream, err := s.res.WatchList(ctx, &pbresource.WatchListRequest{
+	ws, err := s.res.WatchList(ctx, &pbresource.WatchListRequest{
 		Type:       orchestrator.TaskType,
 		Tenancy:    &pbresource.Tenancy{Namespace: storage.WildcardNamespace},
 		SinceIndex: since,
 	})
+	return ws, nil, since == 0, err
+}
+
+// watchOnce runs one task stream until it fails.
+func (s *session) watchOnce(ctx context.Context) error {
+	a := s.a
+	stream, first, fresh, err := s.openTaskStream(ctx)
 	if err != nil {
 		return err
 	}
+	if fresh {
+		a.watchIndex = 0
+	}
 	// A fresh listing shows every task; those the agent knows that it does
 	// not show were deleted meanwhile.
-	fresh := since == 0
 	var seen map[string]bool
 	if fresh {
 		seen = make(map[string]bool)
 	}
 	inSnapshot := true
 	for {
-		ev, err := stream.Recv()
-		if err != nil {
-			return err
+		ev := first
+		first = nil
+		if ev == nil {
+			if ev, err = stream.Recv(); err != nil {
+				return err
+			}
 		}
 		switch ev.GetOp() {
 		case pbresource.WatchEvent_OP_UPSERT:

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"context"
+
 	"google.golang.org/grpc"
 
 	pbagent "trellis.dev/trellis/api/agent/v1"
 	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/orchestrator/assignments"
 	"trellis.dev/trellis/internal/orchestrator/controllers"
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 )
@@ -39,7 +42,8 @@ func (s *Server) addOrchestrator() error {
 	if err != nil {
 		return err
 	}
-	pbagent.RegisterAgentServiceServer(s.grpc, svc)
+	hub := assignments.NewHub(s.api, s.log.With("component", "assignments"))
+	pbagent.RegisterAgentServiceServer(s.grpc, agentService{heartbeats: svc, assignments: hub})
 	ctls, err := controllers.Controllers(controllers.Config{
 		API:     s.api,
 		Tracker: tracker,
@@ -52,5 +56,22 @@ func (s *Server) addOrchestrator() error {
 		s.AddController(c)
 	}
 	s.Add("heartbeats", tracker)
+	s.Add("assignments", hub)
 	return nil
+}
+
+// agentService is the AgentService: heartbeats and the per-instance task
+// streams, each served by its own part.
+type agentService struct {
+	pbagent.UnimplementedAgentServiceServer
+	heartbeats  *heartbeat.Service
+	assignments *assignments.Hub
+}
+
+func (a agentService) Heartbeat(ctx context.Context, req *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error) {
+	return a.heartbeats.Heartbeat(ctx, req)
+}
+
+func (a agentService) WatchTasks(req *pbagent.WatchTasksRequest, stream pbagent.AgentService_WatchTasksServer) error {
+	return a.assignments.WatchTasks(req, stream)
 }

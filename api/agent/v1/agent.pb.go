@@ -18,6 +18,7 @@ import (
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	reflect "reflect"
 	sync "sync"
+	v1 "trellis.dev/trellis/api/resource/v1"
 	unsafe "unsafe"
 )
 
@@ -27,6 +28,51 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type WatchTasksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// instance is the Instance's name.
+	Instance      string `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTasksRequest) Reset() {
+	*x = WatchTasksRequest{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTasksRequest) ProtoMessage() {}
+
+func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
+func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WatchTasksRequest) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
 
 type HeartbeatRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -40,7 +86,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -52,7 +98,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -65,7 +111,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *HeartbeatRequest) GetInstance() string {
@@ -95,7 +141,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -107,7 +153,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -120,7 +166,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *HeartbeatResponse) GetTtl() *durationpb.Duration {
@@ -141,15 +187,19 @@ var File_api_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18api/agent/v1/agent.proto\x12\x10trellis.agent.v1\x1a\x1egoogle/protobuf/duration.proto\"H\n" +
+	"\x18api/agent/v1/agent.proto\x12\x10trellis.agent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1eapi/resource/v1/resource.proto\"/\n" +
+	"\x11WatchTasksRequest\x12\x1a\n" +
+	"\binstance\x18\x01 \x01(\tR\binstance\"H\n" +
 	"\x10HeartbeatRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\"X\n" +
 	"\x11HeartbeatResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x16\n" +
-	"\x06leader\x18\x02 \x01(\tR\x06leader2d\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader2\xba\x01\n" +
 	"\fAgentService\x12T\n" +
-	"\tHeartbeat\x12\".trellis.agent.v1.HeartbeatRequest\x1a#.trellis.agent.v1.HeartbeatResponseB*Z(trellis.dev/trellis/api/agent/v1;pbagentb\x06proto3"
+	"\tHeartbeat\x12\".trellis.agent.v1.HeartbeatRequest\x1a#.trellis.agent.v1.HeartbeatResponse\x12T\n" +
+	"\n" +
+	"WatchTasks\x12#.trellis.agent.v1.WatchTasksRequest\x1a\x1f.trellis.resource.v1.WatchEvent0\x01B*Z(trellis.dev/trellis/api/agent/v1;pbagentb\x06proto3"
 
 var (
 	file_api_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -163,18 +213,22 @@ func file_api_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_agent_v1_agent_proto_rawDescData
 }
 
-var file_api_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_api_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_api_agent_v1_agent_proto_goTypes = []any{
-	(*HeartbeatRequest)(nil),    // 0: trellis.agent.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),   // 1: trellis.agent.v1.HeartbeatResponse
-	(*durationpb.Duration)(nil), // 2: google.protobuf.Duration
+	(*WatchTasksRequest)(nil),   // 0: trellis.agent.v1.WatchTasksRequest
+	(*HeartbeatRequest)(nil),    // 1: trellis.agent.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),   // 2: trellis.agent.v1.HeartbeatResponse
+	(*durationpb.Duration)(nil), // 3: google.protobuf.Duration
+	(*v1.WatchEvent)(nil),       // 4: trellis.resource.v1.WatchEvent
 }
 var file_api_agent_v1_agent_proto_depIdxs = []int32{
-	2, // 0: trellis.agent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	0, // 1: trellis.agent.v1.AgentService.Heartbeat:input_type -> trellis.agent.v1.HeartbeatRequest
-	1, // 2: trellis.agent.v1.AgentService.Heartbeat:output_type -> trellis.agent.v1.HeartbeatResponse
-	2, // [2:3] is the sub-list for method output_type
-	1, // [1:2] is the sub-list for method input_type
+	3, // 0: trellis.agent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	1, // 1: trellis.agent.v1.AgentService.Heartbeat:input_type -> trellis.agent.v1.HeartbeatRequest
+	0, // 2: trellis.agent.v1.AgentService.WatchTasks:input_type -> trellis.agent.v1.WatchTasksRequest
+	2, // 3: trellis.agent.v1.AgentService.Heartbeat:output_type -> trellis.agent.v1.HeartbeatResponse
+	4, // 4: trellis.agent.v1.AgentService.WatchTasks:output_type -> trellis.resource.v1.WatchEvent
+	3, // [3:5] is the sub-list for method output_type
+	1, // [1:3] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -191,7 +245,7 @@ func file_api_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_agent_v1_agent_proto_rawDesc), len(file_api_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

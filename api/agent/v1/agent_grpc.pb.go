@@ -17,6 +17,7 @@ import (
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
+	v1 "trellis.dev/trellis/api/resource/v1"
 )
 
 // This is a compile-time assertion to ensure that this generated file
@@ -25,7 +26,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Heartbeat_FullMethodName = "/trellis.agent.v1.AgentService/Heartbeat"
+	AgentService_Heartbeat_FullMethodName  = "/trellis.agent.v1.AgentService/Heartbeat"
+	AgentService_WatchTasks_FullMethodName = "/trellis.agent.v1.AgentService/WatchTasks"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -45,6 +47,16 @@ type AgentServiceClient interface {
 	//     google.rpc.ErrorInfo detail of domain "heartbeat.trellis.dev".
 	//   - INVALID_ARGUMENT: a malformed request.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
+	// WatchTasks streams the tasks placed on one instance: first every such
+	// task (UPSERT events), then END_OF_SNAPSHOT, then every change to them
+	// (a task placed there, changed, or deleted), as a WatchList on
+	// orchestrator/v1/Task would, but filtered by data.instance on the
+	// server. Each server answers from one shared watch of the tasks, so a
+	// fleet of agents costs the servers one watch, not one per agent. It
+	// never resumes: every stream starts with a snapshot. OUT_OF_RANGE ends a
+	// stream whose reader fell behind, or whose server had to list the tasks
+	// again: open it again.
+	WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.WatchEvent], error)
 }
 
 type agentServiceClient struct {
@@ -65,6 +77,25 @@ func (c *agentServiceClient) Heartbeat(ctx context.Context, in *HeartbeatRequest
 	return out, nil
 }
 
+func (c *agentServiceClient) WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.WatchEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[0], AgentService_WatchTasks_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchTasksRequest, v1.WatchEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_WatchTasksClient = grpc.ServerStreamingClient[v1.WatchEvent]
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -82,6 +113,16 @@ type AgentServiceServer interface {
 	//     google.rpc.ErrorInfo detail of domain "heartbeat.trellis.dev".
 	//   - INVALID_ARGUMENT: a malformed request.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
+	// WatchTasks streams the tasks placed on one instance: first every such
+	// task (UPSERT events), then END_OF_SNAPSHOT, then every change to them
+	// (a task placed there, changed, or deleted), as a WatchList on
+	// orchestrator/v1/Task would, but filtered by data.instance on the
+	// server. Each server answers from one shared watch of the tasks, so a
+	// fleet of agents costs the servers one watch, not one per agent. It
+	// never resumes: every stream starts with a snapshot. OUT_OF_RANGE ends a
+	// stream whose reader fell behind, or whose server had to list the tasks
+	// again: open it again.
+	WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[v1.WatchEvent]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -94,6 +135,9 @@ type UnimplementedAgentServiceServer struct{}
 
 func (UnimplementedAgentServiceServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
+func (UnimplementedAgentServiceServer) WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[v1.WatchEvent]) error {
+	return status.Error(codes.Unimplemented, "method WatchTasks not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -134,6 +178,17 @@ func _AgentService_Heartbeat_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_WatchTasks_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchTasksRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AgentServiceServer).WatchTasks(m, &grpc.GenericServerStream[WatchTasksRequest, v1.WatchEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_WatchTasksServer = grpc.ServerStreamingServer[v1.WatchEvent]
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -146,6 +201,12 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AgentService_Heartbeat_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchTasks",
+			Handler:       _AgentService_WatchTasks_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "api/agent/v1/agent.proto",
 }

@@ -1,0 +1,16 @@
+// Package assignments tells each agent about the tasks placed on its
+// instance, from one shared watch per server.
+//
+// Agents could each watch every Task and keep their own; with N instances
+// and a deployment of one task per instance that is N watchers each sent
+// N tasks and their reports: measured, 2,000 simulated instances took 75 s
+// and 54 s of server CPU to see 2,000 tasks run. The Hub instead keeps one
+// WatchList of the tasks, indexes them by data.instance, and hands each
+// subscriber only its own instance's: a snapshot taken atomically with the
+// subscription, then every change in order.
+//
+// A subscriber that falls behind, and every subscriber when the hub's own
+// watch must start over, is ended with OutOfRange: it opens a new stream,
+// which starts with a fresh snapshot. Streams never resume; a snapshot of
+// one instance's tasks is small.
+package assignments

@@ -1,0 +1,312 @@
+package assignments
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/storage"
+)
+
+// Defaults of a Hub.
+const (
+	// DefaultSubscriberBuffer is how many events a subscriber may have
+	// unsent before it is ended (and starts over with a snapshot).
+	DefaultSubscriberBuffer = 1024
+	// retryWait is the pause before the hub's watch is opened again.
+	retryWait = 500 * time.Millisecond
+)
+
+// Errors that end a subscription; both are OutOfRange: open it again.
+var (
+	ErrFellBehind = status.Error(codes.OutOfRange, "the task stream fell behind: open it again")
+	ErrRestarting = status.Error(codes.OutOfRange, "the server lists the tasks again: open the task stream again")
+	errStopped    = status.Error(codes.Unavailable, "the server is stopping")
+)
+
+// taskKey names a task: namespace and name.
+type taskKey struct{ namespace, name string }
+
+func keyOf(id *pbresource.ID) taskKey {
+	return taskKey{id.GetTenancy().GetNamespace(), id.GetName()}
+}
+
+// Hub indexes the tasks by instance and streams each instance's to its
+// subscribers.
+type Hub struct {
+	api    resource.API
+	log    *slog.Logger
+	buffer int
+
+	mu sync.Mutex
+	// ready: the hub's watch has delivered its snapshot; readyCh is closed
+	// then (and replaced when the hub starts over).
+	ready   bool
+	readyCh chan struct{}
+	stopped bool
+	// index is the index of the last event applied.
+	index  uint64
+	byInst map[string]map[taskKey]*pbresource.Resource
+	where  map[taskKey]string
+	subs   map[string]map[*Subscription]struct{}
+}
+
+// NewHub returns a hub reading tasks through api (an in-process resource
+// service). Start runs it.
+func NewHub(api resource.API, log *slog.Logger) *Hub {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Hub{
+		api: api, log: log, buffer: DefaultSubscriberBuffer,
+		readyCh: make(chan struct{}),
+		byInst:  make(map[string]map[taskKey]*pbresource.Resource),
+		where:   make(map[taskKey]string),
+		subs:    make(map[string]map[*Subscription]struct{}),
+	}
+}
+
+// Start watches the tasks until ctx ends, starting over (a fresh listing)
+// whenever the watch fails.
+func (h *Hub) Start(ctx context.Context) error {
+	defer h.stop()
+	for {
+		err := h.watch(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		h.log.Info("task watch ended; listing the tasks again", "err", err)
+		h.reset()
+		t := time.NewTimer(retryWait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (h *Hub) watch(ctx context.Context) error {
+	w, err := h.api.Watch(ctx, &pbresource.WatchListRequest{
+		Type:    orchestrator.TaskType,
+		Tenancy: &pbresource.Tenancy{Namespace: storage.WildcardNamespace},
+	})
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	for {
+		ev, err := w.Next(ctx)
+		if err != nil {
+			return err
+		}
+		h.apply(ev)
+	}
+}
+
+// apply takes one event of the hub's watch.
+func (h *Hub) apply(ev *pbresource.WatchEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ev.GetIndex() > h.index {
+		h.index = ev.GetIndex()
+	}
+	switch ev.GetOp() {
+	case pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
+		if !h.ready {
+			h.ready = true
+			close(h.readyCh)
+		}
+	case pbresource.WatchEvent_OP_UPSERT:
+		res := ev.GetResource()
+		k := keyOf(res.GetId())
+		inst := instanceOf(res)
+		if old, ok := h.where[k]; ok && old != inst {
+			// Deleted and placed again elsewhere between two events.
+			gone := h.byInst[old][k]
+			h.forget(old, k)
+			h.sendLocked(old, &pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_DELETE, Resource: gone, Index: ev.GetIndex()})
+		}
+		if inst == "" {
+			return
+		}
+		m := h.byInst[inst]
+		if m == nil {
+			m = make(map[taskKey]*pbresource.Resource)
+			h.byInst[inst] = m
+		}
+		m[k] = res
+		h.where[k] = inst
+		h.sendLocked(inst, ev)
+	case pbresource.WatchEvent_OP_DELETE:
+		k := keyOf(ev.GetResource().GetId())
+		inst, ok := h.where[k]
+		if !ok {
+			return
+		}
+		h.forget(inst, k)
+		h.sendLocked(inst, ev)
+	}
+}
+
+func (h *Hub) forget(inst string, k taskKey) {
+	delete(h.where, k)
+	if m := h.byInst[inst]; m != nil {
+		delete(m, k)
+		if len(m) == 0 {
+			delete(h.byInst, inst)
+		}
+	}
+}
+
+// instanceOf is a task's data.instance; "" when its data does not decode
+// (then no agent is told of it).
+func instanceOf(res *pbresource.Resource) string {
+	t, err := resource.DecodeData[*pborch.Task](res)
+	if err != nil {
+		return ""
+	}
+	return t.GetInstance()
+}
+
+// sendLocked hands ev to inst's subscribers, ending any that is full.
+func (h *Hub) sendLocked(inst string, ev *pbresource.WatchEvent) {
+	if !h.ready {
+		return // nobody subscribes before the snapshot is in
+	}
+	for s := range h.subs[inst] {
+		select {
+		case s.events <- ev:
+		default:
+			h.endLocked(s, ErrFellBehind)
+		}
+	}
+}
+
+// reset forgets everything and ends every subscription: the hub lists the
+// tasks again, and its subscribers start over with it.
+func (h *Hub) reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, set := range h.subs {
+		for s := range set {
+			h.endLocked(s, ErrRestarting)
+		}
+	}
+	h.ready = false
+	h.readyCh = make(chan struct{})
+	h.byInst = make(map[string]map[taskKey]*pbresource.Resource)
+	h.where = make(map[taskKey]string)
+}
+
+func (h *Hub) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	for _, set := range h.subs {
+		for s := range set {
+			h.endLocked(s, errStopped)
+		}
+	}
+}
+
+func (h *Hub) endLocked(s *Subscription, err error) {
+	if set := h.subs[s.instance]; set != nil {
+		delete(set, s)
+		if len(set) == 0 {
+			delete(h.subs, s.instance)
+		}
+	}
+	if s.err == nil {
+		s.err = err
+		close(s.done)
+	}
+}
+
+// Subscription is one subscriber's stream of an instance's task events.
+type Subscription struct {
+	hub      *Hub
+	instance string
+	events   chan *pbresource.WatchEvent
+	done     chan struct{}
+	err      error // set, under hub.mu, before done is closed
+}
+
+// Subscribe returns the tasks placed on instance now, the index they are
+// as of, and a subscription to every change after them. It waits, as long
+// as ctx lets it, for the hub's first snapshot.
+func (h *Hub) Subscribe(ctx context.Context, instance string) ([]*pbresource.Resource, uint64, *Subscription, error) {
+	for {
+		h.mu.Lock()
+		if h.stopped {
+			h.mu.Unlock()
+			return nil, 0, nil, errStopped
+		}
+		if h.ready {
+			break
+		}
+		ready := h.readyCh
+		h.mu.Unlock()
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, 0, nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	defer h.mu.Unlock()
+	snap := make([]*pbresource.Resource, 0, len(h.byInst[instance]))
+	for _, res := range h.byInst[instance] {
+		snap = append(snap, res)
+	}
+	s := &Subscription{hub: h, instance: instance, events: make(chan *pbresource.WatchEvent, h.buffer), done: make(chan struct{})}
+	set := h.subs[instance]
+	if set == nil {
+		set = make(map[*Subscription]struct{})
+		h.subs[instance] = set
+	}
+	set[s] = struct{}{}
+	return snap, h.index, s, nil
+}
+
+// Next returns the next event, or the error that ended the subscription,
+// or ctx's.
+func (s *Subscription) Next(ctx context.Context) (*pbresource.WatchEvent, error) {
+	select {
+	case ev := <-s.events:
+		return ev, nil
+	default:
+	}
+	select {
+	case ev := <-s.events:
+		return ev, nil
+	case <-s.done:
+		// Events sent before the end are still delivered, in order.
+		select {
+		case ev := <-s.events:
+			return ev, nil
+		default:
+		}
+		s.hub.mu.Lock()
+		defer s.hub.mu.Unlock()
+		return nil, s.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close ends the subscription.
+func (s *Subscription) Close() {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	s.hub.endLocked(s, errors.New("closed"))
+}

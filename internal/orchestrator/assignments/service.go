@@ -1,0 +1,44 @@
+package assignments
+
+import (
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pbagent "trellis.dev/trellis/api/agent/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/resource"
+)
+
+// WatchTasks serves AgentService.WatchTasks from the hub: the instance's
+// tasks, END_OF_SNAPSHOT, then their changes.
+func (h *Hub) WatchTasks(req *pbagent.WatchTasksRequest, stream pbagent.AgentService_WatchTasksServer) error {
+	if err := resource.ValidateName("instance", req.GetInstance()); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	ctx := stream.Context()
+	snap, index, sub, err := h.Subscribe(ctx, req.GetInstance())
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	for _, res := range snap {
+		if err := stream.Send(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_UPSERT, Resource: res, Index: index}); err != nil {
+			return err
+		}
+	}
+	if err := stream.Send(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_END_OF_SNAPSHOT, Index: index}); err != nil {
+		return err
+	}
+	for {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			return err
+		}
+		if err := stream.Send(ev); err != nil {
+			return err
+		}
+	}
+}
