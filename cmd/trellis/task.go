@@ -6,16 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	"trellis.dev/trellis/internal/agent"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
+	"trellis.dev/trellis/internal/driver"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/orchestrator"
 )
@@ -421,33 +421,19 @@ address the instance registered; -f follows them until Ctrl-C.`,
 			if in.GetAddress() == "" {
 				return fmt.Errorf("instance %s has registered no address to read logs from", t.GetInstance())
 			}
-			stream := "stdout"
+			stream := driver.Stdout
 			if stderr {
-				stream = "stderr"
+				stream = driver.Stderr
 			}
-			q := url.Values{"stream": {stream}}
-			if follow {
-				q.Set("follow", "1")
-			}
-			u := "http://" + in.GetAddress() + "/v1/tasks/" + url.PathEscape(r.ID.Tenancy.Namespace) + "/" + url.PathEscape(r.ID.Name) +
-				"/logs/" + url.PathEscape(container) + "?" + q.Encode()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-			if err != nil {
-				return err
-			}
-			resp, err := http.DefaultClient.Do(req)
+			logs, err := agent.OpenLogs(ctx, in.GetAddress(), r.ID.Tenancy.Namespace, r.ID.Name, container, stream, follow)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
-				return fmt.Errorf("cannot reach the agent of instance %s at %s: %w", t.GetInstance(), in.GetAddress(), err)
+				return fmt.Errorf("agent of instance %s at %s: %w", t.GetInstance(), in.GetAddress(), err)
 			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-				return fmt.Errorf("agent of instance %s: %s", t.GetInstance(), strings.TrimSpace(string(msg)))
-			}
-			if _, err := io.Copy(e.stdout, resp.Body); err != nil && ctx.Err() == nil {
+			defer logs.Close()
+			if _, err := io.Copy(e.stdout, logs); err != nil && ctx.Err() == nil {
 				return err
 			}
 			return nil
