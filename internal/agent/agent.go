@@ -194,10 +194,16 @@ func (a *Agent) Server() string { return a.server.Load().(string) }
 // ctx leaves the tasks running (see the package comment); it returns nil
 // then, and after a Leave.
 func (a *Agent) Start(ctx context.Context) error {
-	if !a.started.CompareAndSwap(false, true) {
+	// runCtx is set before started: Leave reads it once it sees started
+	// (the atomic store orders the two).
+	a.mu.Lock()
+	if a.started.Load() {
+		a.mu.Unlock()
 		return errors.New("agent: already started")
 	}
 	a.runCtx = ctx
+	a.started.Store(true)
+	a.mu.Unlock()
 	a.log.Info("agent starting", "servers", a.cfg.Servers, "http", a.localAddr, "address", a.address, "session", a.Session())
 
 	facts := probeFacts(ctx, a.cfg.Drivers)
