@@ -17,6 +17,7 @@ import (
 	"trellis.dev/trellis/internal/driver"
 	dockerdriver "trellis.dev/trellis/internal/driver/docker"
 	execdriver "trellis.dev/trellis/internal/driver/exec"
+	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
 )
 
@@ -28,8 +29,8 @@ import (
 // unavailable.
 func agentDrivers(name string, log *slog.Logger) map[string]driver.Driver {
 	return map[string]driver.Driver{
-		execdriver.Name: execdriver.New(execdriver.Config{Logger: log}),
-		"docker":        dockerdriver.New(dockerdriver.Config{Logger: log, Agent: name, Network: "host"}),
+		execdriver.Name:           execdriver.New(execdriver.Config{Logger: log}),
+		orchestrator.DriverDocker: dockerdriver.New(dockerdriver.Config{Logger: log, Agent: name, Network: "host"}),
 	}
 }
 
@@ -73,7 +74,7 @@ state; 'trellis task logs' reads their logs there.`,
 			}
 			// Agents spread over the servers: each starts at a random one of
 			// the list and goes round it from there.
-			cfg.Servers = rotate(servers, rand.IntN(max(len(servers), 1)))
+			cfg.Servers = agent.RotateServers(servers, rand.IntN(max(len(servers), 1)))
 			if cfg.Attributes, err = parseAttributes(attributes); err != nil {
 				return usageError{err}
 			}
@@ -83,10 +84,7 @@ state; 'trellis task logs' reads their logs there.`,
 					return usageError{errors.New("-name: required (the host name cannot serve as one)")}
 				}
 			}
-			cfg.Token = cf.token
-			if cfg.Token == "" {
-				cfg.Token = e.getenv("TRELLIS_TOKEN")
-			}
+			cfg.Token = cf.tokenFor(e)
 			cfg.Logger = log
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
@@ -117,14 +115,6 @@ state; 'trellis task logs' reads their logs there.`,
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.AddCommand(newAgentLeaveCmd(e))
 	return cmd
-}
-
-// rotate returns list starting at its i-th element, going round.
-func rotate(list []string, i int) []string {
-	if len(list) == 0 {
-		return list
-	}
-	return append(append([]string(nil), list[i:]...), list[:i]...)
 }
 
 func newAgentLeaveCmd(e *env) *cobra.Command {

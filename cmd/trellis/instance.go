@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	"trellis.dev/trellis/internal/agent"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/httpapi/wire"
@@ -80,12 +81,12 @@ func newInstanceListCmd(e *env, cf *clientFlags) *cobra.Command {
 				fmt.Fprintln(e.stdout, "No instances. Start one with: trellis agent -server ADDR -name NAME")
 				return nil
 			}
-			tw := newTable(e.stdout)
+			tw := cli.NewTable(e.stdout)
 			fmt.Fprintln(tw, "NAME\tCLUSTER\tSTATUS\tADDRESS\tDRIVERS\tATTRIBUTES\tAGE")
 			for i, r := range kept {
 				in := data[i]
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID.Name, in.GetCluster(), in.GetStatus(), orDash(in.GetAddress()),
-					orDash(availableDrivers(in)), orDash(joinSorted(operatorAttributes(in.GetAttributes()))), cli.Age(r.ID.UID, e.now()))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID.Name, in.GetCluster(), in.GetStatus(), cli.Dash(in.GetAddress()),
+					cli.Dash(availableDrivers(in)), cli.Dash(joinSorted(operatorAttributes(in.GetAttributes()))), cli.Age(r.ID.UID, e.now()))
 			}
 			return tw.Flush()
 		},
@@ -95,20 +96,12 @@ func newInstanceListCmd(e *env, cf *clientFlags) *cobra.Command {
 	return cmd
 }
 
-// builtinAttribute reports whether an attribute is one the agent sets
-// itself; the list shows only the others, which say more.
-func builtinAttribute(k string) bool {
-	switch k {
-	case "os", "arch", "hostname", "cpu.count", "memory.bytes", "kernel":
-		return true
-	}
-	return strings.HasPrefix(k, "driver.")
-}
-
+// operatorAttributes are the attributes the agent does not set itself; the
+// list shows only those, which say more.
 func operatorAttributes(attrs map[string]string) map[string]string {
 	out := make(map[string]string)
 	for k, v := range attrs {
-		if !builtinAttribute(k) {
+		if !agent.BuiltinAttribute(k) {
 			out[k] = v
 		}
 	}
@@ -147,26 +140,26 @@ func newInstanceShowCmd(e *env, cf *clientFlags) *cobra.Command {
 			if out != cli.FormatTable {
 				return cli.WriteValue(e.stdout, out, r)
 			}
-			tw := newTable(e.stdout)
+			tw := cli.NewTable(e.stdout)
 			fmt.Fprintf(tw, "Name:\t%s\n", r.ID.Name)
 			fmt.Fprintf(tw, "Cluster:\t%s\n", in.GetCluster())
 			fmt.Fprintf(tw, "Status:\t%s\n", in.GetStatus())
 			fmt.Fprintf(tw, "Drain:\t%v\n", in.GetDrain())
-			fmt.Fprintf(tw, "Address:\t%s\n", orDash(in.GetAddress()))
-			fmt.Fprintf(tw, "Session:\t%s\n", orDash(in.GetSession()))
+			fmt.Fprintf(tw, "Address:\t%s\n", cli.Dash(in.GetAddress()))
+			fmt.Fprintf(tw, "Session:\t%s\n", cli.Dash(in.GetSession()))
 			if t := in.GetDownSince(); t != nil && in.GetStatus() == orchestrator.InstanceDown {
 				fmt.Fprintf(tw, "Down since:\t%s\n", t.AsTime().Local().Format("2006-01-02 15:04:05"))
 			}
 			fmt.Fprintf(tw, "Resources:\tcpu %d millicores, memory %d MiB\n", in.GetResources().GetCpuMillis(), in.GetResources().GetMemoryBytes()>>20)
 			tw.Flush()
 			fmt.Fprintln(e.stdout, "\nDrivers:")
-			tw = newTable(e.stdout)
+			tw = cli.NewTable(e.stdout)
 			for _, d := range in.GetDrivers() {
 				fmt.Fprintf(tw, "  %s\t%v\t%s\n", d.GetName(), d.GetAvailable(), d.GetDetail())
 			}
 			tw.Flush()
 			fmt.Fprintln(e.stdout, "\nAttributes:")
-			tw = newTable(e.stdout)
+			tw = cli.NewTable(e.stdout)
 			for _, kv := range strings.Split(joinSorted(in.GetAttributes()), ",") {
 				if k, v, ok := strings.Cut(kv, "="); ok {
 					fmt.Fprintf(tw, "  %s\t%s\n", k, v)
@@ -258,7 +251,7 @@ func parseAttributeArgs(args []string) (map[string]string, error) {
 		if err := orchestrator.ValidateAttributeKey("attribute", k); err != nil {
 			return nil, usageError{err}
 		}
-		if builtinAttribute(k) {
+		if agent.BuiltinAttribute(k) {
 			return nil, usageError{fmt.Errorf("attribute %q is set by the agent itself and cannot be changed", k)}
 		}
 		attrs[k] = v
@@ -308,7 +301,7 @@ func newInstanceRemoveAttrCmd(e *env, cf *clientFlags) *cobra.Command {
 		Args:    cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, k := range args[1:] {
-				if builtinAttribute(k) {
+				if agent.BuiltinAttribute(k) {
 					return usageError{fmt.Errorf("attribute %q is set by the agent itself and cannot be removed", k)}
 				}
 			}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -47,15 +46,6 @@ func writeResources(w io.Writer, out string, list []*wire.Resource, single bool)
 		return cli.WriteValue(w, out, list[0])
 	}
 	return cli.WriteValue(w, out, wire.ListResponse{Resources: list})
-}
-
-func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 3, ' ', 0) }
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // readInstance reads one Instance.

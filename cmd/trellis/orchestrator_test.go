@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"trellis.dev/trellis/internal/agent"
 )
 
 const webSpec = `family: web
@@ -150,11 +151,11 @@ func TestDevRunsATask(t *testing.T) {
 func TestRotate(t *testing.T) {
 	list := []string{"a", "b", "c"}
 	for i, want := range []string{"a,b,c", "b,c,a", "c,a,b"} {
-		if got := strings.Join(rotate(list, i), ","); got != want {
-			t.Errorf("rotate(%d) = %s, want %s", i, got, want)
+		if got := strings.Join(agent.RotateServers(list, i), ","); got != want {
+			t.Errorf("RotateServers(%d) = %s, want %s", i, got, want)
 		}
 	}
 	if strings.Join(list, ",") != "a,b,c" {
-		t.Error("rotate changed its input")
+		t.Error("RotateServers changed its input")
 	}
 }

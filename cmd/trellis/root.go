@@ -116,13 +116,18 @@ func (f *clientFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.token, "token", "", "ACL token to send (env TRELLIS_TOKEN)")
 }
 
+// tokenFor is -token, or else TRELLIS_TOKEN.
+func (f *clientFlags) tokenFor(e *env) string {
+	if f.token != "" {
+		return f.token
+	}
+	return e.getenv("TRELLIS_TOKEN")
+}
+
 func (f *clientFlags) client(e *env) (*client.Client, error) {
-	addr, token := f.addr, f.token
+	addr, token := f.addr, f.tokenFor(e)
 	if addr == "" {
 		addr = e.getenv("TRELLIS_ADDR")
-	}
-	if token == "" {
-		token = e.getenv("TRELLIS_TOKEN")
 	}
 	c, err := client.New(addr, client.WithToken(token))
 	if err != nil {

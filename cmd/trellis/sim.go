@@ -56,10 +56,7 @@ down after the heartbeat TTL.`,
 			if len(cfg.Servers) == 0 {
 				return usageError{fmt.Errorf("-server: required: a server's gRPC address (host:port)")}
 			}
-			cfg.Token = cf.token
-			if cfg.Token == "" {
-				cfg.Token = e.getenv("TRELLIS_TOKEN")
-			}
+			cfg.Token = cf.tokenFor(e)
 			cfg.Logger = log
 			fleet, err := sim.New(cfg)
 			if err != nil {

@@ -170,12 +170,12 @@ func tasksOn(ctx context.Context, c *client.Client, instance string) ([]taskRow,
 }
 
 func writeTaskTable(e *env, rows []taskRow, indent string) error {
-	tw := newTable(e.stdout)
+	tw := cli.NewTable(e.stdout)
 	fmt.Fprintln(tw, indent+"TASK\tNAMESPACE\tTASKDEF\tINSTANCE\tDESIRED\tLAST\tHEALTH\tAGE")
 	for _, row := range rows {
 		t := row.task
 		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", indent, row.r.ID.Name, row.r.ID.Tenancy.Namespace, t.GetTaskDefinition(), t.GetInstance(),
-			t.GetDesiredStatus(), t.GetLastStatus(), orDash(t.GetHealth()), cli.Age(row.r.ID.UID, e.now()))
+			t.GetDesiredStatus(), t.GetLastStatus(), cli.Dash(t.GetHealth()), cli.Age(row.r.ID.UID, e.now()))
 	}
 	return tw.Flush()
 }
@@ -277,15 +277,15 @@ func newTaskShowCmd(e *env, cf *clientFlags) *cobra.Command {
 			if out != cli.FormatTable {
 				return cli.WriteValue(e.stdout, out, r)
 			}
-			tw := newTable(e.stdout)
+			tw := cli.NewTable(e.stdout)
 			fmt.Fprintf(tw, "Task:\t%s\n", r.ID.Name)
 			fmt.Fprintf(tw, "Namespace:\t%s\n", r.ID.Tenancy.Namespace)
 			fmt.Fprintf(tw, "Task definition:\t%s\n", t.GetTaskDefinition())
 			fmt.Fprintf(tw, "Instance:\t%s\n", t.GetInstance())
-			fmt.Fprintf(tw, "Started by:\t%s\n", orDash(t.GetStartedBy()))
+			fmt.Fprintf(tw, "Started by:\t%s\n", cli.Dash(t.GetStartedBy()))
 			fmt.Fprintf(tw, "Desired status:\t%s\n", t.GetDesiredStatus())
 			fmt.Fprintf(tw, "Last status:\t%s\n", t.GetLastStatus())
-			fmt.Fprintf(tw, "Health:\t%s\n", orDash(t.GetHealth()))
+			fmt.Fprintf(tw, "Health:\t%s\n", cli.Dash(t.GetHealth()))
 			if t.GetStopReason() != "" {
 				fmt.Fprintf(tw, "Stop reason:\t%s\n", t.GetStopReason())
 			}
@@ -301,7 +301,7 @@ func newTaskShowCmd(e *env, cf *clientFlags) *cobra.Command {
 				fmt.Fprintln(e.stdout, "No container has been reported yet.")
 				return nil
 			}
-			tw = newTable(e.stdout)
+			tw = cli.NewTable(e.stdout)
 			fmt.Fprintln(tw, "CONTAINER\tSTATUS\tHEALTH\tEXIT\tRESTARTS\tRUNTIME ID\tREASON")
 			for _, cs := range t.GetContainers() {
 				exit := "-"
@@ -314,8 +314,8 @@ func newTaskShowCmd(e *env, cf *clientFlags) *cobra.Command {
 				default:
 					exit = fmt.Sprint(cs.GetExitCode())
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", cs.GetName(), cs.GetStatus(), orDash(cs.GetHealth()), exit, cs.GetRestarts(),
-					orDash(shortID(cs.GetRuntimeId())), orDash(cs.GetReason()))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", cs.GetName(), cs.GetStatus(), cli.Dash(cs.GetHealth()), exit, cs.GetRestarts(),
+					cli.Dash(shortID(cs.GetRuntimeId())), cli.Dash(cs.GetReason()))
 			}
 			return tw.Flush()
 		},

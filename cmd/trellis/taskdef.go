@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -144,6 +146,13 @@ func readTaskDefSpec(e *env, file string) (*taskDefSpec, error) {
 	return &taskDefSpec{source: name, fields: fields, family: family}, nil
 }
 
+// withRevision is the spec's JSON as revision of its family.
+func (s *taskDefSpec) withRevision(revision int64) (json.RawMessage, error) {
+	fields := maps.Clone(s.fields)
+	fields["revision"] = json.RawMessage(strconv.FormatInt(revision, 10))
+	return json.Marshal(fields)
+}
+
 // familyRevisions lists the stored revisions of a family, latest first.
 func familyRevisions(ctx context.Context, c *client.Client, namespace, family string) ([]*wire.Resource, error) {
 	list, err := c.List(ctx, taskDefWire, client.ListOptions{Namespace: namespace, Prefix: family + "-", Consistent: true})
@@ -180,12 +189,7 @@ func registerTaskDef(ctx context.Context, c *client.Client, namespace string, sp
 				return revs[0], false, nil
 			}
 		}
-		fields := make(map[string]json.RawMessage, len(spec.fields)+1)
-		for k, v := range spec.fields {
-			fields[k] = v
-		}
-		fields["revision"] = json.RawMessage(fmt.Sprint(next))
-		data, err := json.Marshal(fields)
+		data, err := spec.withRevision(next)
 		if err != nil {
 			return nil, false, err
 		}
@@ -205,12 +209,7 @@ func registerTaskDef(ctx context.Context, c *client.Client, namespace string, sp
 // sameDefinition reports whether the spec, with the server's defaults
 // applied, is what the stored revision holds.
 func sameDefinition(spec *taskDefSpec, stored *wire.Resource, revision int64) bool {
-	fields := make(map[string]json.RawMessage, len(spec.fields)+1)
-	for k, v := range spec.fields {
-		fields[k] = v
-	}
-	fields["revision"] = json.RawMessage(fmt.Sprint(revision))
-	js, _ := json.Marshal(fields)
+	js, _ := spec.withRevision(revision)
 	var want pborch.TaskDefinition
 	if err := protojson.Unmarshal(js, &want); err != nil {
 		return false // the server will say what is wrong
@@ -271,7 +270,7 @@ func newTaskDefListCmd(e *env, cf *clientFlags) *cobra.Command {
 				fmt.Fprintln(e.stdout, "No task definitions. Register one with: trellis taskdef register -f FILE")
 				return nil
 			}
-			tw := newTable(e.stdout)
+			tw := cli.NewTable(e.stdout)
 			fmt.Fprintln(tw, "TASKDEF\tNAMESPACE\tCONTAINERS\tAGE")
 			for _, r := range list {
 				var td pborch.TaskDefinition
@@ -350,7 +349,7 @@ func newTaskDefShowCmd(e *env, cf *clientFlags) *cobra.Command {
 				return cli.WriteValue(e.stdout, out, r)
 			}
 			fmt.Fprintf(e.stdout, "Task definition %s (namespace %s)\n\n", orchestrator.TaskDefinitionRef(td.GetFamily(), td.GetRevision()), r.ID.Tenancy.Namespace)
-			tw := newTable(e.stdout)
+			tw := cli.NewTable(e.stdout)
 			fmt.Fprintln(tw, "CONTAINER\tDRIVER\tRUNS\tPORTS\tESSENTIAL\tSIDECAR\tDEPENDS ON\tHEALTH CHECK")
 			for _, ct := range td.GetContainers() {
 				runs := ct.GetImage()
@@ -364,8 +363,8 @@ func newTaskDefShowCmd(e *env, cf *clientFlags) *cobra.Command {
 				for _, d := range ct.GetDependsOn() {
 					deps = append(deps, d.GetContainer()+":"+d.GetCondition())
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%v\t%s\t%s\n", ct.GetName(), ct.GetDriver(), runs, orDash(strings.Join(ports, ",")),
-					ct.GetEssential(), ct.GetSidecar(), orDash(strings.Join(deps, ",")), orDash(describeCheck(ct.GetHealthCheck())))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%v\t%s\t%s\n", ct.GetName(), ct.GetDriver(), runs, cli.Dash(strings.Join(ports, ",")),
+					ct.GetEssential(), ct.GetSidecar(), cli.Dash(strings.Join(deps, ",")), cli.Dash(describeCheck(ct.GetHealthCheck())))
 			}
 			tw.Flush()
 			if p := td.GetRestartPolicy(); p != nil {

@@ -3,6 +3,8 @@ package agent
 import (
 	"math/rand/v2"
 	"time"
+
+	"trellis.dev/trellis/internal/controller"
 )
 
 // backoff is the wait before the next attempt after failures consecutive
@@ -10,14 +12,7 @@ import (
 // factor in [1/2, 1) drawn from r in [0, 1), so that agents that lost the
 // same server do not come back in step.
 func backoff(minWait, maxWait time.Duration, failures int, r float64) time.Duration {
-	ceiling := minWait
-	for i := 1; i < failures && ceiling < maxWait; i++ {
-		ceiling *= 2
-	}
-	ceiling = min(ceiling, maxWait)
-	r = min(max(r, 0), 0.999999)
-	half := ceiling / 2
-	return half + time.Duration(float64(ceiling-half)*r)
+	return controller.Backoff{Base: minWait, Max: maxWait}.Delay(failures, r)
 }
 
 // reconnectWait is the wait before the next attempt to reach a server
@@ -31,6 +26,18 @@ func backoff(minWait, maxWait time.Duration, failures int, r float64) time.Durat
 // than the heartbeats do.
 func reconnectWait(minWait, maxWait, ttl time.Duration, failures int, r float64) time.Duration {
 	return min(backoff(minWait, maxWait, failures, r), heartbeatInterval(ttl, r))
+}
+
+// RotateServers returns servers starting at its i-th (modulo its length)
+// and going round, so that a fleet given one list spreads its connections
+// over the servers instead of piling onto the first: every agent tries its
+// servers in order.
+func RotateServers(servers []string, i int) []string {
+	if len(servers) == 0 {
+		return servers
+	}
+	k := i % len(servers)
+	return append(append(make([]string, 0, len(servers)), servers[k:]...), servers[:k]...)
 }
 
 // heartbeatInterval is the wait between heartbeats: a third of the TTL,

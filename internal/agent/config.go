@@ -137,7 +137,7 @@ func (c Config) Validate() error {
 		if err := orchestrator.ValidateAttributeKey("-attribute", k); err != nil {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
-		if builtinAttribute(k) {
+		if BuiltinAttribute(k) {
 			return configError("-attribute", "%q is a built-in attribute, which the agent sets itself", k)
 		}
 		if len(v) > orchestrator.MaxAttributeValueLength {

@@ -3,15 +3,17 @@ package agent
 import (
 	"bufio"
 	"context"
+	"io"
 	"os"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"golang.org/x/sys/unix"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	"trellis.dev/trellis/internal/driver"
@@ -33,7 +35,10 @@ const (
 	AttrDriverPrefix = "driver."
 )
 
-func builtinAttribute(k string) bool {
+// BuiltinAttribute reports whether an attribute is one the agent sets
+// itself from what it finds on its host (operators cannot set or remove
+// those).
+func BuiltinAttribute(k string) bool {
 	switch k {
 	case AttrOS, AttrArch, AttrHostname, AttrCPUCount, AttrMemoryBytes, AttrKernel:
 		return true
@@ -58,9 +63,9 @@ func probeFacts(ctx context.Context, drivers map[string]driver.Driver) facts {
 		f.memoryBytes = parseMemTotal(file)
 		file.Close()
 	}
-	var u syscall.Utsname
-	if err := syscall.Uname(&u); err == nil {
-		f.kernel = utsString(u.Release[:])
+	var u unix.Utsname
+	if err := unix.Uname(&u); err == nil {
+		f.kernel = unix.ByteSliceToString(u.Release[:])
 	}
 	names := make([]string, 0, len(drivers))
 	for name := range drivers {
@@ -76,7 +81,7 @@ func probeFacts(ctx context.Context, drivers map[string]driver.Driver) facts {
 
 // parseMemTotal reads MemTotal from /proc/meminfo text ("MemTotal:
 // 16333364 kB"), in bytes; 0 when it is not there.
-func parseMemTotal(r interface{ Read([]byte) (int, error) }) int64 {
+func parseMemTotal(r io.Reader) int64 {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -93,19 +98,6 @@ func parseMemTotal(r interface{ Read([]byte) (int, error) }) int64 {
 		return n
 	}
 	return 0
-}
-
-// utsString turns a NUL-terminated utsname field into a string (its
-// element type is int8 or uint8 depending on the architecture).
-func utsString[T int8 | uint8](b []T) string {
-	var sb strings.Builder
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		sb.WriteByte(byte(c))
-	}
-	return sb.String()
 }
 
 func truncate(s string, n int) string {
@@ -160,7 +152,7 @@ func mergeInstance(stored *pborch.Instance, r registration, registeredAt time.Ti
 	}
 	attrs := make(map[string]string)
 	for k, v := range stored.GetAttributes() {
-		if !builtinAttribute(k) {
+		if !BuiltinAttribute(k) {
 			attrs[k] = v
 		}
 	}

@@ -11,7 +11,6 @@ import (
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
-	"trellis.dev/trellis/internal/orchestrator"
 )
 
 // maxReportBatch bounds one WriteBatch, well within the resource
@@ -188,9 +187,4 @@ func (a *Agent) written(p pendingReport, stored *pbresource.Resource) {
 // reportedLocked: nothing of t is left to write.
 func (t *task) reportedLocked() bool {
 	return t.silent || t.deleted || !t.hasReport || t.written >= t.seq
-}
-
-// stoppedAndReported: t has stopped here and the store has been told.
-func (t *task) stoppedAndReported() bool {
-	return t.phase == phaseDone && t.reportedLocked() && (t.silent || t.deleted || t.snap.Status == orchestrator.StatusStopped)
 }

@@ -190,7 +190,7 @@ func (a *Agent) runnerConfigLocked(e *task) RunnerConfig {
 		Dir:    dir,
 		LogDir: filepath.Join(dir, "logs"),
 		Report: func(s Snapshot) { a.onSnapshot(e, s) },
-		Logger: a.log.With("task", e.key()),
+		Logger: a.log, // the lifecycle names the task in what it logs
 		Clock:  a.clock,
 	}
 }

@@ -76,7 +76,7 @@ func WriteTable(w io.Writer, resources []*wire.Resource, now time.Time) error {
 			namespaced = true
 		}
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	tw := NewTable(w)
 	if namespaced {
 		fmt.Fprintln(tw, "NAME\tNAMESPACE\tVERSION\tGENERATION\tAGE")
 	} else {
@@ -113,11 +113,15 @@ func WriteEventRow(w io.Writer, ev *wire.Event) error {
 	if r := ev.Resource; r != nil {
 		name, ns, version, gen = r.ID.Name, r.ID.Tenancy.Namespace, r.Version, r.Generation
 	}
-	_, err := fmt.Fprintf(w, eventRow, strings.ToUpper(ev.Op), name, dash(ns), version, gen, strconv.FormatUint(ev.Index, 10))
+	_, err := fmt.Fprintf(w, eventRow, strings.ToUpper(ev.Op), name, Dash(ns), version, gen, strconv.FormatUint(ev.Index, 10))
 	return err
 }
 
-func dash(s string) string {
+// NewTable returns the tab writer every table of the CLI is printed with.
+func NewTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 3, ' ', 0) }
+
+// Dash is s, or "-" for an empty cell.
+func Dash(s string) string {
 	if s == "" {
 		return "-"
 	}

@@ -2,12 +2,12 @@ package controller
 
 import "time"
 
-// delay returns how long to wait before the run that follows the failures-th
+// Delay returns how long to wait before the run that follows the failures-th
 // consecutive failure (failures >= 1): the ceiling Base·2^(failures-1),
 // capped at Max, scaled by a jitter factor in [1/2, 1) drawn from r, which
 // is in [0, 1). It is a pure function so that its bounds are tested by
 // tables.
-func (b Backoff) delay(failures int, r float64) time.Duration {
+func (b Backoff) Delay(failures int, r float64) time.Duration {
 	ceiling := b.ceiling(failures)
 	if r < 0 {
 		r = 0

@@ -56,7 +56,7 @@ func TestBackoffJitterBounds(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := b.delay(c.failures, c.r); got != c.want {
+			if got := b.Delay(c.failures, c.r); got != c.want {
 				t.Errorf("delay(%d, %v) = %s, want %s", c.failures, c.r, got, c.want)
 			}
 		})
@@ -65,7 +65,7 @@ func TestBackoffJitterBounds(t *testing.T) {
 	for failures := 1; failures <= 12; failures++ {
 		ceiling := b.ceiling(failures)
 		for _, r := range []float64{0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.999999999, 1, 7} {
-			d := b.delay(failures, r)
+			d := b.Delay(failures, r)
 			if d < ceiling/2 || d >= ceiling {
 				t.Errorf("delay(%d, %v) = %s, outside [%s, %s)", failures, r, d, ceiling/2, ceiling)
 			}

@@ -91,7 +91,7 @@ func (in *informer) run(ctx context.Context) {
 	)
 	for ctx.Err() == nil {
 		if attempt > 0 {
-			t := time.NewTimer(watchBackoff.delay(attempt, rand.Float64()))
+			t := time.NewTimer(watchBackoff.Delay(attempt, rand.Float64()))
 			select {
 			case <-ctx.Done():
 				t.Stop()

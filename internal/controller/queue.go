@@ -133,7 +133,7 @@ func (q *queue) Retry(req Request) time.Duration {
 	k := keyOf(req.ID)
 	q.mu.Lock()
 	q.failures[k]++
-	d := q.backoff.delay(q.failures[k], q.rand())
+	d := q.backoff.Delay(q.failures[k], q.rand())
 	q.mu.Unlock()
 	q.AddAfter(req, d)
 	return d

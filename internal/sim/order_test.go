@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"trellis.dev/trellis/internal/agent"
+
 	"slices"
 	"testing"
 )
@@ -17,15 +19,15 @@ func TestServerOrderSpreadsTheFleet(t *testing.T) {
 		{3, []string{"a", "b", "c"}},
 		{4999, []string{"b", "c", "a"}},
 	} {
-		if got := serverOrder(servers, tc.i); !slices.Equal(got, tc.want) {
-			t.Errorf("serverOrder(%v, %d) = %v, want %v", servers, tc.i, got, tc.want)
+		if got := agent.RotateServers(servers, tc.i); !slices.Equal(got, tc.want) {
+			t.Errorf("agent.RotateServers(%v, %d) = %v, want %v", servers, tc.i, got, tc.want)
 		}
 	}
-	if got := serverOrder([]string{"only"}, 7); !slices.Equal(got, []string{"only"}) {
+	if got := agent.RotateServers([]string{"only"}, 7); !slices.Equal(got, []string{"only"}) {
 		t.Errorf("one server: got %v", got)
 	}
 	// The caller's list is never changed.
-	serverOrder(servers, 1)
+	agent.RotateServers(servers, 1)
 	if !slices.Equal(servers, []string{"a", "b", "c"}) {
 		t.Errorf("servers changed to %v", servers)
 	}

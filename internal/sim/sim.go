@@ -98,7 +98,7 @@ func New(cfg Config) (*Fleet, error) {
 			attrs["zone"] = fmt.Sprintf("zone-%d", (i-1)%cfg.Zones+1)
 		}
 		a, err := agent.New(agent.Config{
-			Servers:    serverOrder(cfg.Servers, i-1),
+			Servers:    agent.RotateServers(cfg.Servers, i-1), // the fleet spreads over the servers
 			DataDir:    filepath.Join(f.dir, name),
 			Name:       name,
 			Cluster:    cfg.Cluster,
@@ -107,7 +107,7 @@ func New(cfg Config) (*Fleet, error) {
 			NewRunner:  taskrunner.New,
 			HTTPAddr:   "127.0.0.1:0",
 			Token:      cfg.Token,
-			Logger:     cfg.Logger.With("instance", name),
+			Logger:     cfg.Logger, // the agent names its instance in what it logs
 		})
 		if err != nil {
 			f.cleanup()
@@ -149,16 +149,6 @@ func (f *Fleet) Run(ctx context.Context, started func(n int)) error {
 	wg.Wait()
 	close(errs)
 	return <-errs
-}
-
-// serverOrder is the server list of the i-th instance (from 0): the list
-// rotated by i, so that the fleet's connections spread evenly over the
-// servers, as a real fleet's do behind DNS or a load balancer. Every agent
-// tries its servers in order, so with one shared order the whole fleet
-// would pile onto the first server and none onto the others.
-func serverOrder(servers []string, i int) []string {
-	k := i % len(servers)
-	return append(append(make([]string, 0, len(servers)), servers[k:]...), servers[:k]...)
 }
 
 // Running is how many simulated containers run.

@@ -83,8 +83,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 // ctx's error and leaves the containers running, so that an agent that
 // restarts can Resume the last reported state.
 func (r *Runner) Run(ctx context.Context) error {
-	st, _ := NewState(r.cfg.Spec) // NewRunner has validated the spec.
-	return r.run(ctx, st, Tick{})
+	return r.run(ctx, newState(r.cfg.Spec), Tick{}) // NewRunner has validated the spec
 }
 
 // Resume runs a task from a state that an earlier agent reported: it

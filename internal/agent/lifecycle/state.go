@@ -128,6 +128,11 @@ func NewState(spec TaskSpec) (State, error) {
 	if err := spec.Validate(); err != nil {
 		return State{}, err
 	}
+	return newState(spec), nil
+}
+
+// newState is NewState for a spec already validated.
+func newState(spec TaskSpec) State {
 	st := State{
 		TaskID:        spec.TaskID,
 		TaskUID:       spec.TaskUID,
@@ -143,7 +148,7 @@ func NewState(spec TaskSpec) (State, error) {
 			Health: health.Tracker{Status: health.Unknown},
 		}
 	}
-	return st, nil
+	return st
 }
 
 // Stopping says whether the task is stopping or stopped.

@@ -14,9 +14,6 @@ import (
 // New makes the runner of one task: an agent.NewRunnerFunc.
 func New(rc agent.RunnerConfig) (agent.TaskRunner, error) {
 	spec := Build(rc.TaskID, rc.UID, rc.Definition, rc.DriverSpec)
-	if err := spec.Validate(); err != nil {
-		return nil, fmt.Errorf("task definition cannot run: %w", err)
-	}
 	r := &runner{spec: spec, drivers: rc.Drivers}
 	lr, err := lifecycle.NewRunner(lifecycle.Config{
 		Spec:    spec,
@@ -28,8 +25,8 @@ func New(rc agent.RunnerConfig) (agent.TaskRunner, error) {
 			}
 		},
 	})
-	if err != nil {
-		return nil, err
+	if err != nil { // the spec is invalid: NewRunner validates it
+		return nil, fmt.Errorf("task definition cannot run: %w", err)
 	}
 	r.lr = lr
 	return r, nil

@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,10 +13,8 @@ import (
 	"trellis.dev/trellis/internal/driver"
 )
 
-// maxExecOutput is how much of an exec's combined output is kept: enough
-// for a health check's message, bounded so that a runaway command cannot
-// grow the agent.
-const maxExecOutput = 64 << 10
+// maxExecOutput is how much of an exec's combined output is kept.
+const maxExecOutput = driver.ExecOutputLimit
 
 // Exec runs cmd inside the running container and returns its exit code and
 // the first maxExecOutput bytes of its stdout and stderr, interleaved as
@@ -53,7 +50,7 @@ func (d *Driver) Exec(ctx context.Context, h driver.Handle, cmd []string) (int, 
 	stop := context.AfterFunc(ctx, att.Close)
 	defer stop()
 
-	out := &boundedBuffer{limit: maxExecOutput}
+	out := &driver.OutputBuffer{Limit: maxExecOutput}
 	_, copyErr := stdcopy.StdCopy(out, out, att.Reader)
 	if ctx.Err() != nil {
 		return -1, out.Bytes(), ctx.Err()
@@ -90,21 +87,3 @@ func execExitCode(ctx context.Context, cli *client.Client, execID string) (int, 
 		delay = min(2*delay, 200*time.Millisecond)
 	}
 }
-
-// boundedBuffer keeps the first limit bytes written to it and discards the
-// rest, while reporting every write as complete so that the copy goes on
-// draining the stream (a stalled stream would stall the command).
-type boundedBuffer struct {
-	buf   bytes.Buffer
-	limit int
-}
-
-func (b *boundedBuffer) Write(p []byte) (int, error) {
-	if room := b.limit - b.buf.Len(); room > 0 {
-		b.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-// Bytes is what was kept.
-func (b *boundedBuffer) Bytes() []byte { return b.buf.Bytes() }

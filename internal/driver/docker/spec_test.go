@@ -220,18 +220,6 @@ func TestSignalName(t *testing.T) {
 	}
 }
 
-func TestBoundedBuffer(t *testing.T) {
-	b := &boundedBuffer{limit: 10}
-	for _, w := range []string{"1234", "567890AB", "CD", ""} {
-		if n, err := b.Write([]byte(w)); n != len(w) || err != nil {
-			t.Fatalf("Write(%q) = %d, %v; want every byte taken", w, n, err)
-		}
-	}
-	if got := string(b.Bytes()); got != "1234567890" {
-		t.Fatalf("kept %q", got)
-	}
-}
-
 func TestFingerprintOf(t *testing.T) {
 	for _, tc := range []struct {
 		engine, api string

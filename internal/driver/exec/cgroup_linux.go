@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,7 +60,7 @@ func probeCgroups(root, parent string) cgroups {
 	}
 	failed := map[string]bool{}
 	for _, c := range limitControllers {
-		if contains(absent, c) {
+		if slices.Contains(absent, c) {
 			continue
 		}
 		for _, level := range levels {
@@ -77,19 +78,10 @@ func probeCgroups(root, parent string) cgroups {
 	off := missingControllers(string(handed), limitControllers)
 	return cgroups{
 		parent: parentDir,
-		cpu:    !contains(off, "cpu"),
-		memory: !contains(off, "memory"),
+		cpu:    !slices.Contains(off, "cpu"),
+		memory: !slices.Contains(off, "memory"),
 		note:   strings.Join(notes, "; "),
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // writeCgroupFile writes one value into an existing cgroup interface file.

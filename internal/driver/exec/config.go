@@ -1,9 +1,10 @@
 package exec
 
 import (
-	"io"
 	"log/slog"
 	"time"
+
+	"trellis.dev/trellis/internal/driver"
 )
 
 // Defaults for the zero values of Config.
@@ -16,9 +17,8 @@ const (
 	DefaultCgroupParent      = "trellis"
 )
 
-// ExecOutputLimit bounds the output Driver.Exec returns: a health check
-// that floods its output must not grow the agent.
-const ExecOutputLimit = 64 << 10
+// ExecOutputLimit bounds the output Driver.Exec returns.
+const ExecOutputLimit = driver.ExecOutputLimit
 
 // Config sets up a Driver. The zero value is usable: each zero field takes
 // its default.
@@ -50,7 +50,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.LogMaxBytes <= 0 {
 		c.LogMaxBytes = DefaultLogMaxBytes

@@ -33,7 +33,7 @@ func (d *Driver) Exec(ctx context.Context, h driver.Handle, cmd []string) (int, 
 	if err != nil {
 		return -1, nil, fmt.Errorf("exec: %w", err)
 	}
-	out := &boundedBuffer{limit: ExecOutputLimit}
+	out := &driver.OutputBuffer{Limit: ExecOutputLimit}
 	c := osexec.CommandContext(ctx, path, cmd[1:]...)
 	c.Args[0] = cmd[0]
 	c.Env = st.Env

@@ -226,18 +226,6 @@ func TestHandleRoundTrip(t *testing.T) {
 	}
 }
 
-func TestBoundedBuffer(t *testing.T) {
-	b := &boundedBuffer{limit: 5}
-	for _, s := range []string{"ab", "cde", "fg"} {
-		if n, err := b.Write([]byte(s)); n != len(s) || err != nil {
-			t.Fatalf("Write(%q) = %d, %v", s, n, err)
-		}
-	}
-	if got := string(b.Bytes()); got != "abcde" {
-		t.Errorf("kept %q, want the first 5 bytes", got)
-	}
-}
-
 func TestCatchUp(t *testing.T) {
 	cases := []struct {
 		since     uint64

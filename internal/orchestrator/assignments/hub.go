@@ -116,6 +116,10 @@ func (h *Hub) watch(ctx context.Context) error {
 
 // apply takes one event of the hub's watch.
 func (h *Hub) apply(ev *pbresource.WatchEvent) {
+	var inst string // decoded before the lock: subscribers wait on it
+	if ev.GetOp() == pbresource.WatchEvent_OP_UPSERT {
+		inst = instanceOf(ev.GetResource())
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if ev.GetIndex() > h.index {
@@ -130,7 +134,6 @@ func (h *Hub) apply(ev *pbresource.WatchEvent) {
 	case pbresource.WatchEvent_OP_UPSERT:
 		res := ev.GetResource()
 		k := keyOf(res.GetId())
-		inst := instanceOf(res)
 		if old, ok := h.where[k]; ok && old != inst {
 			// Deleted and placed again elsewhere between two events.
 			gone := h.byInst[old][k]

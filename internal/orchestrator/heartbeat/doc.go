@@ -1,5 +1,5 @@
-// Package heartbeat is how the servers know which instances are alive: the
-// AgentService that agents heartbeat to (Service), and the Tracker that
+// Package heartbeat is how the servers know which instances are alive:
+// AgentService.Heartbeat, which agents call (Service), and the Tracker that
 // keeps, on the leader only and in memory only, when each instance was
 // last heard from.
 //

@@ -34,14 +34,15 @@ type ServiceConfig struct {
 	Self string
 }
 
-// Service is the AgentService: any server takes a heartbeat; the leader
-// keeps it and a follower forwards it to the leader.
+// Service serves AgentService.Heartbeat (the server assembles it with the
+// assignments hub, which serves WatchTasks): any server takes a heartbeat;
+// the leader keeps it and a follower forwards it to the leader.
 type Service struct {
 	pbagent.UnimplementedAgentServiceServer
 	cfg ServiceConfig
 }
 
-// NewService returns the AgentService over a Tracker.
+// NewService returns the heartbeat service over a Tracker.
 func NewService(cfg ServiceConfig) (*Service, error) {
 	if cfg.Tracker == nil {
 		return nil, errors.New("agent service: ServiceConfig.Tracker is required")
