@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -160,10 +162,8 @@ func newInstanceShowCmd(e *env, cf *clientFlags) *cobra.Command {
 			tw.Flush()
 			fmt.Fprintln(e.stdout, "\nAttributes:")
 			tw = cli.NewTable(e.stdout)
-			for _, kv := range strings.Split(joinSorted(in.GetAttributes()), ",") {
-				if k, v, ok := strings.Cut(kv, "="); ok {
-					fmt.Fprintf(tw, "  %s\t%s\n", k, v)
-				}
+			for _, k := range slices.Sorted(maps.Keys(in.GetAttributes())) {
+				fmt.Fprintf(tw, "  %s\t%s\n", k, in.GetAttributes()[k])
 			}
 			tw.Flush()
 			tasks, err := tasksOn(cmd.Context(), c, r.ID.Name)

@@ -77,6 +77,8 @@ func TestInstanceAndTaskCommands(t *testing.T) {
 	expect(0, "", "instance node-1: set rack=r1,zone=b", "instance", "set-attribute", "node-1", "zone=b", "rack=r1")
 	expect(2, "", `attribute "os" is set by the agent itself`, "instance", "set-attribute", "node-1", "os=plan9")
 	expect(0, "", "instance node-1: removed rack", "instance", "remove-attribute", "node-1", "rack")
+	expect(0, "", "instance node-1: set tags=a,b", "instance", "set-attribute", "node-1", "tags=a,b")
+	expect(0, "", "tags   a,b", "instance", "show", "node-1")
 	out := expect(0, "", "zone=b", "instance", "list")
 	if strings.Contains(out, "rack") {
 		t.Errorf("rack was not removed:\n%s", out)
