@@ -85,7 +85,8 @@ Flags take one dash or two: -addr and --addr are the same.`,
 	cf := &clientFlags{}
 	cf.register(root.PersistentFlags())
 	root.AddCommand(newDevCmd(e), newServerCmd(e), newResourceCmd(e, cf), newOperatorCmd(e, cf), newSnapshotCmd(e, cf),
-		newAgentCmd(e, cf), newSimCmd(e, cf), newInstanceCmd(e, cf), newTaskDefCmd(e, cf), newTaskCmd(e, cf))
+		newAgentCmd(e, cf), newSimCmd(e, cf), newInstanceCmd(e, cf), newTaskDefCmd(e, cf), newTaskCmd(e, cf),
+		newEnvCmd(e, cf), newDeployCmd(e, cf), newDeploymentCmd(e, cf), newRollbackCmd(e, cf))
 	return root
 }
 

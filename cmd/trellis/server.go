@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"trellis.dev/trellis/internal/server"
@@ -11,6 +13,7 @@ func newServerCmd(e *env) *cobra.Command {
 		f               serverFlags
 		bootstrapExpect int
 		retryJoin       []string
+		raftMultiplier  int
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -30,7 +33,7 @@ A server that should join an existing cluster takes -retry-join alone.`,
       -bootstrap-expect 3 -retry-join 127.0.0.1:7701 -retry-join 127.0.0.1:7711`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := serverConfig(f, bootstrapExpect, retryJoin)
+			cfg, err := serverConfig(f, bootstrapExpect, retryJoin, raftMultiplier)
 			if err != nil {
 				return err
 			}
@@ -48,11 +51,21 @@ A server that should join an existing cluster takes -retry-join alone.`,
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "directory for the Raft log, snapshots and state (required)")
 	cmd.Flags().IntVar(&bootstrapExpect, "bootstrap-expect", 0, "number of servers to wait for before forming a new cluster (0: join an existing one)")
 	cmd.Flags().StringArrayVar(&retryJoin, "retry-join", nil, "gRPC address (host:port) of another server to join through; repeatable, retried until one answers")
+	cmd.Flags().IntVar(&raftMultiplier, "raft-multiplier", DefaultRaftMultiplier, "scale Raft's failure detection (1-10): leader heartbeat and election timeouts of 1s times this. 1 notices a dead leader fastest, for dedicated machines; the default tolerates busy, shared ones, as Consul's does")
 	return cmd
 }
 
+// DefaultRaftMultiplier is -raft-multiplier's default. Consul's is 5 too,
+// for the same reason: an election costs more than a dead leader noticed a
+// few seconds later, and busy machines (a 2-core host running three
+// servers and thousands of simulated agents, here) miss 1 s heartbeats.
+const DefaultRaftMultiplier = 5
+
 // serverConfig turns the server command's flags into a validated Config.
-func serverConfig(f serverFlags, bootstrapExpect int, retryJoin []string) (server.Config, error) {
+func serverConfig(f serverFlags, bootstrapExpect int, retryJoin []string, raftMultiplier int) (server.Config, error) {
+	if raftMultiplier < 1 || raftMultiplier > 10 {
+		return server.Config{}, usageError{fmt.Errorf("-raft-multiplier: %d is not 1 to 10", raftMultiplier)}
+	}
 	cfg := server.Config{
 		HTTPAddr:     f.httpAddr,
 		GRPCAddr:     f.grpcAddr,
@@ -63,6 +76,7 @@ func serverConfig(f serverFlags, bootstrapExpect int, retryJoin []string) (serve
 			DataDir:         f.dataDir,
 			BootstrapExpect: bootstrapExpect,
 			RetryJoin:       retryJoin,
+			RaftMultiplier:  raftMultiplier,
 		},
 	}
 	if err := cfg.Validate(); err != nil {

@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,6 +17,7 @@ func newSimCmd(e *env, cf *clientFlags) *cobra.Command {
 		cfg        sim.Config
 		attributes []string
 		logLevel   string
+		pprofAddr  string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim -instances N -server ADDR",
@@ -56,6 +60,17 @@ down after the heartbeat TTL.`,
 			if len(cfg.Servers) == 0 {
 				return usageError{fmt.Errorf("-server: required: a server's gRPC address (host:port)")}
 			}
+			if pprofAddr != "" {
+				ln, err := net.Listen("tcp", pprofAddr)
+				if err != nil {
+					return usageError{fmt.Errorf("-pprof-addr: %w", err)}
+				}
+				mux := http.NewServeMux()
+				mux.HandleFunc("/debug/pprof/", pprof.Index)
+				mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+				go func() { _ = http.Serve(ln, mux) }()
+				defer ln.Close()
+			}
 			cfg.Token = cf.tokenFor(e)
 			cfg.Logger = log
 			fleet, err := sim.New(cfg)
@@ -77,7 +92,7 @@ down after the heartbeat TTL.`,
 	fs.StringVar(&cfg.Cluster, "cluster", "default", "cluster of the instances")
 	fs.StringArrayVar(&attributes, "attribute", nil, "an attribute of every instance, key=value; repeatable")
 	fs.IntVar(&cfg.Zones, "zones", 0, "spread a zone attribute (zone-1 ... zone-K) over the instances")
-	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for the agents' state (default: a temporary one, removed at the end)")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for the agents' state (default: a temporary one in /dev/shm when there is one, removed at the end)")
 	fs.IntVar(&cfg.StartRate, "start-rate", 500, "instances started per second")
 	fs.DurationVar(&cfg.Driver.StartDelay, "start-delay", 0, "how long a simulated container takes to start")
 	fs.Float64Var(&cfg.Driver.StartFailureRate, "start-failure-rate", 0, "probability that a simulated container fails to start")
@@ -85,5 +100,6 @@ down after the heartbeat TTL.`,
 	fs.DurationVar(&cfg.Driver.ExitAfter, "exit-after", time.Minute, "when a container that exits by itself does so")
 	fs.Uint64Var(&cfg.Driver.Seed, "seed", 1, "seed of the simulated failures, for repeatable runs")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	fs.StringVar(&pprofAddr, "pprof-addr", "", "serve Go's pprof profiles of this process on HOST:PORT (/debug/pprof/), to see what the fleet costs")
 	return cmd
 }

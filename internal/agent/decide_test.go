@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"google.golang.org/grpc/codes"
 	"runtime"
 	"strings"
 	"testing"
@@ -347,6 +348,26 @@ func TestConfigRefusals(t *testing.T) {
 		c.edit(&cfg)
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("got %v, want %q", err, c.want)
+		}
+	}
+}
+
+func TestRetryHeartbeat(t *testing.T) {
+	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	giveUp := t0.Add(time.Second)
+	for _, tc := range []struct {
+		code  codes.Code
+		now   time.Time
+		retry bool
+	}{
+		{codes.DeadlineExceeded, t0, true},      // a slow server: try it again
+		{codes.DeadlineExceeded, giveUp, false}, // but not past two thirds of the TTL
+		{codes.Unavailable, t0, false},          // unreachable: the next server
+		{codes.FailedPrecondition, t0, false},   // handled by registering again
+		{codes.DeadlineExceeded, giveUp.Add(-time.Nanosecond), true},
+	} {
+		if got := retryHeartbeat(tc.code, tc.now, giveUp); got != tc.retry {
+			t.Errorf("retryHeartbeat(%v, %v) = %v, want %v", tc.code, tc.now.Sub(t0), got, tc.retry)
 		}
 	}
 }

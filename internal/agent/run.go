@@ -155,16 +155,37 @@ func (a *Agent) onSnapshot(e *task, s Snapshot) {
 }
 
 func (a *Agent) admitLocked(e *task) error {
-	if a.cfg.Admit == nil {
-		return nil
-	}
 	var live []Assignment
 	for _, o := range a.tasks {
 		if o != e && o.phase.live() && o.res != nil && !o.deleted {
 			live = append(live, assignment(o))
 		}
 	}
-	return a.cfg.Admit(assignment(e), live)
+	cand := assignment(e)
+	if err := AdmitOneDaemonCopy(cand, live); err != nil {
+		return err
+	}
+	if a.cfg.Admit == nil {
+		return nil
+	}
+	return a.cfg.Admit(cand, live)
+}
+
+// AdmitOneDaemonCopy refuses a task of a daemon environment while another
+// task of the same environment (and namespace) is live on the instance:
+// the last line of "one and only one", whatever the servers wrote.
+func AdmitOneDaemonCopy(candidate Assignment, live []Assignment) error {
+	env := candidate.Task.GetEnvironment()
+	if env == "" {
+		return nil
+	}
+	ns := candidate.ID.GetTenancy().GetNamespace()
+	for _, o := range live {
+		if o.Task.GetEnvironment() == env && o.ID.GetTenancy().GetNamespace() == ns {
+			return fmt.Errorf("refused: task %s of environment %s already runs on this instance, and a daemon runs one copy per instance", o.ID.GetName(), env)
+		}
+	}
+	return nil
 }
 
 func assignment(e *task) Assignment {

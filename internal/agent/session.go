@@ -115,7 +115,17 @@ func runAll(ctx context.Context, fns ...func(context.Context) error) error {
 }
 
 // heartbeatLoop heartbeats every third of the TTL, with jitter.
+//
+// A heartbeat the server is slow to answer (DeadlineExceeded) is tried
+// again on the same server until two thirds of the TTL have passed since
+// the last one that succeeded; only then does the agent give the server
+// up, with a third of the TTL left to reach another. A busy server is
+// thus not abandoned for one slow answer (ending the session drops the
+// task stream too, and a fleet that reconnects all at once makes a busy
+// server busier). A server that refuses or cannot be reached is given up
+// at once, as before.
 func (s *session) heartbeatLoop(ctx context.Context) error {
+	last := s.a.clock.Now()
 	for {
 		wait := heartbeatInterval(s.a.ttlValue(), randFloat())
 		select {
@@ -123,11 +133,36 @@ func (s *session) heartbeatLoop(ctx context.Context) error {
 			return ctx.Err()
 		case <-s.a.clock.After(wait):
 		}
-		if err := s.heartbeat(ctx); err != nil {
-			return fmt.Errorf("heartbeat: %w", err)
+		for attempt := 0; ; attempt++ {
+			giveUp := last.Add(2 * s.a.ttlValue() / 3)
+			err := s.heartbeat(ctx)
+			if err == nil {
+				last = s.a.clock.Now()
+				break
+			}
+			now := s.a.clock.Now()
+			if ctx.Err() != nil || !retryHeartbeat(status.Code(err), now, giveUp) {
+				return fmt.Errorf("heartbeat: %w", err)
+			}
+			s.a.log.Debug("slow heartbeat; trying again", "server", s.addr, "attempt", attempt+1, "err", err)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-s.a.clock.After(min(heartbeatRetryWait, giveUp.Sub(now))):
+			}
 		}
 	}
 }
+
+// retryHeartbeat decides whether a heartbeat that failed with code at now
+// is tried again on the same server: only a slow answer, and only before
+// giveUp.
+func retryHeartbeat(code codes.Code, now, giveUp time.Time) bool {
+	return code == codes.DeadlineExceeded && now.Before(giveUp)
+}
+
+// heartbeatRetryWait is the pause before a slow heartbeat is sent again.
+const heartbeatRetryWait = 100 * time.Millisecond
 
 // heartbeat sends one heartbeat. FailedPrecondition means the servers do
 // not know this session: the agent registers again with a new one, then
@@ -159,7 +194,7 @@ func (s *session) heartbeat(ctx context.Context) error {
 }
 
 func (s *session) beat(ctx context.Context) (*pbagent.HeartbeatResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, min(s.a.cfg.RPCTimeout, s.a.ttlValue()/3))
+	ctx, cancel := context.WithTimeout(ctx, min(s.a.cfg.RPCTimeout, s.a.ttlValue()/4))
 	defer cancel()
 	return s.hb.Heartbeat(ctx, &pbagent.HeartbeatRequest{Instance: s.a.cfg.Name, Session: s.a.Session()})
 }

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage/inmem"
 	raftstore "trellis.dev/trellis/internal/storage/raft"
 )
@@ -130,7 +130,7 @@ func loadNodeID(dataDir, configured string) (string, error) {
 		if configured != "" {
 			return configured, nil
 		}
-		return newNodeID()
+		return ids.NewUUID()
 	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return "", fmt.Errorf("%w: DataDir: %v", ErrInvalidConfig, err)
@@ -150,7 +150,7 @@ func loadNodeID(dataDir, configured string) (string, error) {
 	case errors.Is(err, os.ErrNotExist):
 		id := configured
 		if id == "" {
-			if id, err = newNodeID(); err != nil {
+			if id, err = ids.NewUUID(); err != nil {
 				return "", err
 			}
 		}
@@ -161,17 +161,6 @@ func loadNodeID(dataDir, configured string) (string, error) {
 	default:
 		return "", fmt.Errorf("reading the node id: %w", err)
 	}
-}
-
-// newNodeID returns a random UUID (version 4).
-func newNodeID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
 }
 
 // writeFileSync writes a file durably: to a temporary name, synced, then

@@ -179,6 +179,12 @@ type Controller struct {
 	Workers int
 	// Backoff bounds retry delays (the defaults where zero).
 	Backoff Backoff
+	// OnStart, when set, is called each time this server starts the
+	// controller (every gain of leadership), before its watches open and
+	// before any reconcile. A controller that keeps state fed by its
+	// mappers drops it here: what it saw in an earlier term may have
+	// changed, or been deleted, while another server led.
+	OnStart func()
 }
 
 // ErrInvalidController is wrapped by the errors Manager.Register returns.

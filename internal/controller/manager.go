@@ -146,6 +146,9 @@ func (m *Manager) startTerm(ctx context.Context, controllers []Controller) (stop
 	var order []*informer
 	runners := make([]*runner, 0, len(controllers))
 	for _, c := range controllers {
+		if c.OnStart != nil {
+			c.OnStart()
+		}
 		r := newRunner(c, m.cfg.Client, m.logger, m.metrics)
 		for _, w := range c.watches() {
 			k := storage.TypeString(w.Type)

@@ -192,7 +192,9 @@ func TestManagerLeadershipOnOffOn(t *testing.T) {
 				mu.Unlock()
 			}
 		}
-		h.register(controller.Controller{Name: "deployments", ManagedType: deploymentType, Reconciler: rec, Workers: 2})
+		starts := 0
+		h.register(controller.Controller{Name: "deployments", ManagedType: deploymentType, Reconciler: rec, Workers: 2,
+			OnStart: func() { starts++ }})
 		running := map[string]string{}
 
 		h.write(deploymentType, "a", "", nil)
@@ -236,6 +238,9 @@ func TestManagerLeadershipOnOffOn(t *testing.T) {
 
 		h.setLeader(true) // a repeated value changes nothing
 		h.expect(rec)
+		if starts != 2 {
+			t.Errorf("OnStart called %d times over two terms, want 2", starts)
+		}
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/scheduler"
 )
 
 // Request body limits. A resource may be up to 1 MiB; its envelope (name,
@@ -53,6 +54,9 @@ type Config struct {
 	MaxBatchBytes   int64
 	// EnableDebug serves Go's pprof profiles under /v1/debug/pprof/.
 	EnableDebug bool
+	// Scheduler serves the daemon scheduler's operations under
+	// /v1/environments; nil leaves them out.
+	Scheduler *scheduler.Operations
 }
 
 // Handler serves the HTTP API. It is an http.Handler.
@@ -61,6 +65,7 @@ type Handler struct {
 	reg      *resource.Registry
 	cluster  ClusterStatus
 	op       Operator
+	sched    *scheduler.Operations
 	debug    bool
 	gatherer prometheus.Gatherer
 	log      *slog.Logger
@@ -85,6 +90,7 @@ func New(cfg Config) (*Handler, error) {
 		reg:      cfg.Registry,
 		cluster:  cfg.Cluster,
 		op:       cfg.Operator,
+		sched:    cfg.Scheduler,
 		debug:    cfg.EnableDebug,
 		gatherer: cfg.Gatherer,
 		log:      cfg.Logger,
@@ -143,6 +149,9 @@ func (h *Handler) routes() {
 	h.handle("GET /v1/health", h.health)
 	h.handle("GET /v1/metrics", h.serveMetrics)
 	h.operatorRoutes()
+	if h.sched != nil {
+		h.schedulerRoutes()
+	}
 	if h.debug {
 		h.debugRoutes()
 	}

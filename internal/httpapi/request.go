@@ -148,6 +148,7 @@ type query struct {
 	consistent bool
 	watch      bool
 	index      uint64
+	typ        string
 }
 
 // parseQuery reads the query parameters named in allowed, refusing any
@@ -183,6 +184,8 @@ func parseQuery(values url.Values, allowed ...string) (query, error) {
 			q.prefix = v
 		case "version":
 			q.version = v
+		case "type":
+			q.typ = v
 		case "consistent":
 			q.consistent, err = parseFlag(k, v)
 		case "watch":

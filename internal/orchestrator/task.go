@@ -95,7 +95,8 @@ func validateHealth(field, h string) error {
 }
 
 // ValidateTaskUpdate is the ValidateUpdate hook of orchestrator/v1/Task: a
-// placement is fixed (its task definition, instance and started_by never
+// placement is fixed (its task definition, instance, started_by and the
+// environment, version and deployment that placed it never
 // change: a different placement is a new task), and a task asked to stop
 // is never asked to run again.
 func ValidateTaskUpdate(stored, next *pbresource.Resource) error {
@@ -112,6 +113,9 @@ func ValidateTaskUpdate(stored, next *pbresource.Resource) error {
 		{"data.task_definition", old.GetTaskDefinition(), t.GetTaskDefinition()},
 		{"data.instance", old.GetInstance(), t.GetInstance()},
 		{"data.started_by", old.GetStartedBy(), t.GetStartedBy()},
+		{"data.environment", old.GetEnvironment(), t.GetEnvironment()},
+		{"data.environment_version", old.GetEnvironmentVersion(), t.GetEnvironmentVersion()},
+		{"data.deployment", old.GetDeployment(), t.GetDeployment()},
 	} {
 		if f.was != f.now {
 			return resource.NewFieldError(f.field, "cannot change from %q to %q: task %s is placed; run a new task instead", f.was, f.now, name)

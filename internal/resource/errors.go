@@ -30,6 +30,12 @@ func (e *FieldError) Error() string {
 }
 
 // NewFieldError returns a FieldError with a formatted reason.
+// GRPCStatus makes a FieldError an InvalidArgument status wherever it
+// travels (HTTP maps it to 400).
+func (e *FieldError) GRPCStatus() *status.Status {
+	return status.New(codes.InvalidArgument, e.Error())
+}
+
 func NewFieldError(field, format string, args ...any) *FieldError {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
@@ -86,13 +92,9 @@ func (m errorMapper) toStatus(op string, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	var (
-		fe *FieldError
-		se *sizeError
-	)
+	// A FieldError is a status already (InvalidArgument, see GRPCStatus).
+	var se *sizeError
 	switch {
-	case errors.As(err, &fe):
-		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.As(err, &se):
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, ErrPermissionDenied):

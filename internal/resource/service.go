@@ -35,6 +35,12 @@ type Config struct {
 	Now func() time.Time
 }
 
+// CreateOnly is the version a write carries to create a resource and
+// nothing else: it fails with a conflict (Aborted, HTTP 409) when the
+// resource exists. Stored versions are Raft indexes, never "0" (etcd's
+// txn compare on mod_revision 0 means the same).
+const CreateOnly = "0"
+
 // Limits on the work one request may ask for.
 const (
 	// MaxBatchMembers is the most resources one WriteBatch may hold.

@@ -132,7 +132,8 @@ type writePlan struct {
 // planWrite decides how a candidate applies to the stored resource (nil
 // when none is stored). It is pure: newUID is called only for a create.
 //
-//   - create: a new uid, generation 1, no status;
+//   - create: a new uid, generation 1, no status; version CreateOnly asks
+//     for a create and nothing else (Aborted when the resource exists);
 //   - a uid or version that does not match the stored one: Aborted;
 //   - a different owner: refused, owners are fixed at create;
 //   - the same data and metadata: nothing to write;
@@ -145,8 +146,8 @@ func planWrite(c *candidate, stored *pbresource.Resource, newUID func() (string,
 		if uid := req.GetId().GetUid(); uid != "" {
 			return writePlan{}, status.Errorf(codes.Aborted, "id.uid: %s with uid %s no longer exists: it was deleted; re-read it and retry", name, uid)
 		}
-		if req.GetVersion() != "" {
-			return writePlan{}, status.Errorf(codes.Aborted, "version: conflict: %s does not exist, so it is not at version %s; re-read it and retry", name, req.GetVersion())
+		if v := req.GetVersion(); v != "" && v != CreateOnly {
+			return writePlan{}, status.Errorf(codes.Aborted, "version: conflict: %s does not exist, so it is not at version %s; re-read it and retry", name, v)
 		}
 		uid, err := newUID()
 		if err != nil {
@@ -161,6 +162,9 @@ func planWrite(c *candidate, stored *pbresource.Resource, newUID func() (string,
 	}
 	if uid := req.GetId().GetUid(); uid != "" && uid != stored.GetId().GetUid() {
 		return writePlan{}, status.Errorf(codes.Aborted, "id.uid: %s now has uid %s, not %s: it was deleted and re-created; re-read it and retry", name, stored.GetId().GetUid(), uid)
+	}
+	if req.GetVersion() == CreateOnly {
+		return writePlan{}, status.Errorf(codes.Aborted, "version: conflict: %s already exists (version %s was given: create only)", name, CreateOnly)
 	}
 	if v := req.GetVersion(); v != "" && v != stored.GetVersion() {
 		return writePlan{}, status.Errorf(codes.Aborted, "version: conflict: %s is at version %s, not %s; re-read it and retry", name, stored.GetVersion(), v)

@@ -440,3 +440,25 @@ func TestNamespaceData(t *testing.T) {
 		t.Fatal("a Namespace has no namespace")
 	}
 }
+
+func TestWriteCreateOnly(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	w := widget(t, "", "once", "first")
+	w.Version = resource.CreateOnly
+	got, err := h.svc.Write(ctx, &pbresource.WriteRequest{Resource: w})
+	if err != nil {
+		t.Fatalf("create only, absent: %v", err)
+	}
+	again := widget(t, "", "once", "second")
+	again.Version = resource.CreateOnly
+	_, err = h.svc.Write(ctx, &pbresource.WriteRequest{Resource: again})
+	requireCode(t, err, codes.Aborted, "already exists (version 0 was given: create only)")
+	read, err := h.svc.Read(ctx, &pbresource.ReadRequest{Id: got.GetResource().GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if read.GetResource().GetVersion() != got.GetResource().GetVersion() {
+		t.Fatalf("the refused create wrote: version %s, want %s", read.GetResource().GetVersion(), got.GetResource().GetVersion())
+	}
+}

@@ -72,6 +72,9 @@ type RaftConfig struct {
 	// SingleServer tunes Raft for a cluster of one (trellis dev -data-dir):
 	// it elects itself within milliseconds. Never for real clusters.
 	SingleServer bool
+	// RaftMultiplier scales Raft's failure detection (its heartbeat,
+	// election and leader lease timeouts, 1 s, 1 s and 0.5 s at 1); 0 is 1.
+	RaftMultiplier int
 }
 
 // ErrConfig is wrapped by every configuration refusal.

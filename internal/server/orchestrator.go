@@ -56,6 +56,11 @@ func (s *Server) addOrchestrator() error {
 		s.AddController(c)
 	}
 	s.Add("heartbeats", tracker)
+	// The forwarder starts after the gRPC server and stops before it
+	// (runnables stop in reverse): a heartbeat arriving once it has
+	// stopped is answered Unavailable at once, and one in a batch under
+	// way gets its answer, or Unavailable when the call is cut short.
+	s.Add("heartbeat-forwarder", svc)
 	s.Add("assignments", hub)
 	return nil
 }
@@ -70,6 +75,10 @@ type agentService struct {
 
 func (a agentService) Heartbeat(ctx context.Context, req *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error) {
 	return a.heartbeats.Heartbeat(ctx, req)
+}
+
+func (a agentService) ForwardHeartbeats(ctx context.Context, req *pbagent.ForwardHeartbeatsRequest) (*pbagent.ForwardHeartbeatsResponse, error) {
+	return a.heartbeats.ForwardHeartbeats(ctx, req)
 }
 
 func (a agentService) WatchTasks(req *pbagent.WatchTasksRequest, stream pbagent.AgentService_WatchTasksServer) error {

@@ -14,7 +14,7 @@ import (
 // metrics, and the runnable that forms or joins the cluster (it runs after
 // the gRPC server is up, since formation talks to the other servers).
 func (s *Server) openRaft(cfg *RaftConfig) error {
-	tuning := raftstore.DefaultTuning()
+	tuning := raftstore.DefaultTuning().Scaled(cfg.RaftMultiplier)
 	if cfg.SingleServer {
 		tuning = raftstore.DevTuning()
 	}

@@ -20,6 +20,7 @@ import (
 	"trellis.dev/trellis/internal/httpapi"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/scheduler"
 	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
 )
@@ -74,6 +75,7 @@ func New(cfg Config) (_ *Server, err error) {
 		s.registry = resource.NewRegistry()
 		core.Register(s.registry)
 		orchestrator.Register(s.registry)
+		scheduler.Register(s.registry)
 	}
 
 	s.grpc = grpc.NewServer(
@@ -115,6 +117,7 @@ func New(cfg Config) (_ *Server, err error) {
 	if err := s.addOrchestrator(); err != nil {
 		return nil, err
 	}
+	ops := s.addScheduler()
 
 	s.httpAPI, err = httpapi.New(httpapi.Config{
 		API:             s.api,
@@ -127,6 +130,7 @@ func New(cfg Config) (_ *Server, err error) {
 		MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxBatchBytes:   cfg.MaxBatchBytes,
 		EnableDebug:     cfg.EnableDebug,
+		Scheduler:       ops,
 	})
 	if err != nil {
 		return nil, err

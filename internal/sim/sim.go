@@ -78,7 +78,14 @@ func New(cfg Config) (*Fleet, error) {
 	}
 	f := &Fleet{cfg: cfg, driver: simdriver.New(cfg.Driver), dir: cfg.DataDir}
 	if f.dir == "" {
-		dir, err := os.MkdirTemp("", "trellis-sim-*")
+		// In memory where the machine has a tmpfs: thousands of agents'
+		// records are written on one machine here, which on a real fleet
+		// each machine writes to its own disk.
+		base := ""
+		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+			base = "/dev/shm"
+		}
+		dir, err := os.MkdirTemp(base, "trellis-sim-*")
 		if err != nil {
 			return nil, err
 		}

@@ -53,21 +53,29 @@ func StartAgent(o AgentOptions) (*Agent, error) {
 		LogPath:  filepath.Join(o.Dir, o.Name+".log"),
 	}
 	args := []string{"agent", "-name", o.Name, "-data-dir", a.DataDir, "-http-addr", a.HTTPAddr}
-	for _, s := range o.Servers {
-		args = append(args, "-server", s)
-	}
-	keys := make([]string, 0, len(o.Attributes))
-	for k := range o.Attributes {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		args = append(args, "-attribute", k+"="+o.Attributes[k])
-	}
+	args = append(args, serverAndAttributeFlags(o.Servers, o.Attributes)...)
 	args = append(args, o.Extra...)
 	a.process = process{name: "agent " + o.Name, bin: o.Bin, args: args, logPath: a.LogPath}
 	if err := a.Start(); err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// serverAndAttributeFlags are the -server and -attribute flags that
+// `trellis agent` and `trellis sim` share, attributes in key order.
+func serverAndAttributeFlags(servers []string, attrs map[string]string) []string {
+	var args []string
+	for _, s := range servers {
+		args = append(args, "-server", s)
+	}
+	keys := make([]string, 0, len(attrs))
+	for k := range attrs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		args = append(args, "-attribute", k+"="+attrs[k])
+	}
+	return args
 }

@@ -79,11 +79,30 @@ func (p *process) Stop() {
 		return
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Process.Signal(syscall.SIGCONT) // a paused process handles the SIGTERM once it runs
 	select {
 	case <-p.done:
 	case <-time.After(10 * time.Second):
 		p.Kill()
 	}
+}
+
+// Pause freezes the process with SIGSTOP: it keeps its state and its
+// connections but does nothing, as if cut off from the network. Resume
+// (SIGCONT) lets it run on; Kill and Stop end it paused or not.
+func (p *process) Pause() error {
+	if !p.Running() {
+		return fmt.Errorf("pause %s: not running", p.name)
+	}
+	return p.cmd.Process.Signal(syscall.SIGSTOP)
+}
+
+// Resume continues a paused process.
+func (p *process) Resume() error {
+	if !p.Running() {
+		return fmt.Errorf("resume %s: not running", p.name)
+	}
+	return p.cmd.Process.Signal(syscall.SIGCONT)
 }
 
 // PID is the process id of the running (or last) process.

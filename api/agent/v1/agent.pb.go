@@ -128,6 +128,153 @@ func (x *HeartbeatRequest) GetSession() string {
 	return ""
 }
 
+type ForwardHeartbeatsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// heartbeats are the agents' requests, as the follower received them.
+	Heartbeats    []*HeartbeatRequest `protobuf:"bytes,1,rep,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardHeartbeatsRequest) Reset() {
+	*x = ForwardHeartbeatsRequest{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardHeartbeatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardHeartbeatsRequest) ProtoMessage() {}
+
+func (x *ForwardHeartbeatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardHeartbeatsRequest.ProtoReflect.Descriptor instead.
+func (*ForwardHeartbeatsRequest) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ForwardHeartbeatsRequest) GetHeartbeats() []*HeartbeatRequest {
+	if x != nil {
+		return x.Heartbeats
+	}
+	return nil
+}
+
+type ForwardHeartbeatsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results answer the heartbeats of the request, one each, in order.
+	Results       []*HeartbeatResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardHeartbeatsResponse) Reset() {
+	*x = ForwardHeartbeatsResponse{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardHeartbeatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardHeartbeatsResponse) ProtoMessage() {}
+
+func (x *ForwardHeartbeatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardHeartbeatsResponse.ProtoReflect.Descriptor instead.
+func (*ForwardHeartbeatsResponse) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ForwardHeartbeatsResponse) GetResults() []*HeartbeatResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// HeartbeatResult is the leader's answer to one forwarded heartbeat.
+type HeartbeatResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// status is the marshaled google.rpc.Status the leader would have
+	// answered Heartbeat with, details (the refusal's ErrorInfo) included;
+	// empty, or code OK, when the heartbeat was taken.
+	Status []byte `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// response is set when the heartbeat was taken.
+	Response      *HeartbeatResponse `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatResult) Reset() {
+	*x = HeartbeatResult{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResult) ProtoMessage() {}
+
+func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
+func (*HeartbeatResult) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HeartbeatResult) GetStatus() []byte {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *HeartbeatResult) GetResponse() *HeartbeatResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// ttl: the instance is marked down when no heartbeat arrives for this
@@ -141,7 +288,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -153,7 +300,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -166,7 +313,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HeartbeatResponse) GetTtl() *durationpb.Duration {
@@ -192,12 +339,22 @@ const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\binstance\x18\x01 \x01(\tR\binstance\"H\n" +
 	"\x10HeartbeatRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x18\n" +
-	"\asession\x18\x02 \x01(\tR\asession\"X\n" +
+	"\asession\x18\x02 \x01(\tR\asession\"^\n" +
+	"\x18ForwardHeartbeatsRequest\x12B\n" +
+	"\n" +
+	"heartbeats\x18\x01 \x03(\v2\".trellis.agent.v1.HeartbeatRequestR\n" +
+	"heartbeats\"X\n" +
+	"\x19ForwardHeartbeatsResponse\x12;\n" +
+	"\aresults\x18\x01 \x03(\v2!.trellis.agent.v1.HeartbeatResultR\aresults\"j\n" +
+	"\x0fHeartbeatResult\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\fR\x06status\x12?\n" +
+	"\bresponse\x18\x02 \x01(\v2#.trellis.agent.v1.HeartbeatResponseR\bresponse\"X\n" +
 	"\x11HeartbeatResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x16\n" +
-	"\x06leader\x18\x02 \x01(\tR\x06leader2\xba\x01\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader2\xa8\x02\n" +
 	"\fAgentService\x12T\n" +
-	"\tHeartbeat\x12\".trellis.agent.v1.HeartbeatRequest\x1a#.trellis.agent.v1.HeartbeatResponse\x12T\n" +
+	"\tHeartbeat\x12\".trellis.agent.v1.HeartbeatRequest\x1a#.trellis.agent.v1.HeartbeatResponse\x12l\n" +
+	"\x11ForwardHeartbeats\x12*.trellis.agent.v1.ForwardHeartbeatsRequest\x1a+.trellis.agent.v1.ForwardHeartbeatsResponse\x12T\n" +
 	"\n" +
 	"WatchTasks\x12#.trellis.agent.v1.WatchTasksRequest\x1a\x1f.trellis.resource.v1.WatchEvent0\x01B*Z(trellis.dev/trellis/api/agent/v1;pbagentb\x06proto3"
 
@@ -213,25 +370,33 @@ func file_api_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_agent_v1_agent_proto_rawDescData
 }
 
-var file_api_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_api_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_api_agent_v1_agent_proto_goTypes = []any{
-	(*WatchTasksRequest)(nil),   // 0: trellis.agent.v1.WatchTasksRequest
-	(*HeartbeatRequest)(nil),    // 1: trellis.agent.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),   // 2: trellis.agent.v1.HeartbeatResponse
-	(*durationpb.Duration)(nil), // 3: google.protobuf.Duration
-	(*v1.WatchEvent)(nil),       // 4: trellis.resource.v1.WatchEvent
+	(*WatchTasksRequest)(nil),         // 0: trellis.agent.v1.WatchTasksRequest
+	(*HeartbeatRequest)(nil),          // 1: trellis.agent.v1.HeartbeatRequest
+	(*ForwardHeartbeatsRequest)(nil),  // 2: trellis.agent.v1.ForwardHeartbeatsRequest
+	(*ForwardHeartbeatsResponse)(nil), // 3: trellis.agent.v1.ForwardHeartbeatsResponse
+	(*HeartbeatResult)(nil),           // 4: trellis.agent.v1.HeartbeatResult
+	(*HeartbeatResponse)(nil),         // 5: trellis.agent.v1.HeartbeatResponse
+	(*durationpb.Duration)(nil),       // 6: google.protobuf.Duration
+	(*v1.WatchEvent)(nil),             // 7: trellis.resource.v1.WatchEvent
 }
 var file_api_agent_v1_agent_proto_depIdxs = []int32{
-	3, // 0: trellis.agent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	1, // 1: trellis.agent.v1.AgentService.Heartbeat:input_type -> trellis.agent.v1.HeartbeatRequest
-	0, // 2: trellis.agent.v1.AgentService.WatchTasks:input_type -> trellis.agent.v1.WatchTasksRequest
-	2, // 3: trellis.agent.v1.AgentService.Heartbeat:output_type -> trellis.agent.v1.HeartbeatResponse
-	4, // 4: trellis.agent.v1.AgentService.WatchTasks:output_type -> trellis.resource.v1.WatchEvent
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	1, // 0: trellis.agent.v1.ForwardHeartbeatsRequest.heartbeats:type_name -> trellis.agent.v1.HeartbeatRequest
+	4, // 1: trellis.agent.v1.ForwardHeartbeatsResponse.results:type_name -> trellis.agent.v1.HeartbeatResult
+	5, // 2: trellis.agent.v1.HeartbeatResult.response:type_name -> trellis.agent.v1.HeartbeatResponse
+	6, // 3: trellis.agent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	1, // 4: trellis.agent.v1.AgentService.Heartbeat:input_type -> trellis.agent.v1.HeartbeatRequest
+	2, // 5: trellis.agent.v1.AgentService.ForwardHeartbeats:input_type -> trellis.agent.v1.ForwardHeartbeatsRequest
+	0, // 6: trellis.agent.v1.AgentService.WatchTasks:input_type -> trellis.agent.v1.WatchTasksRequest
+	5, // 7: trellis.agent.v1.AgentService.Heartbeat:output_type -> trellis.agent.v1.HeartbeatResponse
+	3, // 8: trellis.agent.v1.AgentService.ForwardHeartbeats:output_type -> trellis.agent.v1.ForwardHeartbeatsResponse
+	7, // 9: trellis.agent.v1.AgentService.WatchTasks:output_type -> trellis.resource.v1.WatchEvent
+	7, // [7:10] is the sub-list for method output_type
+	4, // [4:7] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_api_agent_v1_agent_proto_init() }
@@ -245,7 +410,7 @@ func file_api_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_agent_v1_agent_proto_rawDesc), len(file_api_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

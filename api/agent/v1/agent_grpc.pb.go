@@ -26,8 +26,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Heartbeat_FullMethodName  = "/trellis.agent.v1.AgentService/Heartbeat"
-	AgentService_WatchTasks_FullMethodName = "/trellis.agent.v1.AgentService/WatchTasks"
+	AgentService_Heartbeat_FullMethodName         = "/trellis.agent.v1.AgentService/Heartbeat"
+	AgentService_ForwardHeartbeats_FullMethodName = "/trellis.agent.v1.AgentService/ForwardHeartbeats"
+	AgentService_WatchTasks_FullMethodName        = "/trellis.agent.v1.AgentService/WatchTasks"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -47,6 +48,15 @@ type AgentServiceClient interface {
 	//     google.rpc.ErrorInfo detail of domain "heartbeat.trellis.dev".
 	//   - INVALID_ARGUMENT: a malformed request.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
+	// ForwardHeartbeats is how a follower hands the leader the heartbeats
+	// agents sent it: many at once, so that a fleet heartbeating through
+	// the followers costs the leader one call per batch, not one per
+	// heartbeat. Servers call it, agents do not. The leader answers each
+	// heartbeat as Heartbeat would have (one result per request, in order);
+	// a server that is not the leader answers each with UNAVAILABLE and
+	// never forwards them again. INVALID_ARGUMENT on the call itself: more
+	// heartbeats than a batch may hold.
+	ForwardHeartbeats(ctx context.Context, in *ForwardHeartbeatsRequest, opts ...grpc.CallOption) (*ForwardHeartbeatsResponse, error)
 	// WatchTasks streams the tasks placed on one instance: first every such
 	// task (UPSERT events), then END_OF_SNAPSHOT, then every change to them
 	// (a task placed there, changed, or deleted), as a WatchList on
@@ -71,6 +81,16 @@ func (c *agentServiceClient) Heartbeat(ctx context.Context, in *HeartbeatRequest
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(HeartbeatResponse)
 	err := c.cc.Invoke(ctx, AgentService_Heartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ForwardHeartbeats(ctx context.Context, in *ForwardHeartbeatsRequest, opts ...grpc.CallOption) (*ForwardHeartbeatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForwardHeartbeatsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ForwardHeartbeats_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -113,6 +133,15 @@ type AgentServiceServer interface {
 	//     google.rpc.ErrorInfo detail of domain "heartbeat.trellis.dev".
 	//   - INVALID_ARGUMENT: a malformed request.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
+	// ForwardHeartbeats is how a follower hands the leader the heartbeats
+	// agents sent it: many at once, so that a fleet heartbeating through
+	// the followers costs the leader one call per batch, not one per
+	// heartbeat. Servers call it, agents do not. The leader answers each
+	// heartbeat as Heartbeat would have (one result per request, in order);
+	// a server that is not the leader answers each with UNAVAILABLE and
+	// never forwards them again. INVALID_ARGUMENT on the call itself: more
+	// heartbeats than a batch may hold.
+	ForwardHeartbeats(context.Context, *ForwardHeartbeatsRequest) (*ForwardHeartbeatsResponse, error)
 	// WatchTasks streams the tasks placed on one instance: first every such
 	// task (UPSERT events), then END_OF_SNAPSHOT, then every change to them
 	// (a task placed there, changed, or deleted), as a WatchList on
@@ -135,6 +164,9 @@ type UnimplementedAgentServiceServer struct{}
 
 func (UnimplementedAgentServiceServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
+func (UnimplementedAgentServiceServer) ForwardHeartbeats(context.Context, *ForwardHeartbeatsRequest) (*ForwardHeartbeatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForwardHeartbeats not implemented")
 }
 func (UnimplementedAgentServiceServer) WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[v1.WatchEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchTasks not implemented")
@@ -178,6 +210,24 @@ func _AgentService_Heartbeat_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ForwardHeartbeats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForwardHeartbeatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ForwardHeartbeats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ForwardHeartbeats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ForwardHeartbeats(ctx, req.(*ForwardHeartbeatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AgentService_WatchTasks_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchTasksRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -199,6 +249,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Heartbeat",
 			Handler:    _AgentService_Heartbeat_Handler,
+		},
+		{
+			MethodName: "ForwardHeartbeats",
+			Handler:    _AgentService_ForwardHeartbeats_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -53,7 +53,15 @@ type Task struct {
 	// session is the agent session that last reported it.
 	Session string `protobuf:"bytes,13,opt,name=session,proto3" json:"session,omitempty"`
 	// reported_at is when the agent last reported it.
-	ReportedAt    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
+	ReportedAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
+	// environment is the daemon environment that placed it (empty for a
+	// task run by hand); fixed once placed. An agent runs at most one live
+	// task of an environment.
+	Environment string `protobuf:"bytes,15,opt,name=environment,proto3" json:"environment,omitempty"`
+	// environment_version is the EnvironmentVersion it was placed for.
+	EnvironmentVersion string `protobuf:"bytes,16,opt,name=environment_version,json=environmentVersion,proto3" json:"environment_version,omitempty"`
+	// deployment is the id of the deployment that placed it.
+	Deployment    string `protobuf:"bytes,17,opt,name=deployment,proto3" json:"deployment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -186,6 +194,27 @@ func (x *Task) GetReportedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Task) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *Task) GetEnvironmentVersion() string {
+	if x != nil {
+		return x.EnvironmentVersion
+	}
+	return ""
+}
+
+func (x *Task) GetDeployment() string {
+	if x != nil {
+		return x.Deployment
+	}
+	return ""
+}
+
 // ContainerState is one container as the agent last saw it.
 type ContainerState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -303,7 +332,7 @@ var File_api_orchestrator_v1_task_proto protoreflect.FileDescriptor
 
 const file_api_orchestrator_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/orchestrator/v1/task.proto\x12\x17trellis.orchestrator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf9\x04\n" +
+	"\x1eapi/orchestrator/v1/task.proto\x12\x17trellis.orchestrator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\x05\n" +
 	"\x04Task\x12'\n" +
 	"\x0ftask_definition\x18\x01 \x01(\tR\x0etaskDefinition\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x1d\n" +
@@ -329,7 +358,12 @@ const file_api_orchestrator_v1_task_proto_rawDesc = "" +
 	"\x06health\x18\f \x01(\tR\x06health\x12\x18\n" +
 	"\asession\x18\r \x01(\tR\asession\x12;\n" +
 	"\vreported_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"reportedAt\"\xcf\x02\n" +
+	"reportedAt\x12 \n" +
+	"\venvironment\x18\x0f \x01(\tR\venvironment\x12/\n" +
+	"\x13environment_version\x18\x10 \x01(\tR\x12environmentVersion\x12\x1e\n" +
+	"\n" +
+	"deployment\x18\x11 \x01(\tR\n" +
+	"deployment\"\xcf\x02\n" +
 	"\x0eContainerState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +

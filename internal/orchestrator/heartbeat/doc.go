@@ -10,6 +10,13 @@
 //     say (this agent is still there) matters only to the leader, and only
 //     until the next one. A follower forwards a heartbeat to the leader
 //     over gRPC, once (a forwarded heartbeat is never forwarded again).
+//   - A follower forwards heartbeats in batches (forwarder.go): those that
+//     arrive within a short window (DefaultForwardWindow, 20 ms) go to the
+//     leader in one ForwardHeartbeats call, which answers each with the
+//     whole status it would have answered alone, so agents see the same
+//     codes and reasons through any server. Thousands of agents cost the
+//     leader tens of calls a second instead of one per heartbeat; a
+//     heartbeat, sent every TTL/3, can spare the window.
 //   - A new leader starts empty and gives every instance that the store
 //     calls ready or draining a whole TTL from the moment it first looks at
 //     it (as Nomad does after an election): a leader change never marks a

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
@@ -50,6 +51,8 @@ type env struct {
 	clock   *fakeClock
 	lead    leadership
 	tracker *heartbeat.Tracker
+	// metrics holds the tracker's metrics.
+	metrics *prometheus.Registry
 }
 
 func newEnv(t *testing.T) *env {
@@ -58,13 +61,14 @@ func newEnv(t *testing.T) *env {
 	core.Register(reg)
 	orchestrator.Register(reg)
 	e := &env{
-		t:     t,
-		api:   resource.NewService(resource.Config{Backend: inmem.NewBackend(), Registry: reg}),
-		clock: &fakeClock{now: t0},
-		lead:  make(leadership, 1),
+		t:       t,
+		api:     resource.NewService(resource.Config{Backend: inmem.NewBackend(), Registry: reg}),
+		clock:   &fakeClock{now: t0},
+		lead:    make(leadership, 1),
+		metrics: prometheus.NewRegistry(),
 	}
 	var err error
-	e.tracker, err = heartbeat.NewTracker(heartbeat.Config{TTL: testTTL, Instances: e.api, Leadership: e.lead, Clock: e.clock})
+	e.tracker, err = heartbeat.NewTracker(heartbeat.Config{TTL: testTTL, Instances: e.api, Leadership: e.lead, Clock: e.clock, Registerer: e.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,4 +115,29 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// metric returns the value of a counter (the sample count of a histogram)
+// of the tracker's, by name and label value ("" for none).
+func (e *env) metric(name, label string) float64 {
+	e.t.Helper()
+	families, err := e.metrics.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if label != "" && (len(m.GetLabel()) == 0 || m.GetLabel()[0].GetValue() != label) {
+				continue
+			}
+			if h := m.GetHistogram(); h != nil {
+				return float64(h.GetSampleCount())
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }

@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -14,13 +15,18 @@ import (
 	"trellis.dev/trellis/internal/resource"
 )
 
-// forwardedKey marks a heartbeat a follower forwarded. The leader answers
-// it itself or fails it: a forwarded heartbeat is never forwarded again, so
-// two servers that each think the other leads cannot bounce it forever.
+// forwardedKey marks a heartbeat forwarded alone, as followers did before
+// they forwarded batches (ForwardHeartbeats). The leader answers it itself
+// or fails it: a forwarded heartbeat is never forwarded again, so two
+// servers that each think the other leads cannot bounce it forever.
 const forwardedKey = "x-trellis-heartbeat-forwarded"
 
 // MaxSessionLength bounds the session a heartbeat names.
 const MaxSessionLength = 128
+
+// MaxForwardBatch is the most heartbeats one ForwardHeartbeats call may
+// carry (about a megabyte of requests at the longest names).
+const MaxForwardBatch = 5000
 
 // ServiceConfig is what the AgentService needs.
 type ServiceConfig struct {
@@ -32,14 +38,27 @@ type ServiceConfig struct {
 	LeaderConn func() (*grpc.ClientConn, error)
 	// Self is this server's gRPC address, which answers name as the leader.
 	Self string
+	// ForwardWindow, ForwardBatch and ForwardTimeout shape the batches a
+	// follower forwards: a batch leaves ForwardWindow after its first
+	// heartbeat, or as soon as it holds ForwardBatch (at most
+	// MaxForwardBatch), and its call gives up after ForwardTimeout. Zero
+	// means DefaultForwardWindow, DefaultForwardBatch, DefaultForwardTimeout.
+	ForwardWindow  time.Duration
+	ForwardBatch   int
+	ForwardTimeout time.Duration
 }
 
-// Service serves AgentService.Heartbeat (the server assembles it with the
-// assignments hub, which serves WatchTasks): any server takes a heartbeat;
-// the leader keeps it and a follower forwards it to the leader.
+// Service serves AgentService.Heartbeat and ForwardHeartbeats (the server
+// assembles it with the assignments hub, which serves WatchTasks): any
+// server takes a heartbeat; the leader keeps it and a follower forwards it
+// to the leader in a batch with the others it received meanwhile. Start
+// runs the batching; the server runs it for as long as it serves.
 type Service struct {
 	pbagent.UnimplementedAgentServiceServer
 	cfg ServiceConfig
+	// fwd batches forwarded heartbeats; nil when there is no leader to
+	// forward to (LeaderConn is nil).
+	fwd *forwarder
 }
 
 // NewService returns the heartbeat service over a Tracker.
@@ -47,42 +66,70 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if cfg.Tracker == nil {
 		return nil, errors.New("agent service: ServiceConfig.Tracker is required")
 	}
-	return &Service{cfg: cfg}, nil
+	s := &Service{cfg: cfg}
+	if cfg.LeaderConn != nil {
+		s.fwd = newForwarder(cfg.LeaderConn, cfg, cfg.Tracker.metrics)
+	}
+	return s, nil
+}
+
+// Start runs the forwarding of heartbeats to the leader until ctx ends.
+// Heartbeats that need forwarding wait until it runs, and are answered
+// with Unavailable once it has stopped. Call it once.
+func (s *Service) Start(ctx context.Context) error {
+	if s.fwd == nil {
+		<-ctx.Done()
+		return nil
+	}
+	return s.fwd.run(ctx)
 }
 
 // Heartbeat implements pbagent.AgentServiceServer.
 func (s *Service) Heartbeat(ctx context.Context, req *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error) {
+	resp, err := s.take(ctx, req)
+	if !errors.Is(err, ErrNotLeader) {
+		return resp, err
+	}
+	if s.fwd == nil || forwarded(ctx) {
+		return nil, errNoLeader
+	}
+	s.cfg.Tracker.metrics.heartbeats.WithLabelValues(resultForwarded).Inc()
+	return s.fwd.forward(ctx, req)
+}
+
+// ForwardHeartbeats implements pbagent.AgentServiceServer: the leader's
+// side of a follower's batch. Each heartbeat is answered as Heartbeat
+// would have answered it on the leader, and never forwarded again.
+func (s *Service) ForwardHeartbeats(ctx context.Context, req *pbagent.ForwardHeartbeatsRequest) (*pbagent.ForwardHeartbeatsResponse, error) {
+	if n := len(req.GetHeartbeats()); n > MaxForwardBatch {
+		return nil, status.Errorf(codes.InvalidArgument, "heartbeats: %d in one batch, over the limit of %d", n, MaxForwardBatch)
+	}
+	out := &pbagent.ForwardHeartbeatsResponse{Results: make([]*pbagent.HeartbeatResult, len(req.GetHeartbeats()))}
+	for i, hb := range req.GetHeartbeats() {
+		resp, err := s.take(ctx, hb)
+		if errors.Is(err, ErrNotLeader) {
+			err = errNoLeader
+		}
+		out.Results[i] = encodeResult(resp, err)
+	}
+	return out, nil
+}
+
+// errNoLeader answers a heartbeat that reached a server that is not the
+// leader and may not forward it.
+var errNoLeader = status.Error(codes.Unavailable, "no leader is ready to take heartbeats (an election is under way): retry shortly")
+
+// take checks a heartbeat and gives it to the Tracker: ErrNotLeader when
+// this server does not keep heartbeats now.
+func (s *Service) take(ctx context.Context, req *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error) {
 	if err := checkRequest(req); err != nil {
 		return nil, err
 	}
 	t := s.cfg.Tracker
-	err := t.Heartbeat(ctx, req.GetInstance(), req.GetSession())
-	if err == nil {
-		return &pbagent.HeartbeatResponse{Ttl: durationpb.New(t.TTL()), Leader: s.cfg.Self}, nil
-	}
-	if !errors.Is(err, ErrNotLeader) {
+	if err := t.Heartbeat(ctx, req.GetInstance(), req.GetSession()); err != nil {
 		return nil, err
 	}
-	if s.cfg.LeaderConn == nil || forwarded(ctx) {
-		return nil, status.Error(codes.Unavailable, "no leader is ready to take heartbeats (an election is under way): retry shortly")
-	}
-	conn, err := s.cfg.LeaderConn()
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "cannot reach the leader to take this heartbeat: %v; retry shortly", err)
-	}
-	t.metrics.heartbeats.WithLabelValues(resultForwarded).Inc()
-	fctx := metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
-	resp, err := pbagent.NewAgentServiceClient(conn).Heartbeat(fctx, req)
-	if err != nil {
-		// The leader's answers (refusals included) pass through as they are;
-		// a failure to reach it is Unavailable already. Heartbeats have no
-		// effect beyond the leader's memory, so retrying is always safe.
-		if _, ok := status.FromError(err); !ok {
-			return nil, status.Errorf(codes.Unavailable, "forwarding the heartbeat to the leader: %v", err)
-		}
-		return nil, err
-	}
-	return resp, nil
+	return &pbagent.HeartbeatResponse{Ttl: durationpb.New(t.TTL()), Leader: s.cfg.Self}, nil
 }
 
 func forwarded(ctx context.Context) bool {

@@ -15,9 +15,17 @@ import (
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 )
 
-// serve runs the AgentService over tracker on a loopback port and returns
-// a client of it and its address.
-func serve(t *testing.T, cfg heartbeat.ServiceConfig) (pbagent.AgentServiceClient, string) {
+// serve runs the AgentService over tracker on a loopback port, with its
+// forwarder, and returns a client of it and its address.
+func serve(t *testing.T, cfg heartbeat.ServiceConfig, opts ...grpc.ServerOption) (pbagent.AgentServiceClient, string) {
+	t.Helper()
+	_, client, addr := serveService(t, cfg, opts...)
+	return client, addr
+}
+
+// serveService is serve that also returns the Service, for calls that
+// bypass gRPC.
+func serveService(t *testing.T, cfg heartbeat.ServiceConfig, opts ...grpc.ServerOption) (*heartbeat.Service, pbagent.AgentServiceClient, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -30,11 +38,20 @@ func serve(t *testing.T, cfg heartbeat.ServiceConfig) (pbagent.AgentServiceClien
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	pbagent.RegisterAgentServiceServer(srv, svc)
 	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	return pbagent.NewAgentServiceClient(dial(t, ln.Addr().String())), ln.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- svc.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("Service.Start = %v", err)
+		}
+		srv.Stop()
+	})
+	return svc, pbagent.NewAgentServiceClient(dial(t, ln.Addr().String())), ln.Addr().String()
 }
 
 func dial(t *testing.T, addr string) *grpc.ClientConn {

@@ -295,9 +295,20 @@ const (
 	resultError     = "error"
 )
 
+// Result labels of the forward_batches_total metric.
+const (
+	batchOK     = "ok"
+	batchFailed = "failed"
+)
+
 type metrics struct {
 	heartbeats *prometheus.CounterVec
 	expired    prometheus.Counter
+	// forwardBatches and forwardBatchSize count a follower's batches of
+	// forwarded heartbeats (the heartbeats themselves are counted by
+	// heartbeats, result "forwarded").
+	forwardBatches   *prometheus.CounterVec
+	forwardBatchSize prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer, tracked func() float64) (*metrics, error) {
@@ -310,11 +321,20 @@ func newMetrics(reg prometheus.Registerer, tracked func() float64) (*metrics, er
 			Namespace: "trellis", Subsystem: "heartbeat", Name: "expired_total",
 			Help: "Instances found with no heartbeat for a whole TTL, while this server led.",
 		}),
+		forwardBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "trellis", Subsystem: "heartbeat", Name: "forward_batches_total",
+			Help: "Batches of heartbeats this server, as a follower, forwarded to the leader, by result (ok, failed: every heartbeat of it answered Unavailable).",
+		}, []string{"result"}),
+		forwardBatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "trellis", Subsystem: "heartbeat", Name: "forward_batch_size",
+			Help:    "Heartbeats in each batch this server, as a follower, forwarded to the leader.",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000},
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.heartbeats, m.expired, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	for _, c := range []prometheus.Collector{m.heartbeats, m.expired, m.forwardBatches, m.forwardBatchSize, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "trellis", Subsystem: "heartbeat", Name: "tracked_instances",
 		Help: "Live instances whose heartbeats this server, as leader, keeps.",
 	}, tracked)} {

@@ -78,6 +78,21 @@ func DefaultTuning() Tuning {
 	}
 }
 
+// Scaled returns t with its failure-detection timings (heartbeat,
+// election and leader lease timeouts) multiplied by m, as Consul's
+// raft_multiplier does: a larger m tolerates slow, shared or overloaded
+// machines without needless elections, at the cost of noticing a dead
+// leader later. Commit timing and snapshots are unchanged. m < 1 is 1.
+func (t Tuning) Scaled(m int) Tuning {
+	if m < 1 {
+		m = 1
+	}
+	t.HeartbeatTimeout *= time.Duration(m)
+	t.ElectionTimeout *= time.Duration(m)
+	t.LeaderLeaseTimeout *= time.Duration(m)
+	return t
+}
+
 // DevTuning is for a single-server cluster (trellis dev): it elects itself
 // within tens of milliseconds. Not for multi-server clusters.
 func DevTuning() Tuning {

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+const sleeperSpec = `{family: sleeper, containers: [{name: main, driver: exec, command: [/bin/sh, -c, "exec sleep 600"]}]}`
+
+// The daemon scheduler from the command line, against a real dev server
+// with two local agents: create an environment limited by an attribute,
+// see the diff, deploy and wait, read status; widen it and roll out; roll
+// back; refusals; delete.
+func TestSchedulerCommands(t *testing.T) {
+	addr := startDev(t, "-instances", "2")
+	vars := map[string]string{"TRELLIS_ADDR": addr}
+	expect := expecter(t, addr)
+	waitFor(t, "both local instances are ready", func() bool {
+		_, out, _ := run(t, "", vars, "instance", "list")
+		return strings.Count(out, " ready ") == 2
+	})
+	expect(0, sleeperSpec, "registered sleeper:1", "taskdef", "register", "-f", "-")
+
+	expect(0, "", "No environments", "env", "list")
+	expect(0, "", "environment ls created: version 1 (", "env", "create", "ls", "--taskdef", "sleeper:1",
+		"--attribute", "zone in (zone-1)", "--min-healthy-percent", "50")
+	expect(0, "", "Desired version:   none: never deployed", "env", "get", "ls")
+	expect(0, "", "would place 1, replace 0, stop 0, keep 0", "env", "diff", "ls")
+	out := expect(0, "", "completed: 1/1 complete", "deploy", "ls", "--wait")
+	if !regexp.MustCompile(`(?m)^deployment \S+ of ls version 1 \(sleeper:1\)$`).MatchString(out) {
+		t.Errorf("deploy --wait did not say what it deploys:\n%s", out)
+	}
+	out = expect(0, "", "dev-1", "env", "status", "ls")
+	if first := strings.SplitN(out, "\n", 2)[0]; first != "1 desired: 1 active, 0 launching, 0 unhealthy" {
+		t.Errorf("status line %q, want %q\n%s", first, "1 desired: 1 active, 0 launching, 0 unhealthy", out)
+	}
+	if strings.Contains(out, "dev-2") {
+		t.Errorf("dev-2 does not match zone-1 but shows in the status:\n%s", out)
+	}
+	expect(0, "", "ls     daemon   active", "env", "list", "--type", "daemon")
+	expect(0, "", `"summary": "1 desired: 1 active, 0 launching, 0 unhealthy"`, "env", "status", "ls", "-o", "json")
+
+	// Widen the group: a new version, a diff that places on dev-2 only.
+	expect(0, "", "environment ls updated: version 2 (", "env", "update", "ls", "--attribute", "zone in (zone-1,zone-2)")
+	expect(0, "", "environment ls unchanged: still version 2", "env", "update", "ls", "--attribute", "zone in (zone-1,zone-2)")
+	out = expect(0, "", "would place 1, replace 0, stop 0, keep 1", "env", "diff", "ls")
+	if !regexp.MustCompile(`dev-2\s+place`).MatchString(out) || !regexp.MustCompile(`dev-1\s+keep`).MatchString(out) {
+		t.Errorf("diff:\n%s", out)
+	}
+	out = expect(0, "", "latest", "env", "versions", "ls")
+	if !regexp.MustCompile(`(?m)^2\s.*latest$`).MatchString(out) || !regexp.MustCompile(`(?m)^1\s.*desired$`).MatchString(out) {
+		t.Errorf("versions do not mark latest and desired:\n%s", out)
+	}
+	expect(0, "", "completed: 2/2 complete", "deploy", "ls", "--version", "2", "--wait")
+	waitFor(t, "both instances run it", func() bool {
+		_, out, _ := run(t, "", vars, "env", "status", "ls")
+		return strings.HasPrefix(out, "2 desired: 2 active, 0 launching, 0 unhealthy\n")
+	})
+	out = expect(0, "", "completed", "deployment", "list", "ls")
+	if strings.Count(out, "completed") < 2 || strings.Index(out, "2/2 complete") > strings.Index(out, "1/1 complete") {
+		t.Errorf("deployment list is not latest first:\n%s", out)
+	}
+	id := regexp.MustCompile(`(?m)^(\S+)\s+user\s+2\s`).FindStringSubmatch(out)
+	if id == nil {
+		t.Fatalf("no user deployment of version 2 in:\n%s", out)
+	}
+	expect(0, "", "Progress:      2/2 complete", "deployment", "get", "ls", id[1])
+	expect(0, "", `"status": "completed"`, "deployment", "get", "ls", id[1], "-o", "json")
+
+	// Roll back to version 1: the task on dev-2 is stopped.
+	expect(0, "", "completed", "rollback", "ls", "--wait")
+	waitFor(t, "only dev-1 runs it again", func() bool {
+		_, out, _ := run(t, "", vars, "env", "status", "ls")
+		return strings.HasPrefix(out, "1 desired: 1 active, 0 launching, 0 unhealthy\n")
+	})
+
+	// Refusals, each naming what is wrong; nothing changes.
+	expect(1, "", "has no deployment in progress", "deployment", "stop", "ls")
+	expect(1, "", "ls", "env", "create", "ls", "--taskdef", "sleeper:1")
+	expect(1, "", "task_definition", "env", "create", "other", "--taskdef", "nosuch:1")
+	expect(1, "", "trellis env list shows the environments", "env", "get", "nosuch")
+	expect(1, "", "", "deploy", "ls", "--version", "9")
+	expect(1, "", "trellis deployment list ls", "deployment", "get", "ls", "nosuch")
+	expect(0, "", "ls ", "env", "list")
+
+	expect(0, "", "environment ls is being deleted", "env", "delete", "ls")
+	waitFor(t, "it is gone", func() bool {
+		_, out, _ := run(t, "", vars, "env", "list")
+		return strings.Contains(out, "No environments")
+	})
+}

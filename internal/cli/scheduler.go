@@ -1,0 +1,359 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/scheduler"
+)
+
+// How the daemon scheduler's objects are shown: environments, versions,
+// deployments, an environment's status and a diff. Each function writes
+// already-decoded messages, so the tables are tested without a server.
+
+// Deployment statuses (docs/scheduler.md).
+const (
+	DeploymentPending    = "pending"
+	DeploymentInProgress = "in-progress"
+	DeploymentCompleted  = "completed"
+)
+
+// DeploymentRunning reports whether a deployment has not ended yet.
+func DeploymentRunning(d *pbscheduler.Deployment) bool {
+	return d.GetStatus() == DeploymentPending || d.GetStatus() == DeploymentInProgress
+}
+
+// Progress is a deployment's progress the way the seed says it: "x/n
+// complete", and the failed instances when there are any.
+func Progress(d *pbscheduler.Deployment) string {
+	s := fmt.Sprintf("%d/%d complete", d.GetComplete(), d.GetTotal())
+	if d.GetFailed() > 0 {
+		s += fmt.Sprintf(", %d failed", d.GetFailed())
+	}
+	return s
+}
+
+// ProgressLine is one line of `trellis deploy --wait`: the status and the
+// progress ("in-progress: 2/5 complete"), and why when it has ended other
+// than completed.
+func ProgressLine(d *pbscheduler.Deployment) string {
+	s := Dash(d.GetStatus()) + ": " + Progress(d)
+	if d.GetStatusReason() != "" && !DeploymentRunning(d) && d.GetStatus() != DeploymentCompleted {
+		s += " (" + d.GetStatusReason() + ")"
+	}
+	return s
+}
+
+// Summary is the status line of an environment, "5 desired: 2 active, 3
+// launching, 1 unhealthy": the server's, or, from a server that sends
+// none, the scheduler's own from the counts.
+func Summary(st *pbscheduler.EnvironmentState) string {
+	if st.GetSummary() != "" {
+		return st.GetSummary()
+	}
+	return scheduler.Summary(st)
+}
+
+// versionNumber shows a version number, "-" when unknown.
+func versionNumber(n int64) string {
+	if n <= 0 {
+		return "-"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// EnvironmentStatusWord is an environment's status, saying when it is
+// being deleted.
+func EnvironmentStatusWord(e *pbscheduler.Environment) string {
+	if e.GetDeleting() {
+		return "deleting"
+	}
+	return Dash(e.GetStatus())
+}
+
+// NamedEnvironment is an environment and its name.
+type NamedEnvironment struct {
+	Name string
+	Env  *pbscheduler.Environment
+}
+
+// WriteEnvironments prints `trellis env list`.
+func WriteEnvironments(w io.Writer, envs []NamedEnvironment) error {
+	tw := NewTable(w)
+	fmt.Fprintln(tw, "NAME\tTYPE\tSTATUS\tHEALTH\tTASKDEF\tVERSIONS\tDEPLOYING")
+	for _, n := range envs {
+		e := n.Env
+		deploying := "-"
+		if e.GetActiveDeployment() != "" {
+			deploying = e.GetActiveDeployment()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.Name, Dash(e.GetType()), EnvironmentStatusWord(e), Dash(e.GetHealth()),
+			Dash(e.GetTaskDefinition()), e.GetVersionCount(), deploying)
+	}
+	return tw.Flush()
+}
+
+// DescribeInstanceGroup says an instance group in one line: "cluster
+// default, role=logger, zone in (a,b)".
+func DescribeInstanceGroup(g *pbscheduler.InstanceGroup) string {
+	cluster := g.GetCluster()
+	if cluster == "" {
+		cluster = "default"
+	}
+	s := "cluster " + cluster
+	if len(g.GetAttributes()) == 0 {
+		return s + ", every instance"
+	}
+	return s + ", " + strings.Join(g.GetAttributes(), ", ")
+}
+
+// DescribeDeploymentConfig says how an environment rolls out, with the
+// defaults of unset fields spelt out.
+func DescribeDeploymentConfig(d *pbscheduler.DeploymentConfig) string {
+	pct := int32(75)
+	if d != nil && d.MinHealthyPercent != nil {
+		pct = d.GetMinHealthyPercent()
+	}
+	or := func(v, def string) string {
+		if v == "" {
+			return def
+		}
+		return v
+	}
+	s := fmt.Sprintf("min healthy %d%%, healthy for %s, healthy deadline %s, progress deadline %s",
+		pct, or(d.GetMinHealthyTime(), "0s"), or(d.GetHealthyDeadline(), "5m"), or(d.GetProgressDeadline(), "10m"))
+	if d.GetAutoRollback() {
+		s += ", auto rollback"
+	}
+	return s
+}
+
+// EnvironmentView is what `trellis env get` shows.
+type EnvironmentView struct {
+	Name, Namespace string
+	Env             *pbscheduler.Environment
+	State           *pbscheduler.EnvironmentState // nil when the server sent none
+	// ActiveID and Active are the deployment in progress, if any.
+	ActiveID string
+	Active   *pbscheduler.Deployment
+}
+
+// WriteEnvironment prints `trellis env get`.
+func WriteEnvironment(w io.Writer, v EnvironmentView) error {
+	e := v.Env
+	tw := NewTable(w)
+	fmt.Fprintf(tw, "Environment:\t%s\n", v.Name)
+	fmt.Fprintf(tw, "Namespace:\t%s\n", Dash(v.Namespace))
+	fmt.Fprintf(tw, "Type:\t%s\n", Dash(e.GetType()))
+	fmt.Fprintf(tw, "Status:\t%s\n", EnvironmentStatusWord(e))
+	fmt.Fprintf(tw, "Health:\t%s\n", Dash(e.GetHealth()))
+	fmt.Fprintf(tw, "Task definition:\t%s\n", Dash(e.GetTaskDefinition()))
+	fmt.Fprintf(tw, "Instance group:\t%s\n", DescribeInstanceGroup(e.GetInstanceGroup()))
+	fmt.Fprintf(tw, "Deployment:\t%s\n", DescribeDeploymentConfig(e.GetDeployment()))
+	if e.GetRole() != "" {
+		fmt.Fprintf(tw, "Role:\t%s\n", e.GetRole())
+	}
+	fmt.Fprintf(tw, "Latest version:\t%s\n", describeVersion(e.GetVersionCount(), e.GetLatestVersion(), ""))
+	if e.GetDesiredVersion() != "" {
+		fmt.Fprintf(tw, "Desired version:\t%s\n", describeVersion(0, e.GetDesiredVersion(), e.GetDesiredTaskDefinition()))
+	} else {
+		fmt.Fprintf(tw, "Desired version:\tnone: never deployed (trellis deploy %s)\n", v.Name)
+	}
+	if e.GetLastCompletedVersion() != "" {
+		fmt.Fprintf(tw, "Last completed:\t%s\n", e.GetLastCompletedVersion())
+	}
+	switch {
+	case v.Active != nil:
+		fmt.Fprintf(tw, "Deploying:\t%s, version %s, %s: %s\n", v.ActiveID, versionNumber(v.Active.GetVersionNumber()), Dash(v.Active.GetStatus()), Progress(v.Active))
+	case e.GetActiveDeployment() != "":
+		fmt.Fprintf(tw, "Deploying:\t%s\n", e.GetActiveDeployment())
+	default:
+		fmt.Fprintf(tw, "Deploying:\tnothing\n")
+	}
+	if v.State != nil {
+		fmt.Fprintf(tw, "Tasks:\t%s\n", Summary(v.State))
+	}
+	if t := e.GetCreatedAt(); t != nil {
+		fmt.Fprintf(tw, "Created:\t%s\n", FormatTime(t))
+	}
+	if t := e.GetUpdatedAt(); t != nil {
+		fmt.Fprintf(tw, "Updated:\t%s\n", FormatTime(t))
+	}
+	return tw.Flush()
+}
+
+// describeVersion says "3 (uuid)", "uuid (web:3)" or "3 (uuid, web:3)":
+// the number when known, else the id, then what else is known.
+func describeVersion(number int64, id, taskdef string) string {
+	head, rest := id, []string{}
+	if number > 0 {
+		head = strconv.FormatInt(number, 10)
+		if id != "" {
+			rest = append(rest, id)
+		}
+	}
+	if taskdef != "" {
+		rest = append(rest, taskdef)
+	}
+	if len(rest) == 0 {
+		return Dash(head)
+	}
+	return Dash(head) + " (" + strings.Join(rest, ", ") + ")"
+}
+
+// FormatTime shows a timestamp in local time, to the millisecond.
+func FormatTime(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return "-"
+	}
+	return t.AsTime().Local().Format("2006-01-02 15:04:05.000")
+}
+
+// WriteEnvironmentStatus prints `trellis env status`: the summary line
+// first, exactly as the server says it, then the tasks of each version,
+// then every instance.
+func WriteEnvironmentStatus(w io.Writer, st *pbscheduler.EnvironmentState) error {
+	fmt.Fprintln(w, Summary(st))
+	if len(st.GetVersions()) > 0 {
+		fmt.Fprintln(w)
+		tw := NewTable(w)
+		fmt.Fprintln(tw, "VERSION\tTASKDEF\tTASKS\tHEALTHY")
+		for _, v := range st.GetVersions() {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", versionNumber(v.GetVersionNumber()), Dash(v.GetTaskDefinition()), v.GetTasks(), v.GetHealthy())
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(st.GetInstances()) == 0 {
+		fmt.Fprintln(w, "\nNo instance matches the instance group.")
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := NewTable(w)
+	fmt.Fprintln(tw, "INSTANCE\tVERSION\tTASKDEF\tTASK\tSTATE\tHEALTH")
+	for _, in := range st.GetInstances() {
+		state := Dash(in.GetState())
+		if !in.GetMatches() {
+			state += " (no longer matches)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.GetInstance(), versionNumber(in.GetVersionNumber()), Dash(in.GetTaskDefinition()),
+			Dash(in.GetTask()), state, Dash(in.GetHealth()))
+	}
+	return tw.Flush()
+}
+
+// WriteDiff prints `trellis env diff`: what deploying the version would
+// do, counted, then instance by instance.
+func WriteDiff(w io.Writer, d *pbscheduler.EnvironmentDiff) error {
+	fmt.Fprintf(w, "Deploying version %s would place %d, replace %d, stop %d, keep %d.\n",
+		describeVersion(d.GetVersionNumber(), d.GetVersion(), d.GetTaskDefinition()), d.GetPlace(), d.GetReplace(), d.GetStop(), d.GetKeep())
+	if len(d.GetChanges()) == 0 {
+		fmt.Fprintln(w, "No instance matches the instance group, and no task runs: nothing to do.")
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := NewTable(w)
+	fmt.Fprintln(tw, "INSTANCE\tACTION\tFROM\tTO\tREASON")
+	for _, c := range d.GetChanges() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.GetInstance(), c.GetAction(), Dash(c.GetFromTaskDefinition()), Dash(c.GetToTaskDefinition()), Dash(c.GetReason()))
+	}
+	return tw.Flush()
+}
+
+// NamedVersion is an environment version and its id.
+type NamedVersion struct {
+	ID string
+	V  *pbscheduler.EnvironmentVersion
+}
+
+// WriteVersions prints `trellis env versions`, marking the latest and the
+// desired (deployed) version.
+func WriteVersions(w io.Writer, versions []NamedVersion, latest, desired string) error {
+	tw := NewTable(w)
+	fmt.Fprintln(tw, "VERSION\tID\tTASKDEF\tINSTANCE GROUP\tCREATED\t")
+	for _, n := range versions {
+		var marks []string
+		if n.ID == latest {
+			marks = append(marks, "latest")
+		}
+		if n.ID == desired {
+			marks = append(marks, "desired")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", versionNumber(n.V.GetNumber()), n.ID, Dash(n.V.GetTaskDefinition()),
+			DescribeInstanceGroup(n.V.GetInstanceGroup()), FormatTime(n.V.GetCreatedAt()), strings.Join(marks, ","))
+	}
+	return tw.Flush()
+}
+
+// NamedDeployment is a deployment and its id.
+type NamedDeployment struct {
+	ID string
+	D  *pbscheduler.Deployment
+}
+
+// WriteDeployments prints `trellis deployment list`.
+func WriteDeployments(w io.Writer, deps []NamedDeployment, now time.Time) error {
+	tw := NewTable(w)
+	fmt.Fprintln(tw, "ID\tTYPE\tVERSION\tTASKDEF\tSTATUS\tPROGRESS\tAGE")
+	for _, n := range deps {
+		d := n.D
+		age := "-"
+		if t := d.GetCreatedAt(); t != nil {
+			age = FormatAge(now.Sub(t.AsTime()))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, Dash(d.GetType()), versionNumber(d.GetVersionNumber()), Dash(d.GetTaskDefinition()),
+			Dash(d.GetStatus()), Progress(d), age)
+	}
+	return tw.Flush()
+}
+
+// WriteDeployment prints `trellis deployment get`.
+func WriteDeployment(w io.Writer, id string, d *pbscheduler.Deployment) error {
+	tw := NewTable(w)
+	fmt.Fprintf(tw, "Deployment:\t%s\n", id)
+	fmt.Fprintf(tw, "Environment:\t%s\n", d.GetEnvironment())
+	fmt.Fprintf(tw, "Type:\t%s\n", Dash(d.GetType()))
+	fmt.Fprintf(tw, "Version:\t%s\n", describeVersion(d.GetVersionNumber(), d.GetVersion(), d.GetTaskDefinition()))
+	fmt.Fprintf(tw, "Status:\t%s\n", Dash(d.GetStatus()))
+	if d.GetStatusReason() != "" {
+		fmt.Fprintf(tw, "Reason:\t%s\n", d.GetStatusReason())
+	}
+	fmt.Fprintf(tw, "Progress:\t%s\n", Progress(d))
+	if d.GetBatchSize() > 0 {
+		fmt.Fprintf(tw, "Batch size:\t%d\n", d.GetBatchSize())
+	}
+	if d.GetRollbackOf() != "" {
+		fmt.Fprintf(tw, "Rollback of:\t%s\n", d.GetRollbackOf())
+	}
+	fmt.Fprintf(tw, "Created:\t%s\n", FormatTime(d.GetCreatedAt()))
+	if d.GetStartTime() != nil {
+		fmt.Fprintf(tw, "Started:\t%s\n", FormatTime(d.GetStartTime()))
+	}
+	if d.GetEndTime() != nil {
+		fmt.Fprintf(tw, "Ended:\t%s\n", FormatTime(d.GetEndTime()))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(d.GetInstances()) == 0 {
+		return nil
+	}
+	notComplete := int(d.GetTotal() - d.GetComplete())
+	fmt.Fprintln(w)
+	if len(d.GetInstances()) < notComplete {
+		fmt.Fprintf(w, "%d of the %d instances not yet complete:\n", len(d.GetInstances()), notComplete)
+	}
+	tw = NewTable(w)
+	fmt.Fprintln(tw, "INSTANCE\tSTATE\tTASK\tREASON")
+	for _, in := range d.GetInstances() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", in.GetInstance(), Dash(in.GetState()), Dash(in.GetTask()), Dash(in.GetReason()))
+	}
+	return tw.Flush()
+}

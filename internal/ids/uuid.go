@@ -1,0 +1,19 @@
+// Package ids makes the random identifiers Trellis hands out: uuids for
+// Raft node ids and environment versions.
+package ids
+
+import (
+	"crypto/rand"
+	"fmt"
+)
+
+// NewUUID returns a random (version 4) uuid in its lowercase text form.
+func NewUUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}

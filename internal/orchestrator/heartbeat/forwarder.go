@@ -1,0 +1,209 @@
+package heartbeat
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pbagent "trellis.dev/trellis/api/agent/v1"
+)
+
+// Defaults of the follower's batching of forwarded heartbeats. A batch is
+// sent when it is full or when its window ends, whichever comes first. A
+// window of 20 ms adds 20 ms to a heartbeat that has seconds to spare (the
+// agent sends one every TTL/3), and turns a few hundred unary calls a
+// second into a few dozen on the leader.
+const (
+	DefaultForwardWindow = 20 * time.Millisecond
+	DefaultForwardBatch  = 1000
+	// DefaultForwardTimeout bounds one batch call to the leader. A caller
+	// whose own deadline is shorter stops waiting sooner.
+	DefaultForwardTimeout = 5 * time.Second
+	// forwardsInFlight is how many batches may wait on the leader at once:
+	// a slow batch does not hold up the next window's heartbeats, and a
+	// leader that hangs does not collect goroutines without bound.
+	forwardsInFlight = 4
+)
+
+// errForwarderStopped answers the heartbeats a follower can no longer
+// forward because it is shutting down.
+var errForwarderStopped = status.Error(codes.Unavailable, "this server is shutting down: retry the heartbeat on another server")
+
+// forwarder is a follower's way to the leader: heartbeats wait in it for
+// the current batch, which goes to the leader as one ForwardHeartbeats
+// call, and each caller gets its own heartbeat's answer back. run is its
+// one collecting goroutine, for the life of the server.
+type forwarder struct {
+	leaderConn func() (*grpc.ClientConn, error)
+	window     time.Duration
+	maxBatch   int
+	timeout    time.Duration
+	metrics    *metrics
+
+	// queue is unbuffered: a heartbeat is either taken by run, which then
+	// answers it, or refused once stopped is closed; none is dropped.
+	queue   chan *waiting
+	stopped chan struct{}
+}
+
+// waiting is one heartbeat waiting for its answer.
+type waiting struct {
+	ctx    context.Context
+	req    *pbagent.HeartbeatRequest
+	answer chan answer // buffered: the caller may have stopped waiting
+}
+
+type answer struct {
+	resp *pbagent.HeartbeatResponse
+	err  error
+}
+
+func newForwarder(leaderConn func() (*grpc.ClientConn, error), cfg ServiceConfig, m *metrics) *forwarder {
+	f := &forwarder{
+		leaderConn: leaderConn,
+		window:     cfg.ForwardWindow,
+		maxBatch:   cfg.ForwardBatch,
+		timeout:    cfg.ForwardTimeout,
+		metrics:    m,
+		queue:      make(chan *waiting),
+		stopped:    make(chan struct{}),
+	}
+	if f.window <= 0 {
+		f.window = DefaultForwardWindow
+	}
+	if f.maxBatch <= 0 {
+		f.maxBatch = DefaultForwardBatch
+	}
+	f.maxBatch = min(f.maxBatch, MaxForwardBatch)
+	if f.timeout <= 0 {
+		f.timeout = DefaultForwardTimeout
+	}
+	return f
+}
+
+// forward hands req to the next batch and waits for the leader's answer
+// to it, or until ctx ends.
+func (f *forwarder) forward(ctx context.Context, req *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error) {
+	w := &waiting{ctx: ctx, req: req, answer: make(chan answer, 1)}
+	select {
+	case f.queue <- w:
+	case <-f.stopped:
+		return nil, errForwarderStopped
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	select {
+	case a := <-w.answer:
+		return a.resp, a.err
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// run collects batches and sends them until ctx ends. Then it refuses new
+// heartbeats at once, answers those it holds with Unavailable, and
+// returns once the batches under way are answered (their calls are
+// cancelled with ctx).
+func (f *forwarder) run(ctx context.Context) error {
+	var sends sync.WaitGroup
+	defer sends.Wait()
+	defer close(f.stopped)
+	slots := make(chan struct{}, forwardsInFlight)
+	for {
+		batch, more := f.collect(ctx)
+		if !more {
+			answerAll(batch, errForwarderStopped)
+			return nil
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			answerAll(batch, errForwarderStopped)
+			return nil
+		}
+		sends.Add(1)
+		go func() {
+			defer sends.Done()
+			defer func() { <-slots }()
+			f.send(ctx, batch)
+		}()
+	}
+}
+
+// collect waits for a first heartbeat, then takes more until the batch is
+// full or the window since the first has passed. more is false when ctx
+// ended: the heartbeats already taken are in batch, to be answered.
+func (f *forwarder) collect(ctx context.Context) (batch []*waiting, more bool) {
+	select {
+	case <-ctx.Done():
+		return nil, false
+	case w := <-f.queue:
+		batch = append(batch, w)
+	}
+	window := time.NewTimer(f.window)
+	defer window.Stop()
+	for len(batch) < f.maxBatch {
+		select {
+		case <-ctx.Done():
+			return batch, false
+		case <-window.C:
+			return batch, true
+		case w := <-f.queue:
+			batch = append(batch, w)
+		}
+	}
+	return batch, true
+}
+
+// send forwards the batch in one call and answers each heartbeat with its
+// own result. When the call fails, every heartbeat of it is Unavailable:
+// heartbeats change nothing but the leader's memory, so the agents retry.
+func (f *forwarder) send(ctx context.Context, batch []*waiting) {
+	// Callers who stopped waiting are not forwarded.
+	live := batch[:0]
+	for _, w := range batch {
+		if w.ctx.Err() == nil {
+			live = append(live, w)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	req := &pbagent.ForwardHeartbeatsRequest{Heartbeats: make([]*pbagent.HeartbeatRequest, len(live))}
+	for i, w := range live {
+		req.Heartbeats[i] = w.req
+	}
+	f.metrics.forwardBatchSize.Observe(float64(len(live)))
+	conn, err := f.leaderConn()
+	if err != nil {
+		f.metrics.forwardBatches.WithLabelValues(batchFailed).Inc()
+		answerAll(live, status.Errorf(codes.Unavailable, "cannot reach the leader to take this heartbeat: %v; retry shortly", err))
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	resp, err := pbagent.NewAgentServiceClient(conn).ForwardHeartbeats(cctx, req)
+	if err == nil && len(resp.GetResults()) != len(live) {
+		err = status.Errorf(codes.Internal, "the leader answered %d heartbeats of %d", len(resp.GetResults()), len(live))
+	}
+	if err != nil {
+		f.metrics.forwardBatches.WithLabelValues(batchFailed).Inc()
+		answerAll(live, status.Errorf(codes.Unavailable, "forwarding the heartbeat to the leader: %v; retry shortly", status.Convert(err).Message()))
+		return
+	}
+	f.metrics.forwardBatches.WithLabelValues(batchOK).Inc()
+	for i, w := range live {
+		r, err := decodeResult(resp.GetResults()[i])
+		w.answer <- answer{resp: r, err: err}
+	}
+}
+
+func answerAll(batch []*waiting, err error) {
+	for _, w := range batch {
+		w.answer <- answer{err: err}
+	}
+}

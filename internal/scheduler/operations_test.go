@@ -1,0 +1,137 @@
+package scheduler_test
+
+import (
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/scheduler"
+)
+
+// TestOperationsRefuseBadInput checks each refusal the issue names: a
+// clear message, and nothing written.
+func TestOperationsRefuseBadInput(t *testing.T) {
+	h := newHarness(t)
+	fleet(h)
+	td := h.taskdef("ls", 1)
+	h.taskdef("other", 1)
+	if _, err := h.ops.CreateEnvironment(h.ctx, "default", spec("ls", td, 75, "", "role=logger")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.ops.CreateEnvironment(h.ctx, "default", spec("web", "other:1", 75, "", "role=web")); err != nil {
+		t.Fatal(err)
+	}
+	webVersion := h.env("web").GetLatestVersion()
+	before := h.fingerprint()
+
+	mhp := func(p int32) scheduler.Spec {
+		s := spec("x", td, 0, "")
+		s.Deployment.MinHealthyPercent = proto.Int32(p)
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		call func() error
+		code codes.Code
+		want string
+	}{
+		{"unknown task definition", func() error {
+			_, err := h.ops.CreateEnvironment(h.ctx, "default", spec("x", "nope:3", 75, ""))
+			return err
+		}, codes.InvalidArgument, "task_definition: task definition nope:3 is not registered"},
+		{"no revision", func() error {
+			_, err := h.ops.CreateEnvironment(h.ctx, "default", spec("x", "ls", 75, ""))
+			return err
+		}, codes.InvalidArgument, "task_definition: \"ls\" names no revision"},
+		{"empty filter", func() error {
+			_, err := h.ops.CreateEnvironment(h.ctx, "default", spec("x", "other:1", 75, "", ""))
+			return err
+		}, codes.InvalidArgument, "instance_group.attributes[0]: is empty"},
+		{"malformed filter", func() error {
+			_, err := h.ops.CreateEnvironment(h.ctx, "default", spec("x", "other:1", 75, "", "role=web", "zone in a,b"))
+			return err
+		}, codes.InvalidArgument, "instance_group.attributes[1]: \"zone in a,b\": the values must be in parentheses"},
+		{"min_healthy_percent over 100", func() error {
+			_, err := h.ops.CreateEnvironment(h.ctx, "default", mhp(101))
+			return err
+		}, codes.InvalidArgument, "deployment.min_healthy_percent: must be from 0 to 100 (got 101)"},
+		{"min_healthy_percent under 0", func() error {
+			_, err := h.ops.CreateEnvironment(h.ctx, "default", mhp(-1))
+			return err
+		}, codes.InvalidArgument, "deployment.min_healthy_percent: must be from 0 to 100 (got -1)"},
+		{"bad duration", func() error {
+			_, err := h.ops.CreateEnvironment(h.ctx, "default", spec("x", "other:1", 75, "soon", "role=x"))
+			return err
+		}, codes.InvalidArgument, "deployment.min_healthy_time: \"soon\" is not a duration"},
+		{"overlapping daemons of one task definition", func() error {
+			_, err := h.ops.CreateEnvironment(h.ctx, "default", spec("x", td, 75, "", "zone=a"))
+			return err
+		}, codes.InvalidArgument, "instance_group: can overlap the instance group of environment ls"},
+		{"an existing name", func() error {
+			_, err := h.ops.CreateEnvironment(h.ctx, "default", spec("ls", "other:1", 75, "", "role=nobody"))
+			return err
+		}, codes.AlreadyExists, "environment ls already exists"},
+		{"a version of another environment", func() error {
+			_, err := h.ops.StartDeployment(h.ctx, "default", "ls", webVersion)
+			return err
+		}, codes.InvalidArgument, "is a version of environment web, not of ls"},
+		{"a version number that does not exist", func() error {
+			_, err := h.ops.StartDeployment(h.ctx, "default", "ls", "7")
+			return err
+		}, codes.InvalidArgument, "environment ls has no version number 7"},
+		{"rollback with no earlier version", func() error {
+			_, err := h.ops.RollbackDeployment(h.ctx, "default", "ls", "")
+			return err
+		}, codes.FailedPrecondition, "there is no earlier version to roll back to"},
+		{"update without a task definition", func() error {
+			_, err := h.ops.UpdateEnvironment(h.ctx, "default", "ls", scheduler.Spec{InstanceGroup: &pbscheduler.InstanceGroup{}})
+			return err
+		}, codes.InvalidArgument, "task_definition: is required"},
+		{"an unknown environment", func() error {
+			_, err := h.ops.StartDeployment(h.ctx, "default", "nope", "")
+			return err
+		}, codes.NotFound, "environment nope not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			requireCode(t, tc.call(), tc.code, tc.want)
+			if h.fingerprint() != before {
+				t.Fatal("a refused operation wrote something")
+			}
+		})
+	}
+}
+
+func TestStaleVersionIsAConflict(t *testing.T) {
+	h := newHarness(t)
+	fleet(h)
+	v1, v2 := h.taskdef("ls", 1), h.taskdef("ls", 2)
+	created, err := h.ops.CreateEnvironment(h.ctx, "default", spec("ls", v1, 75, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	updated, err := h.ops.UpdateEnvironment(h.ctx, "default", "ls", scheduler.Spec{TaskDefinition: v2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := h.ops.UpdateEnvironment(h.ctx, "default", "ls", scheduler.Spec{TaskDefinition: v2})
+	if err != nil || !again.Unchanged || again.Version != updated.Version {
+		t.Fatalf("an unchanged update: %+v, %v; want the same version, unchanged", again, err)
+	}
+	_, err = h.ops.StartDeployment(h.ctx, "default", "ls", created.Version)
+	requireCode(t, err, codes.Aborted, "is stale")
+	if _, err := h.ops.StartDeployment(h.ctx, "default", "ls", "2"); err != nil {
+		t.Fatalf("deploying the latest by number: %v", err)
+	}
+	// A newer StartDeployment cancels the pending one.
+	second, err := h.ops.StartDeployment(h.ctx, "default", "ls", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := h.deploymentsOf("ls")
+	if len(deps) != 2 || deps[1].GetStatus() != scheduler.StatusCanceled || deps[0].GetStatus() != scheduler.StatusPending {
+		t.Fatalf("deployments %v, want the first canceled and the second pending", deps)
+	}
+	_ = second
+}

@@ -1,0 +1,327 @@
+package scheduler
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	"trellis.dev/trellis/internal/orchestrator"
+)
+
+// InstanceView is what a plan knows of an instance.
+type InstanceView struct {
+	Name       string
+	Cluster    string
+	Status     string
+	Attributes map[string]string
+}
+
+// TaskView is what a plan knows of one task of the environment.
+type TaskView struct {
+	Name           string
+	Instance       string
+	TaskDefinition string
+	Version        string
+	Deployment     string
+	Desired        string
+	Last           string
+	// Health is the task's reported health (HEALTHY, UNHEALTHY, UNKNOWN).
+	Health string
+	// Healthy: running and passing its health checks (if it has any).
+	Healthy bool
+	// HealthySince is when the scheduler first saw it healthy (zero when
+	// it is not).
+	HealthySince time.Time
+	CreatedAt    time.Time
+	StopReason   string
+	// Seq numbers the environment's tasks on one instance (see TaskName).
+	Seq int64
+}
+
+// Live reports whether the task holds its instance: it is not STOPPED.
+// A LOST task is live: its agent may come back with it still running.
+func (t TaskView) Live() bool { return t.Last != orchestrator.StatusStopped }
+
+// Stopping: live, and asked to stop.
+func (t TaskView) Stopping() bool { return t.Live() && t.Desired == orchestrator.StatusStopped }
+
+// Died: it stopped although it was meant to run.
+func (t TaskView) Died() bool {
+	return t.Last == orchestrator.StatusStopped && t.Desired == orchestrator.StatusRunning
+}
+
+// HealthyFor reports whether the task has been healthy for at least d at
+// now.
+func (t TaskView) HealthyFor(d time.Duration, now time.Time) bool {
+	return t.Healthy && !t.HealthySince.IsZero() && !now.Before(t.HealthySince.Add(d))
+}
+
+// Target is what the environment should run.
+type Target struct {
+	TaskDefinition string
+	Version        string
+	Group          Group
+	Rollout        Rollout
+	// Replace: a user deployment is in progress, so tasks of another task
+	// definition are replaced, a batch at a time. Without it the scheduler
+	// only places where nothing runs and stops what no longer matches.
+	Replace bool
+}
+
+// Instance progress states, as a deployment reports them.
+const (
+	StatePending  = "pending"
+	StateStopping = "stopping"
+	StateStarting = "starting"
+	StateComplete = "complete"
+	StateFailed   = "failed"
+	StateOutdated = "outdated"
+)
+
+// Placement is a new task to create.
+type Placement struct {
+	Instance string
+	Seq      int64
+	// Repair: the instance's previous task died (a health repair); else a
+	// new instance or a replacement.
+	Repair bool
+}
+
+// Stop is a live task to ask to stop.
+type Stop struct {
+	Task   string
+	Reason string
+}
+
+// InstancePlan is the plan's view of one instance.
+type InstancePlan struct {
+	Instance string
+	// Matches: ready and in the instance group.
+	Matches bool
+	// Current is the live task kept there (nil when none); Latest the
+	// task with the highest seq. Both point into the tasks planned over.
+	Current *TaskView
+	Latest  *TaskView
+	// State is its progress toward the target.
+	State string
+}
+
+// Plan is what to do so that the environment converges on its target.
+type Plan struct {
+	Places    []Placement
+	Stops     []Stop
+	Instances []InstancePlan
+	// Matching counts the instances that match; BatchSize is how many of
+	// them may be replaced at once; Unavailable how many have no task
+	// that is healthy (for min_healthy_time, for the target's).
+	Matching    int
+	BatchSize   int
+	Unavailable int
+	// Recheck is the earliest time a decision may change with time alone
+	// (a task reaching min_healthy_time); zero when none.
+	Recheck time.Time
+}
+
+// Reasons the scheduler gives when it stops a task.
+const (
+	ReasonNoLongerMatches = "the instance no longer matches the environment's instance group"
+	ReasonInstanceGone    = "the instance is gone"
+	ReasonInstanceLeft    = "the instance left the cluster"
+	ReasonDraining        = "the instance is draining"
+	ReasonDuplicate       = "a second live copy of the environment's task on the instance: only one may run"
+	ReasonReplaced        = "replaced by a new version of the environment"
+)
+
+// ComputePlan decides, for every instance, whether to place, replace,
+// stop or leave the environment's task, so that exactly one live task of
+// the target runs on every matching instance and none elsewhere. It is
+// pure; the caller applies the result with CAS writes that fail if the
+// store moved, and asks again.
+//
+// The rules it keeps:
+//   - never a placement beside a live task (LOST counts as live), nor on
+//     an instance that does not match;
+//   - a replacement first stops the old task and places the new one only
+//     once the old has stopped;
+//   - replacements of healthy tasks stop at BatchSize instances
+//     unavailable; a task that is not healthy anyway is replaced at once;
+//   - an instance that is down is left alone (its agent may return with
+//     the task); one that drains, leaves, stops matching or is gone has
+//     its task stopped.
+func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now time.Time) Plan {
+	// Walk instances and tasks together, both sorted by instance name: one
+	// sort each, no map, no per-instance allocation.
+	ins := make([]int32, len(instances))
+	for i := range ins {
+		ins[i] = int32(i)
+	}
+	slices.SortFunc(ins, func(a, b int32) int { return strings.Compare(instances[a].Name, instances[b].Name) })
+	order := make([]int32, len(tasks))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int {
+		return cmp.Or(strings.Compare(tasks[a].Instance, tasks[b].Instance), cmp.Compare(tasks[a].Seq, tasks[b].Seq))
+	})
+
+	p := Plan{Instances: make([]InstancePlan, 0, len(instances))}
+	matches := func(in *InstanceView) bool {
+		return in != nil && in.Status == orchestrator.InstanceReady && target.Group.Matches(in.Cluster, in.Attributes)
+	}
+	for _, i := range ins {
+		if matches(&instances[i]) {
+			p.Matching++
+		}
+	}
+	p.BatchSize = target.Rollout.BatchSize(p.Matching)
+
+	var replaceable []int // indexes into p.Instances of healthy old tasks
+	ii, ti := 0, 0
+	for ii < len(ins) || ti < len(order) {
+		// The next instance name, from either list.
+		var name string
+		switch {
+		case ii == len(ins):
+			name = tasks[order[ti]].Instance
+		case ti == len(order):
+			name = instances[ins[ii]].Name
+		default:
+			name = min(instances[ins[ii]].Name, tasks[order[ti]].Instance)
+		}
+		var in *InstanceView
+		for ii < len(ins) && instances[ins[ii]].Name == name {
+			in = &instances[ins[ii]] // a duplicate name: the last wins
+			ii++
+		}
+		first := ti
+		for ti < len(order) && tasks[order[ti]].Instance == name {
+			ti++
+		}
+		group := order[first:ti] // this instance's tasks, by seq
+
+		var lastSeq int64
+		var latest, best *TaskView
+		currents, stopping := 0, 0
+		for _, k := range group {
+			t := &tasks[k]
+			lastSeq, latest = t.Seq, t
+			switch {
+			case t.Stopping():
+				stopping++
+			case t.Live():
+				currents++
+				if best == nil || betterCurrent(t, best, target.TaskDefinition) {
+					best = t
+				}
+			}
+		}
+		ip := InstancePlan{Instance: name, Latest: latest}
+		ip.Matches = matches(in)
+		if !ip.Matches {
+			if in != nil && in.Status == orchestrator.InstanceDown {
+				// Its agent may come back with the task running.
+				ip.Current = best
+				p.Instances = append(p.Instances, ip)
+				continue
+			}
+			reason := ReasonNoLongerMatches
+			switch {
+			case in == nil:
+				reason = ReasonInstanceGone
+			case in.Status == orchestrator.InstanceLeft:
+				reason = ReasonInstanceLeft
+			case in.Status == orchestrator.InstanceDraining:
+				reason = ReasonDraining
+			}
+			for _, k := range group {
+				if t := &tasks[k]; t.Live() && !t.Stopping() {
+					p.Stops = append(p.Stops, Stop{Task: t.Name, Reason: reason})
+				}
+			}
+			if currents+stopping > 0 {
+				ip.State = StateStopping
+			}
+			p.Instances = append(p.Instances, ip)
+			continue
+		}
+
+		// Keep the best live task; stop any other.
+		if currents > 1 {
+			for _, k := range group {
+				if t := &tasks[k]; t != best && t.Live() && !t.Stopping() {
+					p.Stops = append(p.Stops, Stop{Task: t.Name, Reason: ReasonDuplicate})
+				}
+			}
+		}
+		if best == nil {
+			p.Unavailable++
+			if stopping > 0 {
+				ip.State = StateStopping
+			} else {
+				p.Places = append(p.Places, Placement{Instance: name, Seq: lastSeq + 1, Repair: latest != nil && latest.Died()})
+				ip.State = StateStarting
+			}
+			p.Instances = append(p.Instances, ip)
+			continue
+		}
+		cur := best
+		ip.Current = cur
+		switch {
+		case cur.TaskDefinition == target.TaskDefinition:
+			if cur.HealthyFor(target.Rollout.MinHealthyTime, now) {
+				ip.State = StateComplete
+			} else {
+				ip.State = StateStarting
+				p.Unavailable++
+				if cur.Healthy && !cur.HealthySince.IsZero() {
+					p.Recheck = earliest(p.Recheck, cur.HealthySince.Add(target.Rollout.MinHealthyTime))
+				}
+			}
+		case !target.Replace:
+			ip.State = StateOutdated
+			if !cur.Healthy {
+				p.Unavailable++
+			}
+		case !cur.Healthy:
+			// Unavailable already: replacing it costs nothing.
+			p.Unavailable++
+			p.Stops = append(p.Stops, Stop{Task: cur.Name, Reason: ReasonReplaced})
+			ip.State = StateStopping
+		default:
+			ip.State = StatePending
+			replaceable = append(replaceable, len(p.Instances))
+		}
+		p.Instances = append(p.Instances, ip)
+	}
+	budget := p.BatchSize - p.Unavailable
+	for _, i := range replaceable {
+		if budget <= 0 {
+			break
+		}
+		budget--
+		ip := &p.Instances[i]
+		p.Stops = append(p.Stops, Stop{Task: ip.Current.Name, Reason: ReasonReplaced})
+		ip.State = StateStopping
+	}
+	return p
+}
+
+// betterCurrent reports whether live task a is a better one to keep than
+// b: of the target's task definition, then healthy, then the newer.
+func betterCurrent(a, b *TaskView, taskdef string) bool {
+	if (a.TaskDefinition == taskdef) != (b.TaskDefinition == taskdef) {
+		return a.TaskDefinition == taskdef
+	}
+	if a.Healthy != b.Healthy {
+		return a.Healthy
+	}
+	return a.Seq > b.Seq
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
+}

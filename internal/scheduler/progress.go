@@ -1,0 +1,162 @@
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+)
+
+// MaxListedInstances bounds the per-instance progress a deployment keeps
+// (the counts cover every instance).
+const MaxListedInstances = 500
+
+// DeploymentView is what progress needs of a deployment.
+type DeploymentView struct {
+	ID           string
+	Type         string
+	TaskDef      string
+	StartTime    time.Time
+	LastProgress time.Time
+}
+
+// Progress is how far a deployment is and what becomes of it.
+type Progress struct {
+	Total, Complete, Failed int
+	// Instances lists the instances not yet complete, sorted, at most
+	// MaxListedInstances of them.
+	Instances []*pbscheduler.InstanceProgress
+	// Status is the deployment's new final status, or "" while it goes
+	// on; Reason says why.
+	Status string
+	Reason string
+	// Recheck is the earliest time the outcome may change with time
+	// alone (a deadline); zero when none.
+	Recheck time.Time
+}
+
+// UserProgress is the progress of an in-progress user deployment over the
+// plan made for it: complete when every matching instance runs a task of
+// its task definition, healthy for min_healthy_time; unhealthy when a
+// task it placed dies or is not healthy within healthy_deadline;
+// timed-out when nothing became healthy for progress_deadline.
+func UserProgress(d DeploymentView, plan Plan, r Rollout, now time.Time) Progress {
+	var pr Progress
+	var failures []string
+	for _, ip := range plan.Instances {
+		if !ip.Matches {
+			continue
+		}
+		pr.Total++
+		state, task, reason := ip.State, "", ""
+		if ip.Current != nil {
+			task = ip.Current.Name
+		}
+		if t := ip.Latest; t != nil && t.Deployment == d.ID {
+			if fail, why := failedTask(*t, r, now); fail {
+				state, task, reason = StateFailed, t.Name, why
+				failures = append(failures, fmt.Sprintf("task %s on instance %s %s", t.Name, ip.Instance, why))
+			} else if t.Live() && !t.HealthyFor(r.MinHealthyTime, now) {
+				pr.Recheck = earliest(pr.Recheck, t.CreatedAt.Add(r.HealthyDeadline))
+			}
+		}
+		switch state {
+		case StateComplete:
+			pr.Complete++
+			continue
+		case StateFailed:
+			pr.Failed++
+		}
+		pr.Instances = append(pr.Instances, &pbscheduler.InstanceProgress{Instance: ip.Instance, State: state, Task: task, Reason: reason})
+	}
+	pr.decide(d, failures, r, now)
+	return pr
+}
+
+// MonitorProgress is the progress of a new-instance or health-repair
+// deployment: the tasks it placed (those the scheduler has not since
+// stopped), each complete when healthy for min_healthy_time.
+func MonitorProgress(d DeploymentView, tasks []TaskView, r Rollout, now time.Time) Progress {
+	var pr Progress
+	var failures []string
+	for _, t := range latestTasks(tasks) {
+		if t.Deployment != d.ID || (t.Desired != "RUNNING" && !t.Died()) {
+			continue
+		}
+		pr.Total++
+		if t.HealthyFor(r.MinHealthyTime, now) {
+			pr.Complete++
+			continue
+		}
+		state, reason := StateStarting, ""
+		if fail, why := failedTask(t, r, now); fail {
+			state, reason = StateFailed, why
+			pr.Failed++
+			failures = append(failures, fmt.Sprintf("task %s on instance %s %s", t.Name, t.Instance, why))
+		} else if t.Live() {
+			pr.Recheck = earliest(pr.Recheck, t.CreatedAt.Add(r.HealthyDeadline))
+		}
+		pr.Instances = append(pr.Instances, &pbscheduler.InstanceProgress{Instance: t.Instance, State: state, Task: t.Name, Reason: reason})
+	}
+	slices.SortFunc(pr.Instances, func(a, b *pbscheduler.InstanceProgress) int { return strings.Compare(a.Instance, b.Instance) })
+	pr.decide(d, failures, r, now)
+	return pr
+}
+
+func (pr *Progress) decide(d DeploymentView, failures []string, r Rollout, now time.Time) {
+	if len(pr.Instances) > MaxListedInstances {
+		pr.Instances = pr.Instances[:MaxListedInstances]
+	}
+	switch {
+	case len(failures) > 0:
+		pr.Status = StatusUnhealthy
+		pr.Reason = failures[0]
+		if len(failures) > 1 {
+			pr.Reason += fmt.Sprintf(" (and %d more)", len(failures)-1)
+		}
+	case pr.Complete == pr.Total:
+		pr.Status = StatusCompleted
+		pr.Reason = fmt.Sprintf("%d/%d complete", pr.Complete, pr.Total)
+	default:
+		since := d.LastProgress
+		if since.IsZero() {
+			since = d.StartTime
+		}
+		deadline := since.Add(r.ProgressDeadline)
+		if !now.Before(deadline) {
+			pr.Status = StatusTimedOut
+			pr.Reason = fmt.Sprintf("no task became healthy for %s (progress_deadline); %d/%d complete", r.ProgressDeadline, pr.Complete, pr.Total)
+			return
+		}
+		pr.Recheck = earliest(pr.Recheck, deadline)
+	}
+}
+
+// failedTask reports whether a task placed by a deployment has failed it,
+// and how.
+func failedTask(t TaskView, r Rollout, now time.Time) (bool, string) {
+	if t.Died() {
+		why := "stopped"
+		if t.StopReason != "" {
+			why += ": " + t.StopReason
+		}
+		return true, why
+	}
+	if t.Live() && !t.HealthyFor(r.MinHealthyTime, now) && !now.Before(t.CreatedAt.Add(r.HealthyDeadline)) {
+		return true, fmt.Sprintf("was not healthy within %s (healthy_deadline)", r.HealthyDeadline)
+	}
+	return false, ""
+}
+
+// latestTasks returns each instance's task with the highest seq.
+func latestTasks(tasks []TaskView) map[string]TaskView {
+	out := map[string]TaskView{}
+	for _, t := range tasks {
+		if cur, ok := out[t.Instance]; !ok || t.Seq > cur.Seq {
+			out[t.Instance] = t
+		}
+	}
+	return out
+}

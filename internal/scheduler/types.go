@@ -1,0 +1,91 @@
+package scheduler
+
+import (
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/resource"
+)
+
+// APIGroup and GroupVersion of the scheduler's types.
+const (
+	APIGroup     = "scheduler"
+	GroupVersion = "v1"
+)
+
+// The scheduler's resource types, all namespaced.
+var (
+	EnvironmentType        = &pbresource.Type{Group: APIGroup, GroupVersion: GroupVersion, Kind: "Environment"}
+	EnvironmentVersionType = &pbresource.Type{Group: APIGroup, GroupVersion: GroupVersion, Kind: "EnvironmentVersion"}
+	DeploymentType         = &pbresource.Type{Group: APIGroup, GroupVersion: GroupVersion, Kind: "Deployment"}
+)
+
+// Vocabulary of the scheduler's types.
+const (
+	TypeDaemon = "daemon"
+
+	EnvActive   = "active"
+	EnvInactive = "inactive"
+
+	HealthHealthy   = "healthy"
+	HealthUnhealthy = "unhealthy"
+
+	DeploymentUser         = "user"
+	DeploymentNewInstance  = "new-instance"
+	DeploymentHealthRepair = "health-repair"
+
+	StatusPending    = "pending"
+	StatusInProgress = "in-progress"
+	StatusCompleted  = "completed"
+	StatusStopped    = "stopped"
+	StatusCanceled   = "canceled"
+	StatusUnhealthy  = "unhealthy"
+	StatusTimedOut   = "timed-out"
+)
+
+// DeploymentDone reports whether a deployment status is final.
+func DeploymentDone(status string) bool {
+	switch status {
+	case StatusPending, StatusInProgress:
+		return false
+	}
+	return true
+}
+
+// Register registers the scheduler's types.
+func Register(r *resource.Registry) {
+	r.Register(resource.Registration{
+		Type:     EnvironmentType,
+		Proto:    &pbscheduler.Environment{},
+		Scope:    resource.ScopeNamespace,
+		Mutate:   MutateEnvironment,
+		Validate: ValidateEnvironment,
+	})
+	r.Register(resource.Registration{
+		Type:      EnvironmentVersionType,
+		Proto:     &pbscheduler.EnvironmentVersion{},
+		Scope:     resource.ScopeNamespace,
+		Immutable: true,
+		Validate:  ValidateEnvironmentVersion,
+	})
+	r.Register(resource.Registration{
+		Type:     DeploymentType,
+		Proto:    &pbscheduler.Deployment{},
+		Scope:    resource.ScopeNamespace,
+		Validate: ValidateDeployment,
+	})
+}
+
+// EnvironmentID is the id of the environment name in namespace ns.
+func EnvironmentID(ns, name string) *pbresource.ID {
+	return &pbresource.ID{Type: EnvironmentType, Tenancy: &pbresource.Tenancy{Namespace: ns}, Name: name}
+}
+
+// VersionID is the id of the EnvironmentVersion uuid in namespace ns.
+func VersionID(ns, uuid string) *pbresource.ID {
+	return &pbresource.ID{Type: EnvironmentVersionType, Tenancy: &pbresource.Tenancy{Namespace: ns}, Name: uuid}
+}
+
+// DeploymentID is the id of the Deployment id in namespace ns.
+func DeploymentID(ns, id string) *pbresource.ID {
+	return &pbresource.ID{Type: DeploymentType, Tenancy: &pbresource.Tenancy{Namespace: ns}, Name: id}
+}

@@ -1,0 +1,372 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"trellis.dev/trellis/internal/client"
+	"trellis.dev/trellis/internal/httpapi/wire"
+	"trellis.dev/trellis/internal/testcluster"
+)
+
+// The fault test records every version of every Task and Instance the
+// servers ever stored, through watches that resume on another server when
+// theirs dies, and replays that history in index order: the store's
+// sequence of states, one per Raft index, in which "one and only one" must
+// hold at every step, not only at the end.
+
+var (
+	taskType     = wire.Type{Group: "orchestrator", GroupVersion: "v1", Kind: "Task"}
+	instanceType = wire.Type{Group: "orchestrator", GroupVersion: "v1", Kind: "Instance"}
+)
+
+// histTask is what the checks read of a version of a task.
+type histTask struct {
+	Environment    string `json:"environment"`
+	Instance       string `json:"instance"`
+	TaskDefinition string `json:"task_definition"`
+	Deployment     string `json:"deployment"`
+	DesiredStatus  string `json:"desired_status"`
+	LastStatus     string `json:"last_status"`
+}
+
+// live: the task holds its instance (LOST counts: its agent may return
+// with it running).
+func (t histTask) live() bool { return t.LastStatus != "STOPPED" }
+
+// histInstance is what the checks read of a version of an instance.
+type histInstance struct {
+	Cluster    string            `json:"cluster"`
+	Status     string            `json:"status"`
+	Attributes map[string]string `json:"attributes"`
+}
+
+// histEvent is one change the store made: an upsert (a new version) or a
+// delete, at a Raft index.
+type histEvent struct {
+	index   uint64
+	kind    string // "Task" or "Instance"
+	name    string
+	version string
+	deleted bool
+	task    histTask
+	inst    histInstance
+}
+
+// storeHistory collects the events of the watches. Events come again after a
+// watch resumes (it resumes one index early, since a connection cut in
+// the middle of a batch's events leaves that index half delivered); they
+// are kept once.
+type storeHistory struct {
+	mu     sync.Mutex
+	events []histEvent
+	seen   map[string]bool   // kind/index/name
+	latest map[string]string // kind/name -> the last version seen
+	// gaps says why the history may miss changes (a watch could not
+	// resume anywhere); it then proves nothing.
+	gaps []string
+	// resumes counts the watches started again after their server went.
+	resumes int
+	wg      sync.WaitGroup
+	cancel  context.CancelFunc
+}
+
+func (h *storeHistory) add(kind string, ev *wire.Event) error {
+	if ev.Resource == nil || (ev.Op != wire.OpUpsert && ev.Op != wire.OpDelete) {
+		return nil
+	}
+	he := histEvent{index: ev.Index, kind: kind, name: ev.Resource.ID.Name, version: ev.Resource.Version, deleted: ev.Op == wire.OpDelete}
+	var err error
+	if kind == taskType.Kind {
+		err = json.Unmarshal(ev.Resource.Data, &he.task)
+	} else {
+		err = json.Unmarshal(ev.Resource.Data, &he.inst)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s at index %d: %w", kind, he.name, he.index, err)
+	}
+	key := fmt.Sprintf("%s/%d/%s", kind, he.index, he.name)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen[key] {
+		return nil
+	}
+	h.seen[key] = true
+	h.events = append(h.events, he)
+	if he.deleted {
+		delete(h.latest, kind+"/"+he.name)
+	} else {
+		h.latest[kind+"/"+he.name] = he.version
+	}
+	return nil
+}
+
+// has reports whether the history holds the version of a resource (or
+// its deletion when version is "").
+func (h *storeHistory) has(kind, name, version string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.latest[kind+"/"+name] == version
+}
+
+func (h *storeHistory) gap(format string, args ...any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gaps = append(h.gaps, fmt.Sprintf(format, args...))
+}
+
+// recordHistory starts a watch on every Task and one on every Instance,
+// from now on, each on the first server members lists (then the next
+// while that fails); stop them with stop.
+func recordHistory(ctx context.Context, members func() []*testcluster.Member) *storeHistory {
+	ctx, cancel := context.WithCancel(ctx)
+	h := &storeHistory{seen: map[string]bool{}, latest: map[string]string{}, cancel: cancel}
+	for _, w := range []struct {
+		typ wire.Type
+		ns  string
+	}{{taskType, "*"}, {instanceType, ""}} {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			h.follow(ctx, w.typ, w.ns, members)
+		}()
+	}
+	return h
+}
+
+func (h *storeHistory) stop() {
+	h.cancel()
+	h.wg.Wait()
+}
+
+// follow watches typ on one running server after another until ctx ends,
+// resuming each time from the last index it got.
+func (h *storeHistory) follow(ctx context.Context, typ wire.Type, ns string, members func() []*testcluster.Member) {
+	var last uint64 // the highest index received
+	gone := 0       // servers in a row that could not resume from last
+	tries := 0      // failed tries since the last watch that streamed
+	for ctx.Err() == nil {
+		if tries > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		ms := members()
+		if len(ms) == 0 {
+			tries++
+			continue
+		}
+		m := ms[tries%len(ms)]
+		tries++
+		c, err := client.New(m.HTTPAddr)
+		if err != nil {
+			h.gap("%s watch: %v", typ.Kind, err)
+			return
+		}
+		since := uint64(0)
+		if last > 0 {
+			since = last - 1
+		}
+		w, err := c.Watch(ctx, typ, client.ListOptions{Namespace: ns, Index: since})
+		if client.IsCode(err, wire.CodeGone) {
+			if gone++; gone >= 3*len(ms) {
+				h.gap("%s watch: no server can resume after index %d: %v", typ.Kind, since, err)
+				return
+			}
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		gone, tries = 0, 0
+		if last > 0 {
+			h.mu.Lock()
+			h.resumes++
+			h.mu.Unlock()
+		}
+		for {
+			ev, err := w.Next()
+			if err != nil {
+				// The server went, cut the watch off, or ctx ended: watch
+				// again from last (a "gone" error line means the next
+				// server must try).
+				break
+			}
+			last = max(last, ev.Index)
+			if err := h.add(typ.Kind, ev); err != nil {
+				h.gap("%v", err)
+			}
+		}
+		w.Close()
+	}
+}
+
+// violation is a state of the store that breaks "one and only one".
+type violation struct {
+	index       uint64
+	environment string
+	instance    string
+	tasks       []string // "name (desired/last)"
+}
+
+func (v violation) String() string {
+	return fmt.Sprintf("index %d: environment %s has %d live tasks on instance %s: %s",
+		v.index, v.environment, len(v.tasks), v.instance, strings.Join(v.tasks, ", "))
+}
+
+// misplacement is a task created on an instance that did not match its
+// environment's instance group in the store's state just before.
+type misplacement struct {
+	index          uint64
+	task, instance string
+	why            string
+}
+
+// replayReport is what a replay of the history found.
+type replayReport struct {
+	events, indexes, tasks int
+	violations             []violation
+	misplacements          []misplacement
+}
+
+// replay applies the history in index order and checks, after every
+// index, that no environment has two live tasks on one instance. matches
+// says whether an instance matched an environment's group; with it the
+// replay also lists tasks created on instances that did not match in the
+// state before their creation.
+func (h *storeHistory) replay(matches func(env string, in histInstance, exists bool) (bool, string)) replayReport {
+	h.mu.Lock()
+	events := slices.Clone(h.events)
+	h.mu.Unlock()
+	slices.SortStableFunc(events, func(a, b histEvent) int {
+		switch {
+		case a.index < b.index:
+			return -1
+		case a.index > b.index:
+			return 1
+		}
+		return 0
+	})
+	type key struct{ env, instance string }
+	tasks := map[string]histTask{}
+	instances := map[string]histInstance{}
+	live := map[key]map[string]bool{}
+	rep := replayReport{events: len(events)}
+	for i := 0; i < len(events); {
+		idx := events[i].index
+		j := i
+		for j < len(events) && events[j].index == idx {
+			j++
+		}
+		group := events[i:j]
+		i = j
+		rep.indexes++
+		// Creations are checked against the instances as they were before
+		// this index: the scheduler decided on an earlier state.
+		for _, ev := range group {
+			if ev.kind != taskType.Kind || ev.deleted || ev.task.Environment == "" {
+				continue
+			}
+			if _, known := tasks[ev.name]; known {
+				continue
+			}
+			rep.tasks++
+			in, exists := instances[ev.task.Instance]
+			if ok, why := matches(ev.task.Environment, in, exists); !ok {
+				rep.misplacements = append(rep.misplacements, misplacement{index: idx, task: ev.name, instance: ev.task.Instance, why: why})
+			}
+		}
+		touched := map[key]bool{}
+		for _, ev := range group {
+			if ev.kind == instanceType.Kind {
+				if ev.deleted {
+					delete(instances, ev.name)
+				} else {
+					instances[ev.name] = ev.inst
+				}
+				continue
+			}
+			if old, ok := tasks[ev.name]; ok && old.Environment != "" {
+				k := key{old.Environment, old.Instance}
+				delete(live[k], ev.name)
+				touched[k] = true
+			}
+			if ev.deleted {
+				delete(tasks, ev.name)
+				continue
+			}
+			tasks[ev.name] = ev.task
+			if ev.task.Environment != "" && ev.task.live() {
+				k := key{ev.task.Environment, ev.task.Instance}
+				if live[k] == nil {
+					live[k] = map[string]bool{}
+				}
+				live[k][ev.name] = true
+				touched[k] = true
+			}
+		}
+		for k := range touched {
+			if len(live[k]) <= 1 {
+				continue
+			}
+			v := violation{index: idx, environment: k.env, instance: k.instance}
+			for name := range live[k] {
+				t := tasks[name]
+				v.tasks = append(v.tasks, fmt.Sprintf("%s (%s, desired %s, last %s, deployment %s)", name, t.TaskDefinition, t.DesiredStatus, t.LastStatus, t.Deployment))
+			}
+			slices.Sort(v.tasks)
+			rep.violations = append(rep.violations, v)
+		}
+	}
+	return rep
+}
+
+// TestReplayFindsTwoLiveTasks checks the checker: a history in which a
+// second task of an environment is created on an instance while the
+// first is LOST there breaks "one and only one" at that index, and only
+// there; a task created on an instance that does not match is listed.
+func TestReplayFindsTwoLiveTasks(t *testing.T) {
+	h := &storeHistory{seen: map[string]bool{}, latest: map[string]string{}}
+	ready := histInstance{Cluster: "default", Status: "ready", Attributes: map[string]string{"zone": "a"}}
+	other := histInstance{Cluster: "default", Status: "ready", Attributes: map[string]string{"zone": "b"}}
+	task := func(instance, last string) histTask {
+		return histTask{Environment: "e", Instance: instance, TaskDefinition: "d:1", DesiredStatus: "RUNNING", LastStatus: last}
+	}
+	for _, ev := range []histEvent{
+		{index: 1, kind: instanceType.Kind, name: "i1", inst: ready},
+		{index: 1, kind: instanceType.Kind, name: "i2", inst: other},
+		{index: 2, kind: taskType.Kind, name: "t1", task: task("i1", "PENDING")},
+		{index: 3, kind: taskType.Kind, name: "t1", task: task("i1", "LOST")},
+		{index: 4, kind: taskType.Kind, name: "t2", task: task("i1", "PENDING")},
+		{index: 5, kind: taskType.Kind, name: "t1", task: task("i1", "STOPPED")},
+		// One batch: the old task stops as the new one is placed.
+		{index: 6, kind: taskType.Kind, name: "t2", task: task("i1", "STOPPED")},
+		{index: 6, kind: taskType.Kind, name: "t3", task: task("i1", "PENDING")},
+		{index: 7, kind: taskType.Kind, name: "t4", task: task("i2", "PENDING")},
+	} {
+		h.events = append(h.events, ev)
+	}
+	rep := h.replay(func(env string, in histInstance, exists bool) (bool, string) {
+		if !exists || in.Attributes["zone"] != "a" {
+			return false, "not zone a"
+		}
+		return true, ""
+	})
+	if len(rep.violations) != 1 || rep.violations[0].index != 4 || len(rep.violations[0].tasks) != 2 {
+		t.Errorf("violations %v, want one at index 4 with t1 and t2", rep.violations)
+	}
+	if len(rep.misplacements) != 1 || rep.misplacements[0].task != "t4" {
+		t.Errorf("misplacements %+v, want t4 on i2", rep.misplacements)
+	}
+	if rep.tasks != 4 || rep.indexes != 7 {
+		t.Errorf("replayed %d tasks at %d indexes, want 4 at 7", rep.tasks, rep.indexes)
+	}
+}
