@@ -111,10 +111,11 @@ func startAgent(ps *procs, bin, name string, servers []*server) (*proc, error) {
 }
 
 // startSim starts `trellis sim` with n instances named prefix1..prefixN,
-// as the process called label.
-func startSim(ps *procs, bin, label, prefix string, n int, servers []*server) (*proc, error) {
+// as the process called label, with extra flags of `trellis sim`.
+func startSim(ps *procs, bin, label, prefix string, n int, servers []*server, extra ...string) (*proc, error) {
 	args := []string{"sim", "-instances", strconv.Itoa(n), "-name-prefix", prefix,
 		"-data-dir", filepath.Join(ps.dir, label), "-log-level", "warn"}
+	args = append(args, extra...)
 	for _, s := range servers {
 		args = append(args, "-server", s.grpcAddr)
 	}
@@ -122,8 +123,8 @@ func startSim(ps *procs, bin, label, prefix string, n int, servers []*server) (*
 }
 
 // startEtcd starts an n-member etcd cluster with its defaults (fsync on
-// every commit) and waits until every member reports itself healthy.
-func startEtcd(ctx context.Context, ps *procs, bin string, n int) ([]*server, error) {
+// every commit) and any extra flags, and waits until every member reports itself healthy.
+func startEtcd(ctx context.Context, ps *procs, bin string, n int, extra ...string) ([]*server, error) {
 	ports, err := testcluster.FreePorts(2 * n)
 	if err != nil {
 		return nil, err
@@ -136,14 +137,14 @@ func startEtcd(ctx context.Context, ps *procs, bin string, n int) ([]*server, er
 	for i := range n {
 		client := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i])
 		peer := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])
-		p, err := ps.start(fmt.Sprintf("etcd%d", i), bin,
-			"--name", fmt.Sprintf("e%d", i),
+		args := []string{"--name", fmt.Sprintf("e%d", i),
 			"--data-dir", filepath.Join(ps.dir, fmt.Sprintf("etcd%d", i)),
 			"--listen-client-urls", client, "--advertise-client-urls", client,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 			"--initial-cluster", strings.Join(initial, ","),
 			"--initial-cluster-state", "new", "--initial-cluster-token", "orchbench",
-			"--log-level", "warn")
+			"--log-level", "warn"}
+		p, err := ps.start(fmt.Sprintf("etcd%d", i), bin, append(args, extra...)...)
 		if err != nil {
 			return nil, err
 		}

@@ -55,32 +55,7 @@ func (b *bench) etcdFleet(ctx context.Context) (*fleetResult, error) {
 	deletedCh := make(chan struct{}, 1)
 	wch := clis[0].Watch(clientv3.WithRequireLeader(kctx), "/instances/", clientv3.WithPrefix())
 
-	var acks atomic.Int64 // keepalive answers received
-	var alive atomic.Int64
-	keep := func(cli *clientv3.Client, key string, lctx context.Context) error {
-		lease, err := cli.Grant(ctx, leaseTTL)
-		if err != nil {
-			return fmt.Errorf("grant: %w", err)
-		}
-		if _, err := cli.Put(ctx, key, "", clientv3.WithLease(lease.ID)); err != nil {
-			return fmt.Errorf("put %s: %w", key, err)
-		}
-		ch, err := cli.KeepAlive(lctx, lease.ID)
-		if err != nil {
-			return fmt.Errorf("keepalive: %w", err)
-		}
-		go func() {
-			first := true
-			for range ch {
-				acks.Add(1)
-				if first {
-					first = false
-					alive.Add(1)
-				}
-			}
-		}()
-		return nil
-	}
+	k := &leaseKeeper{}
 	go func() {
 		for resp := range wch {
 			now := time.Now()
@@ -100,35 +75,8 @@ func (b *bench) etcdFleet(ctx context.Context) (*fleetResult, error) {
 
 	r := &fleetResult{}
 	t0 := time.Now()
-	jobs := make(chan int)
-	errc := make(chan error, 1)
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				if err := keep(clis[i%len(clis)], fmt.Sprintf("/instances/sim-%d", i+1), kctx); err != nil {
-					select {
-					case errc <- err:
-					default:
-					}
-				}
-			}
-		}()
-	}
-	for i := range b.instances {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	select {
-	case err := <-errc:
-		return nil, fmt.Errorf("etcd leases: %w", err)
-	default:
-	}
-	if err := testcluster.WaitFor(ctx, 2*time.Minute, func() bool { return alive.Load() >= int64(b.instances) }); err != nil {
-		return nil, fmt.Errorf("etcd: %d of %d leases kept alive: %w", alive.Load(), b.instances, err)
+	if err := k.keepMany(ctx, kctx, clis, "/instances/sim-", b.instances); err != nil {
+		return nil, err
 	}
 	r.register = time.Since(t0)
 	fmt.Fprintf(b.progress, "etcd: %d leases kept alive in %s; settling %s\n", b.instances, r.register.Round(time.Millisecond), b.settle)
@@ -145,27 +93,27 @@ func (b *bench) etcdFleet(ctx context.Context) (*fleetResult, error) {
 		ws = append(ws, watched{label: fmt.Sprintf("etcd member %d", i), role: role, pid: m.pid()})
 	}
 	ws = append(ws, self(fmt.Sprintf("orchbench (%d keepalives)", b.instances)))
-	acks0 := acks.Load()
+	acks0 := k.acks.Load()
 	fmt.Fprintf(b.progress, "etcd: measuring %s\n", b.window)
 	if r.win, err = measureWindow(ctx, b.window, ws); err != nil {
 		return nil, err
 	}
-	r.beatsPerSec = float64(acks.Load()-acks0) / r.win.elapsed.Seconds()
+	r.beatsPerSec = float64(k.acks.Load()-acks0) / r.win.elapsed.Seconds()
 	if now, err := etcdLeader(ctx, clis[0], members); err != nil || now != leader {
 		r.leaderNote = "the leader changed during the window"
 	}
 
-	for k := 1; k <= b.dead; k++ {
-		key := fmt.Sprintf("/instances/dead-%d", k)
+	for i := 1; i <= b.dead; i++ {
+		key := fmt.Sprintf("/instances/dead-%d", i)
 		lctx, stop := context.WithCancel(kctx)
-		before := alive.Load()
-		if err := keep(clis[k%len(clis)], key, lctx); err != nil {
+		before := k.alive.Load()
+		if err := k.keep(ctx, lctx, clis[i%len(clis)], key); err != nil {
 			stop()
 			return nil, err
 		}
-		if err := testcluster.WaitFor(ctx, time.Minute, func() bool { return alive.Load() > before }); err != nil {
+		if err := testcluster.WaitFor(ctx, time.Minute, func() bool { return k.alive.Load() > before }); err != nil {
 			stop()
-			return nil, fmt.Errorf("etcd dead lease %d: no keepalive answer: %w", k, err)
+			return nil, fmt.Errorf("etcd dead lease %d: no keepalive answer: %w", i, err)
 		}
 		if err := pause(ctx, deadPhase()); err != nil {
 			stop()
@@ -185,13 +133,86 @@ func (b *bench) etcdFleet(ctx context.Context) (*fleetResult, error) {
 			select {
 			case <-deletedCh:
 			case <-limit:
-				return nil, fmt.Errorf("etcd dead lease %d: %s not deleted within 2m", k, key)
+				return nil, fmt.Errorf("etcd dead lease %d: %s not deleted within 2m", i, key)
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
 		}
 		r.detect = append(r.detect, at.Sub(stopped))
-		fmt.Fprintf(b.progress, "etcd: dead lease %d expired %s after its keepalive stopped\n", k, at.Sub(stopped).Round(time.Millisecond))
+		fmt.Fprintf(b.progress, "etcd: dead lease %d expired %s after its keepalive stopped\n", i, at.Sub(stopped).Round(time.Millisecond))
 	}
 	return r, nil
+}
+
+// leaseKeeper grants leases, each with a key attached, and keeps them
+// alive through etcd's client (which renews every TTL/3, as a Trellis
+// agent heartbeats): the etcd peer's stand-in for a fleet of instances.
+type leaseKeeper struct {
+	acks  atomic.Int64 // keepalive answers received
+	alive atomic.Int64 // leases that had at least one answer
+}
+
+// keep grants a lease of leaseTTL, puts key on it and keeps it alive
+// until lctx ends.
+func (k *leaseKeeper) keep(ctx, lctx context.Context, cli *clientv3.Client, key string) error {
+	lease, err := cli.Grant(ctx, leaseTTL)
+	if err != nil {
+		return fmt.Errorf("grant: %w", err)
+	}
+	if _, err := cli.Put(ctx, key, "", clientv3.WithLease(lease.ID)); err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	ch, err := cli.KeepAlive(lctx, lease.ID)
+	if err != nil {
+		return fmt.Errorf("keepalive: %w", err)
+	}
+	go func() {
+		first := true
+		for range ch {
+			k.acks.Add(1)
+			if first {
+				first = false
+				k.alive.Add(1)
+			}
+		}
+	}()
+	return nil
+}
+
+// keepMany keeps n leases alive, keys prefix1..prefixN, spread over clis
+// (32 granted at a time), until lctx ends, and returns once each has been
+// answered.
+func (k *leaseKeeper) keepMany(ctx, lctx context.Context, clis []*clientv3.Client, prefix string, n int) error {
+	before := k.alive.Load()
+	jobs := make(chan int)
+	errc := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				if err := k.keep(ctx, lctx, clis[i%len(clis)], fmt.Sprintf("%s%d", prefix, i+1)); err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("etcd leases: %w", err)
+	default:
+	}
+	if err := testcluster.WaitFor(ctx, 2*time.Minute, func() bool { return k.alive.Load() >= before+int64(n) }); err != nil {
+		return fmt.Errorf("etcd: %d of %d leases kept alive: %w", k.alive.Load()-before, n, err)
+	}
+	return nil
 }

@@ -13,6 +13,11 @@
 //     one whose keepalive stopped.
 //   - rss: the agent's resident size with 50 tasks running, beside its
 //     size with none.
+//   - daemon: the daemon scheduler on 3 servers and `trellis sim
+//     -instances N`: fresh deployments to N/5 and N instances, a rolling
+//     update, leader CPU with three active environments, and the time
+//     from an instance joining, or a task dying, to its task RUNNING;
+//     beside etcd doing the store work of the same deployments.
 //
 // Every process it starts is ended when it finishes, fails or is
 // interrupted; they also die with it if it is killed.
@@ -45,6 +50,10 @@ type bench struct {
 	tasks, burst, rssTasks int
 	instances, dead        int
 	window, settle         time.Duration
+
+	daemonInstances, daemonBatch, joins int
+	daemonWindow, minHealthy            time.Duration
+	profile                             bool
 }
 
 func (b *bench) cellDir(name string) string {
@@ -53,7 +62,7 @@ func (b *bench) cellDir(name string) string {
 	return d
 }
 
-var allCells = []string{"start", "fleet", "rss"}
+var allCells = []string{"start", "fleet", "rss", "daemon"}
 
 func main() { os.Exit(run()) }
 
@@ -61,7 +70,7 @@ func run() int {
 	b := &bench{}
 	flag.StringVar(&b.trellis, "trellis", "bin/trellis", "the trellis binary to measure")
 	flag.StringVar(&b.etcd, "etcd", "etcd", "the etcd binary to compare with")
-	cells := flag.String("cells", strings.Join(allCells, ","), "comma-separated cells to run: start, fleet, rss")
+	cells := flag.String("cells", strings.Join(allCells, ","), "comma-separated cells to run: start, fleet, rss, daemon")
 	flag.IntVar(&b.tasks, "tasks", 200, "start: tasks placed one at a time, and again in bursts")
 	flag.IntVar(&b.burst, "burst", 20, "start: tasks per burst (also how many run at most before they are stopped)")
 	flag.IntVar(&b.rssTasks, "rss-tasks", 50, "rss: tasks the agent runs")
@@ -69,6 +78,12 @@ func run() int {
 	flag.IntVar(&b.dead, "dead", 5, "fleet: dead instances detected, one after another")
 	flag.DurationVar(&b.window, "window", 60*time.Second, "fleet: how long CPU use is measured")
 	flag.DurationVar(&b.settle, "settle", 15*time.Second, "fleet: pause after every instance is registered, before measuring")
+	flag.IntVar(&b.daemonInstances, "daemon-instances", 5000, "daemon: simulated instances (the small deployment is a fifth of them)")
+	flag.IntVar(&b.daemonBatch, "daemon-batch", 1000, "daemon: etcd peer's creates per transaction (the scheduler's batch of task writes)")
+	flag.IntVar(&b.joins, "joins", 50, "daemon: instances that join, and tasks that die, one sample each")
+	flag.DurationVar(&b.daemonWindow, "daemon-window", 20*time.Second, "daemon: how long the leader's CPU use is measured")
+	flag.DurationVar(&b.minHealthy, "min-healthy-time", time.Second, "daemon: min_healthy_time of the rolling update")
+	flag.BoolVar(&b.profile, "profile", false, "daemon: fetch the leader's CPU profiles (15 s of the fresh deployment to all instances, and the window at rest) into the kept working directory")
 	outPath := flag.String("out", "", "also write the report to this file")
 	keep := flag.Bool("keep", false, "keep the working directory (data dirs and logs) even when every cell succeeds")
 	flag.Parse()
@@ -92,7 +107,11 @@ func run() int {
 		log.Printf("-trellis: %v (make build first)", err)
 		return 2
 	}
-	if want["fleet"] {
+	if b.daemonInstances%daemonZones != 0 || b.daemonInstances < daemonZones {
+		log.Printf("-daemon-instances: %d is not a positive multiple of %d", b.daemonInstances, daemonZones)
+		return 2
+	}
+	if want["fleet"] || want["daemon"] {
 		if _, err := exec.LookPath(b.etcd); err != nil {
 			log.Printf("-etcd: %v", err)
 			return 2
@@ -126,7 +145,7 @@ func run() int {
 		// Every cell ends its own processes; this catches any task
 		// process a failure left behind.
 		killMarked(b.runID)
-		if failed || *keep {
+		if failed || *keep || b.profile {
 			fmt.Fprintf(os.Stderr, "orchbench: data dirs and logs kept in %s\n", dir)
 		} else {
 			os.RemoveAll(dir)
@@ -173,6 +192,21 @@ func run() int {
 			fail("agent memory", err)
 		} else {
 			b.reportRSS(r)
+		}
+	}
+	if want["daemon"] && ctx.Err() == nil {
+		fmt.Fprintln(b.progress, "orchbench: daemon scheduler, Trellis")
+		tr, err := b.trellisDaemon(ctx)
+		if err != nil {
+			fail("daemon scheduler (Trellis)", err)
+		}
+		if tr != nil && ctx.Err() == nil {
+			fmt.Fprintln(b.progress, "orchbench: daemon scheduler, etcd")
+			er, err := b.etcdDaemon(ctx, []int{b.daemonInstances / daemonZones, b.daemonInstances})
+			if err != nil {
+				fail("daemon scheduler (etcd)", err)
+			}
+			b.reportDaemon(tr, er)
 		}
 	}
 	if ctx.Err() != nil {

@@ -55,22 +55,30 @@ func watchTasks(ctx context.Context, cli pbresource.ResourceServiceClient, ns st
 		}
 	}
 	w := &taskWatch{waiters: map[string]*taskWait{}, failed: make(chan struct{})}
+	followUpserts(stream, w.observe, func(err error) {
+		w.mu.Lock()
+		w.err = fmt.Errorf("%w: %v", errWatchEnded, err)
+		w.mu.Unlock()
+		close(w.failed)
+	})
+	return w, nil
+}
+
+// followUpserts hands observe every upsert stream delivers, with when it
+// arrived, until the stream fails; ended then gets the error.
+func followUpserts(stream pbresource.ResourceService_WatchListClient, observe func(*pbresource.Resource, time.Time), ended func(error)) {
 	go func() {
 		for {
 			ev, err := stream.Recv()
 			if err != nil {
-				w.mu.Lock()
-				w.err = fmt.Errorf("%w: %v", errWatchEnded, err)
-				w.mu.Unlock()
-				close(w.failed)
+				ended(err)
 				return
 			}
 			if ev.GetOp() == pbresource.WatchEvent_OP_UPSERT {
-				w.observe(ev.GetResource(), time.Now())
+				observe(ev.GetResource(), time.Now())
 			}
 		}
 	}()
-	return w, nil
 }
 
 func (w *taskWatch) observe(res *pbresource.Resource, at time.Time) {
@@ -160,7 +168,8 @@ type instanceWatch struct {
 	mu      sync.Mutex
 	status  map[string]string
 	downAt  map[string]time.Time
-	downs   int // transitions to down seen, ever
+	readyAt map[string]time.Time // when each was first seen ready
+	downs   int                  // transitions to down seen, ever
 	changed chan struct{}
 	err     error
 }
@@ -170,37 +179,33 @@ func watchInstances(ctx context.Context, cli pbresource.ResourceServiceClient) (
 	if err != nil {
 		return nil, err
 	}
-	w := &instanceWatch{status: map[string]string{}, downAt: map[string]time.Time{}, changed: make(chan struct{})}
-	go func() {
-		for {
-			ev, err := stream.Recv()
-			if err != nil {
-				w.mu.Lock()
-				w.err = fmt.Errorf("instance watch: %w: %v", errWatchEnded, err)
-				w.broadcastLocked()
-				w.mu.Unlock()
-				return
-			}
-			if ev.GetOp() != pbresource.WatchEvent_OP_UPSERT {
-				continue
-			}
-			at := time.Now()
-			var in pborch.Instance
-			if err := ev.GetResource().GetData().UnmarshalTo(&in); err != nil {
-				continue
-			}
-			name := ev.GetResource().GetId().GetName()
-			w.mu.Lock()
-			if in.GetStatus() == orchestrator.InstanceDown && w.status[name] != orchestrator.InstanceDown {
-				w.downs++
-				w.downAt[name] = at
-			}
-			w.status[name] = in.GetStatus()
-			w.broadcastLocked()
-			w.mu.Unlock()
-		}
-	}()
+	w := &instanceWatch{status: map[string]string{}, downAt: map[string]time.Time{}, readyAt: map[string]time.Time{}, changed: make(chan struct{})}
+	followUpserts(stream, w.observe, func(err error) {
+		w.mu.Lock()
+		w.err = fmt.Errorf("instance watch: %w: %v", errWatchEnded, err)
+		w.broadcastLocked()
+		w.mu.Unlock()
+	})
 	return w, nil
+}
+
+func (w *instanceWatch) observe(res *pbresource.Resource, at time.Time) {
+	var in pborch.Instance
+	if err := res.GetData().UnmarshalTo(&in); err != nil {
+		return
+	}
+	name := res.GetId().GetName()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if in.GetStatus() == orchestrator.InstanceDown && w.status[name] != orchestrator.InstanceDown {
+		w.downs++
+		w.downAt[name] = at
+	}
+	if _, ok := w.readyAt[name]; !ok && in.GetStatus() == orchestrator.InstanceReady {
+		w.readyAt[name] = at
+	}
+	w.status[name] = in.GetStatus()
+	w.broadcastLocked()
 }
 
 func (w *instanceWatch) broadcastLocked() {
@@ -271,4 +276,17 @@ func (w *instanceWatch) downCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.downs
+}
+
+// readyTimes is when each instance named prefix... was first seen ready.
+func (w *instanceWatch) readyTimes(prefix string) map[string]time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]time.Time{}
+	for name, at := range w.readyAt {
+		if strings.HasPrefix(name, prefix) {
+			out[name] = at
+		}
+	}
+	return out
 }
