@@ -5,6 +5,9 @@ import (
 	"time"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 )
 
@@ -206,5 +209,96 @@ func TestVerdictWaitsForTheTracker(t *testing.T) {
 	}
 	if got := e.instance("i-1").GetStatus(); got != "ready" {
 		t.Fatalf("status = %q", got)
+	}
+}
+
+// A verdict at an instance's own deadline asks the tracker alone while the
+// Instance is unchanged since the last full verdict: a leader with 5,000
+// instances would otherwise read and decode 500 Instances a second for
+// nothing. A change to the Instance, or an expired deadline, reads it.
+func TestDeadlineVerdictsAskTheTrackerAlone(t *testing.T) {
+	e := newEnv(t)
+	e.setLeader(true)
+	e.register("i-1", "s1", false)
+	if d := e.requeuedAfter(e.reconcileInstance("i-1")); d != testTTL {
+		t.Fatalf("first verdict requeues after %s, want %s", d, testTTL)
+	}
+	if got := e.reads.instanceReads(); got != 1 {
+		t.Fatalf("first verdict read the Instance %d times, want 1", got)
+	}
+	for range 3 {
+		e.clock.Advance(testTTL / 2)
+		if err := e.tracker.Heartbeat(e.ctx, "i-1", "s1"); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Advance(testTTL / 2)
+		if d := e.requeuedAfter(e.reconcileInstance("i-1")); d != testTTL/2 {
+			t.Fatalf("verdict at the deadline requeues after %s, want %s", d, testTTL/2)
+		}
+	}
+	if got := e.reads.instanceReads(); got != 1 {
+		t.Fatalf("verdicts at deadlines read the Instance %d times in all, want only the first", got)
+	}
+
+	// An operator drains it: the new version is read and judged.
+	e.writeInstance("i-1", func(in *pborch.Instance) { in.Drain, in.Status = true, "" })
+	if d := e.requeuedAfter(e.reconcileInstance("i-1")); d != testTTL/2 {
+		t.Fatalf("verdict after a change requeues after %s, want %s", d, testTTL/2)
+	}
+	if got := e.reads.instanceReads(); got != 2 {
+		t.Fatalf("a changed Instance was read %d times in all, want 2", got)
+	}
+
+	// Silence: the expired verdict reads the store and writes it down.
+	e.clock.Advance(testTTL)
+	if err := e.reconcileInstance("i-1"); err != nil {
+		t.Fatalf("reconcile at the deadline = %v", err)
+	}
+	if got := e.instance("i-1").GetStatus(); got != "down" {
+		t.Fatalf("status after a silent TTL = %q, want down", got)
+	}
+}
+
+// The task controller judges an instance when a live task lands on it, not
+// on every report of that task: the verdict depends only on which live
+// tasks an instance has.
+func TestTaskReportsDoNotAskForTheirInstanceAgain(t *testing.T) {
+	e := newEnv(t)
+	e.setLeader(true)
+	e.register("i-1", "s1", false)
+	mapped := func(name, instance, status string) int {
+		id := orchestrator.TaskID("default", name)
+		res := &pbresource.Resource{Id: id}
+		if cur, err := e.api.Read(e.ctx, &pbresource.ReadRequest{Id: id}); err == nil {
+			res = cur.GetResource()
+		}
+		res.Data = mustAny(t, &pborch.Task{TaskDefinition: "web:1", Instance: instance, StartedBy: "test", LastStatus: status})
+		out, err := e.api.Write(e.ctx, &pbresource.WriteRequest{Resource: res})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(e.tasks.Watches[0].Map(controller.Event{Resource: out.GetResource()}, nil))
+	}
+	if n := mapped("t1", "i-1", "PENDING"); n != 1 {
+		t.Fatalf("a task placed asks for %d verdicts, want 1", n)
+	}
+	if n := mapped("t1", "i-1", "RUNNING"); n != 0 {
+		t.Fatalf("a report of a placed task asks for %d verdicts, want none", n)
+	}
+	if n := mapped("t1", "i-1", "STOPPED"); n != 0 {
+		t.Fatalf("a task that ended asks for %d verdicts, want none", n)
+	}
+	// Deleted and created again under the same name: another task.
+	if _, err := e.api.Delete(e.ctx, deleteTask("t1")); err != nil {
+		t.Fatal(err)
+	}
+	if n := mapped("t1", "i-1", "PENDING"); n != 1 {
+		t.Fatalf("a new incarnation on the same instance asks for %d verdicts, want 1", n)
+	}
+	if _, err := e.api.Delete(e.ctx, deleteTask("t1")); err != nil {
+		t.Fatal(err)
+	}
+	if n := mapped("t1", "i-2", "PENDING"); n != 1 {
+		t.Fatalf("a new incarnation on another instance asks for %d verdicts, want 1", n)
 	}
 }

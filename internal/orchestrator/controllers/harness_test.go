@@ -54,6 +54,7 @@ type env struct {
 	t         *testing.T
 	ctx       context.Context
 	api       *resource.Service
+	reads     *countingReads // the controllers' API, counting their reads
 	clock     *fakeClock
 	lead      leadership
 	tracker   *heartbeat.Tracker
@@ -84,7 +85,8 @@ func newEnv(t *testing.T) *env {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = e.tracker.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	cfg := controllers.Config{API: e.api, Tracker: e.tracker}
+	e.reads = &countingReads{API: e.api}
+	cfg := controllers.Config{API: e.reads, Tracker: e.tracker}
 	if e.instances, err = controllers.InstanceController(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -126,9 +128,11 @@ func (e *env) writeInstance(name string, edit func(*pborch.Instance)) {
 	}
 	edit(in)
 	res.Data = mustAny(e.t, in)
-	if _, err := e.api.Write(e.ctx, &pbresource.WriteRequest{Resource: res}); err != nil {
+	out, err := e.api.Write(e.ctx, &pbresource.WriteRequest{Resource: res})
+	if err != nil {
 		e.t.Fatal(err)
 	}
+	e.instances.Watches[0].Map(controller.Event{Resource: out.GetResource()}, nil)
 }
 
 func (e *env) instance(name string) *pborch.Instance {
@@ -194,6 +198,29 @@ func (e *env) requeuedAfter(err error) time.Duration {
 		e.t.Fatalf("reconcile = %v, want a requeue", err)
 	}
 	return r.After
+}
+
+// countingReads is the resource service, counting the Instance reads the
+// controllers make through it.
+type countingReads struct {
+	resource.API
+	mu        sync.Mutex
+	instances int
+}
+
+func (c *countingReads) Read(ctx context.Context, req *pbresource.ReadRequest) (*pbresource.ReadResponse, error) {
+	if req.GetId().GetType().GetKind() == orchestrator.InstanceType.GetKind() {
+		c.mu.Lock()
+		c.instances++
+		c.mu.Unlock()
+	}
+	return c.API.Read(ctx, req)
+}
+
+func (c *countingReads) instanceReads() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.instances
 }
 
 func mustAny(t *testing.T, m proto.Message) *anypb.Any {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -96,13 +97,16 @@ func InstanceController(cfg Config) (controller.Controller, error) {
 	if err != nil {
 		return controller.Controller{}, err
 	}
+	r := &instanceReconciler{
+		api: cfg.API, tracker: cfg.Tracker,
+		log:    cfg.Logger.With("controller", InstanceControllerName),
+		latest: map[string]string{}, judged: map[string]judgement{},
+	}
 	return controller.Controller{
-		Name:        InstanceControllerName,
-		ManagedType: orchestrator.InstanceType,
-		Reconciler: &instanceReconciler{
-			api: cfg.API, tracker: cfg.Tracker,
-			log: cfg.Logger.With("controller", InstanceControllerName),
-		},
+		Name:         InstanceControllerName,
+		ManagedType:  orchestrator.InstanceType,
+		Watches:      []controller.Watch{{Type: orchestrator.InstanceType, Map: r.mapInstance}},
+		Reconciler:   r,
 		ResyncPeriod: cfg.InstanceResync,
 		// Verdicts are a memory lookup and a read; the workers are there for
 		// the writes when many instances go down at once.
@@ -114,12 +118,64 @@ type instanceReconciler struct {
 	api     resource.API
 	tracker *heartbeat.Tracker
 	log     *slog.Logger
+
+	// Most runs are an instance's own requeue at its heartbeat deadline,
+	// with nothing stored about it changed since it was last judged. Those
+	// ask the tracker alone: reading and decoding the Instance on each
+	// would cost the leader a read per instance per TTL for nothing.
+	mu     sync.Mutex
+	latest map[string]string    // instance -> version last seen on the watch
+	judged map[string]judgement // instance -> what the last full run read
+}
+
+// judgement is the Instance a full run read as ready or draining.
+type judgement struct{ session, version string }
+
+// mapInstance notes the version of every Instance change and asks for its
+// verdict.
+func (r *instanceReconciler) mapInstance(ev controller.Event, look controller.Lookup) []controller.Request {
+	name := ev.Resource.GetId().GetName()
+	r.mu.Lock()
+	if ev.Deleted {
+		delete(r.latest, name)
+	} else {
+		r.latest[name] = ev.Resource.GetVersion()
+	}
+	r.mu.Unlock()
+	return controller.MapSelf(ev, look)
+}
+
+// unchanged returns what the last full run judged of the instance, when
+// the watch has seen no other version of it since.
+func (r *instanceReconciler) unchanged(name string) (judgement, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	j, ok := r.judged[name]
+	return j, ok && r.latest[name] == j.version
+}
+
+func (r *instanceReconciler) setJudged(name string, j *judgement) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if j == nil {
+		delete(r.judged, name)
+		return
+	}
+	r.judged[name] = *j
 }
 
 func (r *instanceReconciler) Reconcile(ctx context.Context, req controller.Request) error {
 	name := req.ID.GetName()
+	if j, ok := r.unchanged(name); ok {
+		l, err := r.tracker.Observe(name, j.session, j.version)
+		if err == nil && !l.Expired {
+			return controller.RequeueAfter(l.Deadline.Sub(r.tracker.Now()))
+		}
+		// Expired, or no tracker yet: judge from the store.
+	}
 	resp, err := r.api.Read(ctx, &pbresource.ReadRequest{Id: orchestrator.InstanceID(name)})
 	if status.Code(err) == codes.NotFound {
+		r.setJudged(name, nil)
 		r.tracker.Forget(name)
 		return nil
 	}
@@ -134,9 +190,11 @@ func (r *instanceReconciler) Reconcile(ctx context.Context, req controller.Reque
 	switch in.GetStatus() {
 	case orchestrator.InstanceReady, orchestrator.InstanceDraining:
 	default:
+		r.setJudged(name, nil)
 		r.tracker.Forget(name)
 		return nil
 	}
+	r.setJudged(name, &judgement{session: in.GetSession(), version: res.GetVersion()})
 	l, err := r.tracker.Observe(name, in.GetSession(), res.GetVersion())
 	if errors.Is(err, heartbeat.ErrNotLeader) {
 		return controller.RequeueAfter(inactiveRetry)
@@ -164,6 +222,7 @@ func (r *instanceReconciler) Reconcile(ctx context.Context, req controller.Reque
 	if _, err := r.api.Write(ctx, &pbresource.WriteRequest{Resource: res}); err != nil {
 		return fmt.Errorf("marking instance %s down: %w", name, err)
 	}
+	r.setJudged(name, nil)
 	r.tracker.Forget(name)
 	r.log.Warn("instance down: no heartbeat", "instance", name, "ttl", r.tracker.TTL(),
 		"last_heard", l.Deadline.Add(-r.tracker.TTL()).Format(time.RFC3339Nano))

@@ -16,17 +16,23 @@ type placements struct {
 	mu         sync.Mutex
 	byInstance map[string]map[string]*pbresource.ID
 	instanceOf map[string]string
+	uidOf      map[string]string
 }
 
 func newPlacements() *placements {
-	return &placements{byInstance: map[string]map[string]*pbresource.ID{}, instanceOf: map[string]string{}}
+	return &placements{byInstance: map[string]map[string]*pbresource.ID{}, instanceOf: map[string]string{}, uidOf: map[string]string{}}
 }
 
-// set records the task key (id) as placed on instance.
-func (p *placements) set(key string, id *pbresource.ID, instance string) {
+// set records the task key (id) as placed on instance. It reports
+// whether that is news: a task not indexed before, another incarnation of
+// it (uid), or a move to another instance. A live task that changes in
+// place (a report) is not.
+func (p *placements) set(key string, id *pbresource.ID, instance string) (changed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if old, ok := p.instanceOf[key]; ok && old != instance {
+	old, ok := p.instanceOf[key]
+	changed = !ok || old != instance || p.uidOf[key] != id.GetUid()
+	if ok && old != instance {
 		p.removeLocked(key)
 	}
 	tasks := p.byInstance[instance]
@@ -42,6 +48,8 @@ func (p *placements) set(key string, id *pbresource.ID, instance string) {
 		tasks[key] = c
 	}
 	p.instanceOf[key] = instance
+	p.uidOf[key] = id.GetUid()
+	return changed
 }
 
 // remove forgets the task key.
@@ -57,6 +65,7 @@ func (p *placements) removeLocked(key string) {
 		return
 	}
 	delete(p.instanceOf, key)
+	delete(p.uidOf, key)
 	tasks := p.byInstance[instance]
 	delete(tasks, key)
 	if len(tasks) == 0 {

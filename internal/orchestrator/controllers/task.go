@@ -26,10 +26,10 @@ const maxBatch = 500
 // have left or are gone. Its requests are instances, not tasks: what
 // becomes of a task follows from its instance, and the tasks of one
 // instance are written in one batch. It reconciles an instance when the
-// instance changes and when a live task placed on it changes; every
-// TaskResync it reconciles every instance and every task from the store,
-// which repairs whatever a missed report or a leader's crash between two
-// writes left wrong.
+// instance changes and when a live task lands on it (not on each report
+// of that task); every TaskResync it reconciles every instance and every
+// task from the store, which repairs whatever a missed report or a
+// leader's crash between two writes left wrong.
 func TaskController(cfg Config) (controller.Controller, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -80,7 +80,13 @@ func (r *taskReconciler) mapTask(ev controller.Event, _ controller.Lookup) []con
 		r.index.remove(key)
 		return nil
 	}
-	r.index.set(key, id, t.GetInstance())
+	if !r.index.set(key, id, t.GetInstance()) {
+		// A report of a task already indexed on this instance: the verdict
+		// on the instance depends on which live tasks it has, not on their
+		// states, so there is nothing new to judge. (A run that failed is
+		// retried by its own requeue; the instance's changes map here too.)
+		return nil
+	}
 	return []controller.Request{{ID: orchestrator.InstanceID(t.GetInstance())}}
 }
 
