@@ -7,7 +7,9 @@
 // and 54 s of server CPU to see 2,000 tasks run. The Hub instead keeps one
 // WatchList of the tasks, indexes them by data.instance, and hands each
 // subscriber only its own instance's: a snapshot taken atomically with the
-// subscription, then every change in order.
+// subscription, then every change in order, but for the agent's own
+// reports (orchestrator.IsAgentReport): the agent has those from its
+// writes, and echoing them would double what every agent receives.
 //
 // A subscriber that falls behind, and every subscriber when the hub's own
 // watch must start over, is ended with OutOfRange: it opens a new stream,

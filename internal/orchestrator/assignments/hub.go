@@ -148,8 +148,14 @@ func (h *Hub) apply(ev *pbresource.WatchEvent) {
 			m = make(map[taskKey]*pbresource.Resource)
 			h.byInst[inst] = m
 		}
+		prev := m[k]
 		m[k] = res
 		h.where[k] = inst
+		if prev != nil && orchestrator.IsAgentReport(prev, res) {
+			// The agent's own report: it has it from its write. Echoing
+			// each report back would double what every agent receives.
+			return
+		}
 		h.sendLocked(inst, ev)
 	case pbresource.WatchEvent_OP_DELETE:
 		k := keyOf(ev.GetResource().GetId())

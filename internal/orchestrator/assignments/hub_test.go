@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
@@ -212,5 +213,52 @@ func TestResetEndsSubscribers(t *testing.T) {
 	h.hub.apply(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_END_OF_SNAPSHOT})
 	if snap, _ := h.subscribe("i-1"); len(snap) != 0 {
 		t.Fatalf("snapshot after a reset with nothing listed again: %v", snap)
+	}
+}
+
+// An agent's own report is not streamed back to it: it has the change from
+// its write. A change by anyone else (a stop asked for, the servers
+// marking the task LOST) is.
+func TestAgentReportsAreNotEchoed(t *testing.T) {
+	h := newHarness(t, 0)
+	h.place("t", "i-1")
+	_, sub := h.subscribe("i-1")
+	edit := func(f func(*pborch.Task)) {
+		t.Helper()
+		resp, err := h.api.Read(context.Background(), &pbresource.ReadRequest{Id: orchestrator.TaskID("default", "t")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := resp.GetResource()
+		tk, err := resource.DecodeData[*pborch.Task](res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(tk)
+		res.Data, _ = anypb.New(tk)
+		out, err := h.api.Write(context.Background(), &pbresource.WriteRequest{Resource: res})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.caughtUp(out.GetResource().GetVersion())
+	}
+	edit(func(tk *pborch.Task) { // the agent reports it running
+		tk.LastStatus, tk.Session, tk.ReportedAt = "RUNNING", "s1", timestamppb.Now()
+	})
+	edit(func(tk *pborch.Task) { tk.DesiredStatus = "STOPPED" }) // a stop, asked for
+	ev, err := next(t, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := resource.DecodeData[*pborch.Task](ev.GetResource()); got.GetDesiredStatus() != "STOPPED" || got.GetLastStatus() != "RUNNING" {
+		t.Fatalf("first event after the report = %v; want the stop (the report itself not echoed)", got)
+	}
+	edit(func(tk *pborch.Task) { tk.LastStatus, tk.StopReason = "LOST", "instance i-1 down" }) // the servers
+	ev, err = next(t, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := resource.DecodeData[*pborch.Task](ev.GetResource()); got.GetLastStatus() != "LOST" {
+		t.Fatalf("event after the servers marked it lost = %v; want it streamed", got)
 	}
 }
