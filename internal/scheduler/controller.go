@@ -241,12 +241,21 @@ func (r *reconciler) reconcile(ctx context.Context, req controller.Request) erro
 	target := Target{TaskDefinition: ver.GetTaskDefinition(), Version: st.env.GetDesiredVersion(), Group: group, Rollout: rollout, Replace: replace}
 	views := viewsOf(st.tasks)
 	plan := ComputePlan(target, st.instances, views, now)
-	if err := r.apply(ctx, st, plan, target, active, ver.GetNumber(), now); err != nil {
-		return err
-	}
-	recheck, err := r.progress(ctx, st, plan, views, active, rollout, now)
+	writes, err := r.planWrites(st, plan, target, active, ver.GetNumber(), now)
 	if err != nil {
 		return err
+	}
+	recheck, progressWrites, err := r.progress(st, plan, views, active, rollout, now)
+	if err != nil {
+		return err
+	}
+	// The plan and the progress it makes go in one write: a run costs one
+	// commit, not two, and a batch of a rollout starts a round trip sooner.
+	if err := r.writeAll(ctx, append(writes, progressWrites...)); err != nil {
+		return err
+	}
+	if len(plan.Places) > 0 || len(plan.Stops) > 0 {
+		r.log.Debug("plan applied", "environment", st.res.GetId().GetName(), "places", len(plan.Places), "stops", len(plan.Stops))
 	}
 	// Clean-up waits until no user deployment runs: a rollout stops a
 	// task per instance, and deleting them one by one meanwhile would
@@ -397,13 +406,13 @@ func (r *reconciler) promote(ctx context.Context, st *envState, now time.Time) (
 	return true, r.writeAll(ctx, writes)
 }
 
-// apply writes a plan: the stops (CAS on the task read) and the
-// placements (create-only, under names keyed by environment and
+// planWrites are the writes of a plan: the stops (CAS on the task read)
+// and the placements (create-only, under names keyed by environment and
 // instance), with the monitor deployments that account for placements
 // made while no user deployment runs.
-func (r *reconciler) apply(ctx context.Context, st *envState, plan Plan, target Target, active *deployment, number int64, now time.Time) error {
+func (r *reconciler) planWrites(st *envState, plan Plan, target Target, active *deployment, number int64, now time.Time) ([]*pbresource.Resource, error) {
 	if len(plan.Places) == 0 && len(plan.Stops) == 0 {
-		return nil
+		return nil, nil
 	}
 	ns, env := st.res.GetId().GetTenancy().GetNamespace(), st.res.GetId().GetName()
 	var writes []*pbresource.Resource
@@ -420,7 +429,7 @@ func (r *reconciler) apply(ctx context.Context, st *envState, plan Plan, target 
 		}
 		w, err := withData(t.res, next)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		writes = append(writes, w)
 	}
@@ -442,7 +451,7 @@ func (r *reconciler) apply(ctx context.Context, st *envState, plan Plan, target 
 			}
 			id, err := newDeploymentID(now)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			d := &pbscheduler.Deployment{
 				Environment: env, Version: target.Version, VersionNumber: number, TaskDefinition: target.TaskDefinition,
@@ -451,7 +460,7 @@ func (r *reconciler) apply(ctx context.Context, st *envState, plan Plan, target 
 			}
 			res, err := newResource(DeploymentID(ns, id), st.res.GetId(), d)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			res.Version = resource.CreateOnly
 			writes = append(writes, res)
@@ -473,22 +482,19 @@ func (r *reconciler) apply(ctx context.Context, st *envState, plan Plan, target 
 		}
 		res, err := newResource(orchestrator.TaskID(ns, TaskName(env, p.Instance, p.Seq)), st.res.GetId(), t)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		res.Version = resource.CreateOnly
 		writes = append(writes, res)
 	}
-	if err := r.writeAll(ctx, writes); err != nil {
-		return err
-	}
-	r.log.Debug("plan applied", "environment", env, "places", len(plan.Places), "stops", len(plan.Stops))
-	return nil
+	return writes, nil
 }
 
-// progress updates the in-progress deployments from the plan and the
-// tasks, ends those that are done, and keeps the environment's health and
-// active deployment in step.
-func (r *reconciler) progress(ctx context.Context, st *envState, plan Plan, views []TaskView, active *deployment, rollout Rollout, now time.Time) (time.Time, error) {
+// progress returns the writes that update the in-progress deployments
+// from the plan and the tasks, end those that are done, and keep the
+// environment's health and active deployment in step; and when time alone
+// may change that.
+func (r *reconciler) progress(st *envState, plan Plan, views []TaskView, active *deployment, rollout Rollout, now time.Time) (time.Time, []*pbresource.Resource, error) {
 	var recheck time.Time
 	var writes []*pbresource.Resource
 	envChanged := false
@@ -527,7 +533,7 @@ func (r *reconciler) progress(ctx context.Context, st *envState, plan Plan, view
 		if !proto.Equal(next, d.d) {
 			w, err := withData(d.res, next)
 			if err != nil {
-				return recheck, err
+				return recheck, nil, err
 			}
 			writes = append(writes, w)
 		}
@@ -542,7 +548,7 @@ func (r *reconciler) progress(ctx context.Context, st *envState, plan Plan, view
 			if d == active && rollout.AutoRollback && st.env.GetLastCompletedVersion() != "" && st.env.GetLastCompletedVersion() != d.d.GetVersion() {
 				rb, err := r.rollbackDeployment(st, d, now)
 				if err != nil {
-					return recheck, err
+					return recheck, nil, err
 				}
 				writes = append(writes, rb)
 			}
@@ -557,14 +563,11 @@ func (r *reconciler) progress(ctx context.Context, st *envState, plan Plan, view
 	if envChanged {
 		w, err := withData(st.res, nextEnv)
 		if err != nil {
-			return recheck, err
+			return recheck, nil, err
 		}
 		writes = append(writes, w)
 	}
-	if len(writes) == 0 {
-		return recheck, nil
-	}
-	return recheck, r.writeAll(ctx, writes)
+	return recheck, writes, nil
 }
 
 // rollbackDeployment is the pending user deployment auto_rollback starts
