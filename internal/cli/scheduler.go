@@ -43,6 +43,13 @@ func Progress(d *pbscheduler.Deployment) string {
 // progress ("in-progress: 2/5 complete"), and why when it has ended other
 // than completed.
 func ProgressLine(d *pbscheduler.Deployment) string {
+	if DeploymentRunning(d) && d.GetTotal() == 0 {
+		// Not planned yet: 0/0 would read as an empty deployment.
+		if d.GetStatus() == DeploymentPending {
+			return Dash(d.GetStatus()) + ": waiting to start"
+		}
+		return Dash(d.GetStatus()) + ": planning"
+	}
 	s := Dash(d.GetStatus()) + ": " + Progress(d)
 	if d.GetStatusReason() != "" && !DeploymentRunning(d) && d.GetStatus() != DeploymentCompleted {
 		s += " (" + d.GetStatusReason() + ")"

@@ -23,6 +23,11 @@ func TestProgressLine(t *testing.T) {
 		{&pbscheduler.Deployment{Status: "unhealthy", Total: 5, Complete: 3, Failed: 1, StatusReason: "task t1 on node-4 not healthy within 5m"},
 			"unhealthy: 3/5 complete, 1 failed (task t1 on node-4 not healthy within 5m)"},
 		{&pbscheduler.Deployment{}, "-: 0/0 complete"},
+		// Before the scheduler's first plan: no 0/0.
+		{&pbscheduler.Deployment{Status: "pending"}, "pending: waiting to start"},
+		{&pbscheduler.Deployment{Status: "in-progress"}, "in-progress: planning"},
+		// An environment that matches no instance completes as 0/0.
+		{&pbscheduler.Deployment{Status: "completed"}, "completed: 0/0 complete"},
 	} {
 		if got := ProgressLine(tc.d); got != tc.want {
 			t.Errorf("ProgressLine = %q, want %q", got, tc.want)
