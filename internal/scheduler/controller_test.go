@@ -6,6 +6,7 @@ import (
 	"trellis.dev/trellis/internal/controller"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -304,6 +305,11 @@ func TestDeleteStopsTasksThenRemoves(t *testing.T) {
 	h.settle("ls")
 	if _, _, _, err := h.ops.GetEnvironment(h.ctx, "default", "ls"); err == nil {
 		t.Fatal("the environment is still there after its tasks stopped")
+	}
+	// The last environment of the namespace took its guard with it, so
+	// the guard does not keep the namespace from being deleted.
+	if _, err := h.api.Read(h.ctx, &pbresource.ReadRequest{Id: scheduler.GuardID("default")}); status.Code(err) != codes.NotFound {
+		t.Fatalf("the namespace's environment guard after its last environment: %v, want NotFound", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -29,6 +30,10 @@ type Operations struct {
 	API resource.API
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+
+	// afterCheck, when set (by tests), runs between an operation's checks
+	// and its write.
+	afterCheck func()
 }
 
 func (o *Operations) now() time.Time {
@@ -67,6 +72,14 @@ func (o *Operations) CreateEnvironment(ctx context.Context, ns string, spec Spec
 	if spec.Type == "" {
 		spec.Type = TypeDaemon
 	}
+	return guarded(func() (*EnvironmentResult, error) { return o.createOnce(ctx, ns, spec) })
+}
+
+func (o *Operations) createOnce(ctx context.Context, ns string, spec Spec) (*EnvironmentResult, error) {
+	guard, err := o.guardWrite(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := o.API.Read(ctx, &pbresource.ReadRequest{Id: EnvironmentID(ns, spec.Name), Consistent: true}); err == nil {
 		return nil, alreadyExists(ns, spec.Name)
 	} else if status.Code(err) != codes.NotFound {
@@ -74,6 +87,9 @@ func (o *Operations) CreateEnvironment(ctx context.Context, ns string, spec Spec
 	}
 	if err := o.checkSpec(ctx, ns, spec.Name, spec); err != nil {
 		return nil, err
+	}
+	if o.afterCheck != nil {
+		o.afterCheck()
 	}
 	now := o.now()
 	uuid, err := ids.NewUUID()
@@ -90,14 +106,19 @@ func (o *Operations) CreateEnvironment(ctx context.Context, ns string, spec Spec
 		return nil, err
 	}
 	res.Version = resource.CreateOnly
-	wr, err := o.API.Write(ctx, &pbresource.WriteRequest{Resource: res})
+	wr, err := o.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: []*pbresource.Resource{res, guard}})
 	if status.Code(err) == codes.Aborted {
-		return nil, alreadyExists(ns, spec.Name)
+		// The environment exists now, or another create or update of the
+		// namespace wrote first: then start over, and check again.
+		if _, rerr := o.API.Read(ctx, &pbresource.ReadRequest{Id: EnvironmentID(ns, spec.Name), Consistent: true}); rerr == nil {
+			return nil, alreadyExists(ns, spec.Name)
+		}
+		return nil, errGuardMoved
 	}
 	if err != nil {
 		return nil, err
 	}
-	stored := wr.GetResource()
+	stored := wr.GetResources()[0]
 	ver, err := versionResource(ns, uuid, stored.GetId(), spec.Name, 1, env, now)
 	if err != nil {
 		return nil, err
@@ -117,6 +138,14 @@ func (o *Operations) UpdateEnvironment(ctx context.Context, ns, name string, spe
 	}
 	if spec.TaskDefinition == "" {
 		return nil, resource.NewFieldError("task_definition", "is required: an update names the task definition, even when it keeps it")
+	}
+	return guarded(func() (*EnvironmentResult, error) { return o.updateOnce(ctx, ns, name, spec) })
+}
+
+func (o *Operations) updateOnce(ctx context.Context, ns, name string, spec Spec) (*EnvironmentResult, error) {
+	guard, err := o.guardWrite(ctx, ns)
+	if err != nil {
+		return nil, err
 	}
 	res, env, err := o.readEnvironment(ctx, ns, name)
 	if err != nil {
@@ -149,6 +178,9 @@ func (o *Operations) UpdateEnvironment(ctx context.Context, ns, name string, spe
 	if err := o.checkSpec(ctx, ns, name, merged); err != nil {
 		return nil, err
 	}
+	if o.afterCheck != nil {
+		o.afterCheck()
+	}
 	now := o.now()
 	uuid, err := ids.NewUUID()
 	if err != nil {
@@ -165,7 +197,15 @@ func (o *Operations) UpdateEnvironment(ctx context.Context, ns, name string, spe
 	if err != nil {
 		return nil, err
 	}
-	out, err := o.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: []*pbresource.Resource{w, ver}})
+	out, err := o.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: []*pbresource.Resource{w, ver, guard}})
+	if status.Code(err) == codes.Aborted {
+		// The environment changed (say so), or only the guard did: another
+		// create or update of the namespace wrote first; start over.
+		cur, rerr := o.API.Read(ctx, &pbresource.ReadRequest{Id: res.GetId(), Consistent: true})
+		if rerr == nil && cur.GetResource().GetVersion() == res.GetVersion() {
+			return nil, errGuardMoved
+		}
+	}
 	if err != nil {
 		return nil, conflictf(err, "environment %s changed while it was being updated; retry", name)
 	}
@@ -728,6 +768,51 @@ func mergeConfig(old, upd *pbscheduler.DeploymentConfig) *pbscheduler.Deployment
 
 func alreadyExists(ns, name string) error {
 	return status.Errorf(codes.AlreadyExists, "name: environment %s already exists in namespace %s: change it with `trellis env update`", name, ns)
+}
+
+// errGuardMoved: another create or update of the namespace wrote between
+// an operation's checks and its write; the operation starts over.
+var errGuardMoved = errors.New("another environment operation of the namespace went first")
+
+// maxGuardTries bounds how often an operation starts over for that.
+const maxGuardTries = 5
+
+// guarded runs op until it ends other than by errGuardMoved.
+func guarded(op func() (*EnvironmentResult, error)) (*EnvironmentResult, error) {
+	for try := 1; ; try++ {
+		r, err := op()
+		if !errors.Is(err, errGuardMoved) {
+			return r, err
+		}
+		if try == maxGuardTries {
+			return nil, status.Errorf(codes.Aborted, "other environment operations of the namespace kept going first (%d tries); retry", try)
+		}
+	}
+}
+
+// guardWrite reads namespace ns's EnvironmentGuard and returns the write
+// that bumps it: a compare-and-swap on the version read, or create-only
+// when there is none yet. Read before the checks, written with the change,
+// it fails the write if any other checked change landed in between.
+func (o *Operations) guardWrite(ctx context.Context, ns string) (*pbresource.Resource, error) {
+	resp, err := o.API.Read(ctx, &pbresource.ReadRequest{Id: GuardID(ns), Consistent: true})
+	switch {
+	case status.Code(err) == codes.NotFound:
+		res, err := newResource(GuardID(ns), nil, &pbscheduler.EnvironmentGuard{Changes: 1})
+		if err != nil {
+			return nil, err
+		}
+		res.Version = resource.CreateOnly
+		return res, nil
+	case err != nil:
+		return nil, err
+	}
+	g, err := resource.DecodeData[*pbscheduler.EnvironmentGuard](resp.GetResource())
+	if err != nil {
+		return nil, err
+	}
+	g.Changes++
+	return withData(resp.GetResource(), g)
 }
 
 // conflictf turns a CAS failure into a conflict that says what to do.

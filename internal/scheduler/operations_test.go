@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
@@ -134,4 +135,52 @@ func TestStaleVersionIsAConflict(t *testing.T) {
 		t.Fatalf("deployments %v, want the first canceled and the second pending", deps)
 	}
 	_ = second
+}
+
+// Two overlapping environments of one task definition, created at once:
+// the second to write finds the first when it checks again, and is
+// refused. Without the guard both checks passed before either wrote.
+func TestConcurrentOverlappingCreatesCannotBothPass(t *testing.T) {
+	h := newHarness(t)
+	fleet(h)
+	td := h.taskdef("ls", 1)
+	other := &scheduler.Operations{API: h.api, Now: h.clock.Now}
+	var otherErr error
+	ran := false
+	scheduler.SetAfterCheck(h.ops, func() {
+		if ran {
+			return
+		}
+		ran = true
+		// Between the first create's checks and its write, another one
+		// of an overlapping group runs whole.
+		_, otherErr = other.CreateEnvironment(h.ctx, "default", spec("b", td, 75, "", "role=logger"))
+	})
+	_, err := h.ops.CreateEnvironment(h.ctx, "default", spec("a", td, 75, "", "zone=a"))
+	if otherErr != nil {
+		t.Fatalf("the create that went first: %v", otherErr)
+	}
+	requireCode(t, err, codes.InvalidArgument, "can overlap the instance group of environment b")
+	if _, _, _, err := h.ops.GetEnvironment(h.ctx, "default", "a"); status.Code(err) != codes.NotFound {
+		t.Fatalf("the refused environment: %v, want NotFound", err)
+	}
+
+	// Updates are guarded the same way.
+	scheduler.SetAfterCheck(h.ops, nil)
+	if _, err := h.ops.CreateEnvironment(h.ctx, "default", spec("c", td, 75, "", "role=web")); err != nil {
+		t.Fatal(err)
+	}
+	ran = false
+	scheduler.SetAfterCheck(h.ops, func() {
+		if ran {
+			return
+		}
+		ran = true
+		_, otherErr = other.CreateEnvironment(h.ctx, "default", spec("d", td, 75, "", "role=cache"))
+	})
+	_, err = h.ops.UpdateEnvironment(h.ctx, "default", "c", scheduler.Spec{TaskDefinition: td, InstanceGroup: &pbscheduler.InstanceGroup{Attributes: []string{"role in (web,cache)"}}})
+	if otherErr != nil {
+		t.Fatalf("the create that went first: %v", otherErr)
+	}
+	requireCode(t, err, codes.InvalidArgument, "can overlap the instance group of environment d")
 }
