@@ -302,3 +302,21 @@ func TestTaskReportsDoNotAskForTheirInstanceAgain(t *testing.T) {
 		t.Fatalf("a new incarnation on another instance asks for %d verdicts, want 1", n)
 	}
 }
+
+// A new term forgets what the last one judged: the first verdict on each
+// instance reads it again.
+func TestNewTermReadsInstancesAgain(t *testing.T) {
+	e := newEnv(t)
+	e.setLeader(true)
+	e.register("i-1", "s1", false)
+	e.requeuedAfter(e.reconcileInstance("i-1"))
+	e.requeuedAfter(e.reconcileInstance("i-1"))
+	if got := e.reads.instanceReads(); got != 1 {
+		t.Fatalf("reads in the first term = %d, want 1", got)
+	}
+	e.instances.OnStart()
+	e.requeuedAfter(e.reconcileInstance("i-1"))
+	if got := e.reads.instanceReads(); got != 2 {
+		t.Fatalf("reads after a new term = %d, want 2", got)
+	}
+}

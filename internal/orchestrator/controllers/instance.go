@@ -107,6 +107,7 @@ func InstanceController(cfg Config) (controller.Controller, error) {
 		ManagedType:  orchestrator.InstanceType,
 		Watches:      []controller.Watch{{Type: orchestrator.InstanceType, Map: r.mapInstance}},
 		Reconciler:   r,
+		OnStart:      r.startTerm,
 		ResyncPeriod: cfg.InstanceResync,
 		// Verdicts are a memory lookup and a read; the workers are there for
 		// the writes when many instances go down at once.
@@ -143,6 +144,16 @@ func (r *instanceReconciler) mapInstance(ev controller.Event, look controller.Lo
 	}
 	r.mu.Unlock()
 	return controller.MapSelf(ev, look)
+}
+
+// startTerm forgets what an earlier term saw: the watch lists every
+// Instance again, and the first verdict on each reads it (an instance
+// removed while another server led is forgotten here).
+func (r *instanceReconciler) startTerm() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.latest = map[string]string{}
+	r.judged = map[string]judgement{}
 }
 
 // unchanged returns what the last full run judged of the instance, when
