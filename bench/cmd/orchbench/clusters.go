@@ -173,6 +173,26 @@ func startEtcd(ctx context.Context, ps *procs, bin string, n int, extra ...strin
 }
 
 // etcdLeader returns the member that leads.
+// dialEtcd opens one client per member; closeEtcd closes them.
+func dialEtcd(members []*server) ([]*clientv3.Client, error) {
+	var clis []*clientv3.Client
+	for _, m := range members {
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + m.grpcAddr}, DialTimeout: 5 * time.Second})
+		if err != nil {
+			closeEtcd(clis)
+			return nil, err
+		}
+		clis = append(clis, c)
+	}
+	return clis, nil
+}
+
+func closeEtcd(clis []*clientv3.Client) {
+	for _, c := range clis {
+		c.Close()
+	}
+}
+
 func etcdLeader(ctx context.Context, cli *clientv3.Client, members []*server) (*server, error) {
 	for _, m := range members {
 		st, err := cli.Status(ctx, "http://"+m.grpcAddr)

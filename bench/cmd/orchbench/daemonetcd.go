@@ -49,19 +49,11 @@ func (b *bench) etcdDaemon(ctx context.Context, sizes []int) ([]etcdDeployRun, e
 	if err != nil {
 		return nil, err
 	}
-	var clis []*clientv3.Client
-	defer func() {
-		for _, c := range clis {
-			c.Close()
-		}
-	}()
-	for _, m := range members {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + m.grpcAddr}, DialTimeout: 5 * time.Second})
-		if err != nil {
-			return nil, err
-		}
-		clis = append(clis, c)
+	clis, err := dialEtcd(members)
+	if err != nil {
+		return nil, err
 	}
+	defer closeEtcd(clis)
 	leader, err := etcdLeader(ctx, clis[0], members)
 	if err != nil {
 		return nil, err
