@@ -142,15 +142,15 @@ func TestReportRoundTrip(t *testing.T) {
 	if err := proto.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	if !sameReport(&back, reportOf(snap, "s1")) {
+	if !orchestrator.SameReport(&back, reportOf(snap, "s1")) {
 		t.Errorf("a stored report does not compare equal to itself")
 	}
-	if sameReport(&back, reportOf(snap, "s2")) {
+	if orchestrator.SameReport(&back, reportOf(snap, "s2")) {
 		t.Errorf("a report of another session compares equal")
 	}
 	lost := proto.Clone(&back).(*pborch.Task)
 	lost.LastStatus = orchestrator.StatusLost
-	if sameReport(lost, reportOf(snap, "s1")) {
+	if orchestrator.SameReport(lost, reportOf(snap, "s1")) {
 		t.Errorf("a task marked lost compares equal to the report")
 	}
 }

@@ -3,7 +3,6 @@ package agent
 import (
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
@@ -64,39 +63,10 @@ func timestamp(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
-// mergeReport returns stored with the agent's fields replaced by those of
-// report and reported_at set: what the agent writes over a stored task.
+// mergeReport is what the agent writes over a stored task
+// (orchestrator.MergeReport), reported now.
 func mergeReport(stored, report *pborch.Task, reportedAt time.Time) *pborch.Task {
-	t := proto.Clone(stored).(*pborch.Task)
-	t.LastStatus = report.GetLastStatus()
-	t.Containers = report.GetContainers()
-	t.Health = report.GetHealth()
-	t.StopReason = report.GetStopReason()
-	t.StartedAt = report.GetStartedAt()
-	t.StoppingAt = report.GetStoppingAt()
-	t.StoppedAt = report.GetStoppedAt()
-	t.Session = report.GetSession()
-	t.ReportedAt = timestamppb.New(reportedAt)
-	return t
-}
-
-// sameReport reports whether the stored task carries the agent's report:
-// its agent-owned fields equal report's, reported_at aside.
-func sameReport(stored, report *pborch.Task) bool {
-	return proto.Equal(agentFields(stored), agentFields(report))
-}
-
-func agentFields(t *pborch.Task) *pborch.Task {
-	return &pborch.Task{
-		LastStatus: t.GetLastStatus(),
-		Containers: t.GetContainers(),
-		Health:     t.GetHealth(),
-		StopReason: t.GetStopReason(),
-		StartedAt:  t.GetStartedAt(),
-		StoppingAt: t.GetStoppingAt(),
-		StoppedAt:  t.GetStoppedAt(),
-		Session:    t.GetSession(),
-	}
+	return orchestrator.MergeReport(stored, report, timestamppb.New(reportedAt))
 }
 
 // finishedSnapshot is the report of a task that stops here without its

@@ -221,7 +221,7 @@ func (a *Agent) reconcileLocked(e *task) effects {
 		stored = e.stored
 	}
 	mine := reportOf(e.snap, a.session)
-	reported := e.written >= e.seq && (stored == nil || sameReport(stored, mine) || e.repairs >= maxRepairs)
+	reported := e.written >= e.seq && (stored == nil || orchestrator.SameReport(stored, mine) || e.repairs >= maxRepairs)
 	d := decide(situation{stored: stored, phase: e.phase, reported: reported, leaving: a.leaving})
 	if d.silent && !e.silent {
 		e.silent = true
@@ -244,7 +244,7 @@ func (a *Agent) reconcileLocked(e *task) effects {
 	default:
 		// Nothing to decide: repair the store if it no longer carries the
 		// report (the servers marked the task lost, a new session began).
-		if e.hasReport && !e.silent && stored != nil && e.written >= e.seq && !sameReport(stored, mine) && e.repairs < maxRepairs {
+		if e.hasReport && !e.silent && stored != nil && e.written >= e.seq && !orchestrator.SameReport(stored, mine) && e.repairs < maxRepairs {
 			e.repairs++
 			e.seq++
 			a.log.Info("the store differs from the agent's report; reporting again", "task", e.key(), "stored", stored.GetLastStatus(), "report", mine.GetLastStatus())

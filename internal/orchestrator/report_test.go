@@ -59,7 +59,7 @@ func TestIsAgentReport(t *testing.T) {
 			if tc.uid != "" {
 				next.Id.Uid = tc.uid
 			}
-			if got := IsAgentReport(prev, next); got != tc.want {
+			if got := IsAgentReport(prev, next, nt); got != tc.want {
 				t.Fatalf("IsAgentReport = %v, want %v", got, tc.want)
 			}
 		})

@@ -116,10 +116,11 @@ func (h *Hub) watch(ctx context.Context) error {
 
 // apply takes one event of the hub's watch.
 func (h *Hub) apply(ev *pbresource.WatchEvent) {
-	var inst string // decoded before the lock: subscribers wait on it
+	var task *pborch.Task // decoded before the lock: subscribers wait on it
 	if ev.GetOp() == pbresource.WatchEvent_OP_UPSERT {
-		inst = instanceOf(ev.GetResource())
+		task = taskOf(ev.GetResource())
 	}
+	inst := task.GetInstance()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if ev.GetIndex() > h.index {
@@ -151,7 +152,7 @@ func (h *Hub) apply(ev *pbresource.WatchEvent) {
 		prev := m[k]
 		m[k] = res
 		h.where[k] = inst
-		if prev != nil && orchestrator.IsAgentReport(prev, res) {
+		if prev != nil && orchestrator.IsAgentReport(prev, res, task) {
 			// The agent's own report: it has it from its write. Echoing
 			// each report back would double what every agent receives.
 			return
@@ -178,14 +179,14 @@ func (h *Hub) forget(inst string, k taskKey) {
 	}
 }
 
-// instanceOf is a task's data.instance; "" when its data does not decode
-// (then no agent is told of it).
-func instanceOf(res *pbresource.Resource) string {
+// taskOf is a task's data; nil (so no instance, and no agent is told of
+// it) when it does not decode.
+func taskOf(res *pbresource.Resource) *pborch.Task {
 	t, err := resource.DecodeData[*pborch.Task](res)
 	if err != nil {
-		return ""
+		return nil
 	}
-	return t.GetInstance()
+	return t
 }
 
 // sendLocked hands ev to inst's subscribers, ending any that is full.
