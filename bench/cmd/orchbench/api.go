@@ -155,3 +155,23 @@ func retire(ctx context.Context, a *api, tw *taskWatch, names []string, waits []
 	}
 	return nil
 }
+
+// registerSimDef writes family:revision, one exec container; on a
+// simulated instance it runs without a process.
+func (a *api) registerSimDef(ctx context.Context, family string, revision int64) error {
+	data, err := anypb.New(&pborch.TaskDefinition{
+		Family:     family,
+		Revision:   revision,
+		Containers: []*pborch.ContainerDefinition{{Name: "daemon", Driver: "exec", Command: []string{"sleep", "infinity"}}},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = a.res.Write(ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{
+		Id: orchestrator.TaskDefinitionID(namespace, family, revision), Data: data,
+	}})
+	if err != nil {
+		return fmt.Errorf("register %s:%d: %w", family, revision, err)
+	}
+	return nil
+}

@@ -2,19 +2,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
-	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/client"
 )
 
 // daemonZones: the daemon cell's fleet carries zone-1 ... zone-5, so that
@@ -149,28 +145,31 @@ func (b *bench) trellisDaemon(ctx context.Context) (*daemonResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc := newSchedClient(leader.httpAddr)
+	sc, err := client.New(leader.httpAddr, client.WithHTTPClient(&http.Client{Timeout: 30 * time.Second}))
+	if err != nil {
+		return nil, err
+	}
 	small := b.daemonInstances / daemonZones
-	fresh := func(label string, spec envSpec, want int) (deployRun, error) {
-		version, err := sc.createEnv(ctx, spec)
+	fresh := func(label string, spec client.EnvironmentSpec, want int) (deployRun, error) {
+		w, err := sc.CreateEnvironment(ctx, namespace, &spec)
 		if err != nil {
 			return deployRun{}, err
 		}
 		fmt.Fprintf(b.progress, "daemon: %s\n", label)
-		return b.timeDeployment(ctx, sc, dw, iw, servers, ws, label, spec.Name, version, want)
+		return b.timeDeployment(ctx, sc, dw, iw, servers, ws, label, spec.Name, w.Version, want)
 	}
 	// Fresh deployments, with the default deployment configuration: every
 	// instance places at once (there is no old task to keep), healthy as
 	// soon as it runs (min_healthy_time 0s).
 	for i, f := range []struct {
 		label string
-		spec  envSpec
+		spec  client.EnvironmentSpec
 		want  int
 	}{
-		{fmt.Sprintf("fresh deployment to %d instances", small), envSpec{Name: "daemon-small", Type: "daemon", TaskDefinition: "daemon-a:1",
-			InstanceGroup: instanceGroup{Cluster: "default", Attributes: []string{"zone=zone-1"}}}, small},
-		{fmt.Sprintf("fresh deployment to %d instances", b.daemonInstances), envSpec{Name: "daemon-all", Type: "daemon", TaskDefinition: "daemon-b:1",
-			InstanceGroup: instanceGroup{Cluster: "default", Attributes: []string{"simulated=true"}}}, b.daemonInstances},
+		{fmt.Sprintf("fresh deployment to %d instances", small), client.EnvironmentSpec{Name: "daemon-small", Type: "daemon", TaskDefinition: "daemon-a:1",
+			InstanceGroup: &client.InstanceGroupSpec{Cluster: "default", Attributes: []string{"zone=zone-1"}}}, small},
+		{fmt.Sprintf("fresh deployment to %d instances", b.daemonInstances), client.EnvironmentSpec{Name: "daemon-all", Type: "daemon", TaskDefinition: "daemon-b:1",
+			InstanceGroup: &client.InstanceGroupSpec{Cluster: "default", Attributes: []string{"simulated=true"}}}, b.daemonInstances},
 	} {
 		wait := func() {}
 		if i == 1 {
@@ -185,14 +184,15 @@ func (b *bench) trellisDaemon(ctx context.Context) (*daemonResult, error) {
 	}
 
 	// Rolling update of the small environment to a new revision.
-	mhp := 75
-	spec := envSpec{Name: "daemon-small", Type: "daemon", TaskDefinition: "daemon-a:2",
-		InstanceGroup: instanceGroup{Cluster: "default", Attributes: []string{"zone=zone-1"}},
-		Deployment:    &deployConfig{MinHealthyPercent: &mhp, MinHealthyTime: b.minHealthy.String()}}
-	version, err := sc.updateEnv(ctx, spec)
+	mhp := int32(75)
+	spec := client.EnvironmentSpec{Name: "daemon-small", Type: "daemon", TaskDefinition: "daemon-a:2",
+		InstanceGroup: &client.InstanceGroupSpec{Cluster: "default", Attributes: []string{"zone=zone-1"}},
+		Deployment:    &client.DeploymentSettings{MinHealthyPercent: &mhp, MinHealthyTime: b.minHealthy.String()}}
+	w, err := sc.UpdateEnvironment(ctx, namespace, spec.Name, &spec)
 	if err != nil {
 		return nil, err
 	}
+	version := w.Version
 	label := fmt.Sprintf("rolling update of %d instances, min_healthy_percent 75, min_healthy_time %s", small, b.minHealthy)
 	fmt.Fprintf(b.progress, "daemon: %s\n", label)
 	if r.rolling, err = b.timeDeployment(ctx, sc, dw, iw, servers, ws, label, spec.Name, version, small); err != nil {
@@ -201,8 +201,8 @@ func (b *bench) trellisDaemon(ctx context.Context) (*daemonResult, error) {
 
 	// The third environment: two zones of five.
 	if r.third, err = fresh(fmt.Sprintf("fresh deployment to %d instances (third environment)", 2*small),
-		envSpec{Name: "daemon-two-zones", Type: "daemon", TaskDefinition: "daemon-c:1",
-			InstanceGroup: instanceGroup{Cluster: "default", Attributes: []string{"zone in (zone-2,zone-3)"}}}, 2*small); err != nil {
+		client.EnvironmentSpec{Name: "daemon-two-zones", Type: "daemon", TaskDefinition: "daemon-c:1",
+			InstanceGroup: &client.InstanceGroupSpec{Cluster: "default", Attributes: []string{"zone in (zone-2,zone-3)"}}}, 2*small); err != nil {
 		return nil, err
 	}
 
@@ -259,7 +259,7 @@ func (b *bench) trellisDaemon(ctx context.Context) (*daemonResult, error) {
 // timeDeployment starts a deployment of version and waits until it is
 // completed, then checks that the environment is whole (every matching
 // instance runs one healthy task of it).
-func (b *bench) timeDeployment(ctx context.Context, sc *schedClient, dw *deploymentWatch, iw *instanceWatch, servers []*server, ws []watched,
+func (b *bench) timeDeployment(ctx context.Context, sc *client.Client, dw *deploymentWatch, iw *instanceWatch, servers []*server, ws []watched,
 	label, env, version string, want int) (deployRun, error) {
 	run := deployRun{label: label, env: env}
 	leader0, err := trellisLeader(ctx, servers)
@@ -272,10 +272,14 @@ func (b *bench) timeDeployment(ctx context.Context, sc *schedClient, dw *deploym
 		ticks[i], _ = cpuTicks(p.pid)
 	}
 	t0 := time.Now()
-	id, err := sc.startDeployment(ctx, env, version)
+	started, err := sc.StartDeployment(ctx, namespace, env, version)
 	if err != nil {
 		return run, err
 	}
+	if started == nil || started.ID.Name == "" {
+		return run, fmt.Errorf("StartDeployment %s: the answer names no deployment", env)
+	}
+	id := started.ID.Name
 	run.accepted = time.Since(t0)
 	d, at, err := dw.waitEnded(ctx, id, 10*time.Minute)
 	if err != nil {
@@ -300,7 +304,7 @@ func (b *bench) timeDeployment(ctx context.Context, sc *schedClient, dw *deploym
 	if run.total != want {
 		return run, fmt.Errorf("%s: deployment %s covered %d instances, not %d", label, id, run.total, want)
 	}
-	st, err := sc.envState(ctx, env)
+	st, err := sc.EnvironmentStatus(ctx, namespace, env)
 	if err != nil {
 		return run, err
 	}
@@ -310,19 +314,6 @@ func (b *bench) timeDeployment(ctx context.Context, sc *schedClient, dw *deploym
 	fmt.Fprintf(b.progress, "daemon: %s: %s (%.0f placements/s; batch size %d; answered in %s; in progress %s by the leader's clock; CPU %s; %s)\n",
 		label, round(run.took), run.perSec(), run.batchSize, round(run.accepted), round(run.serverSpan), run.cpuSummary(), run.disruption())
 	return run, nil
-}
-
-// envState is the environment status operation.
-func (c *schedClient) envState(ctx context.Context, env string) (*pbscheduler.EnvironmentState, error) {
-	var raw json.RawMessage
-	if err := c.call(ctx, http.MethodGet, "/v1/environments/"+url.PathEscape(env)+"/status", nil, &raw); err != nil {
-		return nil, err
-	}
-	var st pbscheduler.EnvironmentState
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, &st); err != nil {
-		return nil, fmt.Errorf("environment %s status: %w", env, err)
-	}
-	return &st, nil
 }
 
 // profileLeader, when -profile is set, fetches a CPU profile of secs

@@ -13,6 +13,11 @@ import (
 	"trellis.dev/trellis/internal/orchestrator"
 )
 
+// deploymentType is scheduler/v1/Deployment (internal/scheduler's
+// DeploymentType, whose package would bring the server's dependencies
+// into this module).
+var deploymentType = &pbresource.Type{Group: "scheduler", GroupVersion: "v1", Kind: "Deployment"}
+
 // deploymentWatch follows the Deployments of one namespace through one
 // WatchList stream: the latest of each, and when each was first seen in a
 // final status. Times are taken as events are received.
