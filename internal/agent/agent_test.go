@@ -121,9 +121,13 @@ func TestAssignmentsArriveByWatch(t *testing.T) {
 	registered(t, srv, a)
 
 	srv.registerDefinition(t, "default", shDefinition("sleeper", "exec sleep 1000"))
+	reads := counts.count("Read")
 	srv.place(t, "default", "t1", "sleeper:1", "i-1")
 	srv.place(t, "default", "elsewhere", "sleeper:1", "i-2")
 	tk := srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
+	if n := counts.count("Read") - reads; n != 0 {
+		t.Errorf("the agent read %d times to start the task; want its definition from the task stream", n)
+	}
 	c := tk.GetContainers()
 	if len(c) != 1 || c[0].GetStatus() != orchestrator.StatusRunning || c[0].GetRuntimeId() == "" || c[0].GetStartedAt() == nil {
 		t.Errorf("containers %v; want app running with a pid", c)

@@ -231,8 +231,22 @@ func newToken() string {
 	return hex.EncodeToString(b)
 }
 
+// learnDefinition keeps a task definition the task stream carried, so
+// that definition need not read it.
+func (a *Agent) learnDefinition(res *pbresource.Resource) {
+	def := &pborch.TaskDefinition{}
+	if err := res.GetData().UnmarshalTo(def); err != nil {
+		a.log.Warn("cannot decode a task definition from the task stream; ignoring it", "definition", res.GetId().GetName(), "err", err)
+		return
+	}
+	key := res.GetId().GetTenancy().GetNamespace() + "/" + orchestrator.TaskDefinitionRef(def.GetFamily(), def.GetRevision())
+	a.mu.Lock()
+	a.defs[key] = def
+	a.mu.Unlock()
+}
+
 // definition resolves ns's family:revision, once per agent (definitions
-// are immutable). Errors other than NotFound are retried until ctx ends.
+// are immutable): from what the task stream carried, or read. Errors other than NotFound are retried until ctx ends.
 func (a *Agent) definition(ctx context.Context, s *session, ns, ref string) (*pborch.TaskDefinition, error) {
 	key := ns + "/" + ref
 	a.mu.Lock()

@@ -49,7 +49,7 @@ type eventStream interface {
 func (s *session) openTaskStream(ctx context.Context) (stream eventStream, first *pbresource.WatchEvent, fresh bool, err error) {
 	a := s.a
 	if !s.noWatchTasks {
-		ts, err := s.hb.WatchTasks(ctx, &pbagent.WatchTasksRequest{Instance: a.cfg.Name})
+		ts, err := s.hb.WatchTasks(ctx, &pbagent.WatchTasksRequest{Instance: a.cfg.Name, WithDefinitions: true})
 		if err != nil {
 			return nil, nil, false, err
 		}
@@ -95,15 +95,20 @@ func (s *session) watchOnce(ctx context.Context) error {
 				return err
 			}
 		}
-		switch ev.GetOp() {
-		case pbresource.WatchEvent_OP_UPSERT:
+		switch {
+		case isDefinition(ev):
+			// Carried ahead of the first task that uses it: no event of a
+			// task, and no index of its own.
+			a.learnDefinition(ev.GetResource())
+			continue
+		case ev.GetOp() == pbresource.WatchEvent_OP_UPSERT:
 			if fresh && inSnapshot {
 				seen[ev.GetResource().GetId().GetUid()] = true
 			}
 			a.observe(ctx, s, ev.GetResource(), false)
-		case pbresource.WatchEvent_OP_DELETE:
+		case ev.GetOp() == pbresource.WatchEvent_OP_DELETE:
 			a.observe(ctx, s, ev.GetResource(), true)
-		case pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
+		case ev.GetOp() == pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
 			if fresh && inSnapshot {
 				a.sweep(ctx, s, seen)
 			}
@@ -111,6 +116,13 @@ func (s *session) watchOnce(ctx context.Context) error {
 		}
 		a.watchIndex = nextWatchIndex(a.watchIndex, ev, fresh && inSnapshot)
 	}
+}
+
+// isDefinition: ev carries a task definition (WatchTasksRequest.
+// with_definitions), not a task.
+func isDefinition(ev *pbresource.WatchEvent) bool {
+	return ev.GetOp() == pbresource.WatchEvent_OP_UPSERT &&
+		storage.SameType(ev.GetResource().GetId().GetType(), orchestrator.TaskDefinitionType)
 }
 
 // nextWatchIndex is the index to resume from after ev: the highest index

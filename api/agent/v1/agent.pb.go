@@ -32,9 +32,17 @@ const (
 type WatchTasksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// instance is the Instance's name.
-	Instance      string `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Instance string `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
+	// with_definitions asks the server to send, before the first event of a
+	// task whose task definition this stream has not carried yet, that
+	// definition: an UPSERT of its orchestrator/v1/TaskDefinition resource
+	// (at the task's index). Definitions never change, so each is sent once
+	// per stream, and an agent starts a task without reading its definition
+	// first. A definition the server cannot read is not sent; the agent
+	// reads it then as before. Agents that do not ask get tasks only.
+	WithDefinitions bool `protobuf:"varint,2,opt,name=with_definitions,json=withDefinitions,proto3" json:"with_definitions,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *WatchTasksRequest) Reset() {
@@ -72,6 +80,13 @@ func (x *WatchTasksRequest) GetInstance() string {
 		return x.Instance
 	}
 	return ""
+}
+
+func (x *WatchTasksRequest) GetWithDefinitions() bool {
+	if x != nil {
+		return x.WithDefinitions
+	}
+	return false
 }
 
 type HeartbeatRequest struct {
@@ -334,9 +349,10 @@ var File_api_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18api/agent/v1/agent.proto\x12\x10trellis.agent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1eapi/resource/v1/resource.proto\"/\n" +
+	"\x18api/agent/v1/agent.proto\x12\x10trellis.agent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1eapi/resource/v1/resource.proto\"Z\n" +
 	"\x11WatchTasksRequest\x12\x1a\n" +
-	"\binstance\x18\x01 \x01(\tR\binstance\"H\n" +
+	"\binstance\x18\x01 \x01(\tR\binstance\x12)\n" +
+	"\x10with_definitions\x18\x02 \x01(\bR\x0fwithDefinitions\"H\n" +
 	"\x10HeartbeatRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\"^\n" +

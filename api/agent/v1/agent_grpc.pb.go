@@ -65,7 +65,8 @@ type AgentServiceClient interface {
 	// fleet of agents costs the servers one watch, not one per agent. It
 	// never resumes: every stream starts with a snapshot. OUT_OF_RANGE ends a
 	// stream whose reader fell behind, or whose server had to list the tasks
-	// again: open it again.
+	// again: open it again. With with_definitions, the stream also carries
+	// the task definitions its tasks use (see WatchTasksRequest).
 	WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.WatchEvent], error)
 }
 
@@ -150,7 +151,8 @@ type AgentServiceServer interface {
 	// fleet of agents costs the servers one watch, not one per agent. It
 	// never resumes: every stream starts with a snapshot. OUT_OF_RANGE ends a
 	// stream whose reader fell behind, or whose server had to list the tasks
-	// again: open it again.
+	// again: open it again. With with_definitions, the stream also carries
+	// the task definitions its tasks use (see WatchTasksRequest).
 	WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[v1.WatchEvent]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }

@@ -58,6 +58,8 @@ type Hub struct {
 	byInst map[string]map[taskKey]*pbresource.Resource
 	where  map[taskKey]string
 	subs   map[string]map[*Subscription]struct{}
+
+	definitions definitionCache
 }
 
 // NewHub returns a hub reading tasks through api (an in-process resource

@@ -10,7 +10,8 @@ import (
 )
 
 // WatchTasks serves AgentService.WatchTasks from the hub: the instance's
-// tasks, END_OF_SNAPSHOT, then their changes.
+// tasks, END_OF_SNAPSHOT, then their changes; with with_definitions, each
+// task definition they use before the first of its tasks.
 func (h *Hub) WatchTasks(req *pbagent.WatchTasksRequest, stream pbagent.AgentService_WatchTasksServer) error {
 	if err := resource.ValidateName("instance", req.GetInstance()); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
@@ -21,8 +22,22 @@ func (h *Hub) WatchTasks(req *pbagent.WatchTasksRequest, stream pbagent.AgentSer
 		return err
 	}
 	defer sub.Close()
+	var defs *definitionCarrier
+	if req.GetWithDefinitions() {
+		defs = newDefinitionCarrier(h)
+	}
+	send := func(ev *pbresource.WatchEvent) error {
+		if defs != nil {
+			if def := defs.before(ctx, ev); def != nil {
+				if err := stream.Send(def); err != nil {
+					return err
+				}
+			}
+		}
+		return stream.Send(ev)
+	}
 	for _, res := range snap {
-		if err := stream.Send(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_UPSERT, Resource: res, Index: index}); err != nil {
+		if err := send(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_UPSERT, Resource: res, Index: index}); err != nil {
 			return err
 		}
 	}
@@ -37,7 +52,7 @@ func (h *Hub) WatchTasks(req *pbagent.WatchTasksRequest, stream pbagent.AgentSer
 			}
 			return err
 		}
-		if err := stream.Send(ev); err != nil {
+		if err := send(ev); err != nil {
 			return err
 		}
 	}
