@@ -29,6 +29,11 @@ type session struct {
 	// noWatchTasks: the server has no WatchTasks (an older server); the
 	// session watches every task instead.
 	noWatchTasks bool
+	// beats is the open heartbeat stream (nil between streams);
+	// noHeartbeatStream: the server has none (an older server), so each
+	// heartbeat is a call. Only the heartbeat loop uses them.
+	beats             *beatStream
+	noHeartbeatStream bool
 	// starts are the task starts under way on this session; it ends only
 	// once they have given up, so that the next session's resync sees
 	// the tasks they dropped as idle and starts them again.
@@ -55,6 +60,7 @@ func (a *Agent) runSession(ctx context.Context, addr string) (worked bool, err e
 	ctx, cancel := context.WithCancel(ctx)
 	defer s.starts.Wait()
 	defer cancel()
+	defer s.closeBeatStream()
 
 	a.mu.Lock()
 	registered := a.registered
@@ -193,10 +199,22 @@ func (s *session) heartbeat(ctx context.Context) error {
 	return nil
 }
 
+// beat sends one heartbeat: on the session's heartbeat stream, or as a
+// call to a server that has none.
 func (s *session) beat(ctx context.Context) (*pbagent.HeartbeatResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, min(s.a.cfg.RPCTimeout, s.a.ttlValue()/4))
+	req := &pbagent.HeartbeatRequest{Instance: s.a.cfg.Name, Session: s.a.Session()}
+	timeout := min(s.a.cfg.RPCTimeout, s.a.ttlValue()/4)
+	if !s.noHeartbeatStream {
+		resp, err := s.beatOnStream(ctx, req, timeout)
+		if status.Code(err) != codes.Unimplemented {
+			return resp, err
+		}
+		s.noHeartbeatStream = true
+		s.a.log.Info("the server has no heartbeat stream; calling Heartbeat", "server", s.addr)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return s.hb.Heartbeat(ctx, &pbagent.HeartbeatRequest{Instance: s.a.cfg.Name, Session: s.a.Session()})
+	return s.hb.Heartbeat(ctx, req)
 }
 
 func (a *Agent) ttlValue() time.Duration { return time.Duration(a.ttl.Load()) }

@@ -77,6 +77,10 @@ func (a agentService) Heartbeat(ctx context.Context, req *pbagent.HeartbeatReque
 	return a.heartbeats.Heartbeat(ctx, req)
 }
 
+func (a agentService) HeartbeatStream(stream pbagent.AgentService_HeartbeatStreamServer) error {
+	return a.heartbeats.HeartbeatStream(stream)
+}
+
 func (a agentService) ForwardHeartbeats(ctx context.Context, req *pbagent.ForwardHeartbeatsRequest) (*pbagent.ForwardHeartbeatsResponse, error) {
 	return a.heartbeats.ForwardHeartbeats(ctx, req)
 }

@@ -367,9 +367,10 @@ const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\bresponse\x18\x02 \x01(\v2#.trellis.agent.v1.HeartbeatResponseR\bresponse\"X\n" +
 	"\x11HeartbeatResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x16\n" +
-	"\x06leader\x18\x02 \x01(\tR\x06leader2\xa8\x02\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader2\x88\x03\n" +
 	"\fAgentService\x12T\n" +
-	"\tHeartbeat\x12\".trellis.agent.v1.HeartbeatRequest\x1a#.trellis.agent.v1.HeartbeatResponse\x12l\n" +
+	"\tHeartbeat\x12\".trellis.agent.v1.HeartbeatRequest\x1a#.trellis.agent.v1.HeartbeatResponse\x12^\n" +
+	"\x0fHeartbeatStream\x12\".trellis.agent.v1.HeartbeatRequest\x1a#.trellis.agent.v1.HeartbeatResponse(\x010\x01\x12l\n" +
 	"\x11ForwardHeartbeats\x12*.trellis.agent.v1.ForwardHeartbeatsRequest\x1a+.trellis.agent.v1.ForwardHeartbeatsResponse\x12T\n" +
 	"\n" +
 	"WatchTasks\x12#.trellis.agent.v1.WatchTasksRequest\x1a\x1f.trellis.resource.v1.WatchEvent0\x01B*Z(trellis.dev/trellis/api/agent/v1;pbagentb\x06proto3"
@@ -403,13 +404,15 @@ var file_api_agent_v1_agent_proto_depIdxs = []int32{
 	5, // 2: trellis.agent.v1.HeartbeatResult.response:type_name -> trellis.agent.v1.HeartbeatResponse
 	6, // 3: trellis.agent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
 	1, // 4: trellis.agent.v1.AgentService.Heartbeat:input_type -> trellis.agent.v1.HeartbeatRequest
-	2, // 5: trellis.agent.v1.AgentService.ForwardHeartbeats:input_type -> trellis.agent.v1.ForwardHeartbeatsRequest
-	0, // 6: trellis.agent.v1.AgentService.WatchTasks:input_type -> trellis.agent.v1.WatchTasksRequest
-	5, // 7: trellis.agent.v1.AgentService.Heartbeat:output_type -> trellis.agent.v1.HeartbeatResponse
-	3, // 8: trellis.agent.v1.AgentService.ForwardHeartbeats:output_type -> trellis.agent.v1.ForwardHeartbeatsResponse
-	7, // 9: trellis.agent.v1.AgentService.WatchTasks:output_type -> trellis.resource.v1.WatchEvent
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
+	1, // 5: trellis.agent.v1.AgentService.HeartbeatStream:input_type -> trellis.agent.v1.HeartbeatRequest
+	2, // 6: trellis.agent.v1.AgentService.ForwardHeartbeats:input_type -> trellis.agent.v1.ForwardHeartbeatsRequest
+	0, // 7: trellis.agent.v1.AgentService.WatchTasks:input_type -> trellis.agent.v1.WatchTasksRequest
+	5, // 8: trellis.agent.v1.AgentService.Heartbeat:output_type -> trellis.agent.v1.HeartbeatResponse
+	5, // 9: trellis.agent.v1.AgentService.HeartbeatStream:output_type -> trellis.agent.v1.HeartbeatResponse
+	3, // 10: trellis.agent.v1.AgentService.ForwardHeartbeats:output_type -> trellis.agent.v1.ForwardHeartbeatsResponse
+	7, // 11: trellis.agent.v1.AgentService.WatchTasks:output_type -> trellis.resource.v1.WatchEvent
+	8, // [8:12] is the sub-list for method output_type
+	4, // [4:8] is the sub-list for method input_type
 	4, // [4:4] is the sub-list for extension type_name
 	4, // [4:4] is the sub-list for extension extendee
 	0, // [0:4] is the sub-list for field type_name

@@ -27,6 +27,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	AgentService_Heartbeat_FullMethodName         = "/trellis.agent.v1.AgentService/Heartbeat"
+	AgentService_HeartbeatStream_FullMethodName   = "/trellis.agent.v1.AgentService/HeartbeatStream"
 	AgentService_ForwardHeartbeats_FullMethodName = "/trellis.agent.v1.AgentService/ForwardHeartbeats"
 	AgentService_WatchTasks_FullMethodName        = "/trellis.agent.v1.AgentService/WatchTasks"
 )
@@ -48,6 +49,16 @@ type AgentServiceClient interface {
 	//     google.rpc.ErrorInfo detail of domain "heartbeat.trellis.dev".
 	//   - INVALID_ARGUMENT: a malformed request.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
+	// HeartbeatStream is Heartbeat over one long-lived stream: the agent
+	// sends a HeartbeatRequest whenever it would have called Heartbeat, and
+	// the server answers each, in order, as Heartbeat would. An error ends
+	// the stream with the status Heartbeat would have returned (the same
+	// codes and details); DEADLINE_EXCEEDED when the server could not answer
+	// a heartbeat within a quarter of the TTL. The agent opens a new stream
+	// after any error. A heartbeat costs the agent and the server a message
+	// each way instead of a call (a new HTTP/2 stream with its headers and
+	// trailers), which is most of what a fleet's heartbeats cost.
+	HeartbeatStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error)
 	// ForwardHeartbeats is how a follower hands the leader the heartbeats
 	// agents sent it: many at once, so that a fleet heartbeating through
 	// the followers costs the leader one call per batch, not one per
@@ -88,6 +99,19 @@ func (c *agentServiceClient) Heartbeat(ctx context.Context, in *HeartbeatRequest
 	return out, nil
 }
 
+func (c *agentServiceClient) HeartbeatStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[0], AgentService_HeartbeatStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[HeartbeatRequest, HeartbeatResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_HeartbeatStreamClient = grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse]
+
 func (c *agentServiceClient) ForwardHeartbeats(ctx context.Context, in *ForwardHeartbeatsRequest, opts ...grpc.CallOption) (*ForwardHeartbeatsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ForwardHeartbeatsResponse)
@@ -100,7 +124,7 @@ func (c *agentServiceClient) ForwardHeartbeats(ctx context.Context, in *ForwardH
 
 func (c *agentServiceClient) WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.WatchEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[0], AgentService_WatchTasks_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[1], AgentService_WatchTasks_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +158,16 @@ type AgentServiceServer interface {
 	//     google.rpc.ErrorInfo detail of domain "heartbeat.trellis.dev".
 	//   - INVALID_ARGUMENT: a malformed request.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
+	// HeartbeatStream is Heartbeat over one long-lived stream: the agent
+	// sends a HeartbeatRequest whenever it would have called Heartbeat, and
+	// the server answers each, in order, as Heartbeat would. An error ends
+	// the stream with the status Heartbeat would have returned (the same
+	// codes and details); DEADLINE_EXCEEDED when the server could not answer
+	// a heartbeat within a quarter of the TTL. The agent opens a new stream
+	// after any error. A heartbeat costs the agent and the server a message
+	// each way instead of a call (a new HTTP/2 stream with its headers and
+	// trailers), which is most of what a fleet's heartbeats cost.
+	HeartbeatStream(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error
 	// ForwardHeartbeats is how a follower hands the leader the heartbeats
 	// agents sent it: many at once, so that a fleet heartbeating through
 	// the followers costs the leader one call per batch, not one per
@@ -166,6 +200,9 @@ type UnimplementedAgentServiceServer struct{}
 
 func (UnimplementedAgentServiceServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
+func (UnimplementedAgentServiceServer) HeartbeatStream(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error {
+	return status.Error(codes.Unimplemented, "method HeartbeatStream not implemented")
 }
 func (UnimplementedAgentServiceServer) ForwardHeartbeats(context.Context, *ForwardHeartbeatsRequest) (*ForwardHeartbeatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForwardHeartbeats not implemented")
@@ -211,6 +248,13 @@ func _AgentService_Heartbeat_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _AgentService_HeartbeatStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AgentServiceServer).HeartbeatStream(&grpc.GenericServerStream[HeartbeatRequest, HeartbeatResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_HeartbeatStreamServer = grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]
 
 func _AgentService_ForwardHeartbeats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ForwardHeartbeatsRequest)
@@ -258,6 +302,12 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "HeartbeatStream",
+			Handler:       _AgentService_HeartbeatStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "WatchTasks",
 			Handler:       _AgentService_WatchTasks_Handler,

@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 
 	"google.golang.org/grpc"
@@ -95,6 +96,36 @@ func (s *Service) Heartbeat(ctx context.Context, req *pbagent.HeartbeatRequest) 
 	}
 	s.cfg.Tracker.metrics.heartbeats.WithLabelValues(resultForwarded).Inc()
 	return s.fwd.forward(ctx, req)
+}
+
+// HeartbeatStream implements pbagent.AgentServiceServer: Heartbeat for
+// each request of the stream, answered in order. The first error ends the
+// stream with it. A heartbeat not answered within a quarter of the TTL
+// (the leader is slow, or out of reach) ends it with DeadlineExceeded, as
+// the agent's own deadline ends a call.
+func (s *Service) HeartbeatStream(stream pbagent.AgentService_HeartbeatStreamServer) error {
+	ctx := stream.Context()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		bctx, cancel := context.WithTimeout(ctx, s.cfg.Tracker.TTL()/4)
+		resp, err := s.Heartbeat(bctx, req)
+		if err != nil && bctx.Err() != nil {
+			err = status.FromContextError(bctx.Err()).Err()
+		}
+		cancel()
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
 }
 
 // ForwardHeartbeats implements pbagent.AgentServiceServer: the leader's

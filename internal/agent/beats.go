@@ -1,0 +1,98 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pbagent "trellis.dev/trellis/api/agent/v1"
+)
+
+// The agent heartbeats over one stream per session (AgentService.
+// HeartbeatStream): a message each way per heartbeat, where a call costs a
+// new HTTP/2 stream with its headers and trailers on both sides. With
+// thousands of instances per server that difference is most of what
+// heartbeats cost the servers. A server without the stream (an older one)
+// is called as before.
+
+// beatStream is a session's open heartbeat stream: heartbeats are sent on
+// it one at a time, and each waits for its answer.
+type beatStream struct {
+	stream  pbagent.AgentService_HeartbeatStreamClient
+	answers chan beatAnswer
+	cancel  context.CancelFunc
+}
+
+type beatAnswer struct {
+	resp *pbagent.HeartbeatResponse
+	err  error
+}
+
+// beatOnStream sends one heartbeat on the session's stream, opening it
+// first if need be, and waits up to timeout for its answer. Any failure,
+// a slow answer included, closes the stream: the next heartbeat opens a
+// new one, so an answer is never taken for a later heartbeat's. ctx is the
+// session's: the stream lives as long as it.
+func (s *session) beatOnStream(ctx context.Context, req *pbagent.HeartbeatRequest, timeout time.Duration) (*pbagent.HeartbeatResponse, error) {
+	if s.beats == nil {
+		bs, err := s.openBeatStream(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.beats = bs
+	}
+	bs := s.beats
+	// A failed Send means the stream has ended; its reason comes from the
+	// receiving side.
+	_ = bs.stream.Send(req)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case ans := <-bs.answers:
+		if ans.err != nil {
+			s.closeBeatStream()
+			return nil, ans.err
+		}
+		return ans.resp, nil
+	case <-t.C:
+		s.closeBeatStream()
+		return nil, status.Errorf(codes.DeadlineExceeded, "heartbeat: no answer within %s", timeout)
+	case <-ctx.Done():
+		s.closeBeatStream()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+func (s *session) openBeatStream(ctx context.Context) (*beatStream, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	stream, err := s.hb.HeartbeatStream(sctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	bs := &beatStream{stream: stream, answers: make(chan beatAnswer, 1), cancel: cancel}
+	go func() {
+		for {
+			resp, err := stream.Recv()
+			select {
+			case bs.answers <- beatAnswer{resp, err}:
+			case <-sctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return bs, nil
+}
+
+// closeBeatStream ends the session's heartbeat stream, if one is open.
+func (s *session) closeBeatStream() {
+	if s.beats != nil {
+		s.beats.cancel()
+		s.beats = nil
+	}
+}
