@@ -60,3 +60,42 @@ func TestStoredResourcesShareTheirType(t *testing.T) {
 		t.Fatal("two stored resources of one type hold distinct type URL strings")
 	}
 }
+
+// A stored resource's name is a view into its id-index key, which the
+// index keeps, rather than a second copy; the index is handed the key the
+// write built. WriteBatch leaves the caller's name alone.
+func TestStoredNameIsItsIndexKey(t *testing.T) {
+	res := newRes("ns", "some-name", "u1")
+	key := nameKey(res.GetId())
+	shareName(res, key)
+	if res.GetId().GetName() != "some-name" || unsafe.StringData(res.GetId().GetName()) != &key[len(key)-1-len("some-name")] {
+		t.Fatalf("shareName: name %q is not a view into its key %q", res.GetId().GetName(), key)
+	}
+	ix := idIndexer{next: &nextKey{res: res, key: key}}
+	if _, got, _ := ix.FromObject(res); unsafe.SliceData(got) != unsafe.SliceData(key) {
+		t.Fatal("the id indexer built a new key for the resource it was handed one for")
+	}
+	if _, got, _ := ix.FromObject(newRes("ns", "some-name", "u1")); unsafe.SliceData(got) == unsafe.SliceData(key) || string(got) != string(key) {
+		t.Fatal("the id indexer gave another resource the handed key")
+	}
+
+	s := NewStore()
+	kept := newRes("ns", "kept", "u1")
+	name := kept.GetId().GetName()
+	out, err := s.WriteBatch(1, []*pbresource.Resource{kept, newRes("ns", "other", "u2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unsafe.StringData(kept.GetId().GetName()) != unsafe.StringData(name) {
+		t.Fatal("WriteBatch changed the caller's name")
+	}
+	if got := out[0].GetId().GetName(); got != "kept" || unsafe.StringData(got) == unsafe.StringData(name) {
+		t.Fatalf("stored name %q shares the caller's bytes", got)
+	}
+	if err := s.DeleteCAS(2, testID("ns", "kept"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := s.List(testTyp, &pbresource.Tenancy{Namespace: "ns"}, ""); len(list) != 1 || list[0].GetId().GetName() != "other" {
+		t.Fatalf("after deleting kept, List = %v, want only other", list)
+	}
+}

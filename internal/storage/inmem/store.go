@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/hashicorp/go-memdb"
 	"google.golang.org/protobuf/proto"
@@ -36,6 +37,8 @@ type Store struct {
 	index    atomic.Uint64
 	events   eventRing
 	watchers map[typeKey]map[*watch]struct{}
+	// next passes a write's id-index key to the schema of the current db.
+	next *nextKey
 
 	watcherBuffer int
 
@@ -64,13 +67,15 @@ func WithWatcherBuffer(n int) Option { return func(s *Store) { s.watcherBuffer =
 
 // NewStore returns an empty store at index 0.
 func NewStore(opts ...Option) *Store {
-	db, err := memdb.NewMemDB(newSchema())
+	next := &nextKey{}
+	db, err := memdb.NewMemDB(newSchema(next))
 	if err != nil {
 		panic(fmt.Sprintf("inmem: invalid schema: %v", err)) // a programming error
 	}
 	s := &Store{
 		events:        newEventRing(DefaultEventHistory, DefaultEventHistoryBytes),
 		watchers:      make(map[typeKey]map[*watch]struct{}),
+		next:          next,
 		watcherBuffer: DefaultWatcherBuffer,
 	}
 	s.db.Store(db)
@@ -161,10 +166,12 @@ func (s *Store) writeBatch(idx uint64, resources []*pbresource.Resource, owned b
 	seen := make(map[string]struct{}, len(resources))
 	for i, res := range resources {
 		key := nameKey(res.GetId())
-		if _, dup := seen[string(key)]; dup {
+		// key is never changed once built, so a string over it is safe.
+		skey := unsafe.String(unsafe.SliceData(key), len(key))
+		if _, dup := seen[skey]; dup {
 			return nil, fmt.Errorf("%w: %s appears twice", storage.ErrBatchConflict, storage.IDString(res.GetId()))
 		}
-		seen[string(key)] = struct{}{}
+		seen[skey] = struct{}{}
 		existing, err := getByKey(txn, key)
 		if err != nil {
 			return nil, err
@@ -178,7 +185,8 @@ func (s *Store) writeBatch(idx uint64, resources []*pbresource.Resource, owned b
 		}
 		c.Version = version
 		s.intern(c)
-		if err := txn.Insert(tableResources, c); err != nil {
+		shareName(c, key)
+		if err := s.insert(txn, c, key); err != nil {
 			return nil, err
 		}
 		stored[i] = c
@@ -198,7 +206,8 @@ func (s *Store) DeleteCAS(idx uint64, id *pbresource.ID, version string) error {
 
 	txn := s.db.Load().Txn(true)
 	defer txn.Abort()
-	existing, err := get(txn, id)
+	key := nameKey(id)
+	existing, err := getByKey(txn, key)
 	if err != nil {
 		return err
 	}
@@ -208,13 +217,24 @@ func (s *Store) DeleteCAS(idx uint64, id *pbresource.ID, version string) error {
 	if version != "" && version != existing.GetVersion() {
 		return storage.ErrCASFailure
 	}
-	if err := txn.Delete(tableResources, existing); err != nil {
+	s.next.res, s.next.key = existing, key
+	err = txn.Delete(tableResources, existing)
+	s.next.res, s.next.key = nil, nil
+	if err != nil {
 		return err
 	}
 	txn.Commit()
 	s.setIndex(idx)
 	s.publish(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_DELETE, Resource: existing, Index: idx})
 	return nil
+}
+
+// insert inserts res, whose id-index key is key, into txn. Called with
+// s.mu held.
+func (s *Store) insert(txn *memdb.Txn, res *pbresource.Resource, key []byte) error {
+	s.next.res, s.next.key = res, key
+	defer func() { s.next.res, s.next.key = nil, nil }()
+	return txn.Insert(tableResources, res)
 }
 
 // setIndex records idx as the latest change; indexes never go backwards.
@@ -247,7 +267,10 @@ func (s *Store) ForEach(fn func(*pbresource.Resource) error) (uint64, error) {
 // watcher is cut off with storage.ErrIndexTooOld, since the changes between
 // what it saw and the restored state are unknown.
 func (s *Store) Restore(idx uint64, resources []*pbresource.Resource) error {
-	db, err := memdb.NewMemDB(newSchema())
+	// The resources may be stored ones (what ForEach gave) that readers
+	// hold, so their names are left alone: the index builds its own keys.
+	next := &nextKey{}
+	db, err := memdb.NewMemDB(newSchema(next))
 	if err != nil {
 		return err
 	}
@@ -264,6 +287,7 @@ func (s *Store) Restore(idx uint64, resources []*pbresource.Resource) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.db.Store(db)
+	s.next = next
 	s.index.Store(idx)
 	s.events.reset(idx)
 	for _, set := range s.watchers {
