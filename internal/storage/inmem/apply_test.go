@@ -1,11 +1,12 @@
 package inmem
 
 import (
+	"errors"
+	"fmt"
+	"testing"
 	"unsafe"
 
-	"errors"
 	"google.golang.org/protobuf/types/known/anypb"
-	"testing"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/storage"
@@ -97,5 +98,38 @@ func TestStoredNameIsItsIndexKey(t *testing.T) {
 	}
 	if list, _ := s.List(testTyp, &pbresource.Tenancy{Namespace: "ns"}, ""); len(list) != 1 || list[0].GetId().GetName() != "other" {
 		t.Fatalf("after deleting kept, List = %v, want only other", list)
+	}
+}
+
+// A batch looks its members up without reading through its write
+// transaction, which would drop the transaction's cache of copied tree
+// nodes and copy each member's whole path again (about 39 allocations per
+// member of these batches instead of about 11).
+func TestApplyBatchKeepsItsCopiedNodes(t *testing.T) {
+	s := NewStore()
+	batch := func(i int) []*pbresource.Resource {
+		rs := make([]*pbresource.Resource, 100)
+		for j := range rs {
+			rs[j] = newRes("default", fmt.Sprintf("r-%d-%d", i, j), "u")
+		}
+		return rs
+	}
+	next := 1
+	if _, err := s.ApplyBatch(uint64(next), batch(next)); err != nil {
+		t.Fatal(err)
+	}
+	// Build each batch outside the count.
+	batches := make([][]*pbresource.Resource, 12)
+	for i := range batches {
+		batches[i] = batch(i + 2)
+	}
+	perMember := testing.AllocsPerRun(10, func() {
+		next++
+		if _, err := s.ApplyBatch(uint64(next), batches[next-2]); err != nil {
+			t.Fatal(err)
+		}
+	}) / 100
+	if perMember > 20 {
+		t.Fatalf("ApplyBatch made %.1f allocations per member, want at most 20", perMember)
 	}
 }
