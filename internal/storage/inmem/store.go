@@ -163,11 +163,12 @@ func (s *Store) writeBatch(idx uint64, resources []*pbresource.Resource, owned b
 	defer txn.Abort()
 	// Look the members up in the state before the batch (no member repeats
 	// a name, so it is the state each one is written over), not through
-	// txn: a read through a write transaction clones its index and so
-	// drops the transaction's cache of the tree nodes it has copied, and
-	// the next insert copies its whole path again (about 3 KB of garbage
-	// per member of a batch).
-	before := db.Txn(false)
+	// txn once it has written: a read through a write transaction clones
+	// its index and so drops the transaction's cache of the tree nodes it
+	// has copied, and the next insert copies its whole path again (about 3
+	// KB of garbage per member of a batch). Until the first insert, txn is
+	// that state.
+	before := txn
 
 	version := strconv.FormatUint(idx, 10)
 	stored := make([]*pbresource.Resource, len(resources))
@@ -180,6 +181,9 @@ func (s *Store) writeBatch(idx uint64, resources []*pbresource.Resource, owned b
 			return nil, fmt.Errorf("%w: %s appears twice", storage.ErrBatchConflict, storage.IDString(res.GetId()))
 		}
 		seen[skey] = struct{}{}
+		if i == 1 {
+			before = db.Txn(false)
+		}
 		existing, err := getByKey(before, key)
 		if err != nil {
 			return nil, err
