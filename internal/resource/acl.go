@@ -79,7 +79,11 @@ func (s *Service) authorizeRead(a Authorizer, reg Registration, id *pbresource.I
 }
 
 func (s *Service) authorizeWrite(a Authorizer, reg Registration, res *pbresource.Resource) error {
-	return aclError("write "+storage.IDString(res.GetId()), hooks(reg).Write(a, res))
+	err := hooks(reg).Write(a, res)
+	if err == nil {
+		return nil
+	}
+	return aclError("write "+storage.IDString(res.GetId()), err)
 }
 
 func (s *Service) authorizeList(a Authorizer, reg Registration, t *pbresource.Tenancy) error {

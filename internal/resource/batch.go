@@ -2,7 +2,7 @@ package resource
 
 import (
 	"context"
-	"fmt"
+	"strconv"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -34,9 +34,9 @@ func (s *Service) writeBatch(ctx context.Context, req *pbresource.WriteBatchRequ
 	}
 	cands := make([]*candidate, len(req.GetResources()))
 	ids := make([]*pbresource.ID, len(cands))
-	first := make(map[string]int, len(cands))
+	first := make(map[slotKey]int, len(cands))
 	for i, in := range req.GetResources() {
-		c, err := s.prepare(memberField(i), in)
+		c, err := s.prepare(i, in)
 		if err != nil {
 			return nil, err
 		}
@@ -56,12 +56,16 @@ func (s *Service) writeBatch(ctx context.Context, req *pbresource.WriteBatchRequ
 	return s.applyWrites(ctx, cands, true)
 }
 
-func memberField(i int) string { return fmt.Sprintf("resources[%d]", i) }
+func memberField(i int) string { return "resources[" + strconv.Itoa(i) + "]" }
 
-// nameKey identifies the slot a resource occupies, whatever its uid.
-func nameKey(id *pbresource.ID) string {
-	t := id.GetType()
-	return t.GetGroup() + "/" + t.GetGroupVersion() + "/" + t.GetKind() + "\x00" + id.GetTenancy().GetNamespace() + "\x00" + id.GetName()
+// slotKey identifies the slot a resource occupies, whatever its uid.
+type slotKey struct {
+	typ      typeKey
+	ns, name string
+}
+
+func nameKey(id *pbresource.ID) slotKey {
+	return slotKey{keyOf(id.GetType()), id.GetTenancy().GetNamespace(), id.GetName()}
 }
 
 // checkBatchSize refuses an empty batch and one over the member or size

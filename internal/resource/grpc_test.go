@@ -42,7 +42,7 @@ func TestGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	pbresource.RegisterResourceServiceServer(srv, h.svc)
+	pbresource.RegisterResourceServiceServer(srv, h.svc.GRPC())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	t.Cleanup(func() {

@@ -48,6 +48,10 @@ type Registration struct {
 	// write for namespaced types, operator read and write for
 	// cluster-scoped ones.
 	ACLs *ACLHooks
+
+	// dataTypeURL is the type URL of the data the service stores, set by
+	// Register so that a write does not build it.
+	dataTypeURL string
 }
 
 // ACLHooks are the authorization hooks of a type. Each returns an error
@@ -61,12 +65,20 @@ type ACLHooks struct {
 // Registry holds the registered types.
 type Registry struct {
 	mu    sync.RWMutex
-	types map[string]Registration
+	types map[typeKey]Registration
+}
+
+// typeKey identifies a type in the registry without building a string on
+// every lookup.
+type typeKey struct{ group, version, kind string }
+
+func keyOf(t *pbresource.Type) typeKey {
+	return typeKey{t.GetGroup(), t.GetGroupVersion(), t.GetKind()}
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{types: make(map[string]Registration)}
+	return &Registry{types: make(map[typeKey]Registration)}
 }
 
 // Register adds a type. Registering a type twice, or without a proto
@@ -78,11 +90,12 @@ func (r *Registry) Register(reg Registration) {
 	if reg.Proto == nil {
 		panic(fmt.Sprintf("resource: %s registered without a proto message", storage.TypeString(reg.Type)))
 	}
-	key := storage.TypeString(reg.Type)
+	key := keyOf(reg.Type)
+	reg.dataTypeURL = "type.googleapis.com/" + string(reg.Proto.ProtoReflect().Descriptor().FullName())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.types[key]; ok {
-		panic(fmt.Sprintf("resource: %s registered twice", key))
+		panic(fmt.Sprintf("resource: %s registered twice", storage.TypeString(reg.Type)))
 	}
 	r.types[key] = reg
 }
@@ -91,7 +104,7 @@ func (r *Registry) Register(reg Registration) {
 func (r *Registry) Resolve(typ *pbresource.Type) (Registration, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	reg, ok := r.types[storage.TypeString(typ)]
+	reg, ok := r.types[keyOf(typ)]
 	return reg, ok
 }
 

@@ -150,22 +150,31 @@ func normalizeNamespace(field string, reg Registration, ns string) (string, erro
 // checkID validates an id and returns a normalized copy (namespace filled
 // in for namespaced types) with its registration. The uid is kept as given.
 func (r *Registry) checkID(field string, id *pbresource.ID) (*pbresource.ID, Registration, error) {
-	if id == nil {
-		return nil, Registration{}, NewFieldError(field, "is required")
+	nid, reg, err := r.checkIDFields(id)
+	if err != nil {
+		// The field path is built only for a refusal.
+		return nil, Registration{}, withPrefix(field, err)
 	}
-	reg, err := r.resolveType(joinField(field, "type"), id.GetType())
+	return nid, reg, nil
+}
+
+func (r *Registry) checkIDFields(id *pbresource.ID) (*pbresource.ID, Registration, error) {
+	if id == nil {
+		return nil, Registration{}, NewFieldError("", "is required")
+	}
+	reg, err := r.resolveType("type", id.GetType())
 	if err != nil {
 		return nil, Registration{}, err
 	}
-	if err := ValidateName(joinField(field, "name"), id.GetName()); err != nil {
+	if err := ValidateName("name", id.GetName()); err != nil {
 		return nil, Registration{}, err
 	}
-	ns, err := normalizeNamespace(joinField(field, "tenancy.namespace"), reg, id.GetTenancy().GetNamespace())
+	ns, err := normalizeNamespace("tenancy.namespace", reg, id.GetTenancy().GetNamespace())
 	if err != nil {
 		return nil, Registration{}, err
 	}
 	if len(id.GetUid()) > 64 {
-		return nil, Registration{}, NewFieldError(joinField(field, "uid"), "is %d characters long, over the limit of 64", len(id.GetUid()))
+		return nil, Registration{}, NewFieldError("uid", "is %d characters long, over the limit of 64", len(id.GetUid()))
 	}
 	return &pbresource.ID{
 		Uid:     id.GetUid(),

@@ -1,6 +1,7 @@
 package resource
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,10 +19,9 @@ import (
 // candidate is one resource of a write request, validated and mutated: what
 // the caller asks to store, before it is compared with what is stored.
 type candidate struct {
-	// field names the member in errors: "" for Write, "resources[3]" for a
-	// batch member.
-	field string
-	reg   Registration
+	// member is the index of a batch member, -1 for a Write; see field.
+	member int
+	reg    Registration
 	// res is the normalized request: id with its namespace filled in, data
 	// in canonical encoding, no status, generation unset. Version and uid are
 	// as the caller gave them.
@@ -29,14 +29,27 @@ type candidate struct {
 	data proto.Message
 }
 
+// field names the candidate in errors: "" for Write, "resources[3]" for
+// a batch member. It is built only when an error needs it.
+func (c *candidate) field() string {
+	if c.member < 0 {
+		return ""
+	}
+	return memberField(c.member)
+}
+
 // prepare validates a write request's resource, runs the type's Mutate and
 // Validate hooks and returns the candidate to write. It reads nothing.
-func (s *Service) prepare(field string, in *pbresource.Resource) (*candidate, error) {
+// member is the index of a batch member, -1 for a Write.
+func (s *Service) prepare(member int, in *pbresource.Resource) (*candidate, error) {
 	c, err := s.prepareResource(in)
 	if err != nil {
-		return nil, withPrefix(field, err)
+		if member < 0 {
+			return nil, err
+		}
+		return nil, withPrefix(memberField(member), err)
 	}
-	c.field = field
+	c.member = member
 	return c, nil
 }
 
@@ -64,15 +77,23 @@ func (s *Service) prepareResource(in *pbresource.Resource) (*candidate, error) {
 		return nil, err
 	}
 	if reg.Mutate != nil {
-		res.Data = proto.Clone(res.Data).(*anypb.Any) // the hook may change it in place
-		id, owner, version := proto.Clone(res.Id), proto.Clone(res.Owner), res.Version
+		// The hook may replace the data (as MutateData does) or change the
+		// Any's fields; it gets its own Any so the caller's stays as sent.
+		given := &anypb.Any{TypeUrl: res.Data.GetTypeUrl(), Value: res.Data.GetValue()}
+		res.Data = given
+		id, owner, version := idFieldsOf(res.Id), idFieldsOf(res.Owner), res.Version
 		if err := hookError(reg.Mutate(res)); err != nil {
 			return nil, err
 		}
-		if !proto.Equal(id, res.GetId()) || !proto.Equal(owner, res.GetOwner()) || version != res.GetVersion() {
+		if id != idFieldsOf(res.GetId()) || owner != idFieldsOf(res.GetOwner()) || version != res.GetVersion() {
 			return nil, fmt.Errorf("the Mutate hook of %s changed the id, owner or version", storage.TypeString(reg.Type))
 		}
-		if data, err = s.checkContent(reg, res); err != nil {
+		if sameAny(res.GetData(), given, in.GetData()) {
+			// The data is what was decoded: check the rest again.
+			if err := checkOwnerAndMetadata(res); err != nil {
+				return nil, err
+			}
+		} else if data, err = s.checkContent(reg, res); err != nil {
 			return nil, err
 		}
 	}
@@ -86,7 +107,7 @@ func (s *Service) prepareResource(in *pbresource.Resource) (*candidate, error) {
 	if err != nil {
 		return nil, NewFieldError("data", "cannot be encoded: %v", err)
 	}
-	res.Data = &anypb.Any{TypeUrl: "type.googleapis.com/" + string(data.ProtoReflect().Descriptor().FullName()), Value: value}
+	res.Data = &anypb.Any{TypeUrl: reg.dataTypeURL, Value: value}
 	if err := checkSize(res); err != nil {
 		return nil, err
 	}
@@ -96,13 +117,51 @@ func (s *Service) prepareResource(in *pbresource.Resource) (*candidate, error) {
 // checkContent validates the parts of a resource other than its id and
 // returns its decoded data.
 func (s *Service) checkContent(reg Registration, res *pbresource.Resource) (proto.Message, error) {
-	if err := checkMetadata(res.GetMetadata()); err != nil {
+	if err := checkOwnerAndMetadata(res); err != nil {
 		return nil, err
 	}
-	if res.GetOwner() != nil && storage.SameName(res.GetOwner(), res.GetId()) {
-		return nil, NewFieldError("owner", "a resource cannot own itself")
-	}
 	return decodeData(reg, res.GetData())
+}
+
+// checkOwnerAndMetadata is checkContent without the data.
+func checkOwnerAndMetadata(res *pbresource.Resource) error {
+	if err := checkMetadata(res.GetMetadata()); err != nil {
+		return err
+	}
+	if res.GetOwner() != nil && storage.SameName(res.GetOwner(), res.GetId()) {
+		return NewFieldError("owner", "a resource cannot own itself")
+	}
+	return nil
+}
+
+// idFields are the values of an id, comparable without allocating: what a
+// Mutate hook must leave as it found them.
+type idFields struct {
+	present                             bool
+	group, version, kind, ns, name, uid string
+	hasType, hasTenancy                 bool
+}
+
+func idFieldsOf(id *pbresource.ID) idFields {
+	if id == nil {
+		return idFields{}
+	}
+	t := id.GetType()
+	return idFields{
+		present: true,
+		group:   t.GetGroup(), version: t.GetGroupVersion(), kind: t.GetKind(),
+		ns: id.GetTenancy().GetNamespace(), name: id.GetName(), uid: id.GetUid(),
+		hasType: t != nil, hasTenancy: id.GetTenancy() != nil,
+	}
+}
+
+// sameAny reports whether a Mutate hook left the data as it was given: the
+// same Any, with the type URL and the very bytes it was decoded from.
+func sameAny(got, given, orig *anypb.Any) bool {
+	if got != given || got.GetTypeUrl() != orig.GetTypeUrl() || len(got.GetValue()) != len(orig.GetValue()) {
+		return false
+	}
+	return len(got.GetValue()) == 0 || &got.GetValue()[0] == &orig.GetValue()[0]
 }
 
 // hookError keeps a hook's FieldError or status error as it is and makes
@@ -141,7 +200,7 @@ type writePlan struct {
 //     version.
 func planWrite(c *candidate, stored *pbresource.Resource, newUID func() (string, error)) (writePlan, error) {
 	req := c.res
-	name := storage.IDString(req.GetId())
+	name := idName{req.GetId()}
 	if stored == nil {
 		if uid := req.GetId().GetUid(); uid != "" {
 			return writePlan{}, status.Errorf(codes.Aborted, "id.uid: %s with uid %s no longer exists: it was deleted; re-read it and retry", name, uid)
@@ -154,8 +213,9 @@ func planWrite(c *candidate, stored *pbresource.Resource, newUID func() (string,
 			return writePlan{}, fmt.Errorf("new uid: %w", err)
 		}
 		w := shallowResource(req)
-		w.Id = proto.Clone(req.GetId()).(*pbresource.ID)
-		w.Id.Uid = uid
+		// A new id that shares the candidate's type and tenancy: the
+		// candidate keeps its own (uid-less) id for a retry.
+		w.Id = &pbresource.ID{Type: req.GetId().GetType(), Tenancy: req.GetId().GetTenancy(), Name: req.GetId().GetName(), Uid: uid}
 		w.Version = ""
 		w.Generation = 1
 		return writePlan{write: w}, nil
@@ -212,7 +272,13 @@ func sameContent(c *candidate, stored *pbresource.Resource) bool {
 }
 
 // sameData reports whether the candidate's data equals the stored data.
+// Both are in the service's canonical encoding, so equal bytes are equal
+// data without decoding; different bytes are decoded and compared, since
+// the stored data may have been encoded by another version.
 func sameData(c *candidate, stored *pbresource.Resource) bool {
+	if stored.GetData().GetTypeUrl() == c.res.GetData().GetTypeUrl() && bytes.Equal(stored.GetData().GetValue(), c.res.GetData().GetValue()) {
+		return true
+	}
 	if stored.GetData().MessageName() != c.data.ProtoReflect().Descriptor().FullName() {
 		return false
 	}
@@ -222,6 +288,12 @@ func sameData(c *candidate, stored *pbresource.Resource) bool {
 	}
 	return proto.Equal(c.data, old)
 }
+
+// idName formats an id's name for an error message, only when one is
+// made.
+type idName struct{ id *pbresource.ID }
+
+func (n idName) String() string { return storage.IDString(n.id) }
 
 func ownerString(id *pbresource.ID) string {
 	if id == nil {
@@ -244,7 +316,7 @@ func (s *Service) write(ctx context.Context, req *pbresource.WriteRequest) (*pbr
 	if err != nil {
 		return nil, err
 	}
-	c, err := s.prepare("", req.GetResource())
+	c, err := s.prepare(-1, req.GetResource())
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +355,7 @@ func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch boo
 		for i, c := range cands {
 			p, err := s.planWithRead(ctx, consistency, c)
 			if err != nil {
-				return nil, withPrefix(c.field, err)
+				return nil, withPrefix(c.field(), err)
 			}
 			if p.write == nil {
 				results[i] = p.stored
@@ -343,7 +415,10 @@ func (s *Service) planWithRead(ctx context.Context, consistency storage.ReadCons
 // readCurrent reads whatever is stored under an id's name, whatever its
 // uid: nil when nothing is.
 func (s *Service) readCurrent(ctx context.Context, consistency storage.ReadConsistency, id *pbresource.ID) (*pbresource.Resource, error) {
-	byName := &pbresource.ID{Type: id.GetType(), Tenancy: id.GetTenancy(), Name: id.GetName()}
+	byName := id
+	if id.GetUid() != "" {
+		byName = &pbresource.ID{Type: id.GetType(), Tenancy: id.GetTenancy(), Name: id.GetName()}
+	}
 	res, err := s.backend.Read(ctx, consistency, byName)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, nil

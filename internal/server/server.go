@@ -109,7 +109,7 @@ func New(cfg Config) (_ *Server, err error) {
 		Logger:    s.log.With("component", "resource"),
 	})
 	s.api = svc
-	pbresource.RegisterResourceServiceServer(s.grpc, svc)
+	pbresource.RegisterResourceServiceServer(s.grpc, svc.GRPC())
 	if l, ok := s.backend.(storage.Leadership); ok {
 		s.leadership = newLeadershipHub(l)
 		s.bootstrap = newBootstrapper(s.api, s.leadership.Subscribe(), s.log.With("component", "bootstrap"))
