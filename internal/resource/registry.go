@@ -31,7 +31,11 @@ type Registration struct {
 	// Validate checks a resource before it is written. Its error should name
 	// the field at fault, for example with a FieldError.
 	Validate func(*pbresource.Resource) error
-	// Mutate fills defaults before validation.
+	// Mutate fills defaults before validation. It may change res's
+	// metadata and replace or re-encode its data (as MutateData does), but
+	// must not write into the bytes of res.Data.Value: they are the
+	// caller's, and the service keeps what it decoded from them when the
+	// hook leaves the data alone.
 	Mutate func(*pbresource.Resource) error
 	// ValidateUpdate checks a change to a stored resource against what is
 	// stored (fields that are fixed once set, transitions that are not
