@@ -69,8 +69,9 @@ func checkCommand(cmd *pbstorage.Command) error {
 		return checkResource("resource", op.Write.GetResource())
 	case *pbstorage.Command_WriteBatch:
 		for i, res := range op.WriteBatch.GetResources() {
-			if err := checkResource("resources["+strconv.Itoa(i)+"]", res); err != nil {
-				return err
+			if res == nil || checkID("id", res.GetId()) != nil {
+				// The member's name is built only for the refusal.
+				return checkResource("resources["+strconv.Itoa(i)+"]", res)
 			}
 		}
 		return nil

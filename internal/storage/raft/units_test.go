@@ -196,3 +196,30 @@ trellis_raft_voters 1
 		t.Fatal("no apply latency recorded")
 	}
 }
+
+// checkCommand names the member of a batch it refuses, and the fault in it.
+func TestCheckCommandNamesBatchMember(t *testing.T) {
+	noName := testResource("x")
+	noName.Id.Name = ""
+	noType := testResource("y")
+	noType.Id.Type = nil
+	cases := []struct {
+		members []*pbresource.Resource
+		want    string
+	}{
+		{[]*pbresource.Resource{testResource("a"), testResource("b")}, ""},
+		{[]*pbresource.Resource{testResource("a"), nil}, "resources[1] is missing"},
+		{[]*pbresource.Resource{testResource("a"), testResource("b"), noName}, "resources[2].id.name is empty"},
+		{[]*pbresource.Resource{noType, testResource("b")}, "resources[0].id.type is missing"},
+		{[]*pbresource.Resource{testResource("a"), {}}, "resources[1].id is missing"},
+	}
+	for _, c := range cases {
+		err := checkCommand(writeBatchCommand(c.members))
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: unexpected %v", c.members, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, ErrInvalidRequest)):
+			t.Errorf("got %v, want an invalid request naming %q", err, c.want)
+		}
+	}
+}
