@@ -37,7 +37,8 @@ func main() {
 	batches := flag.Int("batches", 30, "batches of 1,000 resources to write")
 	writes := flag.Int("writes", 6000, "single writes to make")
 	writers := flag.Int("writers", 64, "concurrent single writers")
-	profile := flag.String("profile", "", "write a CPU profile of each server during the batches to this prefix (+ member name)")
+	profile := flag.String("profile", "", "write a CPU profile of each server to this prefix (+ member name)")
+	profilePhase := flag.String("profile-phase", "batch", "what to profile: batch or writes")
 	flag.Parse()
 
 	ctx := context.Background()
@@ -78,7 +79,10 @@ func main() {
 	// Batches, one at a time, through the first member.
 	cli := pbresource.NewResourceServiceClient(conns[0])
 	var profiles sync.WaitGroup
-	if *profile != "" {
+	startProfiles := func(phase string) {
+		if *profile == "" || *profilePhase != phase {
+			return
+		}
 		for _, m := range tc.Members {
 			profiles.Add(1)
 			go func() {
@@ -87,6 +91,7 @@ func main() {
 			}()
 		}
 	}
+	startProfiles("batch")
 	cpu0, t0 := clusterCPU(tc), time.Now()
 	for b := range *batches {
 		req := &pbresource.WriteBatchRequest{}
@@ -105,6 +110,7 @@ func main() {
 	// Single writes (updates after the first round), spread over members.
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	startProfiles("writes")
 	cpu0, t0 = clusterCPU(tc), time.Now()
 	for w := range *writers {
 		wg.Add(1)
@@ -129,6 +135,7 @@ func main() {
 	wg.Wait()
 	n = float64(*writes)
 	cpu = clusterCPU(tc) - cpu0
+	profiles.Wait()
 	fmt.Printf("writes: %.1f µs CPU per write (all servers), %.0f writes/s wall\n", cpu/n*1e6, n/time.Since(t0).Seconds())
 }
 
