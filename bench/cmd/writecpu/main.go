@@ -79,7 +79,16 @@ func main() {
 	// Batches, one at a time, through the first member.
 	cli := pbresource.NewResourceServiceClient(conns[0])
 	var profiles sync.WaitGroup
+	allocProfiles := func(phase, suffix string) {
+		if *profile == "" || *profilePhase != phase {
+			return
+		}
+		for _, m := range tc.Members {
+			fetch(m, "allocs", *profile+m.Name+".allocs."+suffix)
+		}
+	}
 	startProfiles := func(phase string) {
+		allocProfiles(phase, "before")
 		if *profile == "" || *profilePhase != phase {
 			return
 		}
@@ -87,12 +96,12 @@ func main() {
 			profiles.Add(1)
 			go func() {
 				defer profiles.Done()
-				fetchProfile(m, *profile+m.Name)
+				fetch(m, "profile?seconds=5", *profile+m.Name)
 			}()
 		}
 	}
 	startProfiles("batch")
-	cpu0, t0 := clusterCPU(tc), time.Now()
+	cpu0, t0, mem0 := clusterCPU(tc), time.Now(), clusterAllocs(tc)
 	for b := range *batches {
 		req := &pbresource.WriteBatchRequest{}
 		for i := range 1000 {
@@ -103,15 +112,17 @@ func main() {
 		}
 	}
 	n := float64(*batches * 1000)
-	cpu := clusterCPU(tc) - cpu0
+	cpu, mem := clusterCPU(tc)-cpu0, clusterAllocs(tc).minus(mem0)
 	profiles.Wait()
-	fmt.Printf("batch:  %.1f µs CPU per resource (all servers), %.0f resources/s wall\n", cpu/n*1e6, n/time.Since(t0).Seconds())
+	allocProfiles("batch", "after")
+	fmt.Printf("batch:  %.1f µs CPU, %.1f allocations, %.0f bytes allocated per resource (all servers); %.0f resources/s wall\n",
+		cpu/n*1e6, mem.mallocs/n, mem.bytes/n, n/time.Since(t0).Seconds())
 
 	// Single writes (updates after the first round), spread over members.
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	startProfiles("writes")
-	cpu0, t0 = clusterCPU(tc), time.Now()
+	cpu0, t0, mem0 = clusterCPU(tc), time.Now(), clusterAllocs(tc)
 	for w := range *writers {
 		wg.Add(1)
 		go func() {
@@ -134,14 +145,16 @@ func main() {
 	}
 	wg.Wait()
 	n = float64(*writes)
-	cpu = clusterCPU(tc) - cpu0
+	cpu, mem = clusterCPU(tc)-cpu0, clusterAllocs(tc).minus(mem0)
 	profiles.Wait()
-	fmt.Printf("writes: %.1f µs CPU per write (all servers), %.0f writes/s wall\n", cpu/n*1e6, n/time.Since(t0).Seconds())
+	allocProfiles("writes", "after")
+	fmt.Printf("writes: %.1f µs CPU, %.1f allocations, %.0f bytes allocated per write (all servers); %.0f writes/s wall\n",
+		cpu/n*1e6, mem.mallocs/n, mem.bytes/n, n/time.Since(t0).Seconds())
 }
 
-// fetchProfile saves a 5-second CPU profile of m.
-func fetchProfile(m *testcluster.Member, path string) {
-	resp, err := http.Get("http://" + m.HTTPAddr + "/v1/debug/pprof/profile?seconds=5")
+// fetch saves one of m's pprof profiles.
+func fetch(m *testcluster.Member, profile, path string) {
+	resp, err := http.Get("http://" + m.HTTPAddr + "/v1/debug/pprof/" + profile)
 	if err != nil {
 		log.Print(err)
 		return
@@ -155,6 +168,41 @@ func fetchProfile(m *testcluster.Member, path string) {
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		log.Print(err)
 	}
+}
+
+// allocs are the Go heap allocations made so far.
+type allocs struct{ mallocs, bytes float64 }
+
+func (a allocs) minus(b allocs) allocs { return allocs{a.mallocs - b.mallocs, a.bytes - b.bytes} }
+
+// clusterAllocs sums the members' heap allocations, from their metrics.
+func clusterAllocs(tc *testcluster.Cluster) allocs {
+	var total allocs
+	for _, m := range tc.Members {
+		resp, err := http.Get("http://" + m.HTTPAddr + "/v1/metrics")
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			name, value, ok := strings.Cut(line, " ")
+			if !ok {
+				continue
+			}
+			v, _ := strconv.ParseFloat(value, 64)
+			switch name {
+			case "go_memstats_mallocs_total":
+				total.mallocs += v
+			case "go_memstats_alloc_bytes_total":
+				total.bytes += v
+			}
+		}
+	}
+	return total
 }
 
 // clusterCPU is the CPU-seconds the member processes have used.
