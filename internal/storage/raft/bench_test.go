@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"google.golang.org/protobuf/types/known/anypb"
+
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/storage/inmem"
 )
