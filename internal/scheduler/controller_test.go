@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 	"trellis.dev/trellis/internal/controller"
@@ -434,5 +435,35 @@ func TestNewTermForgetsTheCache(t *testing.T) {
 	h.reconcile("ls")
 	if _, ok := h.live()["i2"]; !ok {
 		t.Fatal("the task that died while another server led was not replaced")
+	}
+}
+
+// A deployment larger than one write batch places every instance in one
+// run (its batches go to Raft together) and records its progress with
+// the last of them.
+func TestDeploymentOfManyWriteBatches(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2,300 instances")
+	}
+	h := newHarness(t)
+	const n = 2300 // three write batches: 1,000, 1,000 and 300 with the progress
+	for i := range n {
+		h.instance(fmt.Sprintf("i%d", i), map[string]string{"role": "logger"})
+	}
+	td := h.taskdef("ls", 1)
+	if _, err := h.ops.CreateEnvironment(h.ctx, "default", spec("ls", td, 75, "", "role=logger")); err != nil {
+		t.Fatal(err)
+	}
+	id := h.deploy("ls", "")
+	h.reconcile("ls")
+	if got := h.live(); len(got) != n {
+		t.Fatalf("%d live tasks after one deployment run, want %d", len(got), n)
+	}
+	if d := h.deployment("ls", id); d.GetStatus() != scheduler.StatusInProgress || d.GetTotal() != n {
+		t.Fatalf("deployment %s %d/%d, want in-progress of %d", d.GetStatus(), d.GetComplete(), d.GetTotal(), n)
+	}
+	h.settle("ls")
+	if d := h.deployment("ls", id); d.GetStatus() != scheduler.StatusCompleted || d.GetComplete() != n {
+		t.Fatalf("deployment %s %d/%d, want completed %d/%d", d.GetStatus(), d.GetComplete(), d.GetTotal(), n, n)
 	}
 }
