@@ -126,7 +126,9 @@ func (in *informer) run(ctx context.Context) {
 			case <-t.C:
 			}
 		}
-		w, err := in.client.Watch(ctx, &pbresource.WatchListRequest{
+		// A controller's informer must not be cut off by a burst of batch
+		// writes: it would list its type again, in the middle of the burst.
+		w, err := in.client.Watch(storage.WithWatchBuffer(ctx, storage.ServerWatchBuffer), &pbresource.WatchListRequest{
 			Type:       in.typ,
 			Tenancy:    &pbresource.Tenancy{Namespace: storage.WildcardNamespace},
 			SinceIndex: complete,

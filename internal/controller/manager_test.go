@@ -316,7 +316,7 @@ func (g *gate) mapper(next controller.Mapper) controller.Mapper {
 func TestManagerResumesWatchCutOffWithoutLosingChanges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Each watcher may hold one undelivered event.
-		h := newHarness(t, inmem.WithWatcherBuffer(1))
+		h := newHarness(t, inmem.WithWatcherBuffer(1), inmem.WithMaxWatcherBuffer(1))
 		rec := &recorder{svc: h.svc}
 		var g gate
 		h.register(controller.Controller{
@@ -361,7 +361,7 @@ func TestManagerRelistsWhenWatchCannotResume(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// One undelivered event per watcher, and only the last event kept
 		// for resuming: a watch cut off cannot resume.
-		h := newHarness(t, inmem.WithWatcherBuffer(1), inmem.WithEventHistory(1))
+		h := newHarness(t, inmem.WithWatcherBuffer(1), inmem.WithMaxWatcherBuffer(1), inmem.WithEventHistory(1))
 		rec := &recorder{svc: h.svc}
 		owners := &recorder{svc: h.svc}
 		var g gate

@@ -90,6 +90,31 @@ type Backend interface {
 	WatchList(ctx context.Context, typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64) (Watch, error)
 }
 
+// ServerWatchBuffer is the buffer a server's own watchers ask for
+// (WithWatchBuffer): as many events as a store keeps for resuming
+// watches. A burst of batch writes (a deployment placing 5,000 tasks is
+// five batches of 1,000, applied back to back) outruns the default
+// buffer of a watcher that is not cut off for being slow, only for being
+// scheduled late.
+const ServerWatchBuffer = 1 << 14
+
+type watchBufferKey struct{}
+
+// WithWatchBuffer asks a WatchList opened with the returned context to
+// hold up to n events unread before it is cut off with ErrWatchTooSlow,
+// instead of the store's default. For in-process watchers that must keep
+// up with bursts: the controllers' informers and the task hub.
+func WithWatchBuffer(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, watchBufferKey{}, n)
+}
+
+// WatchBufferFrom is the buffer asked for with WithWatchBuffer; 0 for the
+// store's default.
+func WatchBufferFrom(ctx context.Context) int {
+	n, _ := ctx.Value(watchBufferKey{}).(int)
+	return max(n, 0)
+}
+
 // Watch is a stream of events. Next blocks until an event, the end of ctx,
 // or the watch's end (ErrWatchTooSlow when the watcher fell behind).
 type Watch interface {

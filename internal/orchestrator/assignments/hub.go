@@ -99,7 +99,9 @@ func (h *Hub) Start(ctx context.Context) error {
 }
 
 func (h *Hub) watch(ctx context.Context) error {
-	w, err := h.api.Watch(ctx, &pbresource.WatchListRequest{
+	// A burst of placements must not cut the hub's watch off: it would
+	// end every agent's task stream (ErrRestarting) to list again.
+	w, err := h.api.Watch(storage.WithWatchBuffer(ctx, storage.ServerWatchBuffer), &pbresource.WatchListRequest{
 		Type:    orchestrator.TaskType,
 		Tenancy: &pbresource.Tenancy{Namespace: storage.WildcardNamespace},
 	})

@@ -65,6 +65,6 @@ func (b *Backend) ListByOwner(_ context.Context, id *pbresource.ID) ([]*pbresour
 	return b.store.ListByOwner(id)
 }
 
-func (b *Backend) WatchList(_ context.Context, typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64) (storage.Watch, error) {
-	return b.store.WatchList(typ, tenancy, namePrefix, sinceIndex)
+func (b *Backend) WatchList(ctx context.Context, typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64) (storage.Watch, error) {
+	return b.store.WatchListBuffered(typ, tenancy, namePrefix, sinceIndex, storage.WatchBufferFrom(ctx))
 }

@@ -41,6 +41,9 @@ type Store struct {
 	next *nextKey
 
 	watcherBuffer int
+	// maxWatcherBuffer caps what a watcher may ask for
+	// (storage.WithWatchBuffer).
+	maxWatcherBuffer int
 
 	// shared holds one copy of each type and data type URL, which every
 	// stored resource of that type points to instead of its own.
@@ -65,6 +68,10 @@ func WithEventHistoryBytes(n int) Option {
 // is cut off.
 func WithWatcherBuffer(n int) Option { return func(s *Store) { s.watcherBuffer = n } }
 
+// WithMaxWatcherBuffer caps the buffer a watcher may ask for with
+// storage.WithWatchBuffer (default storage.ServerWatchBuffer).
+func WithMaxWatcherBuffer(n int) Option { return func(s *Store) { s.maxWatcherBuffer = n } }
+
 // NewStore returns an empty store at index 0.
 func NewStore(opts ...Option) *Store {
 	next := &nextKey{}
@@ -73,10 +80,11 @@ func NewStore(opts ...Option) *Store {
 		panic(fmt.Sprintf("inmem: invalid schema: %v", err)) // a programming error
 	}
 	s := &Store{
-		events:        newEventRing(DefaultEventHistory, DefaultEventHistoryBytes),
-		watchers:      make(map[typeKey]map[*watch]struct{}),
-		next:          next,
-		watcherBuffer: DefaultWatcherBuffer,
+		events:           newEventRing(DefaultEventHistory, DefaultEventHistoryBytes),
+		watchers:         make(map[typeKey]map[*watch]struct{}),
+		next:             next,
+		watcherBuffer:    DefaultWatcherBuffer,
+		maxWatcherBuffer: storage.ServerWatchBuffer,
 	}
 	s.db.Store(db)
 	for _, o := range opts {

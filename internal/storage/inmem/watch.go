@@ -34,12 +34,22 @@ func (s *Store) publish(ev *pbresource.WatchEvent) {
 // this store (a lagging follower asked to resume from an index the leader
 // gave the caller): those changes were seen already.
 func (s *Store) WatchList(typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64) (storage.Watch, error) {
+	return s.WatchListBuffered(typ, tenancy, namePrefix, sinceIndex, 0)
+}
+
+// WatchListBuffered is WatchList with a buffer of buffer events (0: the
+// store's default; at most its maximum) before the watcher is cut off.
+func (s *Store) WatchListBuffered(typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64, buffer int) (storage.Watch, error) {
+	buffer = min(buffer, s.maxWatcherBuffer)
+	if buffer <= 0 {
+		buffer = s.watcherBuffer
+	}
 	w := &watch{
 		store:      s,
 		typ:        typ,
 		tenancy:    tenancy,
 		namePrefix: namePrefix,
-		ch:         make(chan *pbresource.WatchEvent, s.watcherBuffer),
+		ch:         make(chan *pbresource.WatchEvent, buffer),
 	}
 
 	s.mu.Lock()

@@ -1,6 +1,7 @@
 package inmem
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -106,5 +107,38 @@ func TestWatchResumedAheadOfTheStore(t *testing.T) {
 		if ev := mustNext(t, w); ev.GetIndex() != want {
 			t.Fatalf("got %s, want the change at %d (those up to 4 were seen)", evString(ev), want)
 		}
+	}
+}
+
+// A watcher that asks for a larger buffer through its context
+// (storage.WithWatchBuffer, as the servers' own watchers do) takes a burst
+// that cuts off one with the store's default.
+func TestWatchBufferAskedThroughTheContext(t *testing.T) {
+	b := NewBackend(WithWatcherBuffer(2))
+	plain := openWatch(t, b, 0)
+	big, err := b.WatchList(storage.WithWatchBuffer(context.Background(), 10), testTyp, &pbresource.Tenancy{Namespace: storage.WildcardNamespace}, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(big.Close)
+	skipSnapshot(t, plain)
+	skipSnapshot(t, big)
+	var burst []*pbresource.Resource
+	for i := range 8 {
+		burst = append(burst, newRes("default", fmt.Sprintf("r%d", i), "u"))
+	}
+	if _, err := b.WriteBatch(t.Context(), burst); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		if ev := mustNext(t, big); ev.GetResource().GetId().GetName() != burst[i].GetId().GetName() {
+			t.Fatalf("watcher with a buffer of 10 got %s, want r%d", evString(ev), i)
+		}
+	}
+	for range 2 {
+		mustNext(t, plain)
+	}
+	if _, err := nextEvent(t, plain); !errors.Is(err, storage.ErrWatchTooSlow) {
+		t.Fatalf("watcher with the default buffer of 2 after a burst of 8: %v; want ErrWatchTooSlow", err)
 	}
 }
