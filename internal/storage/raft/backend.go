@@ -136,8 +136,16 @@ func Open(cfg Config) (*Backend, error) {
 	// (it can be added again) instead of stopping its Raft node under the
 	// process's feet.
 	rc.ShutdownOnRemove = false
-	// Let the leader batch concurrent Applies into one disk write.
+	// Let the leader batch concurrent Applies into one disk write, and
+	// carry up to 256 entries per disk write and per AppendEntries (raft's
+	// default is 64). A fleet's task reports are thousands of small writes
+	// at once; with 64 they queued in Raft behind one another, and a
+	// scheduler's progress write behind them (measured: a fresh deployment
+	// to 5,000 simulated instances on 3 servers, 3.3-4.1 s against
+	// 4.5-5.5 s, and less CPU). The cost: a follower that is far behind
+	// receives up to 256 entries in one message.
 	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 256
 	rc.Logger = hlog
 	if err := hraft.ValidateConfig(rc); err != nil {
 		_ = b.trans.Close()
