@@ -57,7 +57,7 @@ type AgentServiceClient interface {
 	// a heartbeat within a quarter of the TTL. The agent opens a new stream
 	// after any error. A heartbeat costs the agent and the server a message
 	// each way instead of a call (a new HTTP/2 stream with its headers and
-	// trailers), which is most of what a fleet's heartbeats cost.
+	// trailers).
 	HeartbeatStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error)
 	// ForwardHeartbeats is how a follower hands the leader the heartbeats
 	// agents sent it: many at once, so that a fleet heartbeating through
@@ -166,7 +166,7 @@ type AgentServiceServer interface {
 	// a heartbeat within a quarter of the TTL. The agent opens a new stream
 	// after any error. A heartbeat costs the agent and the server a message
 	// each way instead of a call (a new HTTP/2 stream with its headers and
-	// trailers), which is most of what a fleet's heartbeats cost.
+	// trailers).
 	HeartbeatStream(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error
 	// ForwardHeartbeats is how a follower hands the leader the heartbeats
 	// agents sent it: many at once, so that a fleet heartbeating through
