@@ -68,20 +68,8 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 // answers, refusals included, come back as they are.
 func TestFollowerForwardsToTheLeader(t *testing.T) {
 	ctx := context.Background()
-	leader := newEnv(t)
-	leader.setLeader(true)
-	leader.register("i-1", "s1", "ready")
-	leaderClient, leaderAddr := serve(t, heartbeat.ServiceConfig{Tracker: leader.tracker})
-
-	// The follower's own tracker is inactive: it is not the leader.
-	follower := newEnv(t)
-	toLeader := dial(t, leaderAddr)
-	followerClient, _ := serve(t, heartbeat.ServiceConfig{
-		Tracker:    follower.tracker,
-		LeaderConn: func() (*grpc.ClientConn, error) { return toLeader, nil },
-	})
-
-	for name, c := range map[string]pbagent.AgentServiceClient{"leader": leaderClient, "follower": followerClient} {
+	clients, leaderAddr := leaderAndFollower(t)
+	for name, c := range clients {
 		resp, err := c.Heartbeat(ctx, &pbagent.HeartbeatRequest{Instance: "i-1", Session: "s1"})
 		if err != nil {
 			t.Fatalf("Heartbeat to the %s = %v", name, err)
@@ -94,6 +82,25 @@ func TestFollowerForwardsToTheLeader(t *testing.T) {
 			t.Fatalf("stale session through the %s = %v, want FailedPrecondition %s", name, err, heartbeat.ReasonSessionMismatch)
 		}
 	}
+}
+
+// leaderAndFollower serves a leader whose tracker knows instance i-1 in
+// session s1, and a follower that forwards to it; it returns a client of
+// each, by role, and the leader's address.
+func leaderAndFollower(t *testing.T) (map[string]pbagent.AgentServiceClient, string) {
+	t.Helper()
+	leader := newEnv(t)
+	leader.setLeader(true)
+	leader.register("i-1", "s1", "ready")
+	leaderClient, leaderAddr := serve(t, heartbeat.ServiceConfig{Tracker: leader.tracker})
+	// The follower's own tracker is inactive: it is not the leader.
+	follower := newEnv(t)
+	toLeader := dial(t, leaderAddr)
+	followerClient, _ := serve(t, heartbeat.ServiceConfig{
+		Tracker:    follower.tracker,
+		LeaderConn: func() (*grpc.ClientConn, error) { return toLeader, nil },
+	})
+	return map[string]pbagent.AgentServiceClient{"leader": leaderClient, "follower": followerClient}, leaderAddr
 }
 
 // Without a leader to reach, a heartbeat fails with Unavailable, which the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -16,18 +15,8 @@ import (
 // on the leader and through a follower; a refusal ends the stream with
 // Heartbeat's status, reason included.
 func TestHeartbeatStreamAnswersAsHeartbeatWould(t *testing.T) {
-	leader := newEnv(t)
-	leader.setLeader(true)
-	leader.register("i-1", "s1", "ready")
-	leaderClient, leaderAddr := serve(t, heartbeat.ServiceConfig{Tracker: leader.tracker})
-	follower := newEnv(t)
-	toLeader := dial(t, leaderAddr)
-	followerClient, _ := serve(t, heartbeat.ServiceConfig{
-		Tracker:    follower.tracker,
-		LeaderConn: func() (*grpc.ClientConn, error) { return toLeader, nil },
-	})
-
-	for name, c := range map[string]pbagent.AgentServiceClient{"leader": leaderClient, "follower": followerClient} {
+	clients, leaderAddr := leaderAndFollower(t)
+	for name, c := range clients {
 		ctx, cancel := context.WithCancel(context.Background())
 		stream, err := c.HeartbeatStream(ctx)
 		if err != nil {
