@@ -231,6 +231,9 @@ func newToken() string {
 	return hex.EncodeToString(b)
 }
 
+// definitionKey names namespace ns's family:revision ref in Agent.defs.
+func definitionKey(ns, ref string) string { return ns + "/" + ref }
+
 // learnDefinition keeps a task definition the task stream carried, so
 // that definition need not read it.
 func (a *Agent) learnDefinition(res *pbresource.Resource) {
@@ -239,7 +242,7 @@ func (a *Agent) learnDefinition(res *pbresource.Resource) {
 		a.log.Warn("cannot decode a task definition from the task stream; ignoring it", "definition", res.GetId().GetName(), "err", err)
 		return
 	}
-	key := res.GetId().GetTenancy().GetNamespace() + "/" + orchestrator.TaskDefinitionRef(def.GetFamily(), def.GetRevision())
+	key := definitionKey(res.GetId().GetTenancy().GetNamespace(), orchestrator.TaskDefinitionRef(def.GetFamily(), def.GetRevision()))
 	a.mu.Lock()
 	a.defs[key] = def
 	a.mu.Unlock()
@@ -248,7 +251,7 @@ func (a *Agent) learnDefinition(res *pbresource.Resource) {
 // definition resolves ns's family:revision, once per agent (definitions
 // are immutable): from what the task stream carried, or read. Errors other than NotFound are retried until ctx ends.
 func (a *Agent) definition(ctx context.Context, s *session, ns, ref string) (*pborch.TaskDefinition, error) {
-	key := ns + "/" + ref
+	key := definitionKey(ns, ref)
 	a.mu.Lock()
 	def, ok := a.defs[key]
 	a.mu.Unlock()

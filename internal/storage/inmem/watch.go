@@ -32,14 +32,10 @@ func (s *Store) publish(ev *pbresource.WatchEvent) {
 // WatchList starts a watch; see storage.Backend.WatchList. Changes at or
 // below sinceIndex are never delivered, even when sinceIndex is ahead of
 // this store (a lagging follower asked to resume from an index the leader
-// gave the caller): those changes were seen already.
-func (s *Store) WatchList(typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64) (storage.Watch, error) {
-	return s.WatchListBuffered(typ, tenancy, namePrefix, sinceIndex, 0)
-}
-
-// WatchListBuffered is WatchList with a buffer of buffer events (0: the
-// store's default; at most its maximum) before the watcher is cut off.
-func (s *Store) WatchListBuffered(typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64, buffer int) (storage.Watch, error) {
+// gave the caller): those changes were seen already. The watcher may
+// have buffer events unread (0: the store's default; at
+// most its maximum) before it is cut off.
+func (s *Store) WatchList(typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64, buffer int) (storage.Watch, error) {
 	buffer = min(buffer, s.maxWatcherBuffer)
 	if buffer <= 0 {
 		buffer = s.watcherBuffer

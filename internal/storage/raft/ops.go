@@ -92,7 +92,7 @@ func (b *Backend) WatchList(ctx context.Context, typ *pbresource.Type, tenancy *
 			return nil, err
 		}
 	}
-	return b.store.WatchListBuffered(typ, tenancy, namePrefix, sinceIndex, storage.WatchBufferFrom(ctx))
+	return b.store.WatchList(typ, tenancy, namePrefix, sinceIndex, storage.WatchBufferFrom(ctx))
 }
 
 // waitCommitted waits until this server has learned that the log entry at

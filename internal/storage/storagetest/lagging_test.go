@@ -104,7 +104,7 @@ func (b *laggingBackend) ListByOwner(_ context.Context, id *pbresource.ID) ([]*p
 }
 
 func (b *laggingBackend) WatchList(_ context.Context, typ *pbresource.Type, tenancy *pbresource.Tenancy, prefix string, since uint64) (storage.Watch, error) {
-	return b.follower.WatchList(typ, tenancy, prefix, since)
+	return b.follower.WatchList(typ, tenancy, prefix, since, 0)
 }
 
 func TestSuiteToleratesALaggingFollower(t *testing.T) {
