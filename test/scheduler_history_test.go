@@ -36,9 +36,17 @@ type histTask struct {
 	LastStatus     string `json:"last_status"`
 }
 
-// live: the task holds its instance (LOST counts: its agent may return
-// with it running).
+// claims: the task is live and meant to go on running. A task asked to
+// stop is live until its agent reports it STOPPED, but no longer claims
+// its instance: its replacement may be placed beside it, and waits.
+func (t histTask) claims() bool { return t.LastStatus != "STOPPED" && t.DesiredStatus == "RUNNING" }
+
+// live: not STOPPED (LOST counts: its agent may return with it running).
 func (t histTask) live() bool { return t.LastStatus != "STOPPED" }
+
+// holds: the task runs on its instance, as far as the store knows (LOST
+// counts: its agent may return with it running).
+func (t histTask) holds() bool { return t.LastStatus == "RUNNING" || t.LastStatus == "LOST" }
 
 // histInstance is what the checks read of a version of an instance.
 type histInstance struct {
@@ -214,12 +222,13 @@ type violation struct {
 	index       uint64
 	environment string
 	instance    string
+	what        string   // "meant to run" or "running"
 	tasks       []string // "name (desired/last)"
 }
 
 func (v violation) String() string {
-	return fmt.Sprintf("index %d: environment %s has %d live tasks on instance %s: %s",
-		v.index, v.environment, len(v.tasks), v.instance, strings.Join(v.tasks, ", "))
+	return fmt.Sprintf("index %d: environment %s has %d tasks %s on instance %s: %s",
+		v.index, v.environment, len(v.tasks), v.what, v.instance, strings.Join(v.tasks, ", "))
 }
 
 // misplacement is a task created on an instance that did not match its
@@ -238,7 +247,8 @@ type replayReport struct {
 }
 
 // replay applies the history in index order and checks, after every
-// index, that no environment has two live tasks on one instance. matches
+// index, that no environment has two tasks on one instance that are live
+// and meant to run, nor two that run (RUNNING or LOST). matches
 // says whether an instance matched an environment's group; with it the
 // replay also lists tasks created on instances that did not match in the
 // state before their creation.
@@ -258,7 +268,7 @@ func (h *storeHistory) replay(matches func(env string, in histInstance, exists b
 	type key struct{ env, instance string }
 	tasks := map[string]histTask{}
 	instances := map[string]histInstance{}
-	live := map[key]map[string]bool{}
+	byKey := map[key]map[string]bool{} // the tasks of each environment and instance
 	rep := replayReport{events: len(events)}
 	for i := 0; i < len(events); {
 		idx := events[i].index
@@ -296,7 +306,7 @@ func (h *storeHistory) replay(matches func(env string, in histInstance, exists b
 			}
 			if old, ok := tasks[ev.name]; ok && old.Environment != "" {
 				k := key{old.Environment, old.Instance}
-				delete(live[k], ev.name)
+				delete(byKey[k], ev.name)
 				touched[k] = true
 			}
 			if ev.deleted {
@@ -304,26 +314,31 @@ func (h *storeHistory) replay(matches func(env string, in histInstance, exists b
 				continue
 			}
 			tasks[ev.name] = ev.task
-			if ev.task.Environment != "" && ev.task.live() {
+			if ev.task.Environment != "" {
 				k := key{ev.task.Environment, ev.task.Instance}
-				if live[k] == nil {
-					live[k] = map[string]bool{}
+				if byKey[k] == nil {
+					byKey[k] = map[string]bool{}
 				}
-				live[k][ev.name] = true
+				byKey[k][ev.name] = true
 				touched[k] = true
 			}
 		}
 		for k := range touched {
-			if len(live[k]) <= 1 {
-				continue
+			for _, c := range []struct {
+				what string
+				is   func(histTask) bool
+			}{{"meant to run", histTask.claims}, {"running", histTask.holds}} {
+				v := violation{index: idx, environment: k.env, instance: k.instance, what: c.what}
+				for name := range byKey[k] {
+					if t := tasks[name]; c.is(t) {
+						v.tasks = append(v.tasks, fmt.Sprintf("%s (%s, desired %s, last %s, deployment %s)", name, t.TaskDefinition, t.DesiredStatus, t.LastStatus, t.Deployment))
+					}
+				}
+				if len(v.tasks) > 1 {
+					slices.Sort(v.tasks)
+					rep.violations = append(rep.violations, v)
+				}
 			}
-			v := violation{index: idx, environment: k.env, instance: k.instance}
-			for name := range live[k] {
-				t := tasks[name]
-				v.tasks = append(v.tasks, fmt.Sprintf("%s (%s, desired %s, last %s, deployment %s)", name, t.TaskDefinition, t.DesiredStatus, t.LastStatus, t.Deployment))
-			}
-			slices.Sort(v.tasks)
-			rep.violations = append(rep.violations, v)
 		}
 	}
 	return rep
@@ -331,8 +346,10 @@ func (h *storeHistory) replay(matches func(env string, in histInstance, exists b
 
 // TestReplayFindsTwoLiveTasks checks the checker: a history in which a
 // second task of an environment is created on an instance while the
-// first is LOST there breaks "one and only one" at that index, and only
-// there; a task created on an instance that does not match is listed.
+// first is LOST there breaks "one and only one" at that index, as does
+// one in which a replacement runs before the task it replaces stopped; a
+// replacement placed beside a task asked to stop does not; a task created
+// on an instance that does not match is listed.
 func TestReplayFindsTwoLiveTasks(t *testing.T) {
 	h := &storeHistory{seen: map[string]bool{}, latest: map[string]string{}}
 	ready := histInstance{Cluster: "default", Status: "ready", Attributes: map[string]string{"zone": "a"}}
@@ -340,6 +357,8 @@ func TestReplayFindsTwoLiveTasks(t *testing.T) {
 	task := func(instance, last string) histTask {
 		return histTask{Environment: "e", Instance: instance, TaskDefinition: "d:1", DesiredStatus: "RUNNING", LastStatus: last}
 	}
+	stopping := task("i1", "RUNNING")
+	stopping.DesiredStatus = "STOPPED"
 	for _, ev := range []histEvent{
 		{index: 1, kind: instanceType.Kind, name: "i1", inst: ready},
 		{index: 1, kind: instanceType.Kind, name: "i2", inst: other},
@@ -351,6 +370,13 @@ func TestReplayFindsTwoLiveTasks(t *testing.T) {
 		{index: 6, kind: taskType.Kind, name: "t2", task: task("i1", "STOPPED")},
 		{index: 6, kind: taskType.Kind, name: "t3", task: task("i1", "PENDING")},
 		{index: 7, kind: taskType.Kind, name: "t4", task: task("i2", "PENDING")},
+		{index: 8, kind: taskType.Kind, name: "t3", task: task("i1", "RUNNING")},
+		// A handover: t3 is asked to stop as t5 is placed to replace it.
+		{index: 9, kind: taskType.Kind, name: "t3", task: stopping},
+		{index: 9, kind: taskType.Kind, name: "t5", task: task("i1", "PENDING")},
+		// t5 runs before t3 stopped.
+		{index: 10, kind: taskType.Kind, name: "t5", task: task("i1", "RUNNING")},
+		{index: 11, kind: taskType.Kind, name: "t3", task: task("i1", "STOPPED")},
 	} {
 		h.events = append(h.events, ev)
 	}
@@ -360,13 +386,14 @@ func TestReplayFindsTwoLiveTasks(t *testing.T) {
 		}
 		return true, ""
 	})
-	if len(rep.violations) != 1 || rep.violations[0].index != 4 || len(rep.violations[0].tasks) != 2 {
-		t.Errorf("violations %v, want one at index 4 with t1 and t2", rep.violations)
+	if len(rep.violations) != 2 || rep.violations[0].index != 4 || len(rep.violations[0].tasks) != 2 ||
+		rep.violations[1].index != 10 || rep.violations[1].what != "running" {
+		t.Errorf("violations %v, want one at index 4 with t1 and t2 meant to run, one at index 10 with t3 and t5 running", rep.violations)
 	}
 	if len(rep.misplacements) != 1 || rep.misplacements[0].task != "t4" {
 		t.Errorf("misplacements %+v, want t4 on i2", rep.misplacements)
 	}
-	if rep.tasks != 4 || rep.indexes != 7 {
-		t.Errorf("replayed %d tasks at %d indexes, want 4 at 7", rep.tasks, rep.indexes)
+	if rep.tasks != 5 || rep.indexes != 11 {
+		t.Errorf("replayed %d tasks at %d indexes, want 5 at 11", rep.tasks, rep.indexes)
 	}
 }

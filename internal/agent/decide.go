@@ -52,6 +52,9 @@ type situation struct {
 	reported bool
 	// leaving: the agent is leaving the cluster and starts nothing new.
 	leaving bool
+	// waiting: another task of its environment must stop here first (the
+	// one it replaces).
+	waiting bool
 }
 
 // decision is what to do about a task. At most one of start, stop, finish
@@ -132,7 +135,7 @@ func decide(s situation) decision {
 	}
 	switch t.GetLastStatus() {
 	case orchestrator.StatusPending:
-		if s.leaving {
+		if s.leaving || s.waiting {
 			return decision{}
 		}
 		return decision{start: true}

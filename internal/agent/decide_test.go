@@ -39,6 +39,8 @@ func TestDecide(t *testing.T) {
 		// Starting happens once, from PENDING.
 		{"new task starts", situation{stored: stored(run, pend)}, decision{start: true}},
 		{"not while leaving", situation{stored: stored(run, pend), leaving: true}, decision{}},
+		{"not while the task it replaces stops", situation{stored: stored(run, pend), waiting: true}, decision{}},
+		{"a stop while waiting", situation{stored: stored(stop, pend), waiting: true}, decision{finish: "stopped before it started: desired status is STOPPED"}},
 		{"starting: nothing more", situation{stored: stored(run, pend), phase: phaseStarting}, decision{}},
 		{"running: nothing", situation{stored: stored(run, run), phase: phaseRunning}, decision{}},
 		{"done: never again", situation{stored: stored(run, run), phase: phaseDone}, decision{}},
@@ -85,8 +87,8 @@ func TestDecideStartsOnlyIdlePending(t *testing.T) {
 		for _, last := range statuses {
 			for p := phaseIdle; p <= phaseDone; p++ {
 				for _, deleted := range []bool{false, true} {
-					for _, flags := range []int{0, 1, 2, 3} {
-						s := situation{phase: p, reported: flags&1 != 0, leaving: flags&2 != 0}
+					for flags := range 8 {
+						s := situation{phase: p, reported: flags&1 != 0, leaving: flags&2 != 0, waiting: flags&4 != 0}
 						if !deleted {
 							s.stored = stored(desired, last)
 						}
@@ -101,7 +103,7 @@ func TestDecideStartsOnlyIdlePending(t *testing.T) {
 						if set > 1 {
 							t.Errorf("%s: %+v does several things", name, d)
 						}
-						if d.start && (p != phaseIdle || deleted || last != orchestrator.StatusPending || desired != orchestrator.StatusRunning || s.leaving) {
+						if d.start && (p != phaseIdle || deleted || last != orchestrator.StatusPending || desired != orchestrator.StatusRunning || s.leaving || s.waiting) {
 							t.Errorf("%s: starts", name)
 						}
 						if d.stop != "" && p != phaseStarting && p != phaseRunning {

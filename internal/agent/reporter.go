@@ -178,8 +178,9 @@ func (a *Agent) written(p pendingReport, stored *pbresource.Resource) {
 		}
 	}
 	// The answer is what the store has now: a task whose STOPPED report
-	// is in is done with.
+	// is in is done with, and its replacement may start.
 	fx := a.reconcileLocked(t)
+	fx.merge(a.successorsLocked(t))
 	a.mu.Unlock()
 	a.apply(a.runCtx, nil, fx)
 }

@@ -135,6 +135,7 @@ func (a *Agent) finishLocked(e *task, reason string) effects {
 	if !e.forgotten && e.started {
 		fx.persist = append(fx.persist, e)
 	}
+	fx.merge(a.successorsLocked(e))
 	fx.signal = true
 	a.broadcastLocked()
 	return fx

@@ -38,6 +38,8 @@ type session struct {
 	// once they have given up, so that the next session's resync sees
 	// the tasks they dropped as idle and starts them again.
 	starts sync.WaitGroup
+	// ctx ends with the session.
+	ctx context.Context
 }
 
 var errLeft = errors.New("the instance has left the cluster")
@@ -58,6 +60,7 @@ func (a *Agent) runSession(ctx context.Context, addr string) (worked bool, err e
 	defer cc.Close()
 	s := &session{a: a, addr: addr, res: pbresource.NewResourceServiceClient(cc), hb: pbagent.NewAgentServiceClient(cc)}
 	ctx, cancel := context.WithCancel(ctx)
+	s.ctx = ctx
 	defer s.starts.Wait()
 	defer cancel()
 	defer s.closeBeatStream()

@@ -139,14 +139,31 @@ func (a *Agent) apply(ctx context.Context, s *session, fx effects) {
 	if fx.signal {
 		a.signalReporter()
 	}
-	for _, t := range fx.start {
-		if s == nil {
-			a.mu.Lock()
-			t.phase = phaseIdle
-			a.mu.Unlock()
-			continue
+	if len(fx.start) == 0 {
+		return
+	}
+	if s == nil {
+		// A change outside a session (a task that stopped, a report
+		// written) lets another start: on the current session, if any.
+		// The Add happens under a.mu while it is current, so before the
+		// session's end waits for its starts.
+		a.mu.Lock()
+		if s = a.current; s != nil {
+			s.starts.Add(len(fx.start))
+			ctx = s.ctx
+		} else {
+			for _, t := range fx.start {
+				t.phase = phaseIdle // the next session's resync starts it
+			}
 		}
-		s.starts.Add(1)
+		a.mu.Unlock()
+		if s == nil {
+			return
+		}
+	} else {
+		s.starts.Add(len(fx.start))
+	}
+	for _, t := range fx.start {
 		go func() {
 			defer s.starts.Done()
 			a.start(ctx, s, t)
@@ -222,7 +239,9 @@ func (a *Agent) reconcileLocked(e *task) effects {
 	}
 	mine := reportOf(e.snap, a.session)
 	reported := e.written >= e.seq && (stored == nil || orchestrator.SameReport(stored, mine) || e.repairs >= maxRepairs)
-	d := decide(situation{stored: stored, phase: e.phase, reported: reported, leaving: a.leaving})
+	waiting := e.phase == phaseIdle && stored.GetDesiredStatus() == orchestrator.StatusRunning &&
+		stored.GetLastStatus() == orchestrator.StatusPending && a.predecessorLocked(e) != nil
+	d := decide(situation{stored: stored, phase: e.phase, reported: reported, leaving: a.leaving, waiting: waiting})
 	if d.silent && !e.silent {
 		e.silent = true
 		fx.persist = append(fx.persist, e)

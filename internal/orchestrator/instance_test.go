@@ -95,6 +95,9 @@ func TestTaskValidation(t *testing.T) {
 		{func(tk *pborch.Task) { tk.DesiredStatus = "PAUSED" }, `data.desired_status: "PAUSED" is not RUNNING or STOPPED`},
 		{func(tk *pborch.Task) { tk.LastStatus = "DONE" }, `data.last_status: "DONE" is not one of`},
 		{func(tk *pborch.Task) { tk.Containers = []*pborch.ContainerState{{Name: "app", Status: "UP"}} }, `data.containers[0].status: "UP" is not one of`},
+		{func(tk *pborch.Task) { tk.Replaces = "t0" }, `data.replaces: names task "t0", but only a task of an environment replaces another`},
+		{func(tk *pborch.Task) { tk.Environment, tk.Replaces = "logs", "T_0" }, `data.replaces: `},
+		{func(tk *pborch.Task) { tk.Environment, tk.Replaces = "logs", "t1" }, `data.replaces: names the task itself`},
 	} {
 		if err := orchestrator.ValidateTask(task(c.edit)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("got %v, want %q", err, c.want)
@@ -128,6 +131,7 @@ func TestTaskUpdates(t *testing.T) {
 		{stored, func(tk *pborch.Task) { tk.Instance = "i-2" }, `data.instance: cannot change from "i-1" to "i-2": task t1 is placed`},
 		{stored, func(tk *pborch.Task) { tk.TaskDefinition = "web:2" }, `data.task_definition: cannot change from "web:1" to "web:2"`},
 		{stored, func(tk *pborch.Task) { tk.StartedBy = "bob" }, `data.started_by: cannot change`},
+		{stored, func(tk *pborch.Task) { tk.Replaces = "t0" }, `data.replaces: cannot change from "" to "t0"`},
 		{stopped, func(tk *pborch.Task) {}, `data.desired_status: cannot go back to RUNNING: task t1 was asked to stop`},
 	} {
 		if err := orchestrator.ValidateTaskUpdate(c.from, task(c.edit)); err == nil || !strings.Contains(err.Error(), c.want) {

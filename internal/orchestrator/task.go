@@ -47,6 +47,17 @@ func ValidateTask(res *pbresource.Resource) error {
 	if err := resource.ValidateName("data.instance", t.GetInstance()); err != nil {
 		return err
 	}
+	if r := t.GetReplaces(); r != "" {
+		if t.GetEnvironment() == "" {
+			return resource.NewFieldError("data.replaces", "names task %q, but only a task of an environment replaces another (data.environment is empty)", r)
+		}
+		if err := resource.ValidateName("data.replaces", r); err != nil {
+			return err
+		}
+		if r == res.GetId().GetName() {
+			return resource.NewFieldError("data.replaces", "names the task itself")
+		}
+	}
 	if utf8.RuneCountInString(t.GetStartedBy()) > MaxStartedByLength {
 		return resource.NewFieldError("data.started_by", "is over the limit of %d characters", MaxStartedByLength)
 	}
@@ -96,8 +107,8 @@ func validateHealth(field, h string) error {
 
 // ValidateTaskUpdate is the ValidateUpdate hook of orchestrator/v1/Task: a
 // placement is fixed (its task definition, instance, started_by and the
-// environment, version and deployment that placed it never
-// change: a different placement is a new task), and a task asked to stop
+// environment, version and deployment that placed it, and the task it
+// replaces, never change: a different placement is a new task), and a task asked to stop
 // is never asked to run again.
 func ValidateTaskUpdate(stored, next *pbresource.Resource) error {
 	old, err := resource.DecodeData[*pborch.Task](stored)
@@ -116,6 +127,7 @@ func ValidateTaskUpdate(stored, next *pbresource.Resource) error {
 		{"data.environment", old.GetEnvironment(), t.GetEnvironment()},
 		{"data.environment_version", old.GetEnvironmentVersion(), t.GetEnvironmentVersion()},
 		{"data.deployment", old.GetDeployment(), t.GetDeployment()},
+		{"data.replaces", old.GetReplaces(), t.GetReplaces()},
 	} {
 		if f.was != f.now {
 			return resource.NewFieldError(f.field, "cannot change from %q to %q: task %s is placed; run a new task instead", f.was, f.now, name)

@@ -480,6 +480,7 @@ func (r *reconciler) planWrites(st *envState, plan Plan, target Target, active *
 			Environment:        env,
 			EnvironmentVersion: target.Version,
 			Deployment:         depOf[p.Repair],
+			Replaces:           p.Replaces,
 		}
 		res, err := newResource(orchestrator.TaskID(ns, TaskName(env, p.Instance, p.Seq)), st.res.GetId(), t)
 		if err != nil {

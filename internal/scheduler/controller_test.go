@@ -210,8 +210,8 @@ func TestUnhealthyDeploymentRollsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := h.deploy("ls", "")
-	h.reconcile("ls") // min_healthy_percent 0: every old task is asked to stop
-	h.agents()
+	h.reconcile("ls") // min_healthy_percent 0: every old task is replaced
+	h.stopsOnly()
 	// The new task never starts on i1 (its agent does nothing with it).
 	h.settle("ls", "i1")
 	if d := h.deployment("ls", bad); d.GetStatus() != scheduler.StatusInProgress {
@@ -256,8 +256,7 @@ func TestNewLeaderResumesWithoutPlacingTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := h.deploy("ls", "")
-	h.reconcile("ls") // the first batch of 3 is asked to stop
-	h.agents()
+	h.reconcile("ls") // the first batch of 3 is replaced
 	h.failover()
 	// The old leader's last decision is applied once more by a new one
 	// that read the same state: the placements are refused, not doubled.
@@ -383,7 +382,7 @@ func TestFailedDeploymentIsNotCarriedOn(t *testing.T) {
 	}
 	id := h.deploy("ls", "")
 	h.reconcile("ls") // one of three is replaced first
-	h.agents()
+	h.stopsOnly()
 	h.settle("ls", "i1", "i2", "i3") // the new task never starts
 	h.clock.Advance(time.Minute)
 	h.settle("ls", "i1", "i2", "i3")

@@ -191,58 +191,91 @@ func (h *harness) tasks() map[string]*pborch.Task {
 
 // live returns, by instance, the live tasks' definitions, failing the
 // test if any instance has two.
+// live returns, per instance, the task definition of the live task that
+// is meant to run there, and fails the test if an instance has two such
+// tasks, or two running.
 func (h *harness) live() map[string]string {
 	h.t.Helper()
 	out := map[string]string{}
+	running := map[string]string{}
 	for name, t := range h.tasks() {
-		if t.GetLastStatus() == orchestrator.StatusStopped {
+		if t.GetLastStatus() == orchestrator.StatusRunning {
+			if prev, dup := running[t.GetInstance()]; dup {
+				h.t.Fatalf("two tasks run on %s: %s and %s", t.GetInstance(), prev, name)
+			}
+			running[t.GetInstance()] = name
+		}
+		if t.GetLastStatus() == orchestrator.StatusStopped || t.GetDesiredStatus() == orchestrator.StatusStopped {
 			continue
 		}
 		if prev, dup := out[t.GetInstance()]; dup {
-			h.t.Fatalf("two live tasks on %s: %s and %s (%s)", t.GetInstance(), prev, name, t.GetTaskDefinition())
+			h.t.Fatalf("two live tasks meant to run on %s: %s and %s (%s)", t.GetInstance(), prev, name, t.GetTaskDefinition())
 		}
 		out[t.GetInstance()] = t.GetTaskDefinition()
 	}
 	return out
 }
 
-// agents act on every task as agents would: a pending task starts (and
-// is healthy: it has no checks), a task asked to stop stops. skip names
-// instances whose agents do nothing.
+// agents plays the agents once: tasks asked to stop stop, then a pending
+// task starts if no other task of its environment is live on its
+// instance (the agent waits for the task it replaces). It returns how
+// many tasks changed.
 func (h *harness) agents(skip ...string) int {
+	h.t.Helper()
+	return h.play(true, skip...)
+}
+
+// stopsOnly plays the agents stopping what they are asked to stop, and
+// starting nothing.
+func (h *harness) stopsOnly() {
+	h.t.Helper()
+	h.play(false)
+}
+
+func (h *harness) play(starts bool, skip ...string) int {
 	h.t.Helper()
 	skipped := map[string]bool{}
 	for _, s := range skip {
 		skipped[s] = true
 	}
-	list, err := h.api.List(h.ctx, &pbresource.ListRequest{Type: orchestrator.TaskType, Tenancy: &pbresource.Tenancy{Namespace: "default"}})
-	if err != nil {
-		h.t.Fatal(err)
-	}
 	acted := 0
-	for _, r := range list.GetResources() {
-		t, _ := resource.DecodeData[*pborch.Task](r)
-		if skipped[t.GetInstance()] {
-			continue
+	for _, starting := range []bool{false, true} {
+		if starting && !starts {
+			break
 		}
-		now := timestamppb.New(h.clock.Now())
-		switch {
-		case t.GetDesiredStatus() == orchestrator.StatusStopped && t.GetLastStatus() != orchestrator.StatusStopped:
-			t.LastStatus, t.StoppedAt = orchestrator.StatusStopped, now
-		case t.GetDesiredStatus() == orchestrator.StatusRunning && t.GetLastStatus() == orchestrator.StatusPending:
-			t.LastStatus, t.StartedAt = orchestrator.StatusRunning, now
-		default:
-			continue
+		list, err := h.api.List(h.ctx, &pbresource.ListRequest{Type: orchestrator.TaskType, Tenancy: &pbresource.Tenancy{Namespace: "default"}})
+		if err != nil {
+			h.t.Fatal(err)
 		}
-		t.ReportedAt = now
-		h.write(r.GetId(), r.GetOwner(), t, r.GetVersion())
-		acted++
+		live := map[string]int{} // environment/instance
+		for _, r := range list.GetResources() {
+			if t, _ := resource.DecodeData[*pborch.Task](r); t.GetLastStatus() != orchestrator.StatusStopped {
+				live[t.GetEnvironment()+"/"+t.GetInstance()]++
+			}
+		}
+		for _, r := range list.GetResources() {
+			t, _ := resource.DecodeData[*pborch.Task](r)
+			if skipped[t.GetInstance()] {
+				continue
+			}
+			now := timestamppb.New(h.clock.Now())
+			switch {
+			case !starting && t.GetDesiredStatus() == orchestrator.StatusStopped && t.GetLastStatus() != orchestrator.StatusStopped:
+				t.LastStatus, t.StoppedAt = orchestrator.StatusStopped, now
+			case starting && t.GetDesiredStatus() == orchestrator.StatusRunning && t.GetLastStatus() == orchestrator.StatusPending &&
+				live[t.GetEnvironment()+"/"+t.GetInstance()] == 1:
+				t.LastStatus, t.StartedAt = orchestrator.StatusRunning, now
+			default:
+				continue
+			}
+			t.ReportedAt = now
+			h.write(r.GetId(), r.GetOwner(), t, r.GetVersion())
+			acted++
+		}
 	}
 	return acted
 }
 
-// kill has the task on instance die, as an essential container's exit
-// would.
 func (h *harness) kill(instance string) {
 	h.t.Helper()
 	list, _ := h.api.List(h.ctx, &pbresource.ListRequest{Type: orchestrator.TaskType, Tenancy: &pbresource.Tenancy{Namespace: "default"}})

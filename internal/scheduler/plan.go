@@ -30,8 +30,8 @@ type TaskView struct {
 	Health string
 	// Healthy: running and passing its health checks (if it has any).
 	Healthy bool
-	// HealthySince is when the scheduler first saw it healthy (zero when
-	// it is not).
+	// HealthySince is when it became healthy, as its agent reported
+	// (zero when it is not).
 	HealthySince time.Time
 	CreatedAt    time.Time
 	StopReason   string
@@ -86,6 +86,10 @@ type Placement struct {
 	// Repair: the instance's previous task died (a health repair); else a
 	// new instance or a replacement.
 	Repair bool
+	// Replaces names the live task of the instance that the new one
+	// replaces: it is stopping, or asked to stop by the same plan. The
+	// agent starts the new task only once that one has stopped.
+	Replaces string
 }
 
 // Stop is a live task to ask to stop.
@@ -140,10 +144,16 @@ const (
 // store moved, and asks again.
 //
 // The rules it keeps:
-//   - never a placement beside a live task (LOST counts as live), nor on
-//     an instance that does not match;
-//   - a replacement first stops the old task and places the new one only
-//     once the old has stopped;
+//   - never a placement on an instance that does not match, nor beside
+//     a live task (LOST counts as live) that is meant to go on running:
+//     after the plan, at most one live task per instance has desired
+//     status RUNNING;
+//   - a replacement stops the old task and places the new one in the
+//     same plan, the new naming the old (Placement.Replaces): the agent
+//     starts the new task once the old has stopped, and nothing waits for
+//     a round trip through the scheduler in between. A task already
+//     stopping (asked by a user, or by an earlier plan) is replaced the
+//     same way;
 //   - replacements of healthy tasks stop at BatchSize instances
 //     unavailable; a task that is not healthy anyway is replaced at once;
 //   - an instance that is down is left alone (its agent may return with
@@ -201,14 +211,14 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 		group := order[first:ti] // this instance's tasks, by seq
 
 		var lastSeq int64
-		var latest, best *TaskView
-		currents, stopping := 0, 0
+		var latest, best, stopping *TaskView
+		currents := 0
 		for _, k := range group {
 			t := &tasks[k]
 			lastSeq, latest = t.Seq, t
 			switch {
 			case t.Stopping():
-				stopping++
+				stopping = t // the newest
 			case t.Live():
 				currents++
 				if best == nil || betterCurrent(t, best, target.TaskDefinition) {
@@ -239,7 +249,7 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 					p.Stops = append(p.Stops, Stop{Task: t.Name, Reason: reason})
 				}
 			}
-			if currents+stopping > 0 {
+			if currents > 0 || stopping != nil {
 				ip.State = StateStopping
 			}
 			p.Instances = append(p.Instances, ip)
@@ -256,12 +266,12 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 		}
 		if best == nil {
 			p.Unavailable++
-			if stopping > 0 {
-				ip.State = StateStopping
-			} else {
-				p.Places = append(p.Places, Placement{Instance: name, Seq: lastSeq + 1, Repair: latest != nil && latest.Died()})
-				ip.State = StateStarting
+			pl := Placement{Instance: name, Seq: lastSeq + 1, Repair: latest != nil && latest.Died()}
+			if stopping != nil {
+				pl.Replaces = stopping.Name
 			}
+			p.Places = append(p.Places, pl)
+			ip.State = StateStarting
 			p.Instances = append(p.Instances, ip)
 			continue
 		}
@@ -286,8 +296,7 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 		case !cur.Healthy:
 			// Unavailable already: replacing it costs nothing.
 			p.Unavailable++
-			p.Stops = append(p.Stops, Stop{Task: cur.Name, Reason: ReasonReplaced})
-			ip.State = StateStopping
+			p.replace(&ip, lastSeq)
 		default:
 			ip.State = StatePending
 			replaceable = append(replaceable, len(p.Instances))
@@ -301,10 +310,17 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 		}
 		budget--
 		ip := &p.Instances[i]
-		p.Stops = append(p.Stops, Stop{Task: ip.Current.Name, Reason: ReasonReplaced})
-		ip.State = StateStopping
+		p.replace(ip, ip.Latest.Seq)
 	}
 	return p
+}
+
+// replace stops the instance's current task and places its successor in
+// the same plan.
+func (p *Plan) replace(ip *InstancePlan, lastSeq int64) {
+	p.Stops = append(p.Stops, Stop{Task: ip.Current.Name, Reason: ReasonReplaced})
+	p.Places = append(p.Places, Placement{Instance: ip.Instance, Seq: lastSeq + 1, Replaces: ip.Current.Name})
+	ip.State = StateStarting
 }
 
 // betterCurrent reports whether live task a is a better one to keep than

@@ -102,10 +102,18 @@ func TestPlanTable(t *testing.T) {
 			tasks:     []TaskView{lost},
 		},
 		{
-			name:      "nothing is placed while the old task stops",
+			name:      "a task that stops is replaced at once, the new one naming it",
 			target:    target(true, 75),
 			instances: []InstanceView{ready("i1")},
 			tasks:     []TaskView{stopping},
+			places:    []Placement{{Instance: "i1", Seq: 3, Replaces: "t-stopping"}},
+		},
+		{
+			name:      "nothing is placed beside the replacement of a stopping task",
+			target:    target(true, 75),
+			instances: []InstanceView{ready("i1")},
+			tasks: []TaskView{stopping,
+				{Name: "t-new", Instance: "i1", TaskDefinition: "d:2", Desired: orchestrator.StatusRunning, Last: orchestrator.StatusPending, Seq: 3}},
 		},
 		{
 			name:      "a dead task is replaced, with the next seq, as a health repair",
@@ -133,6 +141,7 @@ func TestPlanTable(t *testing.T) {
 			instances: []InstanceView{ready("i1"), ready("i2"), ready("i3"), ready("i4")},
 			tasks:     []TaskView{running("t1", "i1", "d:1", 1), running("t2", "i2", "d:1", 1), running("t3", "i3", "d:1", 1), running("t4", "i4", "d:1", 1)},
 			stops:     []Stop{{Task: "t1", Reason: ReasonReplaced}, {Task: "t2", Reason: ReasonReplaced}},
+			places:    []Placement{{Instance: "i1", Seq: 2, Replaces: "t1"}, {Instance: "i2", Seq: 2, Replaces: "t2"}},
 		},
 		{
 			name:      "an instance already unavailable uses up the batch",
@@ -140,7 +149,8 @@ func TestPlanTable(t *testing.T) {
 			instances: []InstanceView{ready("i1"), ready("i2"), ready("i3"), ready("i4")},
 			tasks: []TaskView{running("t1", "i1", "d:1", 1), running("t2", "i2", "d:1", 1), running("t3", "i3", "d:1", 1),
 				{Name: "t4", Instance: "i4", TaskDefinition: "d:2", Desired: orchestrator.StatusRunning, Last: orchestrator.StatusPending, Seq: 2}},
-			stops: []Stop{{Task: "t1", Reason: ReasonReplaced}},
+			stops:  []Stop{{Task: "t1", Reason: ReasonReplaced}},
+			places: []Placement{{Instance: "i1", Seq: 2, Replaces: "t1"}},
 		},
 		{
 			name:      "an unhealthy old task is replaced at once, beyond the batch",
@@ -148,7 +158,8 @@ func TestPlanTable(t *testing.T) {
 			instances: []InstanceView{ready("i1"), ready("i2")},
 			tasks: []TaskView{running("t1", "i1", "d:1", 1),
 				{Name: "t2", Instance: "i2", TaskDefinition: "d:1", Desired: orchestrator.StatusRunning, Last: orchestrator.StatusRunning, Health: orchestrator.HealthUnhealthy, Seq: 1}},
-			stops: []Stop{{Task: "t2", Reason: ReasonReplaced}},
+			stops:  []Stop{{Task: "t2", Reason: ReasonReplaced}},
+			places: []Placement{{Instance: "i2", Seq: 2, Replaces: "t2"}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -213,23 +224,32 @@ func (w *world) views() ([]InstanceView, []TaskView) {
 	return ins, ts
 }
 
-func liveByInstance(tasks []*TaskView) map[string]int {
+// countByInstance counts, per instance, the tasks for which keep holds.
+func countByInstance(tasks []*TaskView, keep func(*TaskView) bool) map[string]int {
 	m := map[string]int{}
 	for _, t := range tasks {
-		if t.Live() {
+		if keep(t) {
 			m[t.Instance]++
 		}
 	}
 	return m
 }
 
+// claims: live and meant to go on running.
+func claims(t *TaskView) bool { return t.Live() && t.Desired == orchestrator.StatusRunning }
+
+func runs(t *TaskView) bool { return t.Last == orchestrator.StatusRunning }
+
 // TestPlanProperties drives plans against a model fleet whose instances
 // change and whose tasks start, fail, get lost and stop at random, and
-// checks after every step: never two live tasks of the environment on
-// one instance, never a placement on an instance that does not match,
-// never more healthy tasks replaced than the batch allows, never a task
-// name used twice; and once the fleet holds still, the environment
-// converges on one healthy target task per matching instance.
+// whose agents start a task only once no other task of the environment
+// is live on the instance. It checks after every step: never two live
+// tasks of the environment meant to run on one instance, never two
+// running, never a placement on an instance that does not match, a
+// placement beside a stopping task names one of them, never more healthy
+// tasks replaced than the batch allows, never a task name used twice; and
+// once the fleet holds still, the environment converges on one healthy
+// target task per matching instance.
 func TestPlanProperties(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		n := rapid.IntRange(1, 12).Draw(rt, "instances")
@@ -261,18 +281,44 @@ func TestPlanProperties(t *testing.T) {
 			ins, ts := w.views()
 			p := ComputePlan(target, ins, ts, w.now)
 
-			// Placements: only where the instance matches and nothing lives.
-			live := liveByInstance(w.tasks)
+			// Placements: only where the instance matches, and beside a
+			// live task only if it stops, naming it.
+			byName := map[string]*TaskView{}
+			for _, tv := range w.tasks {
+				byName[tv.Name] = tv
+			}
+			stopped := map[string]bool{}
+			for _, s := range p.Stops {
+				stopped[s.Task] = true
+			}
 			placed := map[string]bool{}
 			for _, pl := range p.Places {
 				in := w.instances[pl.Instance]
 				if in == nil || in.Status != orchestrator.InstanceReady || !target.Group.Matches(in.Cluster, in.Attributes) {
 					rt.Fatalf("step %d: placed on %s, which does not match", step, pl.Instance)
 				}
-				if live[pl.Instance] > 0 || placed[pl.Instance] {
-					rt.Fatalf("step %d: placed on %s beside a live task", step, pl.Instance)
+				if placed[pl.Instance] {
+					rt.Fatalf("step %d: placed twice on %s", step, pl.Instance)
 				}
 				placed[pl.Instance] = true
+				named := false
+				for _, tv := range w.tasks {
+					if tv.Instance != pl.Instance || !tv.Live() {
+						continue
+					}
+					if tv.Desired == orchestrator.StatusRunning && !stopped[tv.Name] {
+						rt.Fatalf("step %d: placed on %s beside %s, which goes on running", step, pl.Instance, tv.Name)
+					}
+					named = named || tv.Name == pl.Replaces
+				}
+				if pl.Replaces != "" && !named {
+					if r := byName[pl.Replaces]; r == nil || r.Instance != pl.Instance {
+						rt.Fatalf("step %d: placement on %s replaces %q, not a task of the instance", step, pl.Instance, pl.Replaces)
+					}
+				}
+				if !named && countByInstance(w.tasks, (*TaskView).Live)[pl.Instance] > 0 {
+					rt.Fatalf("step %d: placed on %s beside a live task without naming one (replaces %q)", step, pl.Instance, pl.Replaces)
+				}
 				name := TaskName("env", pl.Instance, pl.Seq)
 				if seen[name] {
 					rt.Fatalf("step %d: task name %s used twice", step, name)
@@ -282,7 +328,6 @@ func TestPlanProperties(t *testing.T) {
 					Desired: orchestrator.StatusRunning, Last: orchestrator.StatusPending, CreatedAt: w.now, Seq: pl.Seq})
 			}
 			// Replacements of healthy tasks stay within the batch.
-			byName := map[string]*TaskView{}
 			for _, tv := range w.tasks {
 				byName[tv.Name] = tv
 			}
@@ -297,9 +342,9 @@ func TestPlanProperties(t *testing.T) {
 			if budget := max(0, p.BatchSize-p.Unavailable); replacedHealthy > budget {
 				rt.Fatalf("step %d: replaced %d healthy tasks, over the budget of %d (batch %d, unavailable %d)", step, replacedHealthy, budget, p.BatchSize, p.Unavailable)
 			}
-			for inst, c := range liveByInstance(w.tasks) {
+			for inst, c := range countByInstance(w.tasks, claims) {
 				if c > 1 {
-					rt.Fatalf("step %d: %d live tasks on %s", step, c, inst)
+					rt.Fatalf("step %d: %d live tasks meant to run on %s", step, c, inst)
 				}
 			}
 
@@ -318,10 +363,17 @@ func TestPlanProperties(t *testing.T) {
 						tv.Last, tv.Healthy = orchestrator.StatusStopped, false
 					}
 				case tv.Last == orchestrator.StatusPending && !calm && rapid.IntRange(0, 3).Draw(rt, "slow start") == 0:
+				case tv.Last == orchestrator.StatusPending && countByInstance(w.tasks, (*TaskView).Live)[tv.Instance] > 1:
+					// The agent waits for the task it replaces to stop.
 				case tv.Last == orchestrator.StatusPending:
 					tv.Last, tv.Healthy, tv.HealthySince = orchestrator.StatusRunning, true, w.now
 				case tv.Last == orchestrator.StatusRunning && !calm && rapid.IntRange(0, 29).Draw(rt, "dies") == 0:
 					tv.Last, tv.Healthy = orchestrator.StatusStopped, false
+				}
+			}
+			for inst, c := range countByInstance(w.tasks, runs) {
+				if c > 1 {
+					rt.Fatalf("step %d: %d tasks run on %s", step, c, inst)
 				}
 			}
 			if calm {

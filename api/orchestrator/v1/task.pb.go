@@ -61,7 +61,13 @@ type Task struct {
 	// environment_version is the EnvironmentVersion it was placed for.
 	EnvironmentVersion string `protobuf:"bytes,16,opt,name=environment_version,json=environmentVersion,proto3" json:"environment_version,omitempty"`
 	// deployment is the id of the deployment that placed it.
-	Deployment    string `protobuf:"bytes,17,opt,name=deployment,proto3" json:"deployment,omitempty"`
+	Deployment string `protobuf:"bytes,17,opt,name=deployment,proto3" json:"deployment,omitempty"`
+	// replaces names the task of the same environment on the same instance
+	// that this one replaces (empty when none). The scheduler asks that
+	// task to stop in the same write that places this one; the agent starts
+	// this one only once the other has stopped and its STOPPED report is
+	// stored, so that two copies never run at once. Fixed once placed.
+	Replaces      string `protobuf:"bytes,18,opt,name=replaces,proto3" json:"replaces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -215,6 +221,13 @@ func (x *Task) GetDeployment() string {
 	return ""
 }
 
+func (x *Task) GetReplaces() string {
+	if x != nil {
+		return x.Replaces
+	}
+	return ""
+}
+
 // ContainerState is one container as the agent last saw it.
 type ContainerState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -332,7 +345,7 @@ var File_api_orchestrator_v1_task_proto protoreflect.FileDescriptor
 
 const file_api_orchestrator_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/orchestrator/v1/task.proto\x12\x17trellis.orchestrator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\x05\n" +
+	"\x1eapi/orchestrator/v1/task.proto\x12\x17trellis.orchestrator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x88\x06\n" +
 	"\x04Task\x12'\n" +
 	"\x0ftask_definition\x18\x01 \x01(\tR\x0etaskDefinition\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x1d\n" +
@@ -363,7 +376,8 @@ const file_api_orchestrator_v1_task_proto_rawDesc = "" +
 	"\x13environment_version\x18\x10 \x01(\tR\x12environmentVersion\x12\x1e\n" +
 	"\n" +
 	"deployment\x18\x11 \x01(\tR\n" +
-	"deployment\"\xcf\x02\n" +
+	"deployment\x12\x1a\n" +
+	"\breplaces\x18\x12 \x01(\tR\breplaces\"\xcf\x02\n" +
 	"\x0eContainerState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
