@@ -365,6 +365,58 @@ func TestLostTasks(t *testing.T) {
 	}
 }
 
+// An instance that flaps is marked down again and again, its tasks LOST
+// each time, and its agent re-reports them until its repairs are used
+// up. Once it registers a new session, it reports them again.
+func TestLostTasksAreReadoptedAfterRepairsRanOut(t *testing.T) {
+	srv := startServer(t)
+	pt := newProcTable(t)
+	a := startAgent(t, config(t, "i-1", pt, srv))
+	registered(t, srv, a)
+	srv.registerDefinition(t, "default", shDefinition("sleeper", "exec sleep 1000"))
+	srv.place(t, "default", "t1", "sleeper:1", "i-1")
+	srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
+	lose := func() {
+		srv.editTask(t, "default", "t1", func(tk *pborch.Task) {
+			tk.LastStatus, tk.StopReason = orchestrator.StatusLost, "instance down"
+		})
+	}
+	for range maxRepairs {
+		lose()
+		srv.waitTask(t, "default", "t1", "is re-adopted", lastStatus(orchestrator.StatusRunning))
+	}
+	lose()
+	eventually(t, "the agent has seen the task lost once more", func() bool {
+		n := 0
+		a.mu.Lock()
+		for _, e := range a.tasks {
+			if e.stored.GetLastStatus() == orchestrator.StatusLost {
+				n++
+			}
+		}
+		a.mu.Unlock()
+		return n == 1
+	})
+
+	// The servers forget the session, as when they marked the instance
+	// down: the agent registers a new one and re-adopts its task.
+	first := a.Session()
+	res, in := srv.instance(t, "i-1")
+	in.Session = "01STALE"
+	data, _ := anypb.New(in)
+	res.Data = data
+	if _, err := srv.res.Write(context.Background(), &pbresource.WriteRequest{Resource: res}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a new session is registered", func() bool { return a.Session() != first })
+	srv.waitTask(t, "default", "t1", "is re-adopted with the new session", func(tk *pborch.Task) bool {
+		return tk.GetSession() == a.Session() && tk.GetLastStatus() == orchestrator.StatusRunning
+	})
+	if n := pt.starts.Load(); n != 1 {
+		t.Errorf("the task was started %d times, want once", n)
+	}
+}
+
 func TestDeletedTaskIsStopped(t *testing.T) {
 	srv := startServer(t)
 	pt := newProcTable(t)

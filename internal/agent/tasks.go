@@ -332,11 +332,17 @@ func (a *Agent) dropNamesLocked(e *task) {
 }
 
 // resync reconciles every task again: at the start of a session, so that
-// starts a lost session cut short are tried again.
+// starts a lost session cut short are tried again, and when the agent
+// registers a new session. A new session also renews each task's
+// allowance of repairs: the servers mark an instance's tasks LOST each
+// time they find it down, and an agent that flapped used up its repairs
+// re-reporting into a down instance; without a fresh allowance its
+// running tasks stayed LOST in the store for good.
 func (a *Agent) resync(ctx context.Context, s *session) {
 	a.mu.Lock()
 	var fx effects
 	for _, e := range a.tasks {
+		e.repairs = 0
 		fx.merge(a.reconcileLocked(e))
 	}
 	a.mu.Unlock()
