@@ -9,23 +9,24 @@ import (
 //
 // The scheduler stops a task and places its replacement in one write, the
 // new task naming the old (Task.replaces). The agent starts the new task
-// only once the old one has stopped here and its STOPPED report is
-// stored: two copies never run at once, and the store never shows two
-// RUNNING, while no round trip through the scheduler separates the stop
-// from the start.
+// as soon as the old one has stopped here: two copies never run at once,
+// and no round trip through the scheduler or the store separates the stop
+// from the start. The reporter keeps the store in step: it never writes
+// the new task's report before the old task's STOPPED report (both go in
+// one atomic batch, the old first), so the store never shows two RUNNING.
 
 // predecessorLocked returns the task of e's environment that e must let
-// stop first (nil when e may start): one that holds the instance or has
-// stopped here without its report stored yet, and that e replaces or
-// that is stopping anyway. A live task of the environment that is meant
-// to go on running is not one: the admission refuses e beside it.
+// stop first (nil when e may start): one that still holds the instance,
+// and that e replaces or that is stopping anyway. A live task of the
+// environment that is meant to go on running is not one: the admission
+// refuses e beside it.
 func (a *Agent) predecessorLocked(e *task) *task {
 	env := e.stored.GetEnvironment()
 	if env == "" {
 		return nil
 	}
 	for _, o := range a.tasks {
-		if o == e || o.namespace != e.namespace || !o.blocks() || taskEnvironment(o) != env {
+		if o == e || o.forgotten || !o.phase.live() || o.namespace != e.namespace || taskEnvironment(o) != env {
 			continue
 		}
 		if o.name == e.stored.GetReplaces() || o.stoppingHere() {
@@ -35,19 +36,26 @@ func (a *Agent) predecessorLocked(e *task) *task {
 	return nil
 }
 
-// blocks: the task holds the instance, or has stopped here and its
-// STOPPED report is not stored yet.
-func (t *task) blocks() bool {
-	if t.forgotten {
-		return false
+// unreportedStopLocked returns another task of e's environment that has
+// stopped here without its STOPPED report stored (nil when none): e's
+// report must not reach the store before that one.
+func (a *Agent) unreportedStopLocked(e *task) *task {
+	env := taskEnvironment(e)
+	if env == "" {
+		return nil
 	}
-	return t.phase.live() || (t.phase == phaseDone && !t.reportedLocked())
+	for _, o := range a.tasks {
+		if o != e && !o.forgotten && o.phase == phaseDone && !o.reportedLocked() && o.namespace == e.namespace && taskEnvironment(o) == env {
+			return o
+		}
+	}
+	return nil
 }
 
 // stoppingHere: the task is on its way out (asked to stop, deleted, or
-// stopped already).
+// stopping).
 func (t *task) stoppingHere() bool {
-	return t.stopReason != "" || t.deleted || t.phase == phaseStopping || t.phase == phaseDone ||
+	return t.stopReason != "" || t.deleted || t.phase == phaseStopping ||
 		t.stored.GetDesiredStatus() == orchestrator.StatusStopped
 }
 
@@ -64,11 +72,11 @@ func taskEnvironment(t *task) string {
 	return tk.GetEnvironment()
 }
 
-// successorsLocked reconciles the tasks that wait for done, once it no
-// longer blocks them.
+// successorsLocked reconciles the tasks that may wait for done, once it
+// has stopped here.
 func (a *Agent) successorsLocked(done *task) effects {
 	var fx effects
-	if done.blocks() {
+	if !done.forgotten && done.phase.live() {
 		return fx
 	}
 	env := taskEnvironment(done)

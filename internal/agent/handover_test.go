@@ -95,8 +95,8 @@ func (l *taskLog) maxRunning(t *testing.T, instance string) int {
 }
 
 // The scheduler stops a task and places its replacement in one write: the
-// agent starts the replacement only once the old task has stopped and its
-// STOPPED report is stored, so the store never shows two running.
+// agent starts the replacement once the old task has stopped, and the
+// store never shows the two running.
 func TestReplacementStartsOnceTheOldTaskStopped(t *testing.T) {
 	srv := startServer(t)
 	a := startAgent(t, config(t, "i-1", newProcTable(t), srv))
@@ -162,5 +162,61 @@ func TestUnnamedSecondCopyIsStillRefused(t *testing.T) {
 	tk := srv.waitTask(t, "default", "ls-2", "is refused", lastStatus(orchestrator.StatusStopped))
 	if !strings.Contains(tk.GetStopReason(), "task ls-1 of environment ls already runs on this instance") {
 		t.Errorf("stop reason %q", tk.GetStopReason())
+	}
+}
+
+// The reporter never writes a replacement's report before the STOPPED
+// report of the task it replaced: both go in one batch, the STOPPED one
+// first, and while the old one's report cannot be written (the store has
+// not shown it yet) the new one's waits.
+func TestReportsOfAHandoverGoTogether(t *testing.T) {
+	cfg := config(t, "i-1", newProcTable(t))
+	cfg.Servers = []string{"127.0.0.1:1"} // never dialled
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := func(name, env, last string) *task {
+		e := a.addTaskLocked("default", name, name+"-uid")
+		e.stored = &pborch.Task{Instance: "i-1", Environment: env, DesiredStatus: orchestrator.StatusRunning, LastStatus: orchestrator.StatusPending}
+		data, _ := anypb.New(e.stored)
+		e.res = &pbresource.Resource{Id: orchestrator.TaskID("default", name), Data: data}
+		e.seen = true
+		e.changed(Snapshot{Status: last})
+		if last == orchestrator.StatusStopped {
+			e.phase = phaseDone
+		} else {
+			e.phase = phaseRunning
+		}
+		return e
+	}
+	names := func(rs []pendingReport) string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.t.name)
+		}
+		return strings.Join(out, ",")
+	}
+	a.mu.Lock()
+	task("web-2", "web", orchestrator.StatusRunning)
+	old := task("web-1", "web", orchestrator.StatusStopped)
+	a.mu.Unlock()
+	for range 10 { // map order varies
+		if got := names(a.collectReports()); got != "web-1,web-2" {
+			t.Fatalf("batch %s, want the STOPPED report of web-1 first", got)
+		}
+	}
+	a.mu.Lock()
+	old.seen = false // resumed from local state: the store has not shown it
+	a.mu.Unlock()
+	if got := names(a.collectReports()); got != "" {
+		t.Fatalf("batch %s, want web-2 held back until web-1's report can be written", got)
+	}
+	a.mu.Lock()
+	old.seen, old.written = true, old.seq // web-1's report is stored
+	task("db-1", "db", orchestrator.StatusRunning)
+	a.mu.Unlock()
+	if got := names(a.collectReports()); got != "db-1,web-2" && got != "web-2,db-1" {
+		t.Fatalf("batch %s, want web-2 and db-1", got)
 	}
 }

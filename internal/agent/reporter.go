@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,6 +13,7 @@ import (
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/orchestrator"
 )
 
 // maxReportBatch bounds one WriteBatch, well within the resource
@@ -51,7 +54,10 @@ func (s *session) reportLoop(ctx context.Context) error {
 	}
 }
 
-// collectReports builds the report of every dirty task.
+// collectReports builds the report of every dirty task, STOPPED reports
+// first. A task whose environment has another task stopped here with its
+// STOPPED report not yet stored (the task it replaced) waits unless that
+// report is in the same batch: the store never shows the two running.
 func (a *Agent) collectReports() []pendingReport {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -60,6 +66,9 @@ func (a *Agent) collectReports() []pendingReport {
 	for _, t := range a.tasks {
 		if !t.dirty() {
 			continue
+		}
+		if o := a.unreportedStopLocked(t); o != nil && !o.dirty() {
+			continue // its turn comes once o's report is in
 		}
 		merged := mergeReport(t.stored, reportOf(t.snap, a.session), now)
 		data, err := anypb.New(merged)
@@ -75,7 +84,17 @@ func (a *Agent) collectReports() []pendingReport {
 			Data:     data,
 		}})
 	}
+	slices.SortStableFunc(out, func(x, y pendingReport) int {
+		return cmp.Compare(stoppedFirst(x.t), stoppedFirst(y.t))
+	})
 	return out
+}
+
+func stoppedFirst(t *task) int {
+	if t.snap.Status == orchestrator.StatusStopped {
+		return 0
+	}
+	return 1
 }
 
 // writeReports writes the reports in batches. A batch is atomic, so one
@@ -115,8 +134,10 @@ func (s *session) writeReports(ctx context.Context, batch []pendingReport) error
 	return nil
 }
 
-// writeEach writes reports one by one; refused ones are logged and
-// dropped.
+// writeEach writes reports one by one, in order; refused ones are logged
+// and dropped. A stale one ends the chunk: the rest are collected again,
+// after it (a replacement's report never goes before the STOPPED report
+// of the task it replaced).
 func (s *session) writeEach(ctx context.Context, chunk []pendingReport) error {
 	for _, p := range chunk {
 		wctx, cancel := context.WithTimeout(ctx, s.a.cfg.RPCTimeout)
@@ -126,9 +147,7 @@ func (s *session) writeEach(ctx context.Context, chunk []pendingReport) error {
 		case codes.OK:
 			s.a.written(p, resp.GetResource())
 		case codes.Aborted:
-			if err := s.reread(ctx, []pendingReport{p}); err != nil {
-				return err
-			}
+			return s.reread(ctx, []pendingReport{p})
 		case codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted:
 			s.a.log.Error("the servers refused a task report; dropping it", "task", p.t.key(), "err", err)
 			s.a.written(p, nil)
@@ -178,9 +197,8 @@ func (a *Agent) written(p pendingReport, stored *pbresource.Resource) {
 		}
 	}
 	// The answer is what the store has now: a task whose STOPPED report
-	// is in is done with, and its replacement may start.
+	// is in is done with.
 	fx := a.reconcileLocked(t)
-	fx.merge(a.successorsLocked(t))
 	a.mu.Unlock()
 	a.apply(a.runCtx, nil, fx)
 }

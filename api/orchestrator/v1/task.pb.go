@@ -65,8 +65,9 @@ type Task struct {
 	// replaces names the task of the same environment on the same instance
 	// that this one replaces (empty when none). The scheduler asks that
 	// task to stop in the same write that places this one; the agent starts
-	// this one only once the other has stopped and its STOPPED report is
-	// stored, so that two copies never run at once. Fixed once placed.
+	// this one once the other has stopped, and never reports it before the
+	// other's STOPPED, so that two copies never run at once. Fixed once
+	// placed.
 	Replaces      string `protobuf:"bytes,18,opt,name=replaces,proto3" json:"replaces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
