@@ -1,7 +1,9 @@
 package scheduler
 
 import (
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
@@ -28,6 +30,11 @@ import (
 type cache struct {
 	mu        sync.Mutex
 	instances map[string]cachedInstance
+	// sorted is the live instances by name, made again after a change
+	// (nil then): every run plans over them, and instances change far
+	// less often than runs happen. It is shared with the runs, which only
+	// read it; a change makes a new slice.
+	sorted []InstanceView
 	// instancesPrimed: the instances were listed from the store once.
 	instancesPrimed bool
 	// tasks by environment key (namespace/name), then by task name.
@@ -67,6 +74,7 @@ func (c *cache) observeInstance(res *pbresource.Resource, deleted bool) {
 	if old, ok := c.instances[name]; ok && (old.version > v || (old.version == v && (old.gone || !deleted))) {
 		return // older, or already seen at this version
 	}
+	c.sorted = nil
 	if deleted {
 		c.instances[name] = cachedInstance{version: v, gone: true}
 		return
@@ -135,6 +143,7 @@ func (c *cache) reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.instances = map[string]cachedInstance{}
+	c.sorted = nil
 	c.instancesPrimed = false
 	c.tasks = map[string]map[string]*storedTask{}
 	c.primed = map[string]bool{}
@@ -188,17 +197,22 @@ func (c *cache) primeTasks(key string, owned []*storedTask) {
 	c.primed[key] = true
 }
 
-// snapshot returns the instances (nil when never primed) and the
-// environment's tasks (nil, false when never primed).
+// snapshot returns the instances, sorted by name (empty when never
+// primed; the caller must not modify the slice), and the environment's
+// tasks (nil, false when never primed).
 func (c *cache) snapshot(key string) ([]InstanceView, bool, []*storedTask, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var ins []InstanceView
-	for _, in := range c.instances {
-		if !in.gone {
-			ins = append(ins, in.view)
+	if c.sorted == nil {
+		c.sorted = make([]InstanceView, 0, len(c.instances))
+		for _, in := range c.instances {
+			if !in.gone {
+				c.sorted = append(c.sorted, in.view)
+			}
 		}
+		slices.SortFunc(c.sorted, func(a, b InstanceView) int { return strings.Compare(a.Name, b.Name) })
 	}
+	ins := c.sorted
 	var tasks []*storedTask
 	for _, t := range c.tasks[key] {
 		tasks = append(tasks, t)

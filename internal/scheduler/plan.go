@@ -166,7 +166,10 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 	for i := range ins {
 		ins[i] = int32(i)
 	}
-	slices.SortFunc(ins, func(a, b int32) int { return strings.Compare(instances[a].Name, instances[b].Name) })
+	byName := func(a, b int32) int { return strings.Compare(instances[a].Name, instances[b].Name) }
+	if !slices.IsSortedFunc(ins, byName) { // the scheduler's cache keeps them sorted
+		slices.SortFunc(ins, byName)
+	}
 	order := make([]int32, len(tasks))
 	for i := range order {
 		order[i] = int32(i)
@@ -176,11 +179,12 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 	})
 
 	p := Plan{Instances: make([]InstancePlan, 0, len(instances))}
-	matches := func(in *InstanceView) bool {
-		return in != nil && in.Status == orchestrator.InstanceReady && target.Group.Matches(in.Cluster, in.Attributes)
-	}
-	for _, i := range ins {
-		if matches(&instances[i]) {
+	// Whether each instance matches, decided once (by index).
+	match := make([]bool, len(instances))
+	for i := range instances {
+		in := &instances[i]
+		match[i] = in.Status == orchestrator.InstanceReady && target.Group.Matches(in.Cluster, in.Attributes)
+		if match[i] {
 			p.Matching++
 		}
 	}
@@ -200,8 +204,9 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 			name = min(instances[ins[ii]].Name, tasks[order[ti]].Instance)
 		}
 		var in *InstanceView
+		matches := false
 		for ii < len(ins) && instances[ins[ii]].Name == name {
-			in = &instances[ins[ii]] // a duplicate name: the last wins
+			in, matches = &instances[ins[ii]], match[ins[ii]] // a duplicate name: the last wins
 			ii++
 		}
 		first := ti
@@ -227,7 +232,7 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 			}
 		}
 		ip := InstancePlan{Instance: name, Latest: latest}
-		ip.Matches = matches(in)
+		ip.Matches = matches
 		if !ip.Matches {
 			if in != nil && in.Status == orchestrator.InstanceDown {
 				// Its agent may come back with the task running.
