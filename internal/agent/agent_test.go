@@ -79,7 +79,10 @@ func TestRegistrationKeepsOperatorAttributesAndDrain(t *testing.T) {
 	}
 }
 
-func TestReRegistersWhenTheServersForgetItsSession(t *testing.T) {
+// runningTask starts a server and the agent of instance i-1, and places
+// task t1 there, running.
+func runningTask(t *testing.T) (*testServer, *procTable, *running) {
+	t.Helper()
 	srv := startServer(t)
 	pt := newProcTable(t)
 	a := startAgent(t, config(t, "i-1", pt, srv))
@@ -87,18 +90,29 @@ func TestReRegistersWhenTheServersForgetItsSession(t *testing.T) {
 	srv.registerDefinition(t, "default", shDefinition("sleeper", "exec sleep 1000"))
 	srv.place(t, "default", "t1", "sleeper:1", "i-1")
 	srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
-	first := a.Session()
+	return srv, pt, a
+}
 
-	// The store now names another session, as when the servers dropped
-	// this one: the next heartbeat is refused, and the agent registers a
-	// new session and reports its task with it.
-	res, in := srv.instance(t, "i-1")
+// forgetSession makes the store name another session for instance i-1, as
+// when the servers dropped the agent's: its next heartbeat is refused.
+func (ts *testServer) forgetSession(t *testing.T) {
+	t.Helper()
+	res, in := ts.instance(t, "i-1")
 	in.Session = "01STALE"
 	data, _ := anypb.New(in)
 	res.Data = data
-	if _, err := srv.res.Write(context.Background(), &pbresource.WriteRequest{Resource: res}); err != nil {
+	if _, err := ts.res.Write(context.Background(), &pbresource.WriteRequest{Resource: res}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestReRegistersWhenTheServersForgetItsSession(t *testing.T) {
+	srv, pt, a := runningTask(t)
+	first := a.Session()
+
+	// The next heartbeat is refused: the agent registers a new session
+	// and reports its task with it.
+	srv.forgetSession(t)
 	eventually(t, "a new session is registered", func() bool {
 		_, in := srv.instance(t, "i-1")
 		s := a.Session()
@@ -369,13 +383,7 @@ func TestLostTasks(t *testing.T) {
 // each time, and its agent re-reports them until its repairs are used
 // up. Once it registers a new session, it reports them again.
 func TestLostTasksAreReadoptedAfterRepairsRanOut(t *testing.T) {
-	srv := startServer(t)
-	pt := newProcTable(t)
-	a := startAgent(t, config(t, "i-1", pt, srv))
-	registered(t, srv, a)
-	srv.registerDefinition(t, "default", shDefinition("sleeper", "exec sleep 1000"))
-	srv.place(t, "default", "t1", "sleeper:1", "i-1")
-	srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
+	srv, pt, a := runningTask(t)
 	lose := func() {
 		srv.editTask(t, "default", "t1", func(tk *pborch.Task) {
 			tk.LastStatus, tk.StopReason = orchestrator.StatusLost, "instance down"
@@ -401,13 +409,7 @@ func TestLostTasksAreReadoptedAfterRepairsRanOut(t *testing.T) {
 	// The servers forget the session, as when they marked the instance
 	// down: the agent registers a new one and re-adopts its task.
 	first := a.Session()
-	res, in := srv.instance(t, "i-1")
-	in.Session = "01STALE"
-	data, _ := anypb.New(in)
-	res.Data = data
-	if _, err := srv.res.Write(context.Background(), &pbresource.WriteRequest{Resource: res}); err != nil {
-		t.Fatal(err)
-	}
+	srv.forgetSession(t)
 	eventually(t, "a new session is registered", func() bool { return a.Session() != first })
 	srv.waitTask(t, "default", "t1", "is re-adopted with the new session", func(tk *pborch.Task) bool {
 		return tk.GetSession() == a.Session() && tk.GetLastStatus() == orchestrator.StatusRunning
