@@ -112,13 +112,13 @@ func (b *bench) writes(n int, batches bool) {
 	res := map[string]result{}
 	for _, conc := range concurrencies {
 		h := newTrellisHTTP(tc, conc)
-		res[fmt.Sprintf("http/%d", conc)] = runWrites(b.ctx, h, fmt.Sprintf("http%d", conc), conc, b.dur)
+		res[fmt.Sprintf("http/%d", conc)] = runWrites(b.ctx, h, fmt.Sprintf("http%d", conc), conc, b.dur, tc.cpu)
 		h.close()
 		g, err := newTrellisGRPC(tc)
 		if err != nil {
 			b.fatal("%v", err)
 		}
-		res[fmt.Sprintf("grpc/%d", conc)] = runWrites(b.ctx, g, fmt.Sprintf("grpc%d", conc), conc, b.dur)
+		res[fmt.Sprintf("grpc/%d", conc)] = runWrites(b.ctx, g, fmt.Sprintf("grpc%d", conc), conc, b.dur, tc.cpu)
 		g.close()
 	}
 	var batchRate, batchRate4 float64
@@ -143,18 +143,18 @@ func (b *bench) writes(n int, batches bool) {
 		if err != nil {
 			b.fatal("%v", err)
 		}
-		res[fmt.Sprintf("etcd/%d", conc)] = runWrites(b.ctx, e, fmt.Sprintf("etcd%d", conc), conc, b.dur)
+		res[fmt.Sprintf("etcd/%d", conc)] = runWrites(b.ctx, e, fmt.Sprintf("etcd%d", conc), conc, b.dur, ec.cpu)
 		e.close()
 	}
 	ec.stop()
 
-	fmt.Fprintf(b.out, "| writers | system | throughput | p50 | p99 | errors | ratio to etcd |\n|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b.out, "| writers | system | throughput | p50 | p99 | errors | ratio to etcd | server CPU/write |\n|---|---|---|---|---|---|---|---|\n")
 	for _, conc := range concurrencies {
 		etcd := res[fmt.Sprintf("etcd/%d", conc)]
 		for _, sys := range []string{"trellis HTTP", "trellis gRPC", "etcd"} {
 			key := map[string]string{"trellis HTTP": "http", "trellis gRPC": "grpc", "etcd": "etcd"}[sys]
 			r := res[fmt.Sprintf("%s/%d", key, conc)]
-			fmt.Fprintf(b.out, "| %d | %s | %.0f/s | %s | %s | %d | %.2f× |\n", conc, sys, r.throughput(), round(r.p50), round(r.p99), r.errors, r.throughput()/etcd.throughput())
+			fmt.Fprintf(b.out, "| %d | %s | %.0f/s | %s | %s | %d | %.2f× | %s |\n", conc, sys, r.throughput(), round(r.p50), round(r.p99), r.errors, r.throughput()/etcd.throughput(), r.cpuPerOp.Round(time.Microsecond))
 		}
 	}
 	if batches {

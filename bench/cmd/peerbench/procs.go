@@ -19,6 +19,7 @@ type member struct {
 	httpAddr string // trellis only
 	grpcAddr string // trellis: the resource service; etcd: the client URL's host:port
 	rss      func() (int64, error)
+	pid      int
 }
 
 // cluster is a running Trellis or etcd cluster.
@@ -39,7 +40,7 @@ func startTrellis(ctx context.Context, bin, dir string, n int) (*cluster, error)
 	}
 	c := &cluster{stop: tc.Stop}
 	for _, m := range tc.Members {
-		c.members = append(c.members, &member{httpAddr: m.HTTPAddr, grpcAddr: m.GRPCAddr, rss: m.RSS})
+		c.members = append(c.members, &member{httpAddr: m.HTTPAddr, grpcAddr: m.GRPCAddr, rss: m.RSS, pid: m.PID()})
 	}
 	return c, nil
 }
@@ -92,6 +93,7 @@ func startEtcd(ctx context.Context, bin, dir string, n int) (*cluster, error) {
 		c.members = append(c.members, &member{
 			grpcAddr: strings.TrimPrefix(client, "http://"),
 			rss:      func() (int64, error) { return pidRSS(pid) },
+			pid:      pid,
 		})
 	}
 	err = testcluster.WaitFor(ctx, 60*time.Second, func() bool {
@@ -126,6 +128,31 @@ func pidRSS(pid int) (int64, error) {
 		return 0, err
 	}
 	return resident * int64(os.Getpagesize()), nil
+}
+
+// cpu is the CPU time (user and system) the cluster's processes have used
+// so far; 0 when it cannot be read.
+func (c *cluster) cpu() time.Duration {
+	var total time.Duration
+	for _, m := range c.members {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.pid))
+		if err != nil {
+			return 0
+		}
+		// The fields after the command's name, which is in parentheses:
+		// utime and stime are the 12th and 13th of them, in clock ticks
+		// (100 per second on Linux).
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		var utime, stime int64
+		if len(f) < 13 {
+			return 0
+		}
+		fmt.Sscan(f[11], &utime)
+		fmt.Sscan(f[12], &stime)
+		total += time.Duration(utime+stime) * 10 * time.Millisecond
+	}
+	return total
 }
 
 func execOutput(bin string, args ...string) (string, error) {

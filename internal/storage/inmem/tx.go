@@ -2,6 +2,7 @@ package inmem
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"unsafe"
 
@@ -102,9 +103,11 @@ func (tx *Tx) WriteBatch(idx uint64, resources []*pbresource.Resource) ([]*pbres
 	// Check every member before storing any: a refused batch leaves
 	// nothing behind, and nothing of the group's earlier changes is undone.
 	keys := make([][]byte, len(resources))
-	var seen map[string]struct{}
+	// seen finds a repeated name; it becomes the group's written map when
+	// the group has none yet (a batch alone in its group).
+	var seen map[string]*pbresource.Resource
 	if len(resources) > 1 {
-		seen = make(map[string]struct{}, len(resources))
+		seen = make(map[string]*pbresource.Resource, len(resources))
 	}
 	for i, res := range resources {
 		key := nameKey(res.GetId())
@@ -114,7 +117,7 @@ func (tx *Tx) WriteBatch(idx uint64, resources []*pbresource.Resource) ([]*pbres
 			if _, dup := seen[skey]; dup {
 				return nil, fmt.Errorf("%w: %s appears twice", storage.ErrBatchConflict, storage.IDString(res.GetId()))
 			}
-			seen[skey] = struct{}{}
+			seen[skey] = res
 		}
 		existing, err := tx.lookup(key)
 		if err != nil {
@@ -144,11 +147,19 @@ func (tx *Tx) WriteBatch(idx uint64, resources []*pbresource.Resource) ([]*pbres
 		tx.s.intern(res)
 		shareName(res, keys[i])
 	}
-	if tx.written == nil {
+	switch {
+	case tx.written == nil && seen != nil:
+		tx.written = seen
+	case tx.written == nil:
 		tx.written = make(map[string]*pbresource.Resource, len(resources))
+		fallthrough
+	default:
+		for i, res := range resources {
+			tx.written[unsafe.String(unsafe.SliceData(keys[i]), len(keys[i]))] = res
+		}
 	}
-	for i, res := range resources {
-		tx.written[unsafe.String(unsafe.SliceData(keys[i]), len(keys[i]))] = res
+	tx.events = slices.Grow(tx.events, len(resources))
+	for _, res := range resources {
 		tx.events = append(tx.events, &pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_UPSERT, Resource: res, Index: idx})
 	}
 	tx.index = idx
