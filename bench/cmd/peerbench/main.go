@@ -29,6 +29,7 @@ func main() {
 	only := flag.String("only", "", "run only this part: writes, fanout or rss")
 	gogcs := flag.String("rss-gogc", ",50", "comma-separated GOGC settings the memory part runs Trellis under (empty: Go's default)")
 	out := flag.String("out", "", "also write the report to this file")
+	extra := flag.String("trellis-flags", "", "space-separated flags for every trellis server (such as -enable-debug, to profile one; the servers' HTTP addresses are logged)")
 	flag.Parse()
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -48,7 +49,7 @@ func main() {
 		defer f.Close()
 		w = io.MultiWriter(os.Stdout, f)
 	}
-	b := &bench{ctx: ctx, trellis: *trellisBin, etcd: *etcdBin, dir: dir, dur: *dur, out: w}
+	b := &bench{ctx: ctx, trellis: *trellisBin, etcd: *etcdBin, dir: dir, dur: *dur, out: w, extra: strings.Fields(*extra)}
 	fmt.Fprintf(w, "# peerbench %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	if *etcdBin != "" {
 		fmt.Fprintf(w, "Trellis `%s` against `%s` (%s), 256-byte values, fsync on for both.\n\n", *trellisBin, *etcdBin, etcdVersion(*etcdBin))
@@ -90,6 +91,7 @@ type bench struct {
 	dir           string
 	dur           time.Duration
 	out           io.Writer
+	extra         []string // flags for every trellis server
 }
 
 func (b *bench) fatal(format string, args ...any) {
@@ -105,7 +107,7 @@ const rssSettle = 30 * time.Second
 
 func (b *bench) writes(n int, batches bool) {
 	fmt.Fprintf(b.out, "## Writes, %d server(s)\n\n", n)
-	tc, err := startTrellis(b.ctx, b.trellis, b.dir, n)
+	tc, err := startTrellis(b.ctx, b.trellis, b.extra, b.dir, n)
 	if err != nil {
 		b.fatal("%v", err)
 	}
@@ -166,7 +168,7 @@ func (b *bench) writes(n int, batches bool) {
 func (b *bench) fanout() {
 	f := fanout{watchers: 1000, writes: 200, interval: 10 * time.Millisecond}
 	fmt.Fprintf(b.out, "## Watch fan-out, 1 server\n\n%d watchers on one type; %d writes; time from a write's acknowledgement until the last watcher has it.\n\n", f.watchers, f.writes)
-	tc, err := startTrellis(b.ctx, b.trellis, b.dir, 1)
+	tc, err := startTrellis(b.ctx, b.trellis, b.extra, b.dir, 1)
 	if err != nil {
 		b.fatal("%v", err)
 	}
@@ -198,7 +200,7 @@ func (b *bench) rss(gogc string) {
 	fmt.Fprintf(b.out, "## Memory with %d stored 256-byte resources, 1 server, %s\n\n", n, setting)
 	os.Setenv("GOGC", gogc)
 	defer os.Unsetenv("GOGC")
-	tc, err := startTrellis(b.ctx, b.trellis, b.dir, 1)
+	tc, err := startTrellis(b.ctx, b.trellis, b.extra, b.dir, 1)
 	if err != nil {
 		b.fatal("%v", err)
 	}

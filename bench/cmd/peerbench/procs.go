@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,17 +30,20 @@ type cluster struct {
 }
 
 // startTrellis starts n `trellis server` processes that form one cluster.
-func startTrellis(ctx context.Context, bin, dir string, n int) (*cluster, error) {
+func startTrellis(ctx context.Context, bin string, extra []string, dir string, n int) (*cluster, error) {
 	sub, err := os.MkdirTemp(dir, "trellis-")
 	if err != nil {
 		return nil, err
 	}
-	tc, err := testcluster.Start(ctx, testcluster.Options{Bin: bin, Dir: sub, Servers: n})
+	tc, err := testcluster.Start(ctx, testcluster.Options{Bin: bin, Dir: sub, Servers: n, Extra: extra})
 	if err != nil {
 		return nil, err
 	}
 	c := &cluster{stop: tc.Stop}
 	for _, m := range tc.Members {
+		if len(extra) > 0 {
+			log.Printf("trellis server %s: http://%s (raft %s)", m.Name, m.HTTPAddr, m.RaftAddr)
+		}
 		c.members = append(c.members, &member{httpAddr: m.HTTPAddr, grpcAddr: m.GRPCAddr, rss: m.RSS, pid: m.PID()})
 	}
 	return c, nil
