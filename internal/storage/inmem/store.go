@@ -73,7 +73,7 @@ func WithMaxWatcherBuffer(n int) Option { return func(s *Store) { s.maxWatcherBu
 // NewStore returns an empty store at index 0.
 func NewStore(opts ...Option) *Store {
 	next := &nextKey{}
-	db, err := memdb.NewMemDB(newSchema(next))
+	db, err := newDB(next)
 	if err != nil {
 		panic(fmt.Sprintf("inmem: invalid schema: %v", err)) // a programming error
 	}
@@ -232,7 +232,7 @@ func (s *Store) Restore(idx uint64, resources []*pbresource.Resource) error {
 	// The resources may be stored ones (what ForEach gave) that readers
 	// hold, so their names are left alone: the index builds its own keys.
 	next := &nextKey{}
-	db, err := memdb.NewMemDB(newSchema(next))
+	db, err := newDB(next)
 	if err != nil {
 		return err
 	}
@@ -259,6 +259,21 @@ func (s *Store) Restore(idx uint64, resources []*pbresource.Resource) error {
 	}
 	s.watchers = make(map[typeKey]map[*watch]struct{})
 	return nil
+}
+
+// newDB returns an empty database without go-memdb's watch channels. A
+// primary memdb tracks, in every write transaction, the channel of each
+// radix-tree node it replaces (a map entry per node) and closes them all
+// on commit, for readers blocked in a WatchSet. The store publishes its
+// own events and no reader waits on memdb; a snapshot of an empty primary
+// is the same database with that tracking off (its channels are never
+// closed, so a WatchSet over it would never fire).
+func newDB(next *nextKey) (*memdb.MemDB, error) {
+	db, err := memdb.NewMemDB(newSchema(next))
+	if err != nil {
+		return nil, err
+	}
+	return db.Snapshot(), nil
 }
 
 func get(txn *memdb.Txn, id *pbresource.ID) (*pbresource.Resource, error) {
