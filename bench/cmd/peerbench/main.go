@@ -29,6 +29,7 @@ func main() {
 	only := flag.String("only", "", "run only this part: writes, fanout or rss")
 	gogcs := flag.String("rss-gogc", ",50", "comma-separated GOGC settings the memory part runs Trellis under (empty: Go's default)")
 	out := flag.String("out", "", "also write the report to this file")
+	extra := flag.String("trellis-flags", "", "space-separated flags for every trellis server (such as -enable-debug, to profile one; the servers' HTTP addresses are logged)")
 	flag.Parse()
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -48,7 +49,7 @@ func main() {
 		defer f.Close()
 		w = io.MultiWriter(os.Stdout, f)
 	}
-	b := &bench{ctx: ctx, trellis: *trellisBin, etcd: *etcdBin, dir: dir, dur: *dur, out: w}
+	b := &bench{ctx: ctx, trellis: *trellisBin, etcd: *etcdBin, dir: dir, dur: *dur, out: w, extra: strings.Fields(*extra)}
 	fmt.Fprintf(w, "# peerbench %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	if *etcdBin != "" {
 		fmt.Fprintf(w, "Trellis `%s` against `%s` (%s), 256-byte values, fsync on for both.\n\n", *trellisBin, *etcdBin, etcdVersion(*etcdBin))
@@ -90,6 +91,7 @@ type bench struct {
 	dir           string
 	dur           time.Duration
 	out           io.Writer
+	extra         []string // flags for every trellis server
 }
 
 func (b *bench) fatal(format string, args ...any) {
@@ -105,20 +107,20 @@ const rssSettle = 30 * time.Second
 
 func (b *bench) writes(n int, batches bool) {
 	fmt.Fprintf(b.out, "## Writes, %d server(s)\n\n", n)
-	tc, err := startTrellis(b.ctx, b.trellis, b.dir, n)
+	tc, err := startTrellis(b.ctx, b.trellis, b.extra, b.dir, n)
 	if err != nil {
 		b.fatal("%v", err)
 	}
 	res := map[string]result{}
 	for _, conc := range concurrencies {
 		h := newTrellisHTTP(tc, conc)
-		res[fmt.Sprintf("http/%d", conc)] = runWrites(b.ctx, h, fmt.Sprintf("http%d", conc), conc, b.dur)
+		res[fmt.Sprintf("http/%d", conc)] = runWrites(b.ctx, h, fmt.Sprintf("http%d", conc), conc, b.dur, tc.cpu)
 		h.close()
 		g, err := newTrellisGRPC(tc)
 		if err != nil {
 			b.fatal("%v", err)
 		}
-		res[fmt.Sprintf("grpc/%d", conc)] = runWrites(b.ctx, g, fmt.Sprintf("grpc%d", conc), conc, b.dur)
+		res[fmt.Sprintf("grpc/%d", conc)] = runWrites(b.ctx, g, fmt.Sprintf("grpc%d", conc), conc, b.dur, tc.cpu)
 		g.close()
 	}
 	var batchRate, batchRate4 float64
@@ -143,18 +145,18 @@ func (b *bench) writes(n int, batches bool) {
 		if err != nil {
 			b.fatal("%v", err)
 		}
-		res[fmt.Sprintf("etcd/%d", conc)] = runWrites(b.ctx, e, fmt.Sprintf("etcd%d", conc), conc, b.dur)
+		res[fmt.Sprintf("etcd/%d", conc)] = runWrites(b.ctx, e, fmt.Sprintf("etcd%d", conc), conc, b.dur, ec.cpu)
 		e.close()
 	}
 	ec.stop()
 
-	fmt.Fprintf(b.out, "| writers | system | throughput | p50 | p99 | errors | ratio to etcd |\n|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b.out, "| writers | system | throughput | p50 | p99 | errors | ratio to etcd | server CPU/write |\n|---|---|---|---|---|---|---|---|\n")
 	for _, conc := range concurrencies {
 		etcd := res[fmt.Sprintf("etcd/%d", conc)]
 		for _, sys := range []string{"trellis HTTP", "trellis gRPC", "etcd"} {
 			key := map[string]string{"trellis HTTP": "http", "trellis gRPC": "grpc", "etcd": "etcd"}[sys]
 			r := res[fmt.Sprintf("%s/%d", key, conc)]
-			fmt.Fprintf(b.out, "| %d | %s | %.0f/s | %s | %s | %d | %.2f× |\n", conc, sys, r.throughput(), round(r.p50), round(r.p99), r.errors, r.throughput()/etcd.throughput())
+			fmt.Fprintf(b.out, "| %d | %s | %.0f/s | %s | %s | %d | %.2f× | %s |\n", conc, sys, r.throughput(), round(r.p50), round(r.p99), r.errors, r.throughput()/etcd.throughput(), r.cpuPerOp.Round(time.Microsecond))
 		}
 	}
 	if batches {
@@ -166,7 +168,7 @@ func (b *bench) writes(n int, batches bool) {
 func (b *bench) fanout() {
 	f := fanout{watchers: 1000, writes: 200, interval: 10 * time.Millisecond}
 	fmt.Fprintf(b.out, "## Watch fan-out, 1 server\n\n%d watchers on one type; %d writes; time from a write's acknowledgement until the last watcher has it.\n\n", f.watchers, f.writes)
-	tc, err := startTrellis(b.ctx, b.trellis, b.dir, 1)
+	tc, err := startTrellis(b.ctx, b.trellis, b.extra, b.dir, 1)
 	if err != nil {
 		b.fatal("%v", err)
 	}
@@ -198,7 +200,7 @@ func (b *bench) rss(gogc string) {
 	fmt.Fprintf(b.out, "## Memory with %d stored 256-byte resources, 1 server, %s\n\n", n, setting)
 	os.Setenv("GOGC", gogc)
 	defer os.Unsetenv("GOGC")
-	tc, err := startTrellis(b.ctx, b.trellis, b.dir, 1)
+	tc, err := startTrellis(b.ctx, b.trellis, b.extra, b.dir, 1)
 	if err != nil {
 		b.fatal("%v", err)
 	}

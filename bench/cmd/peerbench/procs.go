@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ type member struct {
 	httpAddr string // trellis only
 	grpcAddr string // trellis: the resource service; etcd: the client URL's host:port
 	rss      func() (int64, error)
+	pid      int
 }
 
 // cluster is a running Trellis or etcd cluster.
@@ -28,18 +30,21 @@ type cluster struct {
 }
 
 // startTrellis starts n `trellis server` processes that form one cluster.
-func startTrellis(ctx context.Context, bin, dir string, n int) (*cluster, error) {
+func startTrellis(ctx context.Context, bin string, extra []string, dir string, n int) (*cluster, error) {
 	sub, err := os.MkdirTemp(dir, "trellis-")
 	if err != nil {
 		return nil, err
 	}
-	tc, err := testcluster.Start(ctx, testcluster.Options{Bin: bin, Dir: sub, Servers: n})
+	tc, err := testcluster.Start(ctx, testcluster.Options{Bin: bin, Dir: sub, Servers: n, Extra: extra})
 	if err != nil {
 		return nil, err
 	}
 	c := &cluster{stop: tc.Stop}
 	for _, m := range tc.Members {
-		c.members = append(c.members, &member{httpAddr: m.HTTPAddr, grpcAddr: m.GRPCAddr, rss: m.RSS})
+		if len(extra) > 0 {
+			log.Printf("trellis server %s: http://%s (raft %s)", m.Name, m.HTTPAddr, m.RaftAddr)
+		}
+		c.members = append(c.members, &member{httpAddr: m.HTTPAddr, grpcAddr: m.GRPCAddr, rss: m.RSS, pid: m.PID()})
 	}
 	return c, nil
 }
@@ -92,6 +97,7 @@ func startEtcd(ctx context.Context, bin, dir string, n int) (*cluster, error) {
 		c.members = append(c.members, &member{
 			grpcAddr: strings.TrimPrefix(client, "http://"),
 			rss:      func() (int64, error) { return pidRSS(pid) },
+			pid:      pid,
 		})
 	}
 	err = testcluster.WaitFor(ctx, 60*time.Second, func() bool {
@@ -126,6 +132,31 @@ func pidRSS(pid int) (int64, error) {
 		return 0, err
 	}
 	return resident * int64(os.Getpagesize()), nil
+}
+
+// cpu is the CPU time (user and system) the cluster's processes have used
+// so far; 0 when it cannot be read.
+func (c *cluster) cpu() time.Duration {
+	var total time.Duration
+	for _, m := range c.members {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.pid))
+		if err != nil {
+			return 0
+		}
+		// The fields after the command's name, which is in parentheses:
+		// utime and stime are the 12th and 13th of them, in clock ticks
+		// (100 per second on Linux).
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		var utime, stime int64
+		if len(f) < 13 {
+			return 0
+		}
+		fmt.Sscan(f[11], &utime)
+		fmt.Sscan(f[12], &stime)
+		total += time.Duration(utime+stime) * 10 * time.Millisecond
+	}
+	return total
 }
 
 func execOutput(bin string, args ...string) (string, error) {

@@ -12,6 +12,8 @@ type result struct {
 	errors   int
 	elapsed  time.Duration
 	p50, p99 time.Duration
+	// cpuPerOp is the servers' CPU time per operation (writes only).
+	cpuPerOp time.Duration
 }
 
 func (r result) throughput() float64 { return float64(r.ops) / r.elapsed.Seconds() }

@@ -23,12 +23,18 @@ import (
 // warm-up that is not counted). Each writer cycles over its own 1,000 keys,
 // named after prefix, so the store's size stays bounded, writers do not
 // contend on keys, and every cell starts on keys of its own: no cell
-// updates what an earlier one created.
-func runWrites(ctx context.Context, w writer, prefix string, conc int, d time.Duration) result {
+// updates what an earlier one created. cpu, read as the measured time
+// starts and ends, gives the servers' CPU time per write.
+func runWrites(ctx context.Context, w writer, prefix string, conc int, d time.Duration, cpu func() time.Duration) result {
 	warm := min(d/5, time.Second)
 	start := time.Now()
 	measureFrom := start.Add(warm)
 	stop := measureFrom.Add(d)
+	cpuDone := make(chan time.Duration, 1)
+	time.AfterFunc(warm, func() {
+		from := cpu()
+		time.AfterFunc(time.Until(stop), func() { cpuDone <- cpu() - from })
+	})
 	var (
 		mu     sync.Mutex
 		lat    []time.Duration
@@ -63,7 +69,11 @@ func runWrites(ctx context.Context, w writer, prefix string, conc int, d time.Du
 		}()
 	}
 	wg.Wait()
-	return summarize(lat, errCnt, d)
+	r := summarize(lat, errCnt, d)
+	if r.ops > 0 {
+		r.cpuPerOp = <-cpuDone / time.Duration(r.ops)
+	}
+	return r
 }
 
 // runBatches writes n resources in atomic batches of size through gRPC,

@@ -2,7 +2,9 @@ package inmem
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -100,4 +102,75 @@ func liveHeap() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// BenchmarkApplyUpdates applies CAS updates of 256-byte resources, picked
+// at random among 64,000 stored ones, as the Raft FSM does under 64
+// concurrent writers: one change per transaction (ApplyCAS), or a group of
+// them in one (Update), as raft hands the FSM the entries committed
+// together.
+func BenchmarkApplyUpdates(b *testing.B) {
+	const stored = 64_000
+	typ := &pbresource.Type{Group: "core", GroupVersion: "v1", Kind: "Namespace"}
+	data, err := anypb.New(wrapperspb.String(strings.Repeat("x", 256)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	id := func(i int) *pbresource.ID {
+		return &pbresource.ID{Type: typ, Tenancy: &pbresource.Tenancy{}, Name: fmt.Sprintf("w%d-%d", i%64, i/64), Uid: "01JD0000000000000000000000"}
+	}
+	for _, group := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("group=%d", group), func(b *testing.B) {
+			s := NewStore()
+			initial := make([]*pbresource.Resource, stored)
+			for i := range initial {
+				initial[i] = &pbresource.Resource{Id: id(i), Data: data}
+			}
+			if _, err := s.ApplyBatch(1, initial); err != nil {
+				b.Fatal(err)
+			}
+			idx := uint64(1)
+			versions := make([]string, stored)
+			for i := range versions {
+				versions[i] = "1"
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			b.ReportAllocs()
+			writes := 0
+			for b.Loop() {
+				b.StopTimer()
+				changes := make([]*pbresource.Resource, group)
+				picked := make([]int, group)
+				for j := range changes {
+					// Distinct names, so every update succeeds.
+					for picked[j] = rng.IntN(stored); slices.Contains(picked[:j], picked[j]); picked[j] = rng.IntN(stored) {
+					}
+					changes[j] = &pbresource.Resource{Id: id(picked[j]), Version: versions[picked[j]], Data: data}
+				}
+				b.StartTimer()
+				if group == 1 {
+					idx++
+					if _, err := s.ApplyCAS(idx, changes[0]); err != nil {
+						b.Fatal(err)
+					}
+				} else {
+					s.Update(func(tx *Tx) {
+						for _, c := range changes {
+							idx++
+							if _, err := tx.WriteCAS(idx, c); err != nil {
+								b.Fatal(err)
+							}
+						}
+					})
+				}
+				b.StopTimer()
+				for j, p := range picked {
+					versions[p] = changes[j].GetVersion()
+				}
+				writes += group
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(writes), "ns/write")
+		})
+	}
 }

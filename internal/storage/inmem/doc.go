@@ -6,6 +6,8 @@
 // applies its log to a Store on every server with the log's indexes, so
 // every server holds the same versions; Backend wraps a Store with its own
 // counter for use without Raft (unit tests and the in-memory dev mode).
+// Store.Update applies several changes in one go-memdb transaction (Tx),
+// with the same outcome as applying them one at a time.
 //
 // Watchers are fed from a bounded ring of recent events, so a watch can
 // resume after an index it has seen, and each watcher has a bounded buffer:

@@ -2,10 +2,8 @@ package inmem
 
 import (
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/hashicorp/go-memdb"
 	"google.golang.org/protobuf/proto"
@@ -75,7 +73,7 @@ func WithMaxWatcherBuffer(n int) Option { return func(s *Store) { s.maxWatcherBu
 // NewStore returns an empty store at index 0.
 func NewStore(opts ...Option) *Store {
 	next := &nextKey{}
-	db, err := memdb.NewMemDB(newSchema(next))
+	db, err := newDB(next)
 	if err != nil {
 		panic(fmt.Sprintf("inmem: invalid schema: %v", err)) // a programming error
 	}
@@ -163,90 +161,26 @@ func (s *Store) ApplyCAS(idx uint64, res *pbresource.Resource) (*pbresource.Reso
 }
 
 func (s *Store) writeBatch(idx uint64, resources []*pbresource.Resource, owned bool) ([]*pbresource.Resource, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	db := s.db.Load()
-	txn := db.Txn(true)
-	defer txn.Abort()
-	// Look the members up in the state before the batch (no member repeats
-	// a name, so it is the state each one is written over), not through
-	// txn once it has written: a read through a write transaction clones
-	// its index and so drops the transaction's cache of the tree nodes it
-	// has copied, and the next insert copies its whole path again (about 3
-	// KB of garbage per member of a batch). Until the first insert, txn is
-	// that state.
-	before := txn
-
-	version := strconv.FormatUint(idx, 10)
-	stored := make([]*pbresource.Resource, len(resources))
-	seen := make(map[string]struct{}, len(resources))
-	for i, res := range resources {
-		key := nameKey(res.GetId())
-		// key is never changed once built, so a string over it is safe.
-		skey := unsafe.String(unsafe.SliceData(key), len(key))
-		if _, dup := seen[skey]; dup {
-			return nil, fmt.Errorf("%w: %s appears twice", storage.ErrBatchConflict, storage.IDString(res.GetId()))
+	if !owned {
+		copies := make([]*pbresource.Resource, len(resources))
+		for i, res := range resources {
+			copies[i] = proto.Clone(res).(*pbresource.Resource)
 		}
-		seen[skey] = struct{}{}
-		if i == 1 {
-			before = db.Txn(false)
-		}
-		existing, err := getByKey(before, key)
-		if err != nil {
-			return nil, err
-		}
-		if err := checkCAS(existing, res); err != nil {
-			return nil, &batchError{member: i, id: res.GetId(), err: err}
-		}
-		c := res
-		if !owned {
-			c = proto.Clone(res).(*pbresource.Resource)
-		}
-		c.Version = version
-		s.intern(c)
-		shareName(c, key)
-		if err := s.insert(txn, c, key); err != nil {
-			return nil, err
-		}
-		stored[i] = c
+		resources = copies
 	}
-	txn.Commit()
-	s.setIndex(idx)
-	for _, c := range stored {
-		s.publish(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_UPSERT, Resource: c, Index: idx})
-	}
-	return stored, nil
+	var (
+		out []*pbresource.Resource
+		err error
+	)
+	s.Update(func(tx *Tx) { out, err = tx.WriteBatch(idx, resources) })
+	return out, err
 }
 
 // DeleteCAS deletes the resource named by id at index idx.
 func (s *Store) DeleteCAS(idx uint64, id *pbresource.ID, version string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	txn := s.db.Load().Txn(true)
-	defer txn.Abort()
-	key := nameKey(id)
-	existing, err := getByKey(txn, key)
-	if err != nil {
-		return err
-	}
-	if existing == nil || (id.GetUid() != "" && id.GetUid() != existing.GetId().GetUid()) {
-		return nil
-	}
-	if version != "" && version != existing.GetVersion() {
-		return storage.ErrCASFailure
-	}
-	s.next.res, s.next.key = existing, key
-	err = txn.Delete(tableResources, existing)
-	s.next.res, s.next.key = nil, nil
-	if err != nil {
-		return err
-	}
-	txn.Commit()
-	s.setIndex(idx)
-	s.publish(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_DELETE, Resource: existing, Index: idx})
-	return nil
+	var err error
+	s.Update(func(tx *Tx) { err = tx.DeleteCAS(idx, id, version) })
+	return err
 }
 
 // insert inserts res, whose id-index key is key, into txn. Called with
@@ -255,6 +189,14 @@ func (s *Store) insert(txn *memdb.Txn, res *pbresource.Resource, key []byte) err
 	s.next.res, s.next.key = res, key
 	defer func() { s.next.res, s.next.key = nil, nil }()
 	return txn.Insert(tableResources, res)
+}
+
+// remove deletes res, whose id-index key is key, from txn. Called with
+// s.mu held.
+func (s *Store) remove(txn *memdb.Txn, res *pbresource.Resource, key []byte) error {
+	s.next.res, s.next.key = res, key
+	defer func() { s.next.res, s.next.key = nil, nil }()
+	return txn.Delete(tableResources, res)
 }
 
 // setIndex records idx as the latest change; indexes never go backwards.
@@ -290,7 +232,7 @@ func (s *Store) Restore(idx uint64, resources []*pbresource.Resource) error {
 	// The resources may be stored ones (what ForEach gave) that readers
 	// hold, so their names are left alone: the index builds its own keys.
 	next := &nextKey{}
-	db, err := memdb.NewMemDB(newSchema(next))
+	db, err := newDB(next)
 	if err != nil {
 		return err
 	}
@@ -317,6 +259,21 @@ func (s *Store) Restore(idx uint64, resources []*pbresource.Resource) error {
 	}
 	s.watchers = make(map[typeKey]map[*watch]struct{})
 	return nil
+}
+
+// newDB returns an empty database without go-memdb's watch channels. A
+// primary memdb tracks, in every write transaction, the channel of each
+// radix-tree node it replaces (a map entry per node) and closes them all
+// on commit, for readers blocked in a WatchSet. The store publishes its
+// own events and no reader waits on memdb; a snapshot of an empty primary
+// is the same database with that tracking off (its channels are never
+// closed, so a WatchSet over it would never fire).
+func newDB(next *nextKey) (*memdb.MemDB, error) {
+	db, err := memdb.NewMemDB(newSchema(next))
+	if err != nil {
+		return nil, err
+	}
+	return db.Snapshot(), nil
 }
 
 func get(txn *memdb.Txn, id *pbresource.ID) (*pbresource.Resource, error) {

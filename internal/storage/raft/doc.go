@@ -18,6 +18,14 @@
 // raft's ApplyFuture, and across the forwarding RPC with its sentinel
 // errors intact.
 //
+// The FSM is a raft.BatchingFSM: it applies each run of resource commands
+// that raft committed together in one store transaction (inmem.Tx), each
+// at its own index and with its own result, which leaves exactly the state
+// and the watch events of applying them one by one. Batch boundaries
+// differ between servers and between a run and a replay of the log, so
+// that equivalence is what keeps the servers identical
+// (TestFSMBatchesApplyAsOneByOne checks it).
+//
 // # Never lose, never lie
 //
 // A write is acknowledged only after raft reports it committed and applied.

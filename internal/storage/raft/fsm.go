@@ -40,40 +40,88 @@ func newFSM(store *inmem.Store, logger *slog.Logger, onServers func()) *fsm {
 	return &fsm{store: store, logger: logger, onServers: onServers, servers: map[string]*pbstorage.Server{}}
 }
 
-var _ hraft.FSM = (*fsm)(nil)
+var _ hraft.BatchingFSM = (*fsm)(nil)
 
 // Apply applies one committed log entry.
 func (f *fsm) Apply(l *hraft.Log) any {
-	if l.Type != hraft.LogCommand {
-		return nil
-	}
-	var cmd pbstorage.Command
-	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
-		f.logger.Error("raft log entry does not decode; skipped", "index", l.Index, "error", err)
-		return &applyResult{err: invalid("log entry %d does not decode: %v", l.Index, err)}
-	}
-	return f.apply(l.Index, &cmd)
+	return f.ApplyBatch([]*hraft.Log{l})[0]
 }
 
-func (f *fsm) apply(idx uint64, cmd *pbstorage.Command) *applyResult {
+// ApplyBatch applies the entries raft committed together. Each run of
+// consecutive resource commands is applied in one store transaction (see
+// inmem.Tx), each command at its own index and with its own result, so the
+// state and the watch events are exactly those of applying the entries one
+// by one: the batches differ between leader and followers, and between a
+// server's first run and its replay of the log after a restart. Any other
+// entry ends a run and is applied by itself.
+func (f *fsm) ApplyBatch(logs []*hraft.Log) []any {
+	out := make([]any, len(logs))
+	// Decode everything first, outside the store's lock.
+	cmds := make([]*pbstorage.Command, len(logs))
+	for i, l := range logs {
+		if l.Type != hraft.LogCommand {
+			continue
+		}
+		cmd := &pbstorage.Command{}
+		if err := proto.Unmarshal(l.Data, cmd); err != nil {
+			f.logger.Error("raft log entry does not decode; skipped", "index", l.Index, "error", err)
+			out[i] = &applyResult{err: invalid("log entry %d does not decode: %v", l.Index, err)}
+			continue
+		}
+		cmds[i] = cmd
+	}
+	for i := 0; i < len(logs); {
+		cmd := cmds[i]
+		if cmd == nil {
+			i++
+			continue
+		}
+		if !isResourceCommand(cmd) {
+			out[i] = f.apply(logs[i].Index, cmd)
+			i++
+			continue
+		}
+		end := i + 1
+		for end < len(logs) && cmds[end] != nil && isResourceCommand(cmds[end]) {
+			end++
+		}
+		f.store.Update(func(tx *inmem.Tx) {
+			for j := i; j < end; j++ {
+				out[j] = f.applyResource(tx, logs[j].Index, cmds[j])
+			}
+		})
+		i = end
+	}
+	return out
+}
+
+// applyResource applies a resource command (isResourceCommand) within tx.
+func (f *fsm) applyResource(tx *inmem.Tx, idx uint64, cmd *pbstorage.Command) *applyResult {
 	if err := checkCommand(cmd); err != nil {
-		// A command this version does not know, or a malformed one: the same
-		// on every server of this version, so skipping it is deterministic.
-		f.logger.Error("raft log entry cannot be applied; skipped", "index", idx, "error", err)
-		return &applyResult{err: err}
+		return f.refuse(idx, err)
 	}
 	switch op := cmd.GetOp().(type) {
 	case *pbstorage.Command_Write:
-		res, err := f.store.ApplyCAS(idx, op.Write.GetResource())
+		res, err := tx.WriteCAS(idx, op.Write.GetResource())
 		if err != nil {
 			return &applyResult{err: err}
 		}
 		return &applyResult{resources: []*pbresource.Resource{res}}
 	case *pbstorage.Command_WriteBatch:
-		out, err := f.store.ApplyBatch(idx, op.WriteBatch.GetResources())
+		out, err := tx.WriteBatch(idx, op.WriteBatch.GetResources())
 		return &applyResult{resources: out, err: err}
 	case *pbstorage.Command_Delete:
-		return &applyResult{err: f.store.DeleteCAS(idx, op.Delete.GetId(), op.Delete.GetVersion())}
+		return &applyResult{err: tx.DeleteCAS(idx, op.Delete.GetId(), op.Delete.GetVersion())}
+	}
+	return &applyResult{err: fmt.Errorf("unreachable: %T", cmd.GetOp())}
+}
+
+// apply applies a command that does not change resources.
+func (f *fsm) apply(idx uint64, cmd *pbstorage.Command) *applyResult {
+	if err := checkCommand(cmd); err != nil {
+		return f.refuse(idx, err)
+	}
+	switch op := cmd.GetOp().(type) {
 	case *pbstorage.Command_RegisterServer:
 		s := op.RegisterServer.GetServer()
 		f.mu.Lock()
@@ -89,6 +137,14 @@ func (f *fsm) apply(idx uint64, cmd *pbstorage.Command) *applyResult {
 		return &applyResult{}
 	}
 	return &applyResult{err: fmt.Errorf("unreachable: %T", cmd.GetOp())}
+}
+
+// refuse is the result of a command this version does not know, or a
+// malformed one: the same on every server of this version, so skipping it
+// is deterministic.
+func (f *fsm) refuse(idx uint64, err error) *applyResult {
+	f.logger.Error("raft log entry cannot be applied; skipped", "index", idx, "error", err)
+	return &applyResult{err: err}
 }
 
 // server returns the registry record of id.
