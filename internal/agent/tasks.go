@@ -130,6 +130,10 @@ func (a *Agent) apply(ctx context.Context, s *session, fx effects) {
 	for _, r := range fx.stops {
 		r.runner.Stop(r.reason)
 	}
+	// Starts run in goroutines of their own: they go first, so that a
+	// replacement does not wait for the record of the task it replaces to
+	// be written.
+	a.startAll(ctx, s, fx.start)
 	for _, t := range fx.persist {
 		a.persist(t)
 	}
@@ -139,7 +143,12 @@ func (a *Agent) apply(ctx context.Context, s *session, fx effects) {
 	if fx.signal {
 		a.signalReporter()
 	}
-	if len(fx.start) == 0 {
+}
+
+// startAll starts tasks, each in its own goroutine, on session s (nil:
+// the current one, if any).
+func (a *Agent) startAll(ctx context.Context, s *session, start []*task) {
+	if len(start) == 0 {
 		return
 	}
 	if s == nil {
@@ -149,10 +158,10 @@ func (a *Agent) apply(ctx context.Context, s *session, fx effects) {
 		// session's end waits for its starts.
 		a.mu.Lock()
 		if s = a.current; s != nil {
-			s.starts.Add(len(fx.start))
+			s.starts.Add(len(start))
 			ctx = s.ctx
 		} else {
-			for _, t := range fx.start {
+			for _, t := range start {
 				t.phase = phaseIdle // the next session's resync starts it
 			}
 		}
@@ -161,9 +170,9 @@ func (a *Agent) apply(ctx context.Context, s *session, fx effects) {
 			return
 		}
 	} else {
-		s.starts.Add(len(fx.start))
+		s.starts.Add(len(start))
 	}
-	for _, t := range fx.start {
+	for _, t := range start {
 		go func() {
 			defer s.starts.Done()
 			a.start(ctx, s, t)
