@@ -68,8 +68,23 @@ func TestSchedulerCommands(t *testing.T) {
 	expect(0, "", "Progress:      2/2 complete", "deployment", "get", "ls", id[1])
 	expect(0, "", `"status": "completed"`, "deployment", "get", "ls", id[1], "-o", "json")
 
+	// A new task definition rolls out by handover: each new task names
+	// the one it replaces, which is stopped.
+	expect(0, strings.Replace(sleeperSpec, "sleep 600", "sleep 601", 1), "registered sleeper:2", "taskdef", "register", "-f", "-")
+	expect(0, "", "environment ls updated: version 3 (", "env", "update", "ls", "--taskdef", "sleeper:2")
+	expect(0, "", "completed: 2/2 complete", "deploy", "ls", "--wait")
+	out = expect(0, "", "sleeper:2", "task", "list", "--instance", "dev-1")
+	name := regexp.MustCompile(`(?m)^(ls-\S+)\s.*sleeper:2\s+dev-1\s+RUNNING\s+RUNNING`).FindStringSubmatch(out)
+	if name == nil {
+		t.Fatalf("no running sleeper:2 task on dev-1 in:\n%s", out)
+	}
+	out = expect(0, "", "Replaces:", "task", "show", name[1])
+	if !regexp.MustCompile(`Environment:\s+ls \(version \S+, deployment \S+\)`).MatchString(out) {
+		t.Errorf("task show does not name the environment:\n%s", out)
+	}
+
 	// Roll back to version 1: the task on dev-2 is stopped.
-	expect(0, "", "completed", "rollback", "ls", "--wait")
+	expect(0, "", "completed", "rollback", "ls", "--version", "1", "--wait")
 	waitFor(t, "only dev-1 runs it again", func() bool {
 		_, out, _ := run(t, "", vars, "env", "status", "ls")
 		return strings.HasPrefix(out, "1 desired: 1 active, 0 launching, 0 unhealthy\n")

@@ -283,6 +283,12 @@ func newTaskShowCmd(e *env, cf *clientFlags) *cobra.Command {
 			fmt.Fprintf(tw, "Task definition:\t%s\n", t.GetTaskDefinition())
 			fmt.Fprintf(tw, "Instance:\t%s\n", t.GetInstance())
 			fmt.Fprintf(tw, "Started by:\t%s\n", cli.Dash(t.GetStartedBy()))
+			if t.GetEnvironment() != "" {
+				fmt.Fprintf(tw, "Environment:\t%s (version %s, deployment %s)\n", t.GetEnvironment(), cli.Dash(t.GetEnvironmentVersion()), cli.Dash(t.GetDeployment()))
+			}
+			if t.GetReplaces() != "" {
+				fmt.Fprintf(tw, "Replaces:\t%s\n", t.GetReplaces())
+			}
 			fmt.Fprintf(tw, "Desired status:\t%s\n", t.GetDesiredStatus())
 			fmt.Fprintf(tw, "Last status:\t%s\n", t.GetLastStatus())
 			fmt.Fprintf(tw, "Health:\t%s\n", cli.Dash(t.GetHealth()))
