@@ -147,7 +147,7 @@ func decide(s situation) decision {
 
 func notRunHere(t *pborch.Task) string {
 	if t.GetLastStatus() == orchestrator.StatusLost {
-		return "lost: it no longer runs on instance " + t.GetInstance()
+		return orchestrator.LostReason(t.GetInstance())
 	}
 	return "it no longer runs on instance " + t.GetInstance() + ": the agent has no record of it"
 }

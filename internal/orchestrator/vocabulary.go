@@ -1,5 +1,7 @@
 package orchestrator
 
+import "strings"
+
 // Instance statuses.
 const (
 	InstanceReady    = "ready"
@@ -60,3 +62,16 @@ func InstanceStatus(left, down, drain bool) string {
 func TaskLive(lastStatus string) bool {
 	return lastStatus != StatusStopped && lastStatus != StatusLost
 }
+
+// lostPrefix begins the stop reason an agent gives a task the servers
+// marked LOST that it does not run.
+const lostPrefix = "lost: "
+
+// LostReason is the stop reason of a task marked LOST with its instance
+// that the instance's agent, back, does not run.
+func LostReason(instance string) string {
+	return lostPrefix + "it no longer runs on instance " + instance
+}
+
+// IsLostReason reports whether a stop reason is a LostReason.
+func IsLostReason(reason string) bool { return strings.HasPrefix(reason, lostPrefix) }

@@ -366,6 +366,60 @@ func TestInstanceDownThroughADeploymentIsBroughtUpToDate(t *testing.T) {
 	}
 }
 
+// A task lost with its instance before it ever ran does not fail the
+// deployment: it is placed again once the instance is back. One lost
+// after it ran does.
+func TestTaskLostBeforeItRanIsPlacedAgain(t *testing.T) {
+	h := newHarness(t)
+	fleet(h)
+	td := h.taskdef("ls", 1)
+	if _, err := h.ops.CreateEnvironment(h.ctx, "default", spec("ls", td, 75, "", "role=logger")); err != nil {
+		t.Fatal(err)
+	}
+	id := h.deploy("ls", "")
+	h.reconcile("ls")
+	// i1 misses its heartbeats before its agent starts the task: the
+	// servers mark it LOST; back, the agent has no record of it.
+	lostBeforeRunning := func(instance string) {
+		list, _ := h.api.List(h.ctx, &pbresource.ListRequest{Type: orchestrator.TaskType, Tenancy: &pbresource.Tenancy{Namespace: "default"}})
+		for _, r := range list.GetResources() {
+			tk, _ := resource.DecodeData[*pborch.Task](r)
+			if tk.GetInstance() == instance && tk.GetLastStatus() != orchestrator.StatusStopped {
+				tk.LastStatus, tk.StopReason = orchestrator.StatusStopped, orchestrator.LostReason(instance)
+				h.write(r.GetId(), r.GetOwner(), tk, r.GetVersion())
+				return
+			}
+		}
+		h.t.Fatalf("no live task on %s", instance)
+	}
+	lostBeforeRunning("i1")
+	h.settle("ls")
+	if d := h.deployment("ls", id); d.GetStatus() != scheduler.StatusCompleted {
+		t.Fatalf("deployment %s (%s), want completed with the lost task placed again", d.GetStatus(), d.GetStatusReason())
+	}
+	if h.live()["i1"] != td {
+		t.Fatalf("i1 runs %q, want %s", h.live()["i1"], td)
+	}
+
+	// The same after the task ran: a failure of the deployment.
+	if _, err := h.ops.UpdateEnvironment(h.ctx, "default", "ls", scheduler.Spec{TaskDefinition: h.taskdef("ls", 2)}); err != nil {
+		t.Fatal(err)
+	}
+	id = h.deploy("ls", "")
+	h.reconcile("ls") // one of three is replaced
+	h.agents()
+	for inst, def := range h.live() {
+		if def == h.taskdef("ls", 2) {
+			h.kill(inst)
+			break
+		}
+	}
+	h.settle("ls")
+	if d := h.deployment("ls", id); d.GetStatus() != scheduler.StatusUnhealthy {
+		t.Fatalf("deployment %s, want unhealthy: a task it placed died after it ran", d.GetStatus())
+	}
+}
+
 // TestFailedDeploymentIsNotCarriedOn: after a deployment fails, the
 // scheduler does not go on replacing tasks with its version.
 func TestFailedDeploymentIsNotCarriedOn(t *testing.T) {

@@ -34,7 +34,9 @@ type TaskView struct {
 	// (zero when it is not).
 	HealthySince time.Time
 	CreatedAt    time.Time
-	StopReason   string
+	// Started: its agent reported it running once (started_at is set).
+	Started    bool
+	StopReason string
 	// Seq numbers the environment's tasks on one instance (see TaskName).
 	Seq int64
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/orchestrator"
 )
 
 // MaxListedInstances bounds the per-instance progress a deployment keeps
@@ -135,8 +136,13 @@ func (pr *Progress) decide(d DeploymentView, failures []string, r Rollout, now t
 }
 
 // failedTask reports whether a task placed by a deployment has failed it,
-// and how.
+// and how. A task lost with its instance before it ever ran has not: the
+// instance missed its heartbeats (a network blip, a busy server), not the
+// task definition; the plan places it again, as a health repair.
 func failedTask(t TaskView, r Rollout, now time.Time) (bool, string) {
+	if t.Died() && !t.Started && orchestrator.IsLostReason(t.StopReason) {
+		return false, ""
+	}
 	if t.Died() {
 		why := "stopped"
 		if t.StopReason != "" {

@@ -44,6 +44,7 @@ func taskView(env string, res *pbresource.Resource, t *pborch.Task) TaskView {
 		Health:         t.GetHealth(),
 		Healthy:        TaskHealthy(t),
 		CreatedAt:      t.GetCreatedAt().AsTime(),
+		Started:        t.GetStartedAt() != nil,
 		StopReason:     t.GetStopReason(),
 	}
 	if v.Healthy {
