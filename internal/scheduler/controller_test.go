@@ -372,10 +372,7 @@ func TestInstanceDownThroughADeploymentIsBroughtUpToDate(t *testing.T) {
 func TestTaskLostBeforeItRanIsPlacedAgain(t *testing.T) {
 	h := newHarness(t)
 	fleet(h)
-	td := h.taskdef("ls", 1)
-	if _, err := h.ops.CreateEnvironment(h.ctx, "default", spec("ls", td, 75, "", "role=logger")); err != nil {
-		t.Fatal(err)
-	}
+	td := h.createLoggers("ls", 1)
 	id := h.deploy("ls", "")
 	h.reconcile("ls")
 	// i1 misses its heartbeats before its agent starts the task: the

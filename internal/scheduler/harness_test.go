@@ -101,6 +101,18 @@ func (h *harness) instance(name string, attrs map[string]string) {
 	h.write(orchestrator.InstanceID(name), nil, in, version)
 }
 
+// createLoggers creates environment name of task definition family name
+// at revision, on the fleet's role=logger instances, min_healthy_percent
+// 75; it returns the task definition.
+func (h *harness) createLoggers(name string, revision int64) string {
+	h.t.Helper()
+	td := h.taskdef(name, revision)
+	if _, err := h.ops.CreateEnvironment(h.ctx, "default", spec(name, td, 75, "", "role=logger")); err != nil {
+		h.t.Fatal(err)
+	}
+	return td
+}
+
 func (h *harness) setInstanceStatus(name, st string) {
 	h.t.Helper()
 	res, err := h.api.Read(h.ctx, &pbresource.ReadRequest{Id: orchestrator.InstanceID(name)})
