@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"iter"
+
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	"trellis.dev/trellis/internal/orchestrator"
 )
@@ -15,21 +17,30 @@ import (
 // the new task's report before the old task's STOPPED report (both go in
 // one atomic batch, the old first), so the store never shows two RUNNING.
 
+// siblingsLocked yields the other tasks the agent knows of e's
+// environment and namespace (none for a task of no environment).
+func (a *Agent) siblingsLocked(e *task) iter.Seq[*task] {
+	return func(yield func(*task) bool) {
+		env := taskEnvironment(e)
+		if env == "" {
+			return
+		}
+		for _, o := range a.tasks {
+			if o != e && !o.forgotten && o.namespace == e.namespace && taskEnvironment(o) == env && !yield(o) {
+				return
+			}
+		}
+	}
+}
+
 // predecessorLocked returns the task of e's environment that e must let
 // stop first (nil when e may start): one that still holds the instance,
 // and that e replaces or that is stopping anyway. A live task of the
 // environment that is meant to go on running is not one: the admission
 // refuses e beside it.
 func (a *Agent) predecessorLocked(e *task) *task {
-	env := e.stored.GetEnvironment()
-	if env == "" {
-		return nil
-	}
-	for _, o := range a.tasks {
-		if o == e || o.forgotten || !o.phase.live() || o.namespace != e.namespace || taskEnvironment(o) != env {
-			continue
-		}
-		if o.name == e.stored.GetReplaces() || o.stoppingHere() {
+	for o := range a.siblingsLocked(e) {
+		if o.phase.live() && (o.name == e.stored.GetReplaces() || o.stoppingHere()) {
 			return o
 		}
 	}
@@ -40,12 +51,8 @@ func (a *Agent) predecessorLocked(e *task) *task {
 // stopped here without its STOPPED report stored (nil when none): e's
 // report must not reach the store before that one.
 func (a *Agent) unreportedStopLocked(e *task) *task {
-	env := taskEnvironment(e)
-	if env == "" {
-		return nil
-	}
-	for _, o := range a.tasks {
-		if o != e && !o.forgotten && o.phase == phaseDone && !o.reportedLocked() && o.namespace == e.namespace && taskEnvironment(o) == env {
+	for o := range a.siblingsLocked(e) {
+		if o.phase == phaseDone && !o.reportedLocked() {
 			return o
 		}
 	}
@@ -72,19 +79,12 @@ func taskEnvironment(t *task) string {
 	return tk.GetEnvironment()
 }
 
-// successorsLocked reconciles the tasks that may wait for done, once it
-// has stopped here.
+// successorsLocked reconciles the tasks that may have waited for done,
+// which has just stopped here.
 func (a *Agent) successorsLocked(done *task) effects {
 	var fx effects
-	if !done.forgotten && done.phase.live() {
-		return fx
-	}
-	env := taskEnvironment(done)
-	if env == "" {
-		return fx
-	}
-	for _, o := range a.tasks {
-		if o != done && o.phase == phaseIdle && o.namespace == done.namespace && o.stored.GetEnvironment() == env {
+	for o := range a.siblingsLocked(done) {
+		if o.phase == phaseIdle {
 			fx.merge(a.reconcileLocked(o))
 		}
 	}

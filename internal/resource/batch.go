@@ -17,11 +17,7 @@ import (
 // carry a version are CAS writes; the others are upserts. Members identical
 // to what is stored are not written and come back as stored.
 func (s *Service) WriteBatch(ctx context.Context, req *pbresource.WriteBatchRequest) (*pbresource.WriteBatchResponse, error) {
-	out, err := s.writeBatch(ctx, req)
-	if err != nil {
-		return nil, s.errs.toStatus("write batch", err)
-	}
-	return &pbresource.WriteBatchResponse{Resources: cloneAll(out)}, nil
+	return answers{s, true}.WriteBatch(ctx, req)
 }
 
 func (s *Service) writeBatch(ctx context.Context, req *pbresource.WriteBatchRequest) ([]*pbresource.Resource, error) {

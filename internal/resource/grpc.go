@@ -11,48 +11,67 @@ import (
 // the TokenMetadataKey metadata when the context carries none (see
 // callerContext). Only the stream needs its own method.
 //
-// GRPC returns the face to register on a gRPC server: the same methods,
-// except that the resources they answer with are the backend's own rather
-// than copies. The API methods copy what they return so that an in-process
-// caller changing a result cannot change the store; a gRPC response is only
-// encoded, never changed, so the copy (a deep clone of every resource, for
-// a batch of 1,000 a thousand of them) is saved.
+// Both faces answer through answers: the API methods copy what they
+// return, so that an in-process caller changing a result cannot change
+// the store; the face GRPC returns answers with the backend's own
+// resources, since a gRPC response is only encoded, never changed, and the
+// copy (a deep clone of every resource, for a batch of 1,000 a thousand of
+// them) is saved.
 
 // GRPC returns the service as a gRPC server; see above.
-func (s *Service) GRPC() pbresource.ResourceServiceServer { return grpcFace{s} }
+func (s *Service) GRPC() pbresource.ResourceServiceServer { return answers{s, false} }
 
-type grpcFace struct{ *Service }
-
-func (g grpcFace) Write(ctx context.Context, req *pbresource.WriteRequest) (*pbresource.WriteResponse, error) {
-	out, err := g.write(ctx, req)
-	if err != nil {
-		return nil, g.errs.toStatus("write", err)
-	}
-	return &pbresource.WriteResponse{Resource: out}, nil
+// answers answers the unary calls; copies says whether it copies the
+// stored resources it answers with.
+type answers struct {
+	*Service
+	copies bool
 }
 
-func (g grpcFace) WriteBatch(ctx context.Context, req *pbresource.WriteBatchRequest) (*pbresource.WriteBatchResponse, error) {
-	out, err := g.writeBatch(ctx, req)
-	if err != nil {
-		return nil, g.errs.toStatus("write batch", err)
+func (a answers) one(res *pbresource.Resource) *pbresource.Resource {
+	if a.copies {
+		return clone(res)
 	}
-	return &pbresource.WriteBatchResponse{Resources: out}, nil
+	return res
 }
 
-func (g grpcFace) Read(ctx context.Context, req *pbresource.ReadRequest) (*pbresource.ReadResponse, error) {
-	out, err := g.read(ctx, req)
-	if err != nil {
-		return nil, g.errs.toStatus("read", err)
+func (a answers) all(rs []*pbresource.Resource) []*pbresource.Resource {
+	if a.copies {
+		return cloneAll(rs)
 	}
-	return &pbresource.ReadResponse{Resource: out}, nil
+	return rs
 }
 
-func (g grpcFace) List(ctx context.Context, req *pbresource.ListRequest) (*pbresource.ListResponse, error) {
-	out, err := g.list(ctx, req)
+func (a answers) Write(ctx context.Context, req *pbresource.WriteRequest) (*pbresource.WriteResponse, error) {
+	out, err := a.write(ctx, req)
 	if err != nil {
-		return nil, g.errs.toStatus("list", err)
+		return nil, a.errs.toStatus("write", err)
 	}
-	return &pbresource.ListResponse{Resources: out}, nil
+	return &pbresource.WriteResponse{Resource: a.one(out)}, nil
+}
+
+func (a answers) WriteBatch(ctx context.Context, req *pbresource.WriteBatchRequest) (*pbresource.WriteBatchResponse, error) {
+	out, err := a.writeBatch(ctx, req)
+	if err != nil {
+		return nil, a.errs.toStatus("write batch", err)
+	}
+	return &pbresource.WriteBatchResponse{Resources: a.all(out)}, nil
+}
+
+func (a answers) Read(ctx context.Context, req *pbresource.ReadRequest) (*pbresource.ReadResponse, error) {
+	out, err := a.read(ctx, req)
+	if err != nil {
+		return nil, a.errs.toStatus("read", err)
+	}
+	return &pbresource.ReadResponse{Resource: a.one(out)}, nil
+}
+
+func (a answers) List(ctx context.Context, req *pbresource.ListRequest) (*pbresource.ListResponse, error) {
+	out, err := a.list(ctx, req)
+	if err != nil {
+		return nil, a.errs.toStatus("list", err)
+	}
+	return &pbresource.ListResponse{Resources: a.all(out)}, nil
 }
 
 // WatchList streams the events of Watch to a gRPC client until the client

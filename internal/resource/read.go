@@ -18,11 +18,7 @@ func consistency(strong bool) storage.ReadConsistency {
 // Read returns one resource. The Read hook is asked before the store is, so
 // a caller who may not read the resource cannot learn whether it exists.
 func (s *Service) Read(ctx context.Context, req *pbresource.ReadRequest) (*pbresource.ReadResponse, error) {
-	out, err := s.read(ctx, req)
-	if err != nil {
-		return nil, s.errs.toStatus("read", err)
-	}
-	return &pbresource.ReadResponse{Resource: clone(out)}, nil
+	return answers{s, true}.Read(ctx, req)
 }
 
 func (s *Service) read(ctx context.Context, req *pbresource.ReadRequest) (*pbresource.Resource, error) {
@@ -48,11 +44,7 @@ func (s *Service) read(ctx context.Context, req *pbresource.ReadRequest) (*pbres
 // whose names start with a prefix, ordered by namespace and name, leaving
 // out those the caller may not read.
 func (s *Service) List(ctx context.Context, req *pbresource.ListRequest) (*pbresource.ListResponse, error) {
-	out, err := s.list(ctx, req)
-	if err != nil {
-		return nil, s.errs.toStatus("list", err)
-	}
-	return &pbresource.ListResponse{Resources: cloneAll(out)}, nil
+	return answers{s, true}.List(ctx, req)
 }
 
 func (s *Service) list(ctx context.Context, req *pbresource.ListRequest) ([]*pbresource.Resource, error) {

@@ -304,11 +304,7 @@ func ownerString(id *pbresource.ID) string {
 
 // Write creates or updates one resource; see the package comment.
 func (s *Service) Write(ctx context.Context, req *pbresource.WriteRequest) (*pbresource.WriteResponse, error) {
-	out, err := s.write(ctx, req)
-	if err != nil {
-		return nil, s.errs.toStatus("write", err)
-	}
-	return &pbresource.WriteResponse{Resource: clone(out)}, nil
+	return answers{s, true}.Write(ctx, req)
 }
 
 func (s *Service) write(ctx context.Context, req *pbresource.WriteRequest) (*pbresource.Resource, error) {

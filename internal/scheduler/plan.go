@@ -303,7 +303,7 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 		case !cur.Healthy:
 			// Unavailable already: replacing it costs nothing.
 			p.Unavailable++
-			p.replace(&ip, lastSeq)
+			p.replace(&ip)
 		default:
 			ip.State = StatePending
 			replaceable = append(replaceable, len(p.Instances))
@@ -317,16 +317,16 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 		}
 		budget--
 		ip := &p.Instances[i]
-		p.replace(ip, ip.Latest.Seq)
+		p.replace(ip)
 	}
 	return p
 }
 
-// replace stops the instance's current task and places its successor in
-// the same plan.
-func (p *Plan) replace(ip *InstancePlan, lastSeq int64) {
+// replace stops the instance's current task and places its successor,
+// with the next seq, in the same plan.
+func (p *Plan) replace(ip *InstancePlan) {
 	p.Stops = append(p.Stops, Stop{Task: ip.Current.Name, Reason: ReasonReplaced})
-	p.Places = append(p.Places, Placement{Instance: ip.Instance, Seq: lastSeq + 1, Replaces: ip.Current.Name})
+	p.Places = append(p.Places, Placement{Instance: ip.Instance, Seq: ip.Latest.Seq + 1, Replaces: ip.Current.Name})
 	ip.State = StateStarting
 }
 

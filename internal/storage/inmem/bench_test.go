@@ -20,11 +20,7 @@ import (
 // 1,000 as the Raft FSM does. The figure is per resource of 100,000.
 func BenchmarkStoredBytes(b *testing.B) {
 	const n, batch = 100_000, 1000
-	typ := &pbresource.Type{Group: "core", GroupVersion: "v1", Kind: "Namespace"}
-	data, err := anypb.New(wrapperspb.String(strings.Repeat("x", 256)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	typ, data := namespacePayload(b)
 	tenancy := &pbresource.Tenancy{}
 	for range b.N {
 		before := liveHeap()
@@ -62,11 +58,7 @@ func BenchmarkStoredBytes(b *testing.B) {
 // Raft FSM does for WriteBatch, into a store that already holds some.
 func BenchmarkApplyBatch1000(b *testing.B) {
 	const batch = 1000
-	typ := &pbresource.Type{Group: "core", GroupVersion: "v1", Kind: "Namespace"}
-	data, err := anypb.New(wrapperspb.String(strings.Repeat("x", 256)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	typ, data := namespacePayload(b)
 	s := NewStore()
 	next := 0
 	build := func() []*pbresource.Resource {
@@ -96,6 +88,17 @@ func BenchmarkApplyBatch1000(b *testing.B) {
 	}
 }
 
+// namespacePayload is the type and the 256-byte data of the benchmarks'
+// resources.
+func namespacePayload(b *testing.B) (*pbresource.Type, *anypb.Any) {
+	b.Helper()
+	data, err := anypb.New(wrapperspb.String(strings.Repeat("x", 256)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &pbresource.Type{Group: "core", GroupVersion: "v1", Kind: "Namespace"}, data
+}
+
 func liveHeap() uint64 {
 	runtime.GC()
 	runtime.GC()
@@ -111,11 +114,7 @@ func liveHeap() uint64 {
 // together.
 func BenchmarkApplyUpdates(b *testing.B) {
 	const stored = 64_000
-	typ := &pbresource.Type{Group: "core", GroupVersion: "v1", Kind: "Namespace"}
-	data, err := anypb.New(wrapperspb.String(strings.Repeat("x", 256)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	typ, data := namespacePayload(b)
 	id := func(i int) *pbresource.ID {
 		return &pbresource.ID{Type: typ, Tenancy: &pbresource.Tenancy{}, Name: fmt.Sprintf("w%d-%d", i%64, i/64), Uid: "01JD0000000000000000000000"}
 	}

@@ -128,51 +128,33 @@ func (s *Store) ListByOwner(id *pbresource.ID) ([]*pbresource.Resource, error) {
 	return out, nil
 }
 
-// WriteCAS stores res at index idx under the rules of storage.Backend.
+// WriteCAS stores res at index idx under the rules of storage.Backend. It
+// stores a copy: the caller keeps its resource.
 func (s *Store) WriteCAS(idx uint64, res *pbresource.Resource) (*pbresource.Resource, error) {
-	out, err := s.WriteBatch(idx, []*pbresource.Resource{res})
-	if err != nil {
-		return nil, unwrapBatch(err)
-	}
-	return out[0], nil
+	return s.ApplyCAS(idx, proto.Clone(res).(*pbresource.Resource))
 }
 
 // WriteBatch stores every resource at index idx, or none of them. It
 // stores copies: the caller keeps its resources.
 func (s *Store) WriteBatch(idx uint64, resources []*pbresource.Resource) ([]*pbresource.Resource, error) {
-	return s.writeBatch(idx, resources, false)
+	copies := make([]*pbresource.Resource, len(resources))
+	for i, res := range resources {
+		copies[i] = proto.Clone(res).(*pbresource.Resource)
+	}
+	return s.ApplyBatch(idx, copies)
 }
 
-// ApplyBatch is WriteBatch for a caller that hands its resources over, such
-// as the Raft FSM with the messages it has just decoded: they are stored as
-// they are (their versions set), saving a copy of each on every server.
-// The caller must not use them afterwards.
-func (s *Store) ApplyBatch(idx uint64, resources []*pbresource.Resource) ([]*pbresource.Resource, error) {
-	return s.writeBatch(idx, resources, true)
+// ApplyBatch is WriteBatch for a caller that hands its resources over:
+// they are stored as they are (their versions set), saving a copy of
+// each. The caller must not use them afterwards.
+func (s *Store) ApplyBatch(idx uint64, resources []*pbresource.Resource) (out []*pbresource.Resource, err error) {
+	s.Update(func(tx *Tx) { out, err = tx.WriteBatch(idx, resources) })
+	return out, err
 }
 
 // ApplyCAS is WriteCAS with ApplyBatch's hand-over of res.
-func (s *Store) ApplyCAS(idx uint64, res *pbresource.Resource) (*pbresource.Resource, error) {
-	out, err := s.writeBatch(idx, []*pbresource.Resource{res}, true)
-	if err != nil {
-		return nil, unwrapBatch(err)
-	}
-	return out[0], nil
-}
-
-func (s *Store) writeBatch(idx uint64, resources []*pbresource.Resource, owned bool) ([]*pbresource.Resource, error) {
-	if !owned {
-		copies := make([]*pbresource.Resource, len(resources))
-		for i, res := range resources {
-			copies[i] = proto.Clone(res).(*pbresource.Resource)
-		}
-		resources = copies
-	}
-	var (
-		out []*pbresource.Resource
-		err error
-	)
-	s.Update(func(tx *Tx) { out, err = tx.WriteBatch(idx, resources) })
+func (s *Store) ApplyCAS(idx uint64, res *pbresource.Resource) (out *pbresource.Resource, err error) {
+	s.Update(func(tx *Tx) { out, err = tx.WriteCAS(idx, res) })
 	return out, err
 }
 
