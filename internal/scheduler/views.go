@@ -1,6 +1,10 @@
 package scheduler
 
 import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/orchestrator"
@@ -29,9 +33,6 @@ func TaskHealthy(t *pborch.Task) bool {
 }
 
 // taskView turns a stored task of environment env into what a plan reads.
-// A healthy task counts as healthy since its last report: agents report
-// on every change, so that is when it became healthy (or later), by the
-// agent's clock.
 func taskView(env string, res *pbresource.Resource, t *pborch.Task) TaskView {
 	v := TaskView{
 		Name:           res.GetId().GetName(),
@@ -48,10 +49,7 @@ func taskView(env string, res *pbresource.Resource, t *pborch.Task) TaskView {
 		StopReason:     t.GetStopReason(),
 	}
 	if v.Healthy {
-		v.HealthySince = t.GetReportedAt().AsTime()
-		if t.GetReportedAt() == nil {
-			v.HealthySince = t.GetStartedAt().AsTime()
-		}
+		v.HealthySince = healthySince(t)
 	}
 	v.Seq, _ = TaskSeq(env, t.GetInstance(), v.Name)
 	return v
@@ -64,4 +62,33 @@ func instanceView(res *pbresource.Resource) (InstanceView, bool) {
 		return InstanceView{}, false
 	}
 	return InstanceView{Name: res.GetId().GetName(), Cluster: in.GetCluster(), Status: in.GetStatus(), Attributes: in.GetAttributes()}, true
+}
+
+// healthySince is when a healthy task became healthy, by its agent's
+// clock. A task without health checks is healthy from the last thing that
+// happened to its containers (a start, a restart, an exit): the agent
+// timed those, and counting from its report instead would add the
+// report's trip to every min_healthy_time, which a rolling update waits
+// out once per batch. A task with checks counts from its last report, the
+// first that could have said HEALTHY: no check records when it passed.
+func healthySince(t *pborch.Task) time.Time {
+	var since time.Time
+	checked := t.GetHealth() == orchestrator.HealthHealthy
+	for _, c := range t.GetContainers() {
+		if c.GetHealth() != "" {
+			checked = true
+		}
+		for _, at := range []*timestamppb.Timestamp{c.GetStartedAt(), c.GetFinishedAt()} {
+			if at != nil && at.AsTime().After(since) {
+				since = at.AsTime()
+			}
+		}
+	}
+	if t.GetStartedAt() != nil && t.GetStartedAt().AsTime().After(since) {
+		since = t.GetStartedAt().AsTime()
+	}
+	if checked || since.IsZero() {
+		return t.GetReportedAt().AsTime()
+	}
+	return since
 }
