@@ -35,6 +35,11 @@ type cache struct {
 	// less often than runs happen. It is shared with the runs, which only
 	// read it; a change makes a new slice.
 	sorted []InstanceView
+	// generation counts instance changes; matches keeps, per environment,
+	// which instances matched the instance group of its version at a
+	// generation.
+	generation uint64
+	matches    map[string]matchMemo
 	// instancesPrimed: the instances were listed from the store once.
 	instancesPrimed bool
 	// tasks by environment key (namespace/name), then by task name.
@@ -46,6 +51,13 @@ type cache struct {
 	deleted map[string]map[string]uint64
 }
 
+// matchMemo is the instances that match an environment's version.
+type matchMemo struct {
+	generation uint64
+	version    string
+	matching   Matching
+}
+
 type cachedInstance struct {
 	view    InstanceView
 	version uint64
@@ -53,7 +65,7 @@ type cachedInstance struct {
 }
 
 func newCache() *cache {
-	return &cache{instances: map[string]cachedInstance{}, tasks: map[string]map[string]*storedTask{}, primed: map[string]bool{}, deleted: map[string]map[string]uint64{}}
+	return &cache{instances: map[string]cachedInstance{}, matches: map[string]matchMemo{}, tasks: map[string]map[string]*storedTask{}, primed: map[string]bool{}, deleted: map[string]map[string]uint64{}}
 }
 
 func versionOf(res *pbresource.Resource) uint64 {
@@ -75,6 +87,7 @@ func (c *cache) observeInstance(res *pbresource.Resource, deleted bool) {
 		return // older, or already seen at this version
 	}
 	c.sorted = nil
+	c.generation++
 	if deleted {
 		c.instances[name] = cachedInstance{version: v, gone: true}
 		return
@@ -134,6 +147,7 @@ func (c *cache) forgetEnvironment(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.tasks, key)
+	delete(c.matches, key)
 	delete(c.primed, key)
 	delete(c.deleted, key)
 }
@@ -144,6 +158,8 @@ func (c *cache) reset() {
 	defer c.mu.Unlock()
 	c.instances = map[string]cachedInstance{}
 	c.sorted = nil
+	c.generation++
+	c.matches = map[string]matchMemo{}
 	c.instancesPrimed = false
 	c.tasks = map[string]map[string]*storedTask{}
 	c.primed = map[string]bool{}
@@ -203,6 +219,15 @@ func (c *cache) primeTasks(key string, owned []*storedTask) {
 func (c *cache) snapshot(key string) ([]InstanceView, bool, []*storedTask, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	ins := c.sortedLocked()
+	var tasks []*storedTask
+	for _, t := range c.tasks[key] {
+		tasks = append(tasks, t)
+	}
+	return ins, c.instancesPrimed, tasks, c.primed[key]
+}
+
+func (c *cache) sortedLocked() []InstanceView {
 	if c.sorted == nil {
 		c.sorted = make([]InstanceView, 0, len(c.instances))
 		for _, in := range c.instances {
@@ -212,10 +237,21 @@ func (c *cache) snapshot(key string) ([]InstanceView, bool, []*storedTask, bool)
 		}
 		slices.SortFunc(c.sorted, func(a, b InstanceView) int { return strings.Compare(a.Name, b.Name) })
 	}
-	ins := c.sorted
-	var tasks []*storedTask
-	for _, t := range c.tasks[key] {
-		tasks = append(tasks, t)
+	return c.sorted
+}
+
+// matching is the instances that match group, the instance group of the
+// environment's version, worked out again only when an instance changed
+// or the environment moved to another version: runs outnumber both by
+// far, and matching thousands of instances was most of a run's work. The
+// caller must not modify what it returns.
+func (c *cache) matching(key, version string, group Group) Matching {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m, ok := c.matches[key]; ok && m.generation == c.generation && m.version == version {
+		return m.matching
 	}
-	return ins, c.instancesPrimed, tasks, c.primed[key]
+	m := Match(c.sortedLocked(), group)
+	c.matches[key] = matchMemo{generation: c.generation, version: version, matching: m}
+	return m
 }

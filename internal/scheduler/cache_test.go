@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
 	"trellis.dev/trellis/internal/orchestrator"
 )
 
@@ -72,4 +74,52 @@ func TestCacheInstancesNeverRollBack(t *testing.T) {
 	if ins, _, _, _ := c.snapshot("x"); len(ins) != 0 {
 		t.Fatalf("a deleted instance came back from an older listing: %v", ins)
 	}
+}
+
+// TestCacheMatchingFollowsInstancesAndVersions: the instances an
+// environment's group selects are worked out again when an instance
+// changes and when the environment moves to another version, and not
+// otherwise.
+func TestCacheMatchingFollowsInstancesAndVersions(t *testing.T) {
+	c := newCache()
+	in := func(name string, v uint64, role string) *pbresource.Resource {
+		data, _ := anypb.New(&pborch.Instance{Cluster: "default", Status: orchestrator.InstanceReady, Attributes: map[string]string{"role": role}})
+		return &pbresource.Resource{Id: orchestrator.InstanceID(name), Version: strconv.FormatUint(v, 10), Data: data}
+	}
+	c.primeInstances([]*pbresource.Resource{in("i1", 1, "log"), in("i2", 2, "web"), in("i3", 3, "log")})
+	logs, err := ParseGroup("g", &pbscheduler.InstanceGroup{Cluster: "default", Attributes: []string{"role=log"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	webs, err := ParseGroup("g", &pbscheduler.InstanceGroup{Cluster: "default", Attributes: []string{"role=web"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(m Matching) []string {
+		var out []string
+		for _, in := range m.Selected {
+			out = append(out, in.Name)
+		}
+		return out
+	}
+	check := func(what string, m Matching, want ...string) {
+		t.Helper()
+		if got := names(m); !slices.Equal(got, want) {
+			t.Fatalf("%s: selected %v, want %v", what, got, want)
+		}
+	}
+	check("first run", c.matching("default/ls", "v1", logs), "i1", "i3")
+	// The same version again: the memo, even if asked with another group
+	// (a version's group never changes; this shows nothing was redone).
+	check("same version", c.matching("default/ls", "v1", webs), "i1", "i3")
+	check("another version", c.matching("default/ls", "v2", webs), "i2")
+	c.observeInstance(in("i3", 4, "web"), false)
+	check("an instance changed", c.matching("default/ls", "v2", webs), "i2", "i3")
+	c.observeInstance(in("i2", 2, "log"), false) // an old event: nothing changes
+	check("an old event", c.matching("default/ls", "v2", webs), "i2", "i3")
+	c.observeInstance(in("i2", 5, "web"), true)
+	check("an instance deleted", c.matching("default/ls", "v2", webs), "i3")
+	c.reset()
+	c.primeInstances([]*pbresource.Resource{in("i1", 6, "web")})
+	check("a new term", c.matching("default/ls", "v2", webs), "i1")
 }

@@ -241,7 +241,8 @@ func (r *reconciler) reconcile(ctx context.Context, req controller.Request) erro
 	replace := active != nil || st.env.GetLastCompletedVersion() == st.env.GetDesiredVersion()
 	target := Target{TaskDefinition: ver.GetTaskDefinition(), Version: st.env.GetDesiredVersion(), Group: group, Rollout: rollout, Replace: replace}
 	views := viewsOf(st.tasks)
-	plan := ComputePlan(target, st.instances, views, now)
+	matching := r.cache.matching(envKey(st.res.GetId()), st.env.GetDesiredVersion(), group)
+	plan := ComputePlan(target, matching.Relevant(views), views, now)
 	writes, err := r.planWrites(st, plan, target, active, ver.GetNumber(), now)
 	if err != nil {
 		return err

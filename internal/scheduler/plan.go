@@ -185,7 +185,7 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 	match := make([]bool, len(instances))
 	for i := range instances {
 		in := &instances[i]
-		match[i] = in.Status == orchestrator.InstanceReady && target.Group.Matches(in.Cluster, in.Attributes)
+		match[i] = selects(target.Group, in)
 		if match[i] {
 			p.Matching++
 		}

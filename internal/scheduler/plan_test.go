@@ -235,6 +235,28 @@ func countByInstance(tasks []*TaskView, keep func(*TaskView) bool) map[string]in
 	return m
 }
 
+// planOverRelevantAgrees checks that a plan over the instances
+// Matching.Relevant keeps decides what the plan over all of them decided,
+// and lists the same instances but those with nothing to do.
+func planOverRelevantAgrees(rt *rapid.T, step int, all, relevant Plan) {
+	if !slices.Equal(all.Places, relevant.Places) || !slices.Equal(all.Stops, relevant.Stops) {
+		rt.Fatalf("step %d: over the relevant instances the plan places %v and stops %v; over all, %v and %v", step, relevant.Places, relevant.Stops, all.Places, all.Stops)
+	}
+	if all.Matching != relevant.Matching || all.BatchSize != relevant.BatchSize || all.Unavailable != relevant.Unavailable || !all.Recheck.Equal(relevant.Recheck) {
+		rt.Fatalf("step %d: over the relevant instances matching %d, batch %d, unavailable %d, recheck %v; over all %d, %d, %d, %v", step,
+			relevant.Matching, relevant.BatchSize, relevant.Unavailable, relevant.Recheck, all.Matching, all.BatchSize, all.Unavailable, all.Recheck)
+	}
+	var acted []InstancePlan
+	for _, ip := range all.Instances {
+		if ip.Matches || ip.Latest != nil {
+			acted = append(acted, ip)
+		}
+	}
+	if !slices.Equal(acted, relevant.Instances) {
+		rt.Fatalf("step %d: over the relevant instances the plan lists %v; over all, %v", step, relevant.Instances, acted)
+	}
+}
+
 // claims: live and meant to go on running.
 func claims(t *TaskView) bool { return t.Live() && t.Desired == orchestrator.StatusRunning }
 
@@ -280,6 +302,7 @@ func TestPlanProperties(t *testing.T) {
 			}
 			ins, ts := w.views()
 			p := ComputePlan(target, ins, ts, w.now)
+			planOverRelevantAgrees(rt, step, p, ComputePlan(target, Match(ins, target.Group).Relevant(ts), ts, w.now))
 
 			// Placements: only where the instance matches, and beside a
 			// live task only if it stops, naming it.
