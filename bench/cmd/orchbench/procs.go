@@ -40,8 +40,9 @@ type procs struct {
 	dir   string
 	runID string
 
-	mu  sync.Mutex
-	all []*proc
+	mu      sync.Mutex
+	all     []*proc
+	scratch []string // directories removed at cleanup
 }
 
 func newProcs(dir, runID string) *procs { return &procs{dir: dir, runID: runID} }
@@ -88,9 +89,32 @@ func (ps *procs) cleanup() {
 		}(all[i])
 	}
 	wg.Wait()
+	ps.mu.Lock()
+	for _, dir := range ps.scratch {
+		_ = os.RemoveAll(dir)
+	}
+	ps.scratch = nil
+	ps.mu.Unlock()
 	if n := killMarked(ps.runID); n > 0 {
 		fmt.Fprintf(os.Stderr, "orchbench: killed %d leftover task processes of this run\n", n)
 	}
+}
+
+// scratchDir makes a directory for what a process named name keeps only
+// while it runs: on the machine's tmpfs (/dev/shm) if it has one, else in
+// the working directory. Cleanup removes it.
+func (ps *procs) scratchDir(name string) (string, error) {
+	if st, err := os.Stat("/dev/shm"); err != nil || !st.IsDir() {
+		return filepath.Join(ps.dir, name), nil
+	}
+	dir, err := os.MkdirTemp("/dev/shm", "orchbench-"+name+"-*")
+	if err != nil {
+		return "", err
+	}
+	ps.mu.Lock()
+	ps.scratch = append(ps.scratch, dir)
+	ps.mu.Unlock()
+	return dir, nil
 }
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
