@@ -70,7 +70,9 @@ func UserProgress(d DeploymentView, plan Plan, r Rollout, now time.Time) Progres
 		case StateFailed:
 			pr.Failed++
 		}
-		pr.Instances = append(pr.Instances, &pbscheduler.InstanceProgress{Instance: ip.Instance, State: state, Task: task, Reason: reason})
+		if len(pr.Instances) < MaxListedInstances { // the plan's instances are sorted
+			pr.Instances = append(pr.Instances, &pbscheduler.InstanceProgress{Instance: ip.Instance, State: state, Task: task, Reason: reason})
+		}
 	}
 	pr.decide(d, failures, r, now)
 	return pr
