@@ -143,7 +143,8 @@ const (
 // stop or leave the environment's task, so that exactly one live task of
 // the target runs on every matching instance and none elsewhere. It is
 // pure; the caller applies the result with CAS writes that fail if the
-// store moved, and asks again.
+// store moved, and asks again. instances may be the whole fleet or only
+// the part Matching.Relevant keeps: the decisions are the same.
 //
 // The rules it keeps:
 //   - never a placement on an instance that does not match, nor beside
