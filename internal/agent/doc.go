@@ -34,7 +34,10 @@
 // the agent is with it (idle, starting, running, stopping, done). The
 // agent never starts a task twice: a task it does not run but that the
 // store says is running or lost (the agent lost its data dir, say) is
-// reported STOPPED, never restarted; the scheduler replaces it.
+// reported STOPPED, never restarted; the scheduler replaces it. A fresh
+// listing of the instance's tasks (every new stream starts with one) is
+// acted on only once it is whole: a replacement then always knows of the
+// task it replaces, whatever order the listing came in.
 //
 // # Reports
 //

@@ -220,3 +220,69 @@ func TestReportsOfAHandoverGoTogether(t *testing.T) {
 		t.Fatalf("batch %s, want web-2 and db-1", got)
 	}
 }
+
+// scriptedStream hands out events one by one; after the last it waits
+// for release, then fails as a cut stream does.
+type scriptedStream struct {
+	events  []*pbresource.WatchEvent
+	read    chan struct{} // closed once the last event is read
+	release chan struct{}
+}
+
+func (s *scriptedStream) Recv() (*pbresource.WatchEvent, error) {
+	if len(s.events) == 0 {
+		<-s.release
+		return nil, status.Error(codes.Unavailable, "the stream was cut")
+	}
+	ev := s.events[0]
+	s.events = s.events[1:]
+	if len(s.events) == 0 {
+		close(s.read)
+	}
+	return ev, nil
+}
+
+// A fresh listing is acted on only once it is whole: an agent that lost
+// its local state must not start (and report) a replacement before it has
+// heard of the task it replaces, which the listing may bring later.
+func TestAListingIsActedOnOnlyWhole(t *testing.T) {
+	cfg := config(t, "i-1", newProcTable(t))
+	cfg.Servers = []string{"127.0.0.1:1"} // never dialled
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upsert := func(name string, tk *pborch.Task) *pbresource.WatchEvent {
+		data, _ := anypb.New(tk)
+		return &pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_UPSERT, Index: 7,
+			Resource: &pbresource.Resource{Id: &pbresource.ID{Name: name, Uid: name + "-uid", Type: orchestrator.TaskType, Tenancy: &pbresource.Tenancy{Namespace: "default"}}, Generation: 1, Data: data}}
+	}
+	// The replacement comes first, the task it replaces (lost with the
+	// instance while the agent was away) after it; the listing is cut
+	// before its end.
+	stream := &scriptedStream{read: make(chan struct{}), release: make(chan struct{}), events: []*pbresource.WatchEvent{
+		upsert("ls-2", &pborch.Task{TaskDefinition: "sleeper:1", Instance: "i-1", Environment: "ls", Replaces: "ls-1",
+			DesiredStatus: orchestrator.StatusRunning, LastStatus: orchestrator.StatusPending}),
+		upsert("ls-1", &pborch.Task{TaskDefinition: "sleeper:1", Instance: "i-1", Environment: "ls",
+			DesiredStatus: orchestrator.StatusStopped, LastStatus: orchestrator.StatusLost}),
+	}}
+	s := &session{a: a}
+	done := make(chan error, 1)
+	go func() { done <- s.consume(context.Background(), stream, nil, true) }()
+	<-stream.read
+	a.mu.Lock()
+	taken := len(a.tasks)
+	a.mu.Unlock()
+	close(stream.release)
+	if err := <-done; status.Code(err) != codes.Unavailable {
+		t.Fatalf("consume ended with %v, want the cut stream's error", err)
+	}
+	if taken != 0 {
+		t.Fatalf("%d tasks were taken in before the listing ended, want none", taken)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.tasks) != 0 {
+		t.Fatalf("a cut listing left %d tasks taken in, want none (it is listed again)", len(a.tasks))
+	}
+}

@@ -183,15 +183,69 @@ func (a *Agent) startAll(ctx context.Context, s *session, start []*task) {
 // observe takes in a task as the store has it (or its deletion) and acts
 // on it.
 func (a *Agent) observe(ctx context.Context, s *session, res *pbresource.Resource, deleted bool) {
-	var t *pborch.Task
-	if !deleted {
-		t = &pborch.Task{}
-		if err := res.GetData().UnmarshalTo(t); err != nil {
-			a.log.Error("cannot decode a task; ignoring it", "task", res.GetId().GetName(), "err", err)
-			return
+	t, ok := a.decodeTask(res, deleted)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	var fx effects
+	if e := a.takeLocked(res, t, deleted); e != nil {
+		fx = a.reconcileLocked(e)
+	}
+	a.mu.Unlock()
+	a.apply(ctx, s, fx)
+}
+
+// observeListing takes in a fresh listing's tasks, all of them, before it
+// acts on any: what one task may do depends on the others of its
+// environment (a replacement waits for the task it replaces, and its
+// report for that task's STOPPED report), and a listing comes in no
+// particular order. Acting on each as it came, an agent that lost its
+// local state could start and report a replacement before it had even
+// heard of the task the replacement takes over from.
+func (a *Agent) observeListing(ctx context.Context, s *session, listing []*pbresource.Resource) {
+	type taken struct {
+		res *pbresource.Resource
+		t   *pborch.Task
+	}
+	var decoded []taken
+	for _, res := range listing {
+		if t, ok := a.decodeTask(res, false); ok {
+			decoded = append(decoded, taken{res, t})
 		}
 	}
 	a.mu.Lock()
+	var tasks []*task
+	for _, d := range decoded {
+		if e := a.takeLocked(d.res, d.t, false); e != nil {
+			tasks = append(tasks, e)
+		}
+	}
+	var fx effects
+	for _, e := range tasks {
+		fx.merge(a.reconcileLocked(e))
+	}
+	a.mu.Unlock()
+	a.apply(ctx, s, fx)
+}
+
+// decodeTask decodes a task from the store (nil for a deletion); false
+// when it does not decode, which is logged.
+func (a *Agent) decodeTask(res *pbresource.Resource, deleted bool) (*pborch.Task, bool) {
+	if deleted {
+		return nil, true
+	}
+	t := &pborch.Task{}
+	if err := res.GetData().UnmarshalTo(t); err != nil {
+		a.log.Error("cannot decode a task; ignoring it", "task", res.GetId().GetName(), "err", err)
+		return nil, false
+	}
+	return t, true
+}
+
+// takeLocked records what the store says of a task and returns the task
+// to reconcile (nil when there is nothing to act on).
+func (a *Agent) takeLocked(res *pbresource.Resource, t *pborch.Task, deleted bool) *task {
 	uid := res.GetId().GetUid()
 	if a.gone.has(uid) {
 		// Forgotten once the store showed it stopped: anything the watch
@@ -199,14 +253,12 @@ func (a *Agent) observe(ctx context.Context, s *session, res *pbresource.Resourc
 		if deleted {
 			a.gone.remove(uid)
 		}
-		a.mu.Unlock()
-		return
+		return nil
 	}
 	e := a.tasks[uid]
 	if e == nil {
 		if deleted || t.GetInstance() != a.cfg.Name || t.GetLastStatus() == orchestrator.StatusStopped {
-			a.mu.Unlock()
-			return
+			return nil
 		}
 		e = a.addTaskLocked(res.GetId().GetTenancy().GetNamespace(), res.GetId().GetName(), res.GetId().GetUid())
 	}
@@ -219,9 +271,7 @@ func (a *Agent) observe(ctx context.Context, s *session, res *pbresource.Resourc
 		// before the watch delivers what preceded it.
 		e.res, e.stored, e.seen = res, t, true
 	}
-	fx := a.reconcileLocked(e)
-	a.mu.Unlock()
-	a.apply(ctx, s, fx)
+	return e
 }
 
 func (a *Agent) addTaskLocked(ns, name, uid string) *task {

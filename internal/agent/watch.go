@@ -72,11 +72,17 @@ func (s *session) openTaskStream(ctx context.Context) (stream eventStream, first
 
 // watchOnce runs one task stream until it fails.
 func (s *session) watchOnce(ctx context.Context) error {
-	a := s.a
 	stream, first, fresh, err := s.openTaskStream(ctx)
 	if err != nil {
 		return err
 	}
+	return s.consume(ctx, stream, first, fresh)
+}
+
+// consume acts on a task stream's events (first, when not nil, is the
+// one already read) until it fails. fresh: it starts with a full listing.
+func (s *session) consume(ctx context.Context, stream eventStream, first *pbresource.WatchEvent, fresh bool) error {
+	a := s.a
 	if fresh {
 		a.watchIndex = 0
 	}
@@ -87,10 +93,13 @@ func (s *session) watchOnce(ctx context.Context) error {
 		seen = make(map[string]bool)
 	}
 	inSnapshot := true
+	// A fresh listing's tasks are taken in together, at its end.
+	var listing []*pbresource.Resource
 	for {
 		ev := first
 		first = nil
 		if ev == nil {
+			var err error
 			if ev, err = stream.Recv(); err != nil {
 				return err
 			}
@@ -101,15 +110,17 @@ func (s *session) watchOnce(ctx context.Context) error {
 			// task, and no index of its own.
 			a.learnDefinition(ev.GetResource())
 			continue
+		case ev.GetOp() == pbresource.WatchEvent_OP_UPSERT && fresh && inSnapshot:
+			seen[ev.GetResource().GetId().GetUid()] = true
+			listing = append(listing, ev.GetResource())
 		case ev.GetOp() == pbresource.WatchEvent_OP_UPSERT:
-			if fresh && inSnapshot {
-				seen[ev.GetResource().GetId().GetUid()] = true
-			}
 			a.observe(ctx, s, ev.GetResource(), false)
 		case ev.GetOp() == pbresource.WatchEvent_OP_DELETE:
 			a.observe(ctx, s, ev.GetResource(), true)
 		case ev.GetOp() == pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
 			if fresh && inSnapshot {
+				a.observeListing(ctx, s, listing)
+				listing = nil
 				a.sweep(ctx, s, seen)
 			}
 			inSnapshot = false
