@@ -170,12 +170,7 @@ func TestUnnamedSecondCopyIsStillRefused(t *testing.T) {
 // first, and while the old one's report cannot be written (the store has
 // not shown it yet) the new one's waits.
 func TestReportsOfAHandoverGoTogether(t *testing.T) {
-	cfg := config(t, "i-1", newProcTable(t))
-	cfg.Servers = []string{"127.0.0.1:1"} // never dialled
-	a, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := unstartedAgent(t)
 	task := func(name, env, last string) *task {
 		e := a.addTaskLocked("default", name, name+"-uid")
 		e.stored = &pborch.Task{Instance: "i-1", Environment: env, DesiredStatus: orchestrator.StatusRunning, LastStatus: orchestrator.StatusPending}
@@ -221,6 +216,19 @@ func TestReportsOfAHandoverGoTogether(t *testing.T) {
 	}
 }
 
+// unstartedAgent is an agent of instance i-1 that is never started: its
+// decisions are driven by hand.
+func unstartedAgent(t *testing.T) *Agent {
+	t.Helper()
+	cfg := config(t, "i-1", newProcTable(t))
+	cfg.Servers = []string{"127.0.0.1:1"} // never dialled
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 // scriptedStream hands out events one by one; after the last it waits
 // for release, then fails as a cut stream does.
 type scriptedStream struct {
@@ -246,12 +254,7 @@ func (s *scriptedStream) Recv() (*pbresource.WatchEvent, error) {
 // its local state must not start (and report) a replacement before it has
 // heard of the task it replaces, which the listing may bring later.
 func TestAListingIsActedOnOnlyWhole(t *testing.T) {
-	cfg := config(t, "i-1", newProcTable(t))
-	cfg.Servers = []string{"127.0.0.1:1"} // never dialled
-	a, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := unstartedAgent(t)
 	upsert := func(name string, tk *pborch.Task) *pbresource.WatchEvent {
 		data, _ := anypb.New(tk)
 		return &pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_UPSERT, Index: 7,
