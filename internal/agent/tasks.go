@@ -196,6 +196,24 @@ func (a *Agent) observe(ctx context.Context, s *session, res *pbresource.Resourc
 	a.apply(ctx, s, fx)
 }
 
+// listedTask is a task of this instance from a fresh listing, decoded.
+type listedTask struct {
+	res *pbresource.Resource
+	t   *pborch.Task
+}
+
+// listed decodes a task of a fresh listing; false when it is not this
+// instance's (a task's instance never changes) or does not decode. A
+// stream that lists every task in the cluster (an older server's) is so
+// kept to this instance's until the listing ends.
+func (a *Agent) listed(res *pbresource.Resource) (listedTask, bool) {
+	t, ok := a.decodeTask(res, false)
+	if !ok || t.GetInstance() != a.cfg.Name {
+		return listedTask{}, false
+	}
+	return listedTask{res, t}, true
+}
+
 // observeListing takes in a fresh listing's tasks, all of them, before it
 // acts on any: what one task may do depends on the others of its
 // environment (a replacement waits for the task it replaces, and its
@@ -203,21 +221,11 @@ func (a *Agent) observe(ctx context.Context, s *session, res *pbresource.Resourc
 // particular order. Acting on each as it came, an agent that lost its
 // local state could start and report a replacement before it had even
 // heard of the task the replacement takes over from.
-func (a *Agent) observeListing(ctx context.Context, s *session, listing []*pbresource.Resource) {
-	type taken struct {
-		res *pbresource.Resource
-		t   *pborch.Task
-	}
-	var decoded []taken
-	for _, res := range listing {
-		if t, ok := a.decodeTask(res, false); ok {
-			decoded = append(decoded, taken{res, t})
-		}
-	}
+func (a *Agent) observeListing(ctx context.Context, s *session, listing []listedTask) {
 	a.mu.Lock()
 	var tasks []*task
-	for _, d := range decoded {
-		if e := a.takeLocked(d.res, d.t, false); e != nil {
+	for _, l := range listing {
+		if e := a.takeLocked(l.res, l.t, false); e != nil {
 			tasks = append(tasks, e)
 		}
 	}

@@ -94,7 +94,7 @@ func (s *session) consume(ctx context.Context, stream eventStream, first *pbreso
 	}
 	inSnapshot := true
 	// A fresh listing's tasks are taken in together, at its end.
-	var listing []*pbresource.Resource
+	var listing []listedTask
 	for {
 		ev := first
 		first = nil
@@ -112,7 +112,9 @@ func (s *session) consume(ctx context.Context, stream eventStream, first *pbreso
 			continue
 		case ev.GetOp() == pbresource.WatchEvent_OP_UPSERT && fresh && inSnapshot:
 			seen[ev.GetResource().GetId().GetUid()] = true
-			listing = append(listing, ev.GetResource())
+			if l, ok := a.listed(ev.GetResource()); ok {
+				listing = append(listing, l)
+			}
 		case ev.GetOp() == pbresource.WatchEvent_OP_UPSERT:
 			a.observe(ctx, s, ev.GetResource(), false)
 		case ev.GetOp() == pbresource.WatchEvent_OP_DELETE:
