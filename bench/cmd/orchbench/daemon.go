@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"trellis.dev/trellis/internal/client"
+	"trellis.dev/trellis/internal/testcluster"
 )
 
 // daemonZones: the daemon cell's fleet carries zone-1 ... zone-5, so that
@@ -267,9 +268,9 @@ func (b *bench) timeDeployment(ctx context.Context, sc *client.Client, dw *deplo
 		return run, err
 	}
 	downs0 := iw.downCount()
-	ticks := make([]int64, len(ws))
+	cpu0 := make([]time.Duration, len(ws))
 	for i, p := range ws {
-		ticks[i], _ = cpuTicks(p.pid)
+		cpu0[i], _ = testcluster.CPUTime(p.pid)
 	}
 	t0 := time.Now()
 	started, err := sc.StartDeployment(ctx, namespace, env, version)
@@ -291,8 +292,8 @@ func (b *bench) timeDeployment(ctx context.Context, sc *client.Client, dw *deplo
 		run.leaderChanged = true
 	}
 	for i, p := range ws {
-		t, _ := cpuTicks(p.pid)
-		run.cpu = append(run.cpu, procCPU{watched: p, used: time.Duration(t-ticks[i]) * time.Second / userHZ})
+		t, _ := testcluster.CPUTime(p.pid)
+		run.cpu = append(run.cpu, procCPU{watched: p, used: t - cpu0[i]})
 	}
 	if d.GetStatus() != "completed" {
 		return run, fmt.Errorf("%s: deployment %s ended %s: %s", label, id, d.GetStatus(), d.GetStatusReason())

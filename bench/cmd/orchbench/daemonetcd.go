@@ -14,6 +14,7 @@ import (
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/testcluster"
 )
 
 // etcdDeployRun is the etcd peer's time for the store work of one
@@ -80,9 +81,9 @@ func (b *bench) etcdDaemon(ctx context.Context, sizes []int) ([]etcdDeployRun, e
 	}
 	var runs []etcdDeployRun
 	for _, n := range sizes {
-		before := make([]int64, len(pids))
+		before := make([]time.Duration, len(pids))
 		for i, pid := range pids {
-			before[i], _ = cpuTicks(pid)
+			before[i], _ = testcluster.CPUTime(pid)
 		}
 		took, err := etcdDeployStore(ctx, lcli, clis, fmt.Sprintf("/tasks/deploy-%d/", n), n, b.daemonBatch)
 		if err != nil {
@@ -90,8 +91,8 @@ func (b *bench) etcdDaemon(ctx context.Context, sizes []int) ([]etcdDeployRun, e
 		}
 		run := etcdDeployRun{n: n, took: took}
 		for i, pid := range pids {
-			t, _ := cpuTicks(pid)
-			used := time.Duration(t-before[i]) * time.Second / userHZ
+			t, _ := testcluster.CPUTime(pid)
+			used := t - before[i]
 			if i == 0 {
 				run.client = used
 			} else {

@@ -14,9 +14,8 @@ import (
 	"time"
 )
 
-// userHZ is the unit of the utime and stime fields of /proc/PID/stat:
-// USER_HZ, which the Linux ABI fixes at 100 on every architecture Go
-// runs on.
+// userHZ is the unit of /proc/stat's CPU times: USER_HZ, which the Linux
+// ABI fixes at 100 on every architecture Go runs on.
 const userHZ = 100
 
 // stopGrace is how long a process has to exit after SIGTERM before it
@@ -148,31 +147,6 @@ func (p *proc) kill() {
 	}
 	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
 	<-p.done
-}
-
-// cpuTicks is the CPU time a process has used, user and system, in
-// USER_HZ ticks (/proc/PID/stat fields 14 and 15; every thread counted).
-func cpuTicks(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces; fields resume after its ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	// f[0] is field 3 (state): utime is field 14, stime field 15.
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-	}
-	return ut + st, nil
 }
 
 // memStatus reads VmRSS and VmHWM (peak RSS) from /proc/PID/status, in

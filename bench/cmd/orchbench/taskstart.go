@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"trellis.dev/trellis/internal/testcluster"
 )
 
 // agentName is the instance of the task start and agent memory cells.
@@ -278,21 +280,21 @@ func (b *bench) taskStart(ctx context.Context) (*startResult, error) {
 		size          int
 	}{{"one at a time", "seq", 1}, {fmt.Sprintf("bursts of %d", b.burst), "burst", b.burst}} {
 		mode := &startMode{label: m.label}
-		a0, err1 := cpuTicks(n.agent.pid())
-		s0, err2 := cpuTicks(n.server.pid())
+		a0, err1 := testcluster.CPUTime(n.agent.pid())
+		s0, err2 := testcluster.CPUTime(n.server.pid())
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, err
 		}
 		if mode.lat, mode.writes, mode.phases, err = n.startLatencies(ctx, m.prefix, b.tasks, m.size, b.burst); err != nil {
 			return nil, fmt.Errorf("%s: %w (agent log: %s)", m.label, err, n.agent.log)
 		}
-		a1, err1 := cpuTicks(n.agent.pid())
-		s1, err2 := cpuTicks(n.server.pid())
+		a1, err1 := testcluster.CPUTime(n.agent.pid())
+		s1, err2 := testcluster.CPUTime(n.server.pid())
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, err
 		}
-		mode.agentCPU = ticksPer(a1-a0, b.tasks)
-		mode.serverCPU = ticksPer(s1-s0, b.tasks)
+		mode.agentCPU = (a1 - a0) / time.Duration(max(b.tasks, 1))
+		mode.serverCPU = (s1 - s0) / time.Duration(max(b.tasks, 1))
 		if mode.exec, err = execLatencies(dir, b.runID, b.tasks, m.size, b.burst); err != nil {
 			return nil, fmt.Errorf("os/exec: %w", err)
 		}
@@ -301,9 +303,4 @@ func (b *bench) taskStart(ctx context.Context) (*startResult, error) {
 	}
 	r.load[1] = loadavg()
 	return r, nil
-}
-
-// ticksPer is CPU ticks spread over n tasks, as a duration.
-func ticksPer(ticks int64, n int) time.Duration {
-	return time.Duration(ticks) * (time.Second / userHZ) / time.Duration(max(n, 1))
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"trellis.dev/trellis/internal/testcluster"
 )
 
 // rssSample is how often resident sizes are read during a window.
@@ -40,9 +42,9 @@ type window struct {
 // seconds.
 func measureWindow(ctx context.Context, d time.Duration, ps []watched) (*window, error) {
 	w := &window{load: [2]string{loadavg(), ""}}
-	start := make([]int64, len(ps))
+	start := make([]time.Duration, len(ps))
 	for i, p := range ps {
-		t, err := cpuTicks(p.pid)
+		t, err := testcluster.CPUTime(p.pid)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p.label, err)
 		}
@@ -84,11 +86,11 @@ func measureWindow(ctx context.Context, d time.Duration, ps []watched) (*window,
 	var ours float64
 	for i := range w.procs {
 		u := &w.procs[i]
-		t, err := cpuTicks(u.pid)
+		t, err := testcluster.CPUTime(u.pid)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", u.label, err)
 		}
-		u.cores = float64(t-start[i]) / userHZ / w.elapsed.Seconds()
+		u.cores = (t - start[i]).Seconds() / w.elapsed.Seconds()
 		ours += u.cores
 	}
 	w.busy = float64(busy1-busy0) / userHZ / w.elapsed.Seconds()

@@ -139,22 +139,11 @@ func pidRSS(pid int) (int64, error) {
 func (c *cluster) cpu() time.Duration {
 	var total time.Duration
 	for _, m := range c.members {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.pid))
+		t, err := testcluster.CPUTime(m.pid)
 		if err != nil {
 			return 0
 		}
-		// The fields after the command's name, which is in parentheses:
-		// utime and stime are the 12th and 13th of them, in clock ticks
-		// (100 per second on Linux).
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		var utime, stime int64
-		if len(f) < 13 {
-			return 0
-		}
-		fmt.Sscan(f[11], &utime)
-		fmt.Sscan(f[12], &stime)
-		total += time.Duration(utime+stime) * 10 * time.Millisecond
+		total += t
 	}
 	return total
 }

@@ -209,16 +209,11 @@ func clusterAllocs(tc *testcluster.Cluster) allocs {
 func clusterCPU(tc *testcluster.Cluster) float64 {
 	var total float64
 	for _, m := range tc.Members {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.PID()))
+		t, err := testcluster.CPUTime(m.PID())
 		if err != nil {
 			log.Fatal(err)
 		}
-		// Fields after the command name (which may hold spaces): utime and
-		// stime are the 14th and 15th fields of the line.
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-		ut, _ := strconv.ParseFloat(f[11], 64)
-		st, _ := strconv.ParseFloat(f[12], 64)
-		total += (ut + st) / 100 // clock ticks; 100 per second on Linux
+		total += t.Seconds()
 	}
 	return total
 }
