@@ -165,7 +165,10 @@ func (s *session) reread(ctx context.Context, chunk []pendingReport) error {
 		id := proto.Clone(p.res.GetId()).(*pbresource.ID)
 		id.Uid = ""
 		rctx, cancel := context.WithTimeout(ctx, s.a.cfg.RPCTimeout)
-		resp, err := s.res.Read(rctx, &pbresource.ReadRequest{Id: id})
+		// From the leader: a server behind it could call the task
+		// deleted, and the agent would stop it for a deletion that did not
+		// happen.
+		resp, err := s.res.Read(rctx, &pbresource.ReadRequest{Id: id, Consistent: true})
 		cancel()
 		switch status.Code(err) {
 		case codes.OK:

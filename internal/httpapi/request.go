@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -141,11 +142,21 @@ func tenancyFor(regn resource.Registration, namespace string, lists bool, field 
 }
 
 // query holds the query parameters of a request.
+// ctx is the request's context, asking for a stale read when q does
+// (storage.WithStale).
+func (q query) ctx(r *http.Request) context.Context {
+	if q.stale {
+		return storage.WithStale(r.Context())
+	}
+	return r.Context()
+}
+
 type query struct {
 	namespace  string
 	prefix     string
 	version    string
 	consistent bool
+	stale      bool
 	watch      bool
 	index      uint64
 	typ        string
@@ -154,6 +165,15 @@ type query struct {
 // parseQuery reads the query parameters named in allowed, refusing any
 // other, so a misspelled one is an error rather than silently ignored.
 func parseQuery(values url.Values, allowed ...string) (query, error) {
+	q, err := parseQueryValues(values, allowed...)
+	if err == nil && q.stale && q.consistent {
+		return q, inputError("stale", "a read is either consistent or stale, not both")
+	}
+	return q, err
+}
+
+// parseQueryValues is parseQuery's reading of each parameter.
+func parseQueryValues(values url.Values, allowed ...string) (query, error) {
 	var q query
 	allow := make(map[string]bool, len(allowed))
 	for _, a := range allowed {
@@ -188,6 +208,8 @@ func parseQuery(values url.Values, allowed ...string) (query, error) {
 			q.typ = v
 		case "consistent":
 			q.consistent, err = parseFlag(k, v)
+		case "stale":
+			q.stale, err = parseFlag(k, v)
 		case "watch":
 			q.watch, err = parseFlag(k, v)
 		case "index":

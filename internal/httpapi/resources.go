@@ -23,7 +23,7 @@ func (h *Handler) idFromRequest(r *http.Request, q query) (*pbresource.ID, error
 }
 
 func (h *Handler) read(w http.ResponseWriter, r *http.Request) error {
-	q, err := parseQuery(r.URL.Query(), "namespace", "consistent")
+	q, err := parseQuery(r.URL.Query(), "namespace", "consistent", "stale")
 	if err != nil {
 		return err
 	}
@@ -31,7 +31,7 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	resp, err := h.api.Read(r.Context(), &pbresource.ReadRequest{Id: id, Consistent: q.consistent})
+	resp, err := h.api.Read(q.ctx(r), &pbresource.ReadRequest{Id: id, Consistent: q.consistent})
 	if err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
-	q, err := parseQuery(r.URL.Query(), "namespace", "prefix", "consistent", "watch", "index")
+	q, err := parseQuery(r.URL.Query(), "namespace", "prefix", "consistent", "stale", "watch", "index")
 	if err != nil {
 		return err
 	}
@@ -132,12 +132,12 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if q.watch {
-		return h.watch(w, r, &pbresource.WatchListRequest{Type: typ, Tenancy: ten, NamePrefix: q.prefix, SinceIndex: q.index})
+		return h.watch(w, r.WithContext(q.ctx(r)), &pbresource.WatchListRequest{Type: typ, Tenancy: ten, NamePrefix: q.prefix, SinceIndex: q.index})
 	}
 	if q.index != 0 {
 		return inputError("index", "only a watch (watch=1) resumes from an index")
 	}
-	resp, err := h.api.List(r.Context(), &pbresource.ListRequest{Type: typ, Tenancy: ten, NamePrefix: q.prefix, Consistent: q.consistent})
+	resp, err := h.api.List(q.ctx(r), &pbresource.ListRequest{Type: typ, Tenancy: ten, NamePrefix: q.prefix, Consistent: q.consistent})
 	if err != nil {
 		return err
 	}

@@ -22,9 +22,29 @@ func (s *Store) publish(ev *pbresource.WatchEvent) {
 		}
 		select {
 		case w.ch <- ev:
+			w.marked = ev.GetIndex()
 		default:
 			w.cutOff(storage.ErrWatchTooSlow)
 			delete(s.watchers[keyOf(w.typ)], w)
+			delete(s.marked, w)
+		}
+	}
+}
+
+// markProgress tells the watchers that asked for progress marks that
+// every change up to idx has been handed to them: an END_OF_SNAPSHOT event
+// at idx, after the changes of the update that reached it. A full watcher
+// goes without (a later mark says more); marks never cut a watcher off.
+// Called with s.mu held.
+func (s *Store) markProgress(idx uint64) {
+	for w := range s.marked {
+		if idx <= w.marked || idx <= w.snapshotIndex {
+			continue
+		}
+		select {
+		case w.ch <- &pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_END_OF_SNAPSHOT, Index: idx}:
+			w.marked = idx
+		default:
 		}
 	}
 }
@@ -36,7 +56,14 @@ func (s *Store) publish(ev *pbresource.WatchEvent) {
 // have buffer events unread (0: the store's default; at
 // most its maximum) before it is cut off.
 func (s *Store) WatchList(typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64, buffer int) (storage.Watch, error) {
-	buffer = min(buffer, s.maxWatcherBuffer)
+	return s.WatchListWith(typ, tenancy, namePrefix, sinceIndex, storage.WatchOptions{Buffer: buffer})
+}
+
+// WatchListWith is WatchList with the options a caller's context carries
+// (storage.WatchOptionsFrom): its buffer, and whether it gets progress
+// marks.
+func (s *Store) WatchListWith(typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64, opts storage.WatchOptions) (storage.Watch, error) {
+	buffer := min(opts.Buffer, s.maxWatcherBuffer)
 	if buffer <= 0 {
 		buffer = s.watcherBuffer
 	}
@@ -70,6 +97,9 @@ func (s *Store) WatchList(typ *pbresource.Type, tenancy *pbresource.Tenancy, nam
 		s.watchers[key] = make(map[*watch]struct{})
 	}
 	s.watchers[key][w] = struct{}{}
+	if opts.ProgressMarks {
+		s.marked[w] = struct{}{}
+	}
 	s.mu.Unlock()
 
 	if txn != nil {
@@ -97,6 +127,9 @@ type watch struct {
 	pending       []*pbresource.WatchEvent
 	snapshotIndex uint64
 	sentEnd       bool
+	// marked is the index of the last event or progress mark sent on ch
+	// (under the store's mu).
+	marked uint64
 
 	ch        chan *pbresource.WatchEvent
 	closeOnce sync.Once
@@ -140,5 +173,6 @@ func (w *watch) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.watchers[keyOf(w.typ)], w)
+	delete(s.marked, w)
 	w.cutOff(context.Canceled)
 }
