@@ -194,9 +194,6 @@ func newStartCmd(e *env, cf *clientFlags, sc startCmd) *cobra.Command {
 		Example: sc.example,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			if err := cli.ParseVersionArg(version); err != nil {
 				return usageError{err}
 			}
@@ -242,9 +239,6 @@ func newDeploymentListCmd(e *env, cf *clientFlags) *cobra.Command {
 		Example: `  trellis deployment list log-shipper`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err
@@ -285,9 +279,6 @@ func newDeploymentGetCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis deployment get log-shipper 01jd3kq8w6r3x0t5v2m4n7p9yb -o json`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err
@@ -332,9 +323,6 @@ Without ID, the environment's deployment in progress is stopped.`,
   trellis deployment stop log-shipper 01jd3kq8w6r3x0t5v2m4n7p9yb`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err

@@ -158,9 +158,6 @@ func newEnvCreateCmd(e *env, cf *clientFlags) *cobra.Command {
       --min-healthy-percent 75 --min-healthy-time 10s --auto-rollback`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			name := ""
 			if len(args) == 1 {
 				name = args[0]
@@ -222,9 +219,6 @@ their values.
   trellis env update log-shipper -f log-shipper.yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			name := args[0]
 			flags := v.flags(cmd.Flags())
 			if v.file != "" && flags.Given() {
@@ -299,9 +293,6 @@ func newEnvGetCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis env get log-shipper -o yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err
@@ -342,9 +333,6 @@ func newEnvListCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis env list --type daemon -n prod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err
@@ -372,7 +360,7 @@ func newEnvListCmd(e *env, cf *clientFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
-	cmd.Flags().StringVar(&typ, "type", "", "only environments of this type (daemon)")
+	cmd.Flags().Var(cli.NewChoice(&typ, "", "an environment type", environmentTypes...), "type", "only environments of this type: daemon")
 	addOutputFlag(cmd, &out)
 	return cmd
 }
@@ -415,9 +403,6 @@ definition runs), stop (the instance no longer matches) or keep.`,
   trellis env diff log-shipper --version 2`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			if err := cli.ParseVersionArg(version); err != nil {
 				return usageError{err}
 			}
@@ -453,9 +438,6 @@ with the version that runs there and its health.`,
   trellis env status log-shipper -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err
@@ -484,9 +466,6 @@ func newEnvVersionsCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis deploy log-shipper --version 2`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err

@@ -40,23 +40,9 @@ the API returned.`,
 	return cmd
 }
 
-func addOutputFlag(cmd *cobra.Command, out *string) {
-	cmd.Flags().StringVarP(out, "output", "o", cli.FormatTable, "output format: table, json or yaml")
-}
-
-func checkOutput(out string) error {
-	if err := cli.CheckFormat(out); err != nil {
-		return usageError{fmt.Errorf("-o: %w", err)}
-	}
-	return nil
-}
-
-// typeTarget checks what list and watch share: the output format, the
-// TYPE argument and the namespace flags; and makes the client.
-func typeTarget(e *env, cf *clientFlags, out, typeArg, namespace string, all bool) (wire.Type, string, *client.Client, error) {
-	if err := checkOutput(out); err != nil {
-		return wire.Type{}, "", nil, err
-	}
+// typeTarget checks what list and watch share: the TYPE argument and the
+// namespace flags; and makes the client.
+func typeTarget(e *env, cf *clientFlags, typeArg, namespace string, all bool) (wire.Type, string, *client.Client, error) {
 	typ, err := parseTypeArg(typeArg)
 	if err != nil {
 		return wire.Type{}, "", nil, err
@@ -126,9 +112,6 @@ one batch, all or none.`,
   trellis resource apply --atomic -f many.yaml -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			if file == "" {
 				return usageError{errors.New("-f: required: the file to apply, or - for standard input")}
 			}
@@ -237,9 +220,6 @@ func newGetCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis resource get core/v1/Namespace payments -o json`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			typ, err := parseTypeArg(args[0])
 			if err != nil {
 				return err
@@ -279,7 +259,7 @@ func newListCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis resource list core/v1/Namespace --prefix pay -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			typ, ns, c, err := typeTarget(e, cf, out, args[0], namespace, all)
+			typ, ns, c, err := typeTarget(e, cf, args[0], namespace, all)
 			if err != nil {
 				return err
 			}
@@ -366,7 +346,7 @@ line: {"op":"upsert"|"delete"|"end_of_snapshot","resource":{...},"index":N}.
   trellis resource watch core/v1/Namespace -o json --index 42`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			typ, ns, c, err := typeTarget(e, cf, out, args[0], namespace, all)
+			typ, ns, c, err := typeTarget(e, cf, args[0], namespace, all)
 			if err != nil {
 				return err
 			}

@@ -60,9 +60,6 @@ down or gone is refused.`,
   trellis task run --taskdef web --instance node-2 --started-by release-42`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			if taskdef == "" || instance == "" {
 				return usageError{errors.New("--taskdef and --instance are required")}
 			}
@@ -190,9 +187,6 @@ func newTaskListCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis task list -A --instance node-1 --status RUNNING`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			ns, err := namespaceFlag(namespace, all)
 			if err != nil {
 				return err
@@ -234,7 +228,7 @@ func newTaskListCmd(e *env, cf *clientFlags) *cobra.Command {
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "every namespace")
 	cmd.Flags().StringVar(&instance, "instance", "", "only tasks on this instance")
-	cmd.Flags().StringVar(&status, "status", "", "only tasks whose last status is this (PENDING, RUNNING, STOPPED, LOST)")
+	cmd.Flags().Var(cli.NewChoice(&status, "", "a task status", taskStatuses...), "status", "only tasks whose last status is this: PENDING, RUNNING, STOPPED or LOST")
 	addOutputFlag(cmd, &out)
 	return cmd
 }
@@ -263,9 +257,6 @@ func newTaskShowCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis task show 01jd3kq8w6r3x0t5v2m4n7p9yb -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err

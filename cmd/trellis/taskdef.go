@@ -76,9 +76,6 @@ func newTaskDefRegisterCmd(e *env, cf *clientFlags) *cobra.Command {
 		Example: `  trellis taskdef register -f web.yaml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			if file == "" {
 				return usageError{errors.New("-f: required: the task definition file, or - for standard input")}
 			}
@@ -242,9 +239,6 @@ func newTaskDefListCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis taskdef list web`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			ns, err := namespaceFlag(namespace, all)
 			if err != nil {
 				return err
@@ -334,9 +328,6 @@ func newTaskDefShowCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis taskdef show web:2 -o yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err

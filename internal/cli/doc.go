@@ -1,6 +1,7 @@
 // Package cli holds the decisions of the trellis command line that are not
 // cobra wiring: reading spec files into documents, normalizing single-dash
-// long flags, and rendering resources and events as tables, JSON or YAML.
+// long flags, refusing mistakes, and rendering resources and events as
+// tables, JSON or YAML.
 // Everything here is a pure function over plain values (bytes in, bytes or
 // values out), tested by tables; cmd/trellis does the I/O.
 //
@@ -20,4 +21,15 @@
 //     a,d,d,r, so arguments that name a known long flag with one dash are
 //     rewritten to two dashes before parsing; "--addr" works as well, and
 //     real shorthands (-o, -n, -f, -A) are left alone.
+//   - A mistake fails before any request, with exit status 2: a flag with a
+//     closed set of values is a Choice that refuses others as it is
+//     parsed (a filter with a typo would otherwise look like an empty
+//     answer); a blank positional argument is refused by the name its
+//     usage line gives it (an empty name would address the collection);
+//     a word that is not a subcommand is an unknown command with
+//     suggestions. cmd/trellis applies these to the whole command tree at
+//     once.
+//   - The build a binary reports is what Go recorded (vcs.revision,
+//     vcs.time, vcs.modified), overridden by what -ldflags -X stamped;
+//     the build date is the commit's, so builds stay reproducible.
 package cli
