@@ -251,6 +251,15 @@ func TestUnhealthyDeploymentRollsBack(t *testing.T) {
 		t.Fatalf("environment after the rollback: desired %d (%s), last completed %d, latest %d; want desired 1 (%s), last completed 1, latest 2",
 			e.GetDesiredVersionNumber(), e.GetDesiredTaskDefinition(), e.GetLastCompletedVersionNumber(), e.GetVersionCount(), v1)
 	}
+	// GetEnvironment answers with the desired version too: its spec is
+	// what runs, where the environment's own is the latest version's.
+	info, err := h.ops.GetEnvironment(h.ctx, "default", "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := resource.DecodeData[*pbscheduler.EnvironmentVersion](info.DesiredVersion); v.GetNumber() != 1 || v.GetTaskDefinition() != v1 {
+		t.Fatalf("GetEnvironment's desired version %v, want number 1 of %s", v, v1)
+	}
 }
 
 // A first deployment that fails has no earlier version to return to: its
@@ -374,7 +383,7 @@ func TestDeleteStopsTasksThenRemoves(t *testing.T) {
 		}
 	}
 	h.settle("ls")
-	if _, _, _, err := h.ops.GetEnvironment(h.ctx, "default", "ls"); err == nil {
+	if _, err := h.ops.GetEnvironment(h.ctx, "default", "ls"); err == nil {
 		t.Fatal("the environment is still there after its tasks stopped")
 	}
 	// The last environment of the namespace took its guard with it, so
