@@ -367,7 +367,11 @@ Without ID, the environment's deployment in progress is stopped.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "deployment %s of %s is %s at %s; the tasks it started keep running, and %s is inactive until the next deployment\n",
+			if d.GetStatus() == cli.DeploymentCanceled {
+				fmt.Fprintf(e.stdout, "deployment %s of %s is canceled: it had not started\n", id, envName)
+				return nil
+			}
+			fmt.Fprintf(e.stdout, "deployment %s of %s is %s (%s); the tasks it started keep running, and %s is inactive until the next deployment\n",
 				id, envName, d.GetStatus(), cli.Progress(d), envName)
 			return nil
 		},

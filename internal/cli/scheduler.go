@@ -23,6 +23,7 @@ const (
 	DeploymentPending    = "pending"
 	DeploymentInProgress = "in-progress"
 	DeploymentCompleted  = "completed"
+	DeploymentCanceled   = "canceled"
 )
 
 // DeploymentRunning reports whether a deployment has not ended yet.
