@@ -288,7 +288,7 @@ func newEnvGetCmd(e *env, cf *clientFlags) *cobra.Command {
 	var namespace, out string
 	cmd := &cobra.Command{
 		Use:   "get NAME",
-		Short: "Show an environment: spec, status, health, versions, deployment in progress",
+		Short: "Show an environment: what runs (its desired version), status, health, the latest version, deployment in progress",
 		Example: `  trellis env get log-shipper
   trellis env get log-shipper -o yaml`,
 		Args: cobra.ExactArgs(1),
@@ -315,6 +315,13 @@ func newEnvGetCmd(e *env, cf *clientFlags) *cobra.Command {
 					return err
 				}
 				view.ActiveID, view.Active = r.ID.Name, &d
+			}
+			if r := info.DesiredVersion; r != nil {
+				var v pbscheduler.EnvironmentVersion
+				if err := decodeData(r, &v); err != nil {
+					return err
+				}
+				view.Desired = &v
 			}
 			return cli.WriteEnvironment(e.stdout, view)
 		},

@@ -52,6 +52,9 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(http.MaxBytesReader(w, r.Body, h.maxBody), &body); err != nil {
 		return err
 	}
+	if err := checkVersion("version", body.Version); err != nil {
+		return err
+	}
 	if body.ID != nil {
 		if err := checkBodyID(body.ID, id); err != nil {
 			return err
@@ -105,6 +108,9 @@ func checkBodyID(body *wire.ID, path *pbresource.ID) error {
 func (h *Handler) delete(w http.ResponseWriter, r *http.Request) error {
 	q, err := parseQuery(r.URL.Query(), "namespace", "version")
 	if err != nil {
+		return err
+	}
+	if err := checkVersion("version", q.version); err != nil {
 		return err
 	}
 	id, err := h.idFromRequest(r, q)
@@ -194,6 +200,9 @@ func (h *Handler) fromDocument(doc wire.Document, path string) (*pbresource.Reso
 	}
 	if doc.Name == "" {
 		return nil, inputError(path+".name", "missing")
+	}
+	if err := checkVersion(path+".version", doc.Version); err != nil {
+		return nil, err
 	}
 	ten, err := tenancyFor(regn, doc.Namespace, false, path+".namespace")
 	if err != nil {
