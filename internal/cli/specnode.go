@@ -192,10 +192,14 @@ func joinIndex(path string, i int) string { return path + "[" + strconv.Itoa(i) 
 // stream of documents separated by "---" lines. Empty and comment-only
 // documents are left out.
 func parseSpec(data []byte) ([]*node, error) {
-	if err := checkText(data); err != nil {
+	isJSON := false
+	if t := bytes.TrimSpace(data); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
+		isJSON = json.Valid(t)
+	}
+	if err := checkText(data, !isJSON); err != nil {
 		return nil, err
 	}
-	if t := bytes.TrimSpace(data); len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(t) {
+	if isJSON {
 		// JSON by JSON's rules: YAML parsers refuse some valid JSON ("\/",
 		// tabs before a key).
 		n, err := parseJSON(data)
@@ -207,9 +211,10 @@ func parseSpec(data []byte) ([]*node, error) {
 	return parseYAML(data)
 }
 
-// checkText refuses what is not text, naming the line: the YAML parser
-// would refuse it without one.
-func checkText(data []byte) error {
+// checkText refuses what is not UTF-8 text, and for YAML the control
+// characters YAML does not allow, naming the line: the YAML parser would
+// refuse them without one, and the JSON one would read bad UTF-8 as U+FFFD.
+func checkText(data []byte, yaml bool) error {
 	line := 1
 	for i := 0; i < len(data); {
 		r, size := utf8.DecodeRune(data[i:])
@@ -218,8 +223,8 @@ func checkText(data []byte) error {
 			return refusal(line, "", "not UTF-8 text (byte 0x%02x)", data[i])
 		case r == '\n':
 			line++
-		case r < 0x20 && r != '\t' && r != '\r', r == 0x7f:
-			return refusal(line, "", "a control character (0x%02x) is not allowed in a spec file", r)
+		case yaml && (r < 0x20 && r != '\t' && r != '\r' || r == 0x7f || r >= 0x80 && r <= 0x9f && r != 0x85):
+			return refusal(line, "", "a control character (U+%04X) is not allowed in YAML", r)
 		}
 		i += size
 	}
@@ -548,7 +553,11 @@ func resolvePlain(s string, line int) *node {
 		f, _ := strconv.ParseFloat(s, 64)
 		n.kind, n.json = floatNode, floatJSON(f)
 	case yamlInf.MatchString(s):
-		n.kind, n.json = floatNode, floatJSON(math.Inf(map[bool]int{true: -1, false: 1}[s[0] == '-']))
+		sign := 1
+		if s[0] == '-' {
+			sign = -1
+		}
+		n.kind, n.json = floatNode, floatJSON(math.Inf(sign))
 	case yamlNaN.MatchString(s):
 		n.kind, n.json = floatNode, floatJSON(math.NaN())
 	default:
@@ -676,10 +685,10 @@ func lookup(root *node, path string) (string, int) {
 	for i, s := range segs {
 		var next *node
 		switch {
-		case s.index >= 0 && n != nil && n.kind == listNode && s.index < len(n.items):
+		case s.index >= 0 && n.kind == listNode && s.index < len(n.items):
 			next = n.items[s.index]
 			out, line = joinIndex(out, s.index), next.line
-		case s.index < 0 && n != nil && n.kind == mapNode:
+		case s.index < 0 && n.kind == mapNode:
 			for _, e := range n.entries {
 				if e.key == s.key || foldName(e.key) == foldName(s.key) {
 					next = e.value

@@ -117,7 +117,9 @@ func TestSpecSyntaxErrors(t *testing.T) {
 		{"duplicate key", "a: 1\nb:\n  c: 1\n  c: 2\n", "f:4: b.c: given twice (first at line 3)"},
 		{"duplicate key in JSON", "{\"a\": 1,\n \"a\": 2}", "f:2: a: given twice (first at line 1)"},
 		{"a key that is a list", "[a]: 1\n", "f:1: a key must be a name, not a list or a mapping"},
-		{"control character", "a: 1\nb: \x01\n", "f:2: a control character (0x01) is not allowed in a spec file"},
+		{"control character", "a: 1\nb: \x01\n", "f:2: a control character (U+0001) is not allowed in YAML"},
+		{"C1 control character", "a: 1\nb: \u0090\n", "f:2: a control character (U+0090) is not allowed in YAML"},
+		{"not UTF-8 in JSON", "{\"a\":\n \"\xff\"}", "f:2: not UTF-8 text (byte 0xff)"},
 		{"not UTF-8", "a: 1\n\nb: \xff\n", "f:3: not UTF-8 text (byte 0xff)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
