@@ -104,6 +104,8 @@ func TestParseDocumentsKnownTypes(t *testing.T) {
 			"f:6: owner.uid: is required: an owner is one incarnation of a resource, named by its uid"},
 		{"a type's own check", ok + "type: orchestrator/v1/TaskDefinition\nname: web-1\ndata:\n  family: web\n  revision: 1\n  containers:\n    - name: app\n      driver: exec\n",
 			"f:10: data.containers[0].command: is required by the exec driver: the program and its arguments"},
+		{"a timestamp that is a date", ok + "type: orchestrator/v1/Task\nname: t\ndata:\n  created_at: 2024-05-01\n",
+			`f:7: data.created_at: "2024-05-01" is not a valid Timestamp: write it as RFC 3339, like "2024-05-01T10:00:00Z"`},
 		{"a description too long", ok + "type: core/v1/Namespace\nname: b\ndata: {description: " + strings.Repeat("x", 1025) + "}\n",
 			"f:6: data.description: is 1025 characters long, over the limit of 1024"},
 	} {
