@@ -110,7 +110,7 @@ func TestSchedulerCommandUsage(t *testing.T) {
 	}
 	// A bad spec file is refused before any request, naming the field.
 	code, _, errOut := run(t, "name: ls\ntask_definition: ls:1\ndeployment: {min_healthy_percent: 200}\n", vars, "env", "create", "-f", "-")
-	if code != 1 || !strings.Contains(errOut, "stdin: deployment.min_healthy_percent: 200 is outside 0-100") {
+	if code != 1 || !strings.Contains(errOut, "stdin:3: deployment.min_healthy_percent: 200 is outside 0-100") {
 		t.Errorf("bad spec: exit %d: %s", code, errOut)
 	}
 }

@@ -53,7 +53,9 @@ or flags: --taskdef, --cluster, --attribute (repeat it), --min-healthy-percent,
 --min-healthy-time, --healthy-deadline, --progress-deadline, --auto-rollback.
 
 Filters: key=value, key!=value, key (set), !key (not set), key in (a,b),
-key notin (a,b). Only ready instances match.`
+key notin (a,b). Only ready instances match.
+
+` + specRulesHelp
 
 // envFlagVars are the spec flags of env create and update.
 type envFlagVars struct {

@@ -245,11 +245,12 @@ func TestCommandErrors(t *testing.T) {
 		code  int
 		want  string
 	}{
-		{"bad spec writes nothing", []string{"resource", "apply", "-addr", addr, "-f", bad}, "", 1, `bad.yaml:4: unknown field "nmae"`},
+		{"bad spec writes nothing", []string{"resource", "apply", "-addr", addr, "-f", bad}, "", 1, `bad.yaml:6: nmae: unknown field: did you mean name?`},
 		{"missing file", []string{"resource", "apply", "-addr", addr, "-f", filepath.Join(dir, "nope.yaml")}, "", 1, "-f: open"},
 		{"no -f", []string{"resource", "apply", "-addr", addr}, "", 2, "-f: required"},
-		{"server refuses a name", []string{"resource", "apply", "-addr", addr, "-f", "-"}, "{type: core/v1/Namespace, name: Bad_Name}", 1, `stdin:1: core/v1/Namespace Bad_Name: id.name: "Bad_Name" is not a valid name`},
-		{"server refuses data", []string{"resource", "apply", "-addr", addr, "-f", "-"}, "{type: core/v1/Namespace, name: x, data: {color: red}}", 1, `data: unknown field "color"`},
+		{"a bad name", []string{"resource", "apply", "-addr", addr, "-f", "-"}, "{type: core/v1/Namespace, name: Bad_Name}", 1, `stdin:1: name: "Bad_Name" is not a valid name`},
+		{"bad data", []string{"resource", "apply", "-addr", addr, "-f", "-"}, "{type: core/v1/Namespace, name: x, data: {color: red}}", 1, `stdin:1: data.color: unknown field (Namespace has: description)`},
+		{"server refuses a type", []string{"resource", "apply", "-addr", addr, "-f", "-"}, "{type: core/v9/Nope, name: x}", 1, `stdin:1: core/v9/Nope x: type: unknown resource type core/v9/Nope`},
 		{"unknown type", []string{"resource", "list", "core/v9/Nope", "-addr", addr}, "", 1, "type: unknown resource type core/v9/Nope"},
 		{"bad TYPE", []string{"resource", "list", "Namespace", "-addr", addr}, "", 2, `TYPE: "Namespace" is not group/version/kind`},
 		{"wrong arg count", []string{"resource", "get", "core/v1/Namespace"}, "", 2, "accepts 2 arg(s)"},

@@ -15,6 +15,7 @@ import (
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/httpapi/wire"
+	"trellis.dev/trellis/internal/server"
 )
 
 func newResourceCmd(e *env, cf *clientFlags) *cobra.Command {
@@ -104,9 +105,15 @@ Each document is one resource:
   data:                          # the type's fields
     description: services of the payments team
 
-The whole file is checked before anything is written. Documents are then
-written in order, each on its own; with --atomic all of them are written in
-one batch, all or none.`,
+The whole file is checked before anything is written: every document's
+fields and, for the types this trellis knows, its data and the checks the
+server makes before it writes (names, labels, each type's own rules); a
+mistake in the last document writes none of them. Documents are then written
+in order, each on its own; if the server still refuses one (say, its
+namespace does not exist), the error names it and says how many before it
+were applied. With --atomic all of them are written in one batch, all or none.
+
+` + specRulesHelp,
 		Example: `  trellis resource apply -f namespaces.yaml
   echo '{type: core/v1/Namespace, name: demo}' | trellis resource apply -f -
   trellis resource apply --atomic -f many.yaml -o json`,
@@ -144,7 +151,7 @@ func readDocuments(e *env, file string) ([]cli.Document, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cli.ParseDocuments(data, name)
+	return cli.ParseDocuments(data, name, server.Types())
 }
 
 // readInput reads the file of a -f flag ("-" is standard input) and

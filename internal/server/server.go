@@ -16,11 +16,8 @@ import (
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/cluster"
 	"trellis.dev/trellis/internal/controller"
-	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/httpapi"
-	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/scheduler"
 	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
 )
@@ -72,10 +69,7 @@ func New(cfg Config) (_ *Server, err error) {
 	}()
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if s.registry == nil {
-		s.registry = resource.NewRegistry()
-		core.Register(s.registry)
-		orchestrator.Register(s.registry)
-		scheduler.Register(s.registry)
+		s.registry = Types()
 	}
 
 	s.grpc = grpc.NewServer(
