@@ -173,6 +173,7 @@ func (s *session) reread(ctx context.Context, chunk []pendingReport) error {
 		switch status.Code(err) {
 		case codes.OK:
 			got := resp.GetResource()
+			s.a.sawVersion(got)
 			if got.GetId().GetUid() != p.res.GetId().GetUid() {
 				// Deleted and created again: a different task.
 				s.a.observe(ctx, s, p.res, true)
@@ -190,6 +191,11 @@ func (s *session) reread(ctx context.Context, chunk []pendingReport) error {
 // written records that the store took a report (stored: what it stored;
 // nil when the report was dropped).
 func (a *Agent) written(p pendingReport, stored *pbresource.Resource) {
+	if stored != nil {
+		// The task stream does not echo the agent's own reports: the
+		// agent's view includes them from here.
+		a.sawVersion(stored)
+	}
 	a.mu.Lock()
 	t := p.t
 	t.written = max(t.written, p.seq)

@@ -46,9 +46,10 @@ type ForwardingClient interface {
 	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 	// Restore replaces the cluster's state with a user snapshot file.
 	Restore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, RestoreResponse], error)
-	// ReadIndex is the leader's commit index, after it has verified that it
-	// still leads: a follower that has applied up to it has caught up with
-	// everything acknowledged before the call.
+	// ReadIndex is the Raft index the leader's state machine has applied,
+	// after it has verified that it still leads: a follower whose state
+	// machine has applied up to it has caught up with everything
+	// acknowledged before the call.
 	ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error)
 }
 
@@ -155,9 +156,10 @@ type ForwardingServer interface {
 	Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	// Restore replaces the cluster's state with a user snapshot file.
 	Restore(grpc.ClientStreamingServer[SnapshotChunk, RestoreResponse]) error
-	// ReadIndex is the leader's commit index, after it has verified that it
-	// still leads: a follower that has applied up to it has caught up with
-	// everything acknowledged before the call.
+	// ReadIndex is the Raft index the leader's state machine has applied,
+	// after it has verified that it still leads: a follower whose state
+	// machine has applied up to it has caught up with everything
+	// acknowledged before the call.
 	ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error)
 	mustEmbedUnimplementedForwardingServer()
 }

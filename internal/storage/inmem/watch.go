@@ -3,6 +3,7 @@ package inmem
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -33,8 +34,8 @@ func (s *Store) publish(ev *pbresource.WatchEvent) {
 
 // markProgress tells the watchers that asked for progress marks that
 // every change up to idx has been handed to them: an END_OF_SNAPSHOT event
-// at idx, after the changes of the update that reached it. A full watcher
-// goes without (a later mark says more); marks never cut a watcher off.
+// at idx, after the changes of the update that reached it. Marks never cut
+// a watcher off: a full watcher gets its mark once it has read its buffer.
 // Called with s.mu held.
 func (s *Store) markProgress(idx uint64) {
 	for w := range s.marked {
@@ -44,7 +45,11 @@ func (s *Store) markProgress(idx uint64) {
 		select {
 		case w.ch <- &pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_END_OF_SNAPSHOT, Index: idx}:
 			w.marked = idx
+			w.dropped.Store(0)
 		default:
+			// Everything up to idx is in the buffer: the reader gets the
+			// mark once it has read them (Next, lateMark).
+			w.dropped.Store(idx)
 		}
 	}
 }
@@ -127,9 +132,11 @@ type watch struct {
 	pending       []*pbresource.WatchEvent
 	snapshotIndex uint64
 	sentEnd       bool
-	// marked is the index of the last event or progress mark sent on ch
-	// (under the store's mu).
-	marked uint64
+	// marked is the index of the last event or progress mark sent on ch;
+	// dropped the index of a mark its full buffer made the store drop,
+	// 0 when none (written under the store's mu; see lateMark).
+	marked  uint64
+	dropped atomic.Uint64
 
 	ch        chan *pbresource.WatchEvent
 	closeOnce sync.Once
@@ -162,9 +169,39 @@ func (w *watch) Next(ctx context.Context) (*pbresource.WatchEvent, error) {
 			return nil, w.err
 		}
 		return ev, nil
+	default:
+	}
+	if mark := w.lateMark(); mark != nil {
+		return mark, nil
+	}
+	select {
+	case ev, ok := <-w.ch:
+		if !ok {
+			return nil, w.err
+		}
+		return ev, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// lateMark returns, once the watcher has read everything it was handed,
+// the progress mark that its full buffer made the store drop (nil when
+// there is none): without it an idle store would leave the watcher's view
+// looking older than it is.
+func (w *watch) lateMark() *pbresource.WatchEvent {
+	if w.dropped.Load() == 0 {
+		return nil
+	}
+	s := w.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	idx := w.dropped.Load()
+	if idx == 0 || len(w.ch) > 0 {
+		return nil
+	}
+	w.dropped.Store(0)
+	return &pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_END_OF_SNAPSHOT, Index: idx}
 }
 
 // Close stops the watch. It is safe to call more than once.

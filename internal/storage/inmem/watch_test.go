@@ -178,3 +178,30 @@ func TestProgressMarks(t *testing.T) {
 		}
 	}
 }
+
+// TestDroppedProgressMarkArrivesLate: a mark the watcher's full buffer
+// could not take is handed over once it has read the buffer, so that an
+// idle store does not leave its view looking older than it is.
+func TestDroppedProgressMarkArrivesLate(t *testing.T) {
+	b := NewBackend(WithWatcherBuffer(2))
+	other := &pbresource.Type{Group: "test", GroupVersion: "v1", Kind: "Other"}
+	ctx := storage.WithProgressMarks(t.Context())
+	w, err := b.WatchList(ctx, newRes("default", "x", "u").GetId().GetType(), &pbresource.Tenancy{Namespace: "default"}, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	skipSnapshot(t, w)
+	a := write(t, b, newRes("default", "a", "u"))
+	c := write(t, b, newRes("default", "c", "u")) // the buffer is full
+	theirs := write(t, b, &pbresource.Resource{Id: &pbresource.ID{Type: other, Tenancy: &pbresource.Tenancy{Namespace: "default"}, Name: "o"}})
+	for _, want := range []*pbresource.Resource{a, c} {
+		if ev := mustNext(t, w); ev.GetResource() != want {
+			t.Fatalf("got %s, want the upsert of %s", evString(ev), want.GetId().GetName())
+		}
+	}
+	ev := mustNext(t, w)
+	if ev.GetOp() != pbresource.WatchEvent_OP_END_OF_SNAPSHOT || fmt.Sprint(ev.GetIndex()) != theirs.GetVersion() {
+		t.Fatalf("after the buffer: %s; want the dropped mark at %s", evString(ev), theirs.GetVersion())
+	}
+}

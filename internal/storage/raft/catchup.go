@@ -107,7 +107,7 @@ func (b *Backend) runCatchUp() {
 func (b *Backend) catchUpRound() {
 	if b.IsLeader() {
 		if b.lead.readyIn(b.raft.CurrentTerm()) {
-			b.catch.record(b.raft.CommitIndex(), time.Now(), false, nil)
+			b.catch.record(b.fsm.applied.Load(), time.Now(), false, nil)
 			b.catch.markCaughtUp()
 		}
 		return
@@ -128,7 +128,7 @@ func (b *Backend) catchUpRound() {
 	deadline := time.NewTimer(catchUpLag)
 	defer deadline.Stop()
 	poll := time.Millisecond
-	for b.raft.AppliedIndex() < idx {
+	for b.fsm.applied.Load() < idx {
 		t := time.NewTimer(poll)
 		poll = min(poll*2, 20*time.Millisecond)
 		select {
@@ -155,7 +155,7 @@ func (b *Backend) catchUpRound() {
 // reach idx, and marks the first catch-up then.
 func (b *Backend) waitApplied(idx uint64) {
 	poll := 5 * time.Millisecond
-	for b.raft.AppliedIndex() < idx {
+	for b.fsm.applied.Load() < idx {
 		t := time.NewTimer(poll)
 		poll = min(poll*2, 50*time.Millisecond)
 		select {
@@ -180,16 +180,16 @@ func (b *Backend) readIndexRemote(ctx context.Context, conn *grpc.ClientConn) (u
 	return resp.GetIndex(), nil
 }
 
-// LeaderIndex is the leader's commit index, asked of the leader (which
-// first verifies that it still leads): everything acknowledged before the
-// call is at or below it.
+// LeaderIndex is the leader's read index, asked of the leader (which first
+// verifies that it still leads): the Raft index its state machine has
+// applied, at or above everything acknowledged before the call.
 func (b *Backend) LeaderIndex(ctx context.Context) (uint64, error) {
 	return onLeader(ctx, b,
 		func(ctx context.Context) (uint64, error) {
 			if err := b.consistent(ctx); err != nil {
 				return 0, err
 			}
-			return b.raft.CommitIndex(), nil
+			return b.fsm.applied.Load(), nil
 		},
 		b.readIndexRemote)
 }
@@ -211,7 +211,7 @@ func (b *Backend) awaitCaughtUp(ctx context.Context) error {
 		return nil
 	case <-hold.C:
 		return fmt.Errorf("%w (this server has not caught up with a leader since it started: it has applied up to index %d; ask another server, or read stale)",
-			storage.ErrInconsistent, b.raft.AppliedIndex())
+			storage.ErrInconsistent, b.fsm.applied.Load())
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %w", storage.ErrInconsistent, ctx.Err())
 	case <-b.stop:
@@ -287,7 +287,7 @@ func (b *Backend) Health() Health {
 		caughtUp:     c.caughtUp.Load(),
 		behind:       behind,
 		roundErr:     roundErr,
-		applied:      b.raft.AppliedIndex(),
+		applied:      b.fsm.applied.Load(),
 		asked:        asked,
 	}
 	if !answered.IsZero() {
