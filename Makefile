@@ -2,6 +2,9 @@
 GO ?= go
 BIN := bin/trellis
 PROTOS := $(shell find api -name '*.proto')
+# What `make dev` passes to `trellis dev`: three local instances, which the
+# README's quick start uses (the daemon scheduler needs more than one to show).
+DEV_FLAGS ?= -instances 3
 
 .PHONY: build test test-short proto lint bench dev clean
 
@@ -21,11 +24,13 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/trellis
 
 dev: build
-	./$(BIN) dev
+	./$(BIN) dev $(DEV_FLAGS)
 
 test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
+# test-short skips the tests that start several processes or a three-server
+# cluster, and runs without the race detector: a quick check while working.
 test-short:
 	$(GO) test -short -count=1 ./...
 

@@ -261,7 +261,7 @@ func TestCommandErrors(t *testing.T) {
 		{"bad address", []string{"resource", "list", "core/v1/Namespace", "-addr", "ftp://x"}, "", 2, "-addr: bad server address"},
 		{"server: no data dir", []string{"server"}, "", 2, "-data-dir: required"},
 		{"server: bad address", []string{"server", "-data-dir", dir, "-http-addr", "localhost"}, "", 2, `-http-addr: "localhost" is not host:port`},
-		{"server: bad retry-join", []string{"server", "-data-dir", dir, "-retry-join", "10.0.0.1"}, "", 2, `-retry-join: "10.0.0.1" is not host:port`},
+		{"server: bad retry-join", []string{"server", "-data-dir", dir, "-retry-join", "10.0.0.1"}, "", 2, `-retry-join: "10.0.0.1" is not host:port (for example 127.0.0.1:7701)`},
 		{"server: bad bootstrap-expect", []string{"server", "-data-dir", dir, "-bootstrap-expect", "-2"}, "", 2, "-bootstrap-expect: -2"},
 		{"server: not a number", []string{"server", "-data-dir", dir, "-bootstrap-expect", "three"}, "", 2, `invalid argument "three"`},
 		{"server: raft multiplier too big", []string{"server", "-data-dir", dir, "-raft-multiplier", "11"}, "", 2, "-raft-multiplier: 11 is not 1 to 10"},

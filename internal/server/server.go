@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/reflection"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/cluster"
@@ -104,6 +105,12 @@ func New(cfg Config) (_ *Server, err error) {
 	})
 	s.api = svc
 	pbresource.RegisterResourceServiceServer(s.grpc, svc.GRPC())
+	// Server reflection lets grpcurl and other generic clients list and
+	// describe the services without the .proto files. It answers from
+	// the services registered when it is asked, so the ones added below
+	// and by the Raft cluster (Cluster, Forwarding) are listed too. It
+	// reveals schemas only, the same ones api/ publishes.
+	reflection.Register(s.grpc)
 	if l, ok := s.backend.(storage.Leadership); ok {
 		s.leadership = newLeadershipHub(l)
 		s.bootstrap = newBootstrapper(s.api, s.leadership.Subscribe(), s.log.With("component", "bootstrap"))
