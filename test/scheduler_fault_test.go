@@ -153,12 +153,15 @@ func TestSchedulerFaults(t *testing.T) {
 	f.waitInProgress("had completed a batch", func(d deploymentJSON) bool {
 		return d.Data.Complete > 0 && d.Data.Complete < d.Data.Total
 	})
+	t.Logf("rolling update: a batch completed after %v", time.Since(phase).Round(time.Millisecond))
 	f.setZone("sim-1", "zone-3") // zone-1: stops matching
 	f.setZone("sim-3", "zone-2") // zone-3: starts matching
 	f.setZone("sim-2", "zone-3") // zone-2: stops matching, and at once
 	f.setZone("sim-2", "zone-2") // matches again: its old task may still be stopping
+	t.Logf("rolling update: zones changed after %v", time.Since(phase).Round(time.Millisecond))
 	f.partition(sideB)
 	killed = f.killLeader()
+	t.Logf("rolling update: leader killed after %v", time.Since(phase).Round(time.Millisecond))
 	f.heal(sideB)
 	t.Logf("rolling update: fleet B healed after %v", time.Since(phase).Round(time.Millisecond))
 	f.restart(killed)
@@ -537,14 +540,19 @@ func (f *faultEnv) partition(s *testcluster.Sim) {
 // register again and adopt their tasks.
 func (f *faultEnv) heal(s *testcluster.Sim) {
 	f.t.Helper()
+	start := time.Now()
 	f.waitInstances(s.Names(), "down")
+	down := time.Since(start)
 	f.waitNoTask("of the frozen fleet "+s.Label+" is still RUNNING", func(tk taskJSONFull) bool {
 		return strings.HasPrefix(tk.Data.Instance, s.Prefix) && tk.Data.LastStatus == "RUNNING"
 	})
+	lost := time.Since(start)
 	if err := s.Resume(); err != nil {
 		f.t.Fatal(err)
 	}
 	f.waitInstances(s.Names(), "ready")
+	f.t.Logf("fleet %s: down after %v, its tasks lost after %v, ready again after %v", s.Label,
+		down.Round(time.Millisecond), lost.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 }
 
 // setZone changes an instance's zone attribute (a CAS on the instance,
@@ -554,7 +562,7 @@ func (f *faultEnv) setZone(name, zone string) {
 	path := "/v1/resources/orchestrator/v1/Instance/" + name
 	for attempt := 0; ; attempt++ {
 		var res wire.Resource
-		f.mustCall("GET", path, nil, &res)
+		f.mustCall("GET", path+"?consistent=1", nil, &res)
 		var data map[string]any
 		if err := json.Unmarshal(res.Data, &data); err != nil {
 			f.t.Fatal(err)
@@ -707,12 +715,16 @@ type instanceJSONFull struct {
 	Data histInstance `json:"data"`
 }
 
+// listTasks lists the tasks from the leader (a strong read): the checks
+// judge the cluster's state, not a follower's copy, which may lag a little
+// (a server just restarted lags more), and the history is compared with
+// it.
 func (f *faultEnv) listTasks() []taskJSONFull {
 	f.t.Helper()
 	var out struct {
 		Resources []taskJSONFull `json:"resources"`
 	}
-	f.mustCall("GET", "/v1/resources/orchestrator/v1/Task?namespace=*", nil, &out)
+	f.mustCall("GET", "/v1/resources/orchestrator/v1/Task?namespace=*&consistent=1", nil, &out)
 	return out.Resources
 }
 
@@ -721,7 +733,7 @@ func (f *faultEnv) listInstances() []instanceJSONFull {
 	var out struct {
 		Resources []instanceJSONFull `json:"resources"`
 	}
-	f.mustCall("GET", "/v1/resources/orchestrator/v1/Instance", nil, &out)
+	f.mustCall("GET", "/v1/resources/orchestrator/v1/Instance?consistent=1", nil, &out)
 	return out.Resources
 }
 
@@ -846,6 +858,13 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.msg }
 
+// casWrite: body is a write of a version read before (a client's own
+// compare-and-swap).
+func casWrite(body any) bool {
+	w, ok := body.(wire.WriteRequest)
+	return ok && w.Version != ""
+}
+
 func (f *faultEnv) mustCall(method, path string, body, out any) {
 	f.t.Helper()
 	if err := f.call(method, path, body, out); err != nil {
@@ -855,13 +874,22 @@ func (f *faultEnv) mustCall(method, path string, body, out any) {
 
 // call sends a request to a running server, and again to the next while
 // none serves it: the server died, there is no leader yet, or a write
-// lost a compare-and-swap to the scheduler (a conflict writes nothing).
+// lost a compare-and-swap to the scheduler (a conflict writes nothing). A
+// write that names the version it replaces gets its conflict back at once:
+// sending it again cannot succeed; the caller reads again.
 // A request retried after its connection broke may have been applied:
 // that is one of the faults under test, and the checks allow for it.
 func (f *faultEnv) call(method, path string, body, out any) error {
 	ctx := f.t.Context()
-	deadline := time.Now().Add(faultWait)
+	began := time.Now()
+	deadline := began.Add(faultWait)
 	var last error
+	var failed []string // what each failed attempt got, said when the call was slow
+	defer func() {
+		if took := time.Since(began); took > 5*time.Second {
+			f.t.Logf("%s %s took %v: %s", method, path, took.Round(time.Millisecond), strings.Join(failed, "; "))
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			if time.Now().After(deadline) {
@@ -883,8 +911,9 @@ func (f *faultEnv) call(method, path string, body, out any) error {
 			return nil
 		}
 		last = err
+		failed = append(failed, fmt.Sprintf("%v after %v", err, time.Since(began).Round(time.Millisecond)))
 		var ae *apiError
-		if errors.As(err, &ae) && ae.status < 500 && (ae.code != wire.CodeConflict || method == "GET") {
+		if errors.As(err, &ae) && ae.status < 500 && (ae.code != wire.CodeConflict || method == "GET" || casWrite(body)) {
 			return err
 		}
 	}
