@@ -84,8 +84,6 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			"-grpc-addr", m.GRPCAddr,
 			"-raft-addr", m.RaftAddr,
 			"-bootstrap-expect", strconv.Itoa(o.Servers),
-			// Tests kill leaders and wait for the next: Raft's own 1 s timings.
-			"-raft-multiplier", "1",
 		}
 		for j, a := range grpcAddrs {
 			if j != i {
