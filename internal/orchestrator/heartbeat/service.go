@@ -42,8 +42,10 @@ type ServiceConfig struct {
 	// ForwardWindow, ForwardBatch and ForwardTimeout shape the batches a
 	// follower forwards: a batch leaves ForwardWindow after its first
 	// heartbeat, or as soon as it holds ForwardBatch (at most
-	// MaxForwardBatch), and its call gives up after ForwardTimeout. Zero
-	// means DefaultForwardWindow, DefaultForwardBatch, DefaultForwardTimeout.
+	// MaxForwardBatch), and its call gives up after ForwardTimeout, which
+	// also bounds how long a heartbeat is held while no leader can be
+	// reached. Zero means DefaultForwardWindow, DefaultForwardBatch,
+	// DefaultForwardTimeout.
 	ForwardWindow  time.Duration
 	ForwardBatch   int
 	ForwardTimeout time.Duration
@@ -69,7 +71,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	}
 	s := &Service{cfg: cfg}
 	if cfg.LeaderConn != nil {
-		s.fwd = newForwarder(cfg.LeaderConn, cfg, cfg.Tracker.metrics)
+		s.fwd = newForwarder(cfg.LeaderConn, s.take, cfg, cfg.Tracker.metrics)
 	}
 	return s, nil
 }
