@@ -24,7 +24,12 @@ func newServerCmd(e *env) *cobra.Command {
 A new cluster forms once -bootstrap-expect servers have found each other:
 start each with the same -bootstrap-expect and -retry-join naming the others'
 gRPC addresses. A server restarted with its -data-dir rejoins with its data.
-A server that should join an existing cluster takes -retry-join alone.`,
+A server that should join an existing cluster takes -retry-join alone.
+
+When the leader dies, the others elect a new one in about a second. On slow
+networks or busy, shared machines, where a server may miss the leader's
+heartbeats for half a second without anything being wrong, give every server
+the same -raft-multiplier above 1 to wait longer before electing.`,
 		Example: `  # three servers on one machine (each in its own terminal)
   trellis server -data-dir /var/lib/trellis/s1 -http-addr 127.0.0.1:7700 -grpc-addr 127.0.0.1:7701 -raft-addr 127.0.0.1:7702 \
       -bootstrap-expect 3 -retry-join 127.0.0.1:7711 -retry-join 127.0.0.1:7721
@@ -54,12 +59,12 @@ A server that should join an existing cluster takes -retry-join alone.`,
 	cmd.Flags().StringArrayVar(&retryJoin, "retry-join", nil, "gRPC address (host:port) of another server to join through; repeatable, retried until one answers")
 	cmd.Flags().IntVar(&raftMultiplier, "raft-multiplier", DefaultRaftMultiplier,
 		"scale Raft's failure detection, 1 to 10: a follower calls an election after 0.5-1 s times this without the leader's heartbeats. "+
-			"1 (a LAN) replaces a dead leader in about 1-1.5 s; raise it for slow networks or busy, shared machines, where needless elections cost more")
+			"1 (a LAN) replaces a dead leader in about a second; raise it for slow networks or busy, shared machines, where needless elections cost more")
 	return cmd
 }
 
 // DefaultRaftMultiplier is -raft-multiplier's default: servers on a LAN,
-// where a dead leader is replaced in about 1-1.5 s (docs/cluster.md).
+// where a dead leader is replaced in about a second (docs/cluster.md).
 const DefaultRaftMultiplier = 1
 
 // serverConfig turns the server command's flags into a validated Config.
