@@ -166,10 +166,21 @@ func TestFailedBatchIsUnavailable(t *testing.T) {
 // switchable is a follower's idea of the leader, which the test changes:
 // none, a server that has died, then a live leader.
 type switchable struct {
-	mu    sync.Mutex
-	conn  *grpc.ClientConn
-	err   error
-	calls int
+	mu      sync.Mutex
+	conn    *grpc.ClientConn
+	err     error
+	calls   int
+	changed chan struct{}
+}
+
+// leaderChanged is closed at the next set, as the Raft backend's Changed.
+func (s *switchable) leaderChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.changed
 }
 
 func (s *switchable) leaderConn() (*grpc.ClientConn, error) {
@@ -183,6 +194,10 @@ func (s *switchable) set(conn *grpc.ClientConn, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.conn, s.err, s.calls = conn, err, 0
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
 }
 
 // tried reports whether the forwarder has looked for the leader n times
@@ -213,7 +228,8 @@ func TestHeartbeatHeldUntilALeaderTakesIt(t *testing.T) {
 	toDead := dial(t, deadAddr)
 
 	idea := &switchable{err: errors.New("no leader is known")}
-	client, _ := serve(t, heartbeat.ServiceConfig{Tracker: newEnv(t).tracker, LeaderConn: idea.leaderConn, ForwardTimeout: time.Minute})
+	client, _ := serve(t, heartbeat.ServiceConfig{Tracker: newEnv(t).tracker, LeaderConn: idea.leaderConn, LeaderChanged: idea.leaderChanged,
+		ForwardTimeout: time.Minute})
 	type result struct {
 		resp *pbagent.HeartbeatResponse
 		err  error

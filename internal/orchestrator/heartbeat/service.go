@@ -39,6 +39,10 @@ type ServiceConfig struct {
 	LeaderConn func() (*grpc.ClientConn, error)
 	// Self is this server's gRPC address, which answers name as the leader.
 	Self string
+	// LeaderChanged, when set, returns a channel closed at the next change
+	// of leader: a heartbeat held while no leader can be reached is sent
+	// again then.
+	LeaderChanged func() <-chan struct{}
 	// ForwardWindow, ForwardBatch and ForwardTimeout shape the batches a
 	// follower forwards: a batch leaves ForwardWindow after its first
 	// heartbeat, or as soon as it holds ForwardBatch (at most
