@@ -74,13 +74,14 @@ type Tuning struct {
 // takes up to three heartbeat timeouts (its timer may have just been
 // re-armed). Measured with bench/cmd/failoverbench (3 servers on
 // loopback under writes, SIGKILL of the leader to the first write
-// acknowledged): 1.4-2.6 s at 1 s, so a bound of 3 s would hang on luck;
-// 0.7-1.9 s, median 1.0 s, at 500 ms. Missing 10 heartbeats in a row still
-// takes a stall of half a second, which a dedicated server on a LAN does
-// not have; slower networks and busy or shared machines raise the
-// multiplier. The election timeout matches the heartbeat timeout, and the
-// leader lease (a leader that has not heard from a quorum within it steps
-// down) is half of it, the ratios of raft's defaults.
+// acknowledged): 1.4-2.6 s at 1 s, so a bound of 3 s would hang on
+// luck; 0.7-1.8 s over 30 kills, median 1.1 s, at 500 ms. Missing 10
+// heartbeats in a row still takes a stall of half a second, which a
+// dedicated server on a LAN does not have; slower networks and busy or
+// shared machines raise the multiplier. The election timeout matches
+// the heartbeat timeout, and the leader lease (a leader that has not
+// heard from a quorum within it steps down) is half of it, the ratios
+// of raft's defaults.
 func DefaultTuning() Tuning {
 	return Tuning{
 		HeartbeatTimeout:   500 * time.Millisecond,
