@@ -2,18 +2,35 @@
 GO ?= go
 BIN := bin/trellis
 PROTOS := $(shell find api -name '*.proto')
+# What `make dev` passes to `trellis dev`: three local instances, which the
+# README's quick start uses (the daemon scheduler needs more than one to show).
+DEV_FLAGS ?= -instances 3
 
 .PHONY: build test test-short proto lint bench dev clean
 
+# What `trellis version` reports. Go records the commit by itself when it
+# builds from a git clone, but not from a git worktree nor under
+# GOFLAGS=-buildvcs=false; these say the same in every case, and nothing
+# outside git (then the binary says "unknown"). The build date is the
+# commit's, as Go's own vcs.time is, so a commit always builds the same
+# binary. The version is the tag, when the commit has one.
+GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
+GIT_DATE := $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
+GIT_MODIFIED := $(if $(GIT_COMMIT),$(if $(shell git status --porcelain 2>/dev/null),true,false))
+GIT_TAG := $(shell git describe --tags --exact-match 2>/dev/null)
+LDFLAGS := -X main.commit=$(GIT_COMMIT) -X main.buildDate=$(GIT_DATE) -X main.modified=$(GIT_MODIFIED) -X main.version=$(GIT_TAG)
+
 build:
-	$(GO) build -o $(BIN) ./cmd/trellis
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/trellis
 
 dev: build
-	./$(BIN) dev
+	./$(BIN) dev $(DEV_FLAGS)
 
 test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
+# test-short skips the tests that start several processes or a three-server
+# cluster, and runs without the race detector: a quick check while working.
 test-short:
 	$(GO) test -short -count=1 ./...
 

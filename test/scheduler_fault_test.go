@@ -160,8 +160,10 @@ func TestSchedulerFaults(t *testing.T) {
 	f.partition(sideB)
 	killed = f.killLeader()
 	f.heal(sideB)
+	t.Logf("rolling update: fleet B healed after %v", time.Since(phase).Round(time.Millisecond))
 	f.restart(killed)
 	f.waitUserDone()
+	t.Logf("rolling update: deployment done after %v", time.Since(phase).Round(time.Millisecond))
 	f.waitConverged(faultDefV2)
 	t.Logf("rolling update done after %v", time.Since(phase).Round(time.Millisecond))
 
@@ -199,7 +201,40 @@ func TestSchedulerFaults(t *testing.T) {
 	f.waitConverged(faultDefV1)
 	t.Logf("repair after the fleet's restart done after %v", time.Since(phase).Round(time.Millisecond))
 
+	// 5. Servers restarted from their data dirs while deployments run, as
+	// an operator's restarts go: the leader is killed and comes back once
+	// the deployment has moved on without it; at once a follower is
+	// killed, so that its agents move, some of them to the server that
+	// is still catching up. None of them may act on the list of tasks it
+	// restarted from.
+	phase = time.Now()
+	for i, def := range []string{faultDefV2, faultDefV1, faultDefV2} {
+		f.mustCall("PUT", "/v1/environments/"+faultEnvName, map[string]any{"task_definition": def}, nil)
+		f.deploy("")
+		d := f.waitInProgress("had placed tasks", func(d deploymentJSON) bool { return f.tasksOf(d.ID.Name) > 0 })
+		placed := f.tasksOf(d.ID.Name)
+		killed := f.killLeader()
+		f.waitMoved(d.ID.Name, placed)
+		if err := killed.Start(); err != nil {
+			t.Fatal(err)
+		}
+		follower := f.aFollowerBut(killed)
+		follower.Kill()
+		f.waitLeader()
+		if err := follower.Start(); err != nil {
+			t.Fatal(err)
+		}
+		f.waitLeader()
+		f.waitUserDone()
+		f.waitConverged(def)
+		t.Logf("restart %d: %s, then %s, restarted mid-deployment; converged on %s", i+1, killed.Name, follower.Name, def)
+	}
+	t.Logf("deployments across restarts done after %v", time.Since(phase).Round(time.Millisecond))
+
 	f.checkDeployments()
+
+	// Every server holds the same state: the same log, applied.
+	f.checkReplicas()
 
 	// The history must hold the store's last state before it is judged.
 	tasks := f.listTasks()
@@ -211,7 +246,18 @@ func TestSchedulerFaults(t *testing.T) {
 		}
 		return true
 	}); err != nil {
-		t.Errorf("the watches never caught up with the store's %d tasks", len(tasks))
+		var missing []string
+		for _, tk := range tasks {
+			if !hist.has(taskType.Kind, tk.ID.Name, tk.Version) {
+				missing = append(missing, tk.ID.Name+"@"+tk.Version+" (history: "+hist.latestOf(taskType.Kind, tk.ID.Name)+")")
+			}
+		}
+		t.Errorf("the watches never caught up with the store's %d tasks: missing %s; watching %s", len(tasks), strings.Join(missing, ", "), hist.where())
+		for _, m := range f.running() {
+			var h wire.Health
+			err := f.send(t.Context(), m, "GET", "/v1/health?stale=1", nil, &h)
+			t.Logf("%s health: %+v %v", m.Name, h, err)
+		}
 	}
 	hist.stop()
 	if len(hist.gaps) > 0 {
@@ -222,6 +268,9 @@ func TestSchedulerFaults(t *testing.T) {
 			return false, "the instance is unknown"
 		}
 		return faultMatches(in)
+	}, func(instance string) bool {
+		// Fleet B was killed once, with its tasks (step 4).
+		return strings.HasPrefix(instance, sideB.Prefix)
 	})
 	t.Logf("history: %d events at %d indexes, %d tasks created, watches resumed %d times", rep.events, rep.indexes, rep.tasks, hist.resumes)
 	if rep.tasks == 0 {
@@ -233,6 +282,13 @@ func TestSchedulerFaults(t *testing.T) {
 			break
 		}
 		t.Errorf("one and only one broken: %s", v)
+	}
+	for i, u := range rep.undone {
+		if i == 20 {
+			t.Errorf("... and %d more changes that undo what an agent did", len(rep.undone)-i)
+			break
+		}
+		t.Errorf("a task's status went back: %s", u)
 	}
 	// A placement is decided on a state read before it is written: an
 	// instance that changes in between is placed on, then its task is
@@ -371,6 +427,90 @@ func (f *faultEnv) waitLeader() *testcluster.Member {
 		f.t.Fatalf("the running servers never agreed on a running leader: %v", err)
 	}
 	return leader
+}
+
+// checkReplicas waits until every running server's own copy of the tasks
+// (an eventual read on it) equals the others', and fails with the
+// difference when that never happens.
+func (f *faultEnv) checkReplicas() {
+	f.t.Helper()
+	var diff []string
+	err := testcluster.WaitFor(f.t.Context(), faultWait, func() bool {
+		diff = diff[:0]
+		copies := map[string]map[string]string{} // server -> task -> version
+		for _, m := range f.running() {
+			var out struct {
+				Resources []taskJSONFull `json:"resources"`
+			}
+			if err := f.send(f.t.Context(), m, "GET", "/v1/resources/orchestrator/v1/Task?namespace=*", nil, &out); err != nil {
+				diff = append(diff, fmt.Sprintf("%s: %v", m.Name, err))
+				continue
+			}
+			copies[m.Name] = map[string]string{}
+			for _, tk := range out.Resources {
+				copies[m.Name][tk.ID.Name] = tk.Version
+			}
+		}
+		var names []string
+		for n := range copies {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		for _, a := range names {
+			for _, b := range names {
+				if a >= b {
+					continue
+				}
+				for task, v := range copies[a] {
+					if copies[b][task] != v {
+						diff = append(diff, fmt.Sprintf("%s has %s@%s, %s has @%s", a, task, v, b, copies[b][task]))
+					}
+				}
+				for task, v := range copies[b] {
+					if _, ok := copies[a][task]; !ok {
+						diff = append(diff, fmt.Sprintf("%s has %s@%s, %s has none", b, task, v, a))
+					}
+				}
+			}
+		}
+		return len(diff) == 0
+	})
+	if err != nil {
+		f.t.Errorf("the servers' copies of the tasks differ: %s", strings.Join(diff, "; "))
+	}
+}
+
+// waitMoved waits until the deployment has placed more than placed tasks
+// or ended: the cluster has moved on without a server just killed.
+func (f *faultEnv) waitMoved(deployment string, placed int) {
+	f.t.Helper()
+	if err := testcluster.WaitFor(f.t.Context(), faultWait, func() bool {
+		if f.tasksOf(deployment) > placed {
+			return true
+		}
+		for _, d := range f.deployments() {
+			if d.ID.Name == deployment && d.Data.Status != "in-progress" && d.Data.Status != "pending" {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		f.t.Fatalf("deployment %s never moved on: %v", deployment, err)
+	}
+}
+
+// aFollowerBut returns a running server that is neither the leader nor
+// except.
+func (f *faultEnv) aFollowerBut(except *testcluster.Member) *testcluster.Member {
+	f.t.Helper()
+	leader := f.waitLeader()
+	for _, m := range f.running() {
+		if m != leader && m != except {
+			return m
+		}
+	}
+	f.t.Fatalf("no running follower besides %s", except.Name)
+	return nil
 }
 
 // restart starts a killed server again on its data directory and waits

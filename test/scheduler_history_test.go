@@ -34,6 +34,8 @@ type histTask struct {
 	Deployment     string `json:"deployment"`
 	DesiredStatus  string `json:"desired_status"`
 	LastStatus     string `json:"last_status"`
+	StopReason     string `json:"stop_reason"`
+	StartedAt      string `json:"started_at"`
 }
 
 // claims: the task is live and meant to go on running. A task asked to
@@ -81,8 +83,12 @@ type storeHistory struct {
 	gaps []string
 	// resumes counts the watches started again after their server went.
 	resumes int
-	wg      sync.WaitGroup
-	cancel  context.CancelFunc
+	// on is the server each kind's watch streams from now; hops every
+	// watch opened and ended, for diagnosis.
+	on     map[string]string
+	hops   []string
+	wg     sync.WaitGroup
+	cancel context.CancelFunc
 }
 
 func (h *storeHistory) add(kind string, ev *wire.Event) error {
@@ -123,6 +129,20 @@ func (h *storeHistory) has(kind, name, version string) bool {
 	return h.latest[kind+"/"+name] == version
 }
 
+// latestOf is the last version of a resource the history holds.
+func (h *storeHistory) latestOf(kind, name string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.latest[kind+"/"+name]
+}
+
+// where says which server each watch streams from.
+func (h *storeHistory) where() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return fmt.Sprint(h.on) + "; hops: " + strings.Join(h.hops, " | ")
+}
+
 func (h *storeHistory) gap(format string, args ...any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -134,7 +154,7 @@ func (h *storeHistory) gap(format string, args ...any) {
 // while that fails); stop them with stop.
 func recordHistory(ctx context.Context, members func() []*testcluster.Member) *storeHistory {
 	ctx, cancel := context.WithCancel(ctx)
-	h := &storeHistory{seen: map[string]bool{}, latest: map[string]string{}, cancel: cancel}
+	h := &storeHistory{seen: map[string]bool{}, latest: map[string]string{}, on: map[string]string{}, cancel: cancel}
 	for _, w := range []struct {
 		typ wire.Type
 		ns  string
@@ -184,6 +204,12 @@ func (h *storeHistory) follow(ctx context.Context, typ wire.Type, ns string, mem
 			since = last - 1
 		}
 		w, err := c.Watch(ctx, typ, client.ListOptions{Namespace: ns, Index: since})
+		if err != nil {
+			h.mu.Lock()
+			h.on[typ.Kind+" failed"] = fmt.Sprintf("%s from index %d: %v", m.Name, since, err)
+			h.hops = append(h.hops, fmt.Sprintf("%s %s from %d failed: %v", typ.Kind, m.Name, since, err))
+			h.mu.Unlock()
+		}
 		if client.IsCode(err, wire.CodeGone) {
 			if gone++; gone >= 3*len(ms) {
 				h.gap("%s watch: no server can resume after index %d: %v", typ.Kind, since, err)
@@ -195,14 +221,20 @@ func (h *storeHistory) follow(ctx context.Context, typ wire.Type, ns string, mem
 			continue
 		}
 		gone, tries = 0, 0
+		h.mu.Lock()
 		if last > 0 {
-			h.mu.Lock()
 			h.resumes++
-			h.mu.Unlock()
 		}
+		h.on[typ.Kind] = fmt.Sprintf("%s from index %d", m.Name, since)
+		h.hops = append(h.hops, fmt.Sprintf("%s %s from %d", typ.Kind, m.Name, since))
+		h.mu.Unlock()
 		for {
 			ev, err := w.Next()
 			if err != nil {
+				h.mu.Lock()
+				h.on[typ.Kind+" ended"] = fmt.Sprintf("%s after index %d: %v", m.Name, last, err)
+				h.hops = append(h.hops, fmt.Sprintf("%s %s ended after %d: %v", typ.Kind, m.Name, last, err))
+				h.mu.Unlock()
 				// The server went, cut the watch off, or ctx ended: watch
 				// again from last (a "gone" error line means the next
 				// server must try).
@@ -244,6 +276,33 @@ type replayReport struct {
 	events, indexes, tasks int
 	violations             []violation
 	misplacements          []misplacement
+	// undone lists the changes of a task's status that undo what its
+	// agent did: a STOPPED task reported PENDING or RUNNING again, a task
+	// that ran reported PENDING, a task started a second time, or a task
+	// that was meant to go on running reported STOPPED on an instance
+	// whose tasks could not have vanished. A server that hands an agent
+	// an old list of its tasks causes them.
+	undone []string
+}
+
+// undoes says what is wrong with a task's change from prev to next, ""
+// when nothing is; ran says prev or an earlier version was RUNNING, and
+// started is the first started_at any version had.
+// mayVanish says the task's instance was killed with its tasks, which
+// its agent then reports STOPPED while they were meant to run.
+func undoes(prev, next histTask, ran bool, started string, mayVanish bool) string {
+	switch {
+	case prev.LastStatus == "STOPPED" && next.LastStatus != "STOPPED":
+		return "a STOPPED task became " + next.LastStatus
+	case ran && next.LastStatus == "PENDING":
+		return "a task that ran became PENDING"
+	case started != "" && next.StartedAt != "" && next.StartedAt != started:
+		return fmt.Sprintf("started again at %s (first at %s)", next.StartedAt, started)
+	case next.LastStatus == "STOPPED" && prev.LastStatus != "STOPPED" && prev.DesiredStatus == "RUNNING" &&
+		next.DesiredStatus == "RUNNING" && !mayVanish:
+		return "stopped while it was meant to run: " + next.StopReason
+	}
+	return ""
 }
 
 // replay applies the history in index order and checks, after every
@@ -252,7 +311,11 @@ type replayReport struct {
 // says whether an instance matched an environment's group; with it the
 // replay also lists tasks created on instances that did not match in the
 // state before their creation.
-func (h *storeHistory) replay(matches func(env string, in histInstance, exists bool) (bool, string)) replayReport {
+//
+// It also follows each task through its versions and lists in undone the
+// changes that undo what its agent did (see undoes); mayVanish names the
+// instances that were killed with their tasks.
+func (h *storeHistory) replay(matches func(env string, in histInstance, exists bool) (bool, string), mayVanish func(instance string) bool) replayReport {
 	h.mu.Lock()
 	events := slices.Clone(h.events)
 	h.mu.Unlock()
@@ -267,6 +330,8 @@ func (h *storeHistory) replay(matches func(env string, in histInstance, exists b
 	})
 	type key struct{ env, instance string }
 	tasks := map[string]histTask{}
+	ran := map[string]bool{}       // tasks that were RUNNING once
+	started := map[string]string{} // the first started_at of each task
 	instances := map[string]histInstance{}
 	byKey := map[key]map[string]bool{} // the tasks of each environment and instance
 	rep := replayReport{events: len(events)}
@@ -313,6 +378,17 @@ func (h *storeHistory) replay(matches func(env string, in histInstance, exists b
 				delete(tasks, ev.name)
 				continue
 			}
+			if old, ok := tasks[ev.name]; ok {
+				if why := undoes(old, ev.task, ran[ev.name], started[ev.name], mayVanish(ev.task.Instance)); why != "" {
+					rep.undone = append(rep.undone, fmt.Sprintf("index %d: task %s on %s (%s): %s", idx, ev.name, ev.task.Instance, ev.task.TaskDefinition, why))
+				}
+			}
+			if ev.task.LastStatus == "RUNNING" {
+				ran[ev.name] = true
+			}
+			if started[ev.name] == "" {
+				started[ev.name] = ev.task.StartedAt
+			}
 			tasks[ev.name] = ev.task
 			if ev.task.Environment != "" {
 				k := key{ev.task.Environment, ev.task.Instance}
@@ -344,7 +420,8 @@ func (h *storeHistory) replay(matches func(env string, in histInstance, exists b
 	return rep
 }
 
-// TestReplayFindsTwoLiveTasks checks the checker: a history in which a
+// TestReplayFindsTwoLiveTasks checks the checker: changes that undo what an
+// agent did are listed; and a history in which a
 // second task of an environment is created on an instance while the
 // first is LOST there breaks "one and only one" at that index, as does
 // one in which a replacement runs before the task it replaces stopped; a
@@ -357,11 +434,14 @@ func TestReplayFindsTwoLiveTasks(t *testing.T) {
 	task := func(instance, last string) histTask {
 		return histTask{Environment: "e", Instance: instance, TaskDefinition: "d:1", DesiredStatus: "RUNNING", LastStatus: last}
 	}
+	startedAt := func(t histTask, at string) histTask { t.StartedAt = at; return t }
+	inEnv := func(env string, t histTask) histTask { t.Environment = env; return t }
 	stopping := task("i1", "RUNNING")
 	stopping.DesiredStatus = "STOPPED"
 	for _, ev := range []histEvent{
 		{index: 1, kind: instanceType.Kind, name: "i1", inst: ready},
 		{index: 1, kind: instanceType.Kind, name: "i2", inst: other},
+		{index: 1, kind: instanceType.Kind, name: "i3", inst: ready},
 		{index: 2, kind: taskType.Kind, name: "t1", task: task("i1", "PENDING")},
 		{index: 3, kind: taskType.Kind, name: "t1", task: task("i1", "LOST")},
 		{index: 4, kind: taskType.Kind, name: "t2", task: task("i1", "PENDING")},
@@ -377,6 +457,16 @@ func TestReplayFindsTwoLiveTasks(t *testing.T) {
 		// t5 runs before t3 stopped.
 		{index: 10, kind: taskType.Kind, name: "t5", task: task("i1", "RUNNING")},
 		{index: 11, kind: taskType.Kind, name: "t3", task: task("i1", "STOPPED")},
+		// What a stale list of its tasks makes an agent do, on i3, whose
+		// tasks cannot vanish: stop a task meant to run, start a STOPPED
+		// one again, put one that ran back to PENDING, start one twice.
+		{index: 12, kind: taskType.Kind, name: "t6", task: task("i3", "PENDING")},
+		{index: 13, kind: taskType.Kind, name: "t6", task: startedAt(task("i3", "RUNNING"), "A")},
+		{index: 14, kind: taskType.Kind, name: "t6", task: startedAt(task("i3", "STOPPED"), "A")},
+		{index: 15, kind: taskType.Kind, name: "t6", task: startedAt(task("i3", "RUNNING"), "A")},
+		{index: 16, kind: taskType.Kind, name: "t7", task: inEnv("f", startedAt(task("i3", "RUNNING"), "A"))},
+		{index: 17, kind: taskType.Kind, name: "t7", task: inEnv("f", task("i3", "PENDING"))},
+		{index: 18, kind: taskType.Kind, name: "t7", task: inEnv("f", startedAt(task("i3", "RUNNING"), "B"))},
 	} {
 		h.events = append(h.events, ev)
 	}
@@ -385,7 +475,7 @@ func TestReplayFindsTwoLiveTasks(t *testing.T) {
 			return false, "not zone a"
 		}
 		return true, ""
-	})
+	}, func(instance string) bool { return instance == "i1" })
 	if len(rep.violations) != 2 || rep.violations[0].index != 4 || len(rep.violations[0].tasks) != 2 ||
 		rep.violations[1].index != 10 || rep.violations[1].what != "running" {
 		t.Errorf("violations %v, want one at index 4 with t1 and t2 meant to run, one at index 10 with t3 and t5 running", rep.violations)
@@ -393,7 +483,16 @@ func TestReplayFindsTwoLiveTasks(t *testing.T) {
 	if len(rep.misplacements) != 1 || rep.misplacements[0].task != "t4" {
 		t.Errorf("misplacements %+v, want t4 on i2", rep.misplacements)
 	}
-	if rep.tasks != 5 || rep.indexes != 11 {
-		t.Errorf("replayed %d tasks at %d indexes, want 5 at 11", rep.tasks, rep.indexes)
+	if rep.tasks != 7 || rep.indexes != 18 {
+		t.Errorf("replayed %d tasks at %d indexes, want 7 at 18", rep.tasks, rep.indexes)
+	}
+	wantUndone := []string{"index 14: task t6", "index 15: task t6", "index 17: task t7", "index 18: task t7"}
+	if len(rep.undone) != len(wantUndone) {
+		t.Fatalf("undone %q, want changes at indexes 14, 15, 17 and 18", rep.undone)
+	}
+	for i, w := range wantUndone {
+		if !strings.HasPrefix(rep.undone[i], w) {
+			t.Errorf("undone[%d] = %q, want %s...", i, rep.undone[i], w)
+		}
 	}
 }

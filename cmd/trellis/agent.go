@@ -112,7 +112,8 @@ state; 'trellis task logs' reads their logs there.`,
 	fs.StringArrayVar(&attributes, "attribute", nil, "an attribute of this instance, key=value; repeatable")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", agent.DefaultHTTPAddr, "address of the local API for tasks and the CLI (host:port; port 0 picks one and keeps it across restarts)")
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "address written to the Instance for the CLI to reach the local API (default: -http-addr's)")
-	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	addLogLevelFlag(fs, &logLevel, "info")
+	cf.registerToken(fs)
 	cmd.AddCommand(newAgentLeaveCmd(e))
 	return cmd
 }

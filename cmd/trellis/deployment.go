@@ -139,10 +139,7 @@ func reportDeployment(ctx context.Context, e *env, c *client.Client, namespace, 
 			return err
 		}
 	}
-	if end.GetStatus() != cli.DeploymentCompleted {
-		return fmt.Errorf("deployment %s ended %s: %s", id, end.GetStatus(), cli.Dash(end.GetStatusReason()))
-	}
-	return nil
+	return cli.WaitResult(envName, id, end)
 }
 
 func newDeployCmd(e *env, cf *clientFlags) *cobra.Command {
@@ -156,7 +153,11 @@ is canceled), then replaces the tasks in batches, keeping min_healthy_percent
 of the instances healthy. The environment becomes active.
 
 --wait follows it until it ends, printing its progress ("in-progress: 2/5
-complete"), and exits non-zero unless it completed.`,
+complete"), and exits non-zero unless it completed with its version placed:
+a deployment that ends unhealthy or timed-out says why, and, when
+auto_rollback started a rollback, the version it returns to and how to
+follow it; one that completed while no instance of the group was ready
+says "completed: nothing placed: ..." and why.`,
 		example: `  trellis deploy log-shipper
   trellis deploy log-shipper --version 3 --wait`,
 		versionHelp: "version to deploy: a number or a uuid (default the latest)",
@@ -194,9 +195,6 @@ func newStartCmd(e *env, cf *clientFlags, sc startCmd) *cobra.Command {
 		Example: sc.example,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			if err := cli.ParseVersionArg(version); err != nil {
 				return usageError{err}
 			}
@@ -213,7 +211,7 @@ func newStartCmd(e *env, cf *clientFlags, sc startCmd) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
 	cmd.Flags().StringVar(&version, "version", "", sc.versionHelp)
-	cmd.Flags().BoolVar(&wait, "wait", false, "follow the deployment until it ends; fail unless it completes")
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the deployment until it ends; fail unless it completes with its version placed")
 	addOutputFlag(cmd, &out)
 	return cmd
 }
@@ -225,7 +223,10 @@ func newDeploymentCmd(e *env, cf *clientFlags) *cobra.Command {
 		Long: `A deployment places one version of an environment: pending, in-progress, then
 completed, or stopped, canceled, unhealthy or timed-out. Type user (trellis
 deploy or rollback), new-instance (an instance started to match) or
-health-repair (a task died). Progress reads "x/n complete".`,
+health-repair (a task died). Progress reads "x/n complete", or "nothing placed"
+for one that ended with no ready instance in its group (its reason says
+which instances are down). A failed deployment that auto_rollback followed
+reads "unhealthy, rolled back to version N".`,
 		Example: `  trellis deployment list log-shipper
   trellis deployment get log-shipper 01jd3k...
   trellis deployment stop log-shipper`,
@@ -242,9 +243,6 @@ func newDeploymentListCmd(e *env, cf *clientFlags) *cobra.Command {
 		Example: `  trellis deployment list log-shipper`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err
@@ -285,9 +283,6 @@ func newDeploymentGetCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis deployment get log-shipper 01jd3kq8w6r3x0t5v2m4n7p9yb -o json`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err
@@ -332,9 +327,6 @@ Without ID, the environment's deployment in progress is stopped.`,
   trellis deployment stop log-shipper 01jd3kq8w6r3x0t5v2m4n7p9yb`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err
@@ -363,7 +355,11 @@ Without ID, the environment's deployment in progress is stopped.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "deployment %s of %s is %s at %s; the tasks it started keep running, and %s is inactive until the next deployment\n",
+			if d.GetStatus() == cli.DeploymentCanceled {
+				fmt.Fprintf(e.stdout, "deployment %s of %s is canceled: it had not started\n", id, envName)
+				return nil
+			}
+			fmt.Fprintf(e.stdout, "deployment %s of %s is %s (%s); the tasks it started keep running, and %s is inactive until the next deployment\n",
 				id, envName, d.GetStatus(), cli.Progress(d), envName)
 			return nil
 		},

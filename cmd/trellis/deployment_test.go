@@ -101,7 +101,7 @@ func TestSchedulerCommandUsage(t *testing.T) {
 		{"", []string{"env", "update", "ls"}, "nothing to change"},
 		{"", []string{"deploy", "ls", "--version", "latest"}, `--version: "latest" is neither a version number`},
 		{"", []string{"rollback", "ls", "--version", "0"}, "--version: 0: versions are numbered from 1"},
-		{"", []string{"env", "status", "ls", "-o", "xml"}, `-o: unknown output format "xml"`},
+		{"", []string{"env", "status", "ls", "-o", "xml"}, `-o: "xml" is not an output format: use table, json or yaml`},
 	} {
 		code, out, errOut := run(t, tc.stdin, vars, tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
@@ -110,7 +110,7 @@ func TestSchedulerCommandUsage(t *testing.T) {
 	}
 	// A bad spec file is refused before any request, naming the field.
 	code, _, errOut := run(t, "name: ls\ntask_definition: ls:1\ndeployment: {min_healthy_percent: 200}\n", vars, "env", "create", "-f", "-")
-	if code != 1 || !strings.Contains(errOut, "stdin: deployment.min_healthy_percent: 200 is outside 0-100") {
+	if code != 1 || !strings.Contains(errOut, "stdin:3: deployment.min_healthy_percent: 200 is outside 0-100") {
 		t.Errorf("bad spec: exit %d: %s", code, errOut)
 	}
 }

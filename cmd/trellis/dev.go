@@ -31,7 +31,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.httpAddr, "http-addr", server.DefaultHTTPAddr, "address of the HTTP/JSON API (host:port)")
 	fs.StringVar(&f.grpcAddr, "grpc-addr", server.DefaultGRPCAddr, "address of the gRPC API, which agents and other servers use (host:port)")
 	fs.StringVar(&f.raftAddr, "raft-addr", server.DefaultRaftAddr, "address of Raft, which other servers dial (host:port)")
-	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	addLogLevelFlag(fs, &f.logLevel, "info")
 	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", heartbeat.DefaultTTL, "how long an instance's agent may be silent before the instance is marked down and its tasks lost")
 	fs.BoolVar(&f.enableDebug, "enable-debug", false, "serve Go's profiling endpoints at /v1/debug/pprof/ on the HTTP API (for diagnosing a server; leave off otherwise)")
 }

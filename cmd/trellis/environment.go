@@ -53,7 +53,9 @@ or flags: --taskdef, --cluster, --attribute (repeat it), --min-healthy-percent,
 --min-healthy-time, --healthy-deadline, --progress-deadline, --auto-rollback.
 
 Filters: key=value, key!=value, key (set), !key (not set), key in (a,b),
-key notin (a,b). Only ready instances match.`
+key notin (a,b). Only ready instances match.
+
+` + specRulesHelp
 
 // envFlagVars are the spec flags of env create and update.
 type envFlagVars struct {
@@ -158,9 +160,6 @@ func newEnvCreateCmd(e *env, cf *clientFlags) *cobra.Command {
       --min-healthy-percent 75 --min-healthy-time 10s --auto-rollback`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			name := ""
 			if len(args) == 1 {
 				name = args[0]
@@ -222,9 +221,6 @@ their values.
   trellis env update log-shipper -f log-shipper.yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			name := args[0]
 			flags := v.flags(cmd.Flags())
 			if v.file != "" && flags.Given() {
@@ -294,14 +290,11 @@ func newEnvGetCmd(e *env, cf *clientFlags) *cobra.Command {
 	var namespace, out string
 	cmd := &cobra.Command{
 		Use:   "get NAME",
-		Short: "Show an environment: spec, status, health, versions, deployment in progress",
+		Short: "Show an environment: what runs (its desired version), status, health, the latest version, deployment in progress",
 		Example: `  trellis env get log-shipper
   trellis env get log-shipper -o yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err
@@ -325,6 +318,13 @@ func newEnvGetCmd(e *env, cf *clientFlags) *cobra.Command {
 				}
 				view.ActiveID, view.Active = r.ID.Name, &d
 			}
+			if r := info.DesiredVersion; r != nil {
+				var v pbscheduler.EnvironmentVersion
+				if err := decodeData(r, &v); err != nil {
+					return err
+				}
+				view.Desired = &v
+			}
 			return cli.WriteEnvironment(e.stdout, view)
 		},
 	}
@@ -342,9 +342,6 @@ func newEnvListCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis env list --type daemon -n prod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err
@@ -372,7 +369,7 @@ func newEnvListCmd(e *env, cf *clientFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
-	cmd.Flags().StringVar(&typ, "type", "", "only environments of this type (daemon)")
+	cmd.Flags().Var(cli.NewChoice(&typ, "", "an environment type", environmentTypes...), "type", "only environments of this type: daemon")
 	addOutputFlag(cmd, &out)
 	return cmd
 }
@@ -415,9 +412,6 @@ definition runs), stop (the instance no longer matches) or keep.`,
   trellis env diff log-shipper --version 2`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			if err := cli.ParseVersionArg(version); err != nil {
 				return usageError{err}
 			}
@@ -453,9 +447,6 @@ with the version that runs there and its health.`,
   trellis env status log-shipper -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err
@@ -484,9 +475,6 @@ func newEnvVersionsCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis deploy log-shipper --version 2`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err

@@ -53,9 +53,6 @@ func newInstanceListCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis instance list --cluster prod -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err
@@ -128,9 +125,6 @@ func newInstanceShowCmd(e *env, cf *clientFlags) *cobra.Command {
 		Example: `  trellis instance show node-1`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err

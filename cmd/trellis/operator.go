@@ -13,10 +13,14 @@ func newOperatorCmd(e *env, cf *clientFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "operator",
 		Short: "Operate the server cluster (Raft peers)",
+		Example: `  trellis operator raft list-peers
+  trellis operator raft remove-peer 127.0.0.1:7702`,
 	}
 	raft := &cobra.Command{
 		Use:   "raft",
 		Short: "Inspect and change the Raft configuration of the server cluster",
+		Example: `  trellis operator raft list-peers
+  trellis operator raft remove-peer 127.0.0.1:7702`,
 	}
 	raft.AddCommand(newListPeersCmd(e, cf), newRemovePeerCmd(e, cf))
 	cmd.AddCommand(raft)
@@ -32,9 +36,6 @@ func newListPeersCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis operator raft list-peers -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err

@@ -17,6 +17,7 @@ import (
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/scheduler"
 )
 
 // The orchestrator's types as the HTTP API names them.
@@ -24,6 +25,8 @@ var (
 	instanceWire = wire.Type{Group: orchestrator.Group, GroupVersion: orchestrator.GroupVersion, Kind: "Instance"}
 	taskDefWire  = wire.Type{Group: orchestrator.Group, GroupVersion: orchestrator.GroupVersion, Kind: "TaskDefinition"}
 	taskWire     = wire.Type{Group: orchestrator.Group, GroupVersion: orchestrator.GroupVersion, Kind: "Task"}
+
+	environmentVersionWire = wire.Type{Group: scheduler.APIGroup, GroupVersion: scheduler.GroupVersion, Kind: "EnvironmentVersion"}
 )
 
 // decodeData reads a resource's data into msg. Fields this CLI does not

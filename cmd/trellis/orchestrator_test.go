@@ -52,11 +52,12 @@ func TestTaskDefCommands(t *testing.T) {
 	}
 	expect(0, "", "proxy:START", "taskdef", "show", "web")
 	expect(0, "", `"family": "web"`, "taskdef", "show", "web:1", "-o", "json")
-	expect(1, strings.Replace(webSpec, "condition: START", "condition: READY", 1), `data.containers[0].depends_on[0].condition: "READY" is not a condition`, "taskdef", "register", "-f", "-")
-	expect(1, strings.Replace(webSpec, "driver: exec", "driver: rkt", 1), `data.containers[0].driver: "rkt" is not a driver`, "taskdef", "register", "-f", "-")
+	// Refusals name the line and the field as the file spells it.
+	expect(1, strings.Replace(webSpec, "condition: START", "condition: READY", 1), `stdin:8: containers[0].depends_on[0].condition: "READY" is not a condition`, "taskdef", "register", "-f", "-")
+	expect(1, strings.Replace(webSpec, "driver: exec", "driver: rkt", 1), `stdin:4: containers[0].driver: "rkt" is not a driver`, "taskdef", "register", "-f", "-")
 	expect(1, strings.Replace(webSpec, "sidecar: true", "sidecar: true\n    ports: [8080]", 1), `port 8080 clashes with container "app"`, "taskdef", "register", "-f", "-")
 	expect(1, strings.Replace(webSpec, "sidecar: true", "sidecar: true\n    depends_on: [{container: app}]", 1), "depends_on has a cycle: app -> proxy -> app", "taskdef", "register", "-f", "-")
-	expect(1, strings.Replace(webSpec, "ports:", "prots:", 1), "prots", "taskdef", "register", "-f", "-")
+	expect(1, strings.Replace(webSpec, "ports:", "prots:", 1), "stdin:7: containers[0].prots: unknown field: did you mean ports?", "taskdef", "register", "-f", "-")
 	expect(1, "", "task definition web:9 is not registered", "taskdef", "show", "web:9")
 	// Nothing refused was stored.
 	out = expect(0, "", "web:2", "taskdef", "list")

@@ -15,6 +15,7 @@ import (
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/httpapi/wire"
+	"trellis.dev/trellis/internal/server"
 )
 
 func newResourceCmd(e *env, cf *clientFlags) *cobra.Command {
@@ -40,23 +41,9 @@ the API returned.`,
 	return cmd
 }
 
-func addOutputFlag(cmd *cobra.Command, out *string) {
-	cmd.Flags().StringVarP(out, "output", "o", cli.FormatTable, "output format: table, json or yaml")
-}
-
-func checkOutput(out string) error {
-	if err := cli.CheckFormat(out); err != nil {
-		return usageError{fmt.Errorf("-o: %w", err)}
-	}
-	return nil
-}
-
-// typeTarget checks what list and watch share: the output format, the
-// TYPE argument and the namespace flags; and makes the client.
-func typeTarget(e *env, cf *clientFlags, out, typeArg, namespace string, all bool) (wire.Type, string, *client.Client, error) {
-	if err := checkOutput(out); err != nil {
-		return wire.Type{}, "", nil, err
-	}
+// typeTarget checks what list and watch share: the TYPE argument and the
+// namespace flags; and makes the client.
+func typeTarget(e *env, cf *clientFlags, typeArg, namespace string, all bool) (wire.Type, string, *client.Client, error) {
 	typ, err := parseTypeArg(typeArg)
 	if err != nil {
 		return wire.Type{}, "", nil, err
@@ -118,17 +105,20 @@ Each document is one resource:
   data:                          # the type's fields
     description: services of the payments team
 
-The whole file is checked before anything is written. Documents are then
-written in order, each on its own; with --atomic all of them are written in
-one batch, all or none.`,
+The whole file is checked before anything is written: every document's
+fields and, for the types this trellis knows, its data and the checks the
+server makes before it writes (names, labels, each type's own rules); a
+mistake in the last document writes none of them. Documents are then written
+in order, each on its own; if the server still refuses one (say, its
+namespace does not exist), the error names it and says how many before it
+were applied. With --atomic all of them are written in one batch, all or none.
+
+` + specRulesHelp,
 		Example: `  trellis resource apply -f namespaces.yaml
   echo '{type: core/v1/Namespace, name: demo}' | trellis resource apply -f -
   trellis resource apply --atomic -f many.yaml -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			if file == "" {
 				return usageError{errors.New("-f: required: the file to apply, or - for standard input")}
 			}
@@ -161,7 +151,7 @@ func readDocuments(e *env, file string) ([]cli.Document, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cli.ParseDocuments(data, name)
+	return cli.ParseDocuments(data, name, server.Types())
 }
 
 // readInput reads the file of a -f flag ("-" is standard input) and
@@ -237,9 +227,6 @@ func newGetCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis resource get core/v1/Namespace payments -o json`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			typ, err := parseTypeArg(args[0])
 			if err != nil {
 				return err
@@ -279,7 +266,7 @@ func newListCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis resource list core/v1/Namespace --prefix pay -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			typ, ns, c, err := typeTarget(e, cf, out, args[0], namespace, all)
+			typ, ns, c, err := typeTarget(e, cf, args[0], namespace, all)
 			if err != nil {
 				return err
 			}
@@ -366,7 +353,7 @@ line: {"op":"upsert"|"delete"|"end_of_snapshot","resource":{...},"index":N}.
   trellis resource watch core/v1/Namespace -o json --index 42`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			typ, ns, c, err := typeTarget(e, cf, out, args[0], namespace, all)
+			typ, ns, c, err := typeTarget(e, cf, args[0], namespace, all)
 			if err != nil {
 				return err
 			}

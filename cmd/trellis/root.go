@@ -63,6 +63,7 @@ func isCobraUsageError(err error) bool {
 }
 
 func newRootCmd(e *env) *cobra.Command {
+	build := cli.ReadBuild(readBuildInfo(), stamp())
 	root := &cobra.Command{
 		Use:   "trellis",
 		Short: "Trellis: a cluster orchestrator and service-mesh control plane in one binary",
@@ -74,19 +75,35 @@ Start here:
   trellis resource list core/v1/Namespace      list resources through its HTTP API
 
 Flags take one dash or two: -addr and --addr are the same.`,
+		// The whole report, so that --version prints what `trellis
+		// version` does; the template only echoes it, so nothing in a
+		// stamped version is read as a template.
+		Version:       build.String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("{{.Version}}")
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	root.SetIn(e.stdin)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(flagError)
+	root.CompletionOptions.DisableDefaultCmd = true // ours refuses shells other than bash, zsh and fish
+	root.SetHelpCommand(newHelpCmd())
+	root.SetUsageTemplate(groupUsage(root.UsageTemplate()))
+	// The client flags (-addr, -token) go only on the commands that talk
+	// to a server over HTTP, so that `trellis server -addr ...` is refused
+	// rather than ignored. The agent and sim take -token alone: they reach
+	// the servers over gRPC, at the addresses of -server.
 	cf := &clientFlags{}
-	cf.register(root.PersistentFlags())
-	root.AddCommand(newDevCmd(e), newServerCmd(e), newResourceCmd(e, cf), newOperatorCmd(e, cf), newSnapshotCmd(e, cf),
-		newAgentCmd(e, cf), newSimCmd(e, cf), newInstanceCmd(e, cf), newTaskDefCmd(e, cf), newTaskCmd(e, cf),
-		newEnvCmd(e, cf), newDeployCmd(e, cf), newDeploymentCmd(e, cf), newRollbackCmd(e, cf))
+	clients := []*cobra.Command{newResourceCmd(e, cf), newOperatorCmd(e, cf), newSnapshotCmd(e, cf), newInstanceCmd(e, cf),
+		newTaskDefCmd(e, cf), newTaskCmd(e, cf), newEnvCmd(e, cf), newDeployCmd(e, cf), newDeploymentCmd(e, cf), newRollbackCmd(e, cf)}
+	for _, c := range clients {
+		cf.register(c.PersistentFlags())
+	}
+	root.AddCommand(clients...)
+	root.AddCommand(newDevCmd(e), newServerCmd(e), newAgentCmd(e, cf), newSimCmd(e, cf), newVersionCmd(e, build), newCompletionCmd(e))
+	root.InitDefaultVersionFlag() // now, so that longFlags sees -version
+	harden(root)
 	return root
 }
 
@@ -106,7 +123,8 @@ func longFlags(root *cobra.Command) map[string]bool {
 	return names
 }
 
-// clientFlags are the flags of every command that talks to a server.
+// clientFlags are the flags of every command that talks to a server's
+// HTTP API.
 type clientFlags struct {
 	addr  string
 	token string
@@ -114,6 +132,12 @@ type clientFlags struct {
 
 func (f *clientFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.addr, "addr", "", "HTTP address of a Trellis server (env TRELLIS_ADDR; default "+client.DefaultAddr+")")
+	f.registerToken(fs)
+}
+
+// registerToken adds -token alone, for the agent and sim, which have
+// their own flag for the servers' addresses.
+func (f *clientFlags) registerToken(fs *pflag.FlagSet) {
 	fs.StringVar(&f.token, "token", "", "ACL token to send (env TRELLIS_TOKEN)")
 }
 

@@ -26,6 +26,10 @@ func TestSchedulerCommands(t *testing.T) {
 	expect(0, "", "environment ls created: version 1 (", "env", "create", "ls", "--taskdef", "sleeper:1",
 		"--attribute", "zone in (zone-1)", "--min-healthy-percent", "50")
 	expect(0, "", "Desired version:   none: never deployed", "env", "get", "ls")
+	expect(0, "", "Health:            not deployed", "env", "get", "ls")
+	if out := expect(0, "", "ls ", "env", "list"); !regexp.MustCompile(`(?m)^ls\s+daemon\s+inactive\s+not deployed\s+-\s+1 \(sleeper:1\)`).MatchString(out) {
+		t.Errorf("env list of an environment never deployed:\n%s", out)
+	}
 	expect(0, "", "would place 1, replace 0, stop 0, keep 0", "env", "diff", "ls")
 	out := expect(0, "", "completed: 1/1 complete", "deploy", "ls", "--wait")
 	if !regexp.MustCompile(`(?m)^deployment \S+ of ls version 1 \(sleeper:1\)$`).MatchString(out) {
@@ -78,9 +82,19 @@ func TestSchedulerCommands(t *testing.T) {
 	if name == nil {
 		t.Fatalf("no running sleeper:2 task on dev-1 in:\n%s", out)
 	}
+	// A task without health checks reads healthy in every view.
+	if !regexp.MustCompile(`(?m)^` + name[1] + `\s.*RUNNING\s+RUNNING\s+healthy\s`).MatchString(out) {
+		t.Errorf("task list does not call the running task without checks healthy:\n%s", out)
+	}
 	out = expect(0, "", "Replaces:", "task", "show", name[1])
-	if !regexp.MustCompile(`Environment:\s+ls \(version \S+, deployment \S+\)`).MatchString(out) {
-		t.Errorf("task show does not name the environment:\n%s", out)
+	if !regexp.MustCompile(`Environment:\s+ls, version 3, deployment \S+\n`).MatchString(out) {
+		t.Errorf("task show does not name the environment and its version number:\n%s", out)
+	}
+	if !strings.Contains(out, "Health:            healthy (no health checks: healthy once it runs)") {
+		t.Errorf("task show health:\n%s", out)
+	}
+	if out := expect(0, "", "dev-1", "env", "status", "ls"); !regexp.MustCompile(`(?m)^dev-1\s.*` + name[1] + `\s+active\s+healthy$`).MatchString(out) {
+		t.Errorf("env status does not call the task healthy:\n%s", out)
 	}
 
 	// Roll back to version 1: the task on dev-2 is stopped.
@@ -89,6 +103,47 @@ func TestSchedulerCommands(t *testing.T) {
 		_, out, _ := run(t, "", vars, "env", "status", "ls")
 		return strings.HasPrefix(out, "1 desired: 1 active, 0 launching, 0 unhealthy\n")
 	})
+
+	// After the rollback, env get shows what runs: version 1 and its task
+	// definition; the latest version is named apart.
+	out = expect(0, "", "Desired version:   1 (", "env", "get", "ls")
+	for _, want := range []string{"Task definition:   sleeper:1\n", "Instance group:    cluster default, zone in (zone-1)\n", "Latest version:    3 ("} {
+		if !strings.Contains(out, want) {
+			t.Errorf("env get after the rollback lacks %q:\n%s", want, out)
+		}
+	}
+
+	// A deployment that fails is followed by auto_rollback, and --wait
+	// says so, naming the version it returns to.
+	expect(0, strings.Replace(sleeperSpec, "sleeper", "idle", 1), "registered idle:1", "taskdef", "register", "-f", "-")
+	expect(0, strings.NewReplacer("sleeper", "idle", "exec sleep 600", "exit 3").Replace(sleeperSpec), "registered idle:2", "taskdef", "register", "-f", "-")
+	expect(0, "", "environment rb created: version 1", "env", "create", "rb", "--taskdef", "idle:1", "--attribute", "zone in (zone-2)",
+		"--min-healthy-percent", "0", "--auto-rollback")
+	expect(0, "", "completed: 1/1 complete", "deploy", "rb", "--wait")
+	expect(0, "", "environment rb updated: version 2", "env", "update", "rb", "--taskdef", "idle:2")
+	code, out, errOut := run(t, "", vars, "deploy", "rb", "--wait")
+	if code != 1 || !regexp.MustCompile(`(?m)^unhealthy: 0/1 complete, 1 failed \(task \S+ on instance dev-2 stopped: .*exited with code 3\); rolled back to version 1 \(deployment \S+\)$`).MatchString(out) ||
+		!strings.Contains(errOut, "auto_rollback started deployment ") || !strings.Contains(errOut, ", which returns rb to version 1; follow it with: trellis deployment get rb ") {
+		t.Errorf("deploy --wait of a failing version does not say it rolled back: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	waitFor(t, "the rollback completes", func() bool {
+		_, out, _ := run(t, "", vars, "env", "get", "rb")
+		return strings.Contains(out, "Deploying:         nothing") && strings.Contains(out, "Last completed:    1 (")
+	})
+	out = expect(0, "", "Desired version:   1 (", "env", "get", "rb")
+	if !strings.Contains(out, "Task definition:   idle:1\n") || !strings.Contains(out, "Latest version:    2 (") || !strings.Contains(out, "idle:2), not desired") {
+		t.Errorf("env get after the auto rollback:\n%s", out)
+	}
+	expect(0, "", "unhealthy, rolled back to version 1", "deployment", "list", "rb")
+
+	// A deployment to a group no instance is in completes, placing
+	// nothing: --wait says so and why, and fails.
+	expect(0, "", "environment none created", "env", "create", "none", "--taskdef", "sleeper:2", "--attribute", "zone in (zone-9)")
+	out = expect(1, "", "completed with nothing placed: no instance is in the instance group (cluster default, zone in (zone-9))", "deploy", "none", "--wait")
+	if !strings.Contains(out, "completed: nothing placed: no instance is in the instance group") || strings.Contains(out, "0/0") {
+		t.Errorf("deploy --wait to no instance:\n%s", out)
+	}
+	expect(0, "", "nothing placed", "deployment", "list", "none")
 
 	// Refusals, each naming what is wrong; nothing changes.
 	expect(1, "", "has no deployment in progress", "deployment", "stop", "ls")
@@ -100,6 +155,8 @@ func TestSchedulerCommands(t *testing.T) {
 	expect(0, "", "ls ", "env", "list")
 
 	expect(0, "", "environment ls is being deleted", "env", "delete", "ls")
+	expect(0, "", "environment rb is being deleted", "env", "delete", "rb")
+	expect(0, "", "environment none is being deleted", "env", "delete", "none")
 	waitFor(t, "it is gone", func() bool {
 		_, out, _ := run(t, "", vars, "env", "list")
 		return strings.Contains(out, "No environments")

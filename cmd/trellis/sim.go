@@ -114,7 +114,8 @@ down after the heartbeat TTL.`,
 	fs.Float64Var(&cfg.Driver.ExitRate, "exit-rate", 0, "probability that a simulated container exits by itself (code 1)")
 	fs.DurationVar(&cfg.Driver.ExitAfter, "exit-after", time.Minute, "when a container that exits by itself does so")
 	fs.Uint64Var(&cfg.Driver.Seed, "seed", 1, "seed of the simulated failures, for repeatable runs")
-	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	addLogLevelFlag(fs, &logLevel, "warn")
+	cf.registerToken(fs)
 	fs.IntVar(&gcPercent, "gc-percent", 400, "the Go garbage collector's target (GOGC) for this process; GOGC in the environment wins")
 	fs.StringVar(&pprofAddr, "pprof-addr", "", "serve Go's pprof profiles of this process on HOST:PORT (/debug/pprof/), to see what the fleet costs")
 	return cmd

@@ -11,6 +11,8 @@ func newSnapshotCmd(e *env, cf *clientFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "snapshot",
 		Short: "Save the cluster's whole state to a file, or restore it from one",
+		Example: `  trellis snapshot save backup.snap
+  trellis snapshot restore backup.snap`,
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "save FILE",

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
 	"trellis.dev/trellis/internal/agent"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
@@ -26,7 +27,12 @@ func newTaskCmd(e *env, cf *clientFlags) *cobra.Command {
 		Short: "Run, list, show, stop and read the logs of tasks",
 		Long: `A task is one run of a task definition on one instance. Its desired status is
 RUNNING or STOPPED; its last status, which the instance's agent reports, goes
-PENDING -> RUNNING -> STOPPED, or LOST when its instance stops heartbeating.`,
+PENDING -> RUNNING -> STOPPED, or LOST when its instance stops heartbeating.
+
+Its health is the one the scheduler judges by, and every view shows: healthy
+when its health checks pass, or, for a task without checks, once it runs;
+unhealthy when a check fails; unknown while its checks have not passed yet
+or its instance stopped reporting (LOST); "-" when it does not run.`,
 		Example: `  trellis task run --taskdef web:1 --instance node-1
   trellis task list
   trellis task logs 01jd3k... app -f
@@ -60,9 +66,6 @@ down or gone is refused.`,
   trellis task run --taskdef web --instance node-2 --started-by release-42`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			if taskdef == "" || instance == "" {
 				return usageError{errors.New("--taskdef and --instance are required")}
 			}
@@ -175,7 +178,7 @@ func writeTaskTable(e *env, rows []taskRow, indent string) error {
 	for _, row := range rows {
 		t := row.task
 		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", indent, row.r.ID.Name, row.r.ID.Tenancy.Namespace, t.GetTaskDefinition(), t.GetInstance(),
-			t.GetDesiredStatus(), t.GetLastStatus(), cli.Dash(t.GetHealth()), cli.Age(row.r.ID.UID, e.now()))
+			t.GetDesiredStatus(), t.GetLastStatus(), cli.TaskHealth(t), cli.Age(row.r.ID.UID, e.now()))
 	}
 	return tw.Flush()
 }
@@ -190,9 +193,6 @@ func newTaskListCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis task list -A --instance node-1 --status RUNNING`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			ns, err := namespaceFlag(namespace, all)
 			if err != nil {
 				return err
@@ -234,7 +234,7 @@ func newTaskListCmd(e *env, cf *clientFlags) *cobra.Command {
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "every namespace")
 	cmd.Flags().StringVar(&instance, "instance", "", "only tasks on this instance")
-	cmd.Flags().StringVar(&status, "status", "", "only tasks whose last status is this (PENDING, RUNNING, STOPPED, LOST)")
+	cmd.Flags().Var(cli.NewChoice(&status, "", "a task status", taskStatuses...), "status", "only tasks whose last status is this: PENDING, RUNNING, STOPPED or LOST")
 	addOutputFlag(cmd, &out)
 	return cmd
 }
@@ -263,9 +263,6 @@ func newTaskShowCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis task show 01jd3kq8w6r3x0t5v2m4n7p9yb -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err
@@ -284,14 +281,15 @@ func newTaskShowCmd(e *env, cf *clientFlags) *cobra.Command {
 			fmt.Fprintf(tw, "Instance:\t%s\n", t.GetInstance())
 			fmt.Fprintf(tw, "Started by:\t%s\n", cli.Dash(t.GetStartedBy()))
 			if t.GetEnvironment() != "" {
-				fmt.Fprintf(tw, "Environment:\t%s (version %s, deployment %s)\n", t.GetEnvironment(), cli.Dash(t.GetEnvironmentVersion()), cli.Dash(t.GetDeployment()))
+				fmt.Fprintf(tw, "Environment:\t%s, version %s, deployment %s\n", t.GetEnvironment(),
+					environmentVersionName(cmd.Context(), c, r.ID.Tenancy.Namespace, t.GetEnvironmentVersion()), cli.Dash(t.GetDeployment()))
 			}
 			if t.GetReplaces() != "" {
 				fmt.Fprintf(tw, "Replaces:\t%s\n", t.GetReplaces())
 			}
 			fmt.Fprintf(tw, "Desired status:\t%s\n", t.GetDesiredStatus())
 			fmt.Fprintf(tw, "Last status:\t%s\n", t.GetLastStatus())
-			fmt.Fprintf(tw, "Health:\t%s\n", cli.Dash(t.GetHealth()))
+			fmt.Fprintf(tw, "Health:\t%s\n", cli.TaskHealthDetail(t))
 			if t.GetStopReason() != "" {
 				fmt.Fprintf(tw, "Stop reason:\t%s\n", t.GetStopReason())
 			}
@@ -320,7 +318,7 @@ func newTaskShowCmd(e *env, cf *clientFlags) *cobra.Command {
 				default:
 					exit = fmt.Sprint(cs.GetExitCode())
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", cs.GetName(), cs.GetStatus(), cli.Dash(cs.GetHealth()), exit, cs.GetRestarts(),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", cs.GetName(), cs.GetStatus(), cli.CheckHealth(cs.GetHealth()), exit, cs.GetRestarts(),
 					cli.Dash(shortID(cs.GetRuntimeId())), cli.Dash(cs.GetReason()))
 			}
 			return tw.Flush()
@@ -329,6 +327,24 @@ func newTaskShowCmd(e *env, cf *clientFlags) *cobra.Command {
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
 	addOutputFlag(cmd, &out)
 	return cmd
+}
+
+// environmentVersionName names a task's environment version by its
+// number, as every other view does; the uuid the task records is kept when
+// the version cannot be read (it was deleted with its environment).
+func environmentVersionName(ctx context.Context, c *client.Client, namespace, uuid string) string {
+	if uuid == "" {
+		return "-"
+	}
+	r, err := c.Read(ctx, client.Ref{Type: environmentVersionWire, Namespace: namespace, Name: uuid}, false)
+	if err != nil {
+		return uuid
+	}
+	var v pbscheduler.EnvironmentVersion
+	if err := decodeData(r, &v); err != nil || v.GetNumber() == 0 {
+		return uuid
+	}
+	return fmt.Sprint(v.GetNumber())
 }
 
 func shortID(id string) string {

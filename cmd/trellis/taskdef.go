@@ -5,16 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	"sigs.k8s.io/yaml"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
@@ -22,6 +19,7 @@ import (
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/server"
 )
 
 func newTaskDefCmd(e *env, cf *clientFlags) *cobra.Command {
@@ -40,6 +38,15 @@ registered revision never changes.`,
 	cmd.AddCommand(newTaskDefRegisterCmd(e, cf), newTaskDefListCmd(e, cf), newTaskDefShowCmd(e, cf))
 	return cmd
 }
+
+// specRulesHelp says how every spec file is read and refused.
+const specRulesHelp = `YAML is read by YAML 1.2 rules: only true and false are booleans, so on, off,
+yes, no, y and n stay the strings they are written as; quote a number meant as
+a string. A mistake is refused before anything is sent, naming the file, the
+line and the field as the file spells it, with how to fix it:
+
+  web.yaml:6: containers[0].env.PORT: a string is needed: quote it ("8080")
+  web.yaml:5: containers[0].command: a list is needed: write ["/bin/sleep", "100"]`
 
 // specHelp documents the file `taskdef register` reads.
 const specHelp = `FILE is YAML or JSON ("-" reads standard input):
@@ -65,7 +72,9 @@ const specHelp = `FILE is YAML or JSON ("-" reads standard input):
   restart_policy: {attempts: 3, interval: 5m, delay: 5s}
 
 The revision is assigned: one more than the family's latest. Registering the
-same definition as the latest revision again changes nothing and says so.`
+same definition as the latest revision again changes nothing and says so.
+
+` + specRulesHelp
 
 func newTaskDefRegisterCmd(e *env, cf *clientFlags) *cobra.Command {
 	var file, namespace, out string
@@ -76,9 +85,6 @@ func newTaskDefRegisterCmd(e *env, cf *clientFlags) *cobra.Command {
 		Example: `  trellis taskdef register -f web.yaml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			if file == "" {
 				return usageError{errors.New("-f: required: the task definition file, or - for standard input")}
 			}
@@ -112,45 +118,20 @@ func newTaskDefRegisterCmd(e *env, cf *clientFlags) *cobra.Command {
 	return cmd
 }
 
-// taskDefSpec is a parsed spec file: its JSON (what the server validates,
-// naming any unknown field by its path) and its family.
-type taskDefSpec struct {
-	source string
-	fields map[string]json.RawMessage
-	family string
-}
-
-func readTaskDefSpec(e *env, file string) (*taskDefSpec, error) {
+func readTaskDefSpec(e *env, file string) (*cli.TaskDefinitionSpec, error) {
 	data, name, err := readInput(e, file)
 	if err != nil {
 		return nil, err
 	}
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: not YAML or JSON: %v", name, err)
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(js, &fields); err != nil || fields == nil {
-		return nil, fmt.Errorf("%s: a task definition is a mapping with family and containers", name)
-	}
-	var family string
-	if err := json.Unmarshal(fields["family"], &family); err != nil || family == "" {
-		return nil, fmt.Errorf("%s: family: is required: the name the revisions share", name)
-	}
-	if err := orchestrator.ValidateFamily("family", family); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if _, ok := fields["revision"]; ok {
-		return nil, fmt.Errorf("%s: revision: is assigned at registration; leave it out", name)
-	}
-	return &taskDefSpec{source: name, fields: fields, family: family}, nil
+	return cli.ParseTaskDefinition(data, name, server.Types())
 }
 
-// withRevision is the spec's JSON as revision of its family.
-func (s *taskDefSpec) withRevision(revision int64) (json.RawMessage, error) {
-	fields := maps.Clone(s.fields)
-	fields["revision"] = json.RawMessage(strconv.FormatInt(revision, 10))
-	return json.Marshal(fields)
+// withRevision is the spec's definition as revision of its family, as the
+// API takes it.
+func withRevision(spec *cli.TaskDefinitionSpec, revision int64) (json.RawMessage, error) {
+	td := proto.CloneOf(spec.Definition)
+	td.Revision = revision
+	return protojson.MarshalOptions{UseProtoNames: true}.Marshal(td)
 }
 
 // familyRevisions lists the stored revisions of a family, latest first.
@@ -175,9 +156,9 @@ func familyRevisions(ctx context.Context, c *client.Client, namespace, family st
 // to the latest revision is not stored again. Two registrations racing for
 // the same revision cannot both win: a revision is immutable, so the loser
 // is refused and tries the next one.
-func registerTaskDef(ctx context.Context, c *client.Client, namespace string, spec *taskDefSpec) (*wire.Resource, bool, error) {
+func registerTaskDef(ctx context.Context, c *client.Client, namespace string, spec *cli.TaskDefinitionSpec) (*wire.Resource, bool, error) {
 	for attempt := 0; attempt < 5; attempt++ {
-		revs, err := familyRevisions(ctx, c, namespace, spec.family)
+		revs, err := familyRevisions(ctx, c, namespace, spec.Family)
 		if err != nil {
 			return nil, false, err
 		}
@@ -189,11 +170,11 @@ func registerTaskDef(ctx context.Context, c *client.Client, namespace string, sp
 				return revs[0], false, nil
 			}
 		}
-		data, err := spec.withRevision(next)
+		data, err := withRevision(spec, next)
 		if err != nil {
 			return nil, false, err
 		}
-		ref := client.Ref{Type: taskDefWire, Namespace: namespace, Name: orchestrator.TaskDefinitionName(spec.family, next)}
+		ref := client.Ref{Type: taskDefWire, Namespace: namespace, Name: orchestrator.TaskDefinitionName(spec.Family, next)}
 		r, err := c.Write(ctx, ref, wire.WriteRequest{Data: data})
 		if err == nil {
 			return r, true, nil
@@ -201,20 +182,17 @@ func registerTaskDef(ctx context.Context, c *client.Client, namespace string, sp
 		if client.IsCode(err, wire.CodeInvalidArgument) && strings.Contains(err.Error(), "immutable") {
 			continue // another registration took this revision
 		}
-		return nil, false, fmt.Errorf("%s: %w", spec.source, serverError(c, err))
+		return nil, false, fmt.Errorf("%s: %w", spec.Source, serverError(c, err))
 	}
-	return nil, false, fmt.Errorf("%s: other registrations of %s kept taking the next revision; try again", spec.source, spec.family)
+	return nil, false, fmt.Errorf("%s: other registrations of %s kept taking the next revision; try again", spec.Source, spec.Family)
 }
 
 // sameDefinition reports whether the spec, with the server's defaults
 // applied, is what the stored revision holds.
-func sameDefinition(spec *taskDefSpec, stored *wire.Resource, revision int64) bool {
-	js, _ := spec.withRevision(revision)
-	var want pborch.TaskDefinition
-	if err := protojson.Unmarshal(js, &want); err != nil {
-		return false // the server will say what is wrong
-	}
-	data, err := anypb.New(&want)
+func sameDefinition(spec *cli.TaskDefinitionSpec, stored *wire.Resource, revision int64) bool {
+	want := proto.CloneOf(spec.Definition)
+	want.Revision = revision
+	data, err := anypb.New(want)
 	if err != nil {
 		return false
 	}
@@ -226,10 +204,10 @@ func sameDefinition(spec *taskDefSpec, stored *wire.Resource, revision int64) bo
 	if err := decodeData(stored, &got); err != nil {
 		return false
 	}
-	if err := res.GetData().UnmarshalTo(&want); err != nil {
+	if err := res.GetData().UnmarshalTo(want); err != nil {
 		return false
 	}
-	return proto.Equal(&want, &got)
+	return proto.Equal(want, &got)
 }
 
 func newTaskDefListCmd(e *env, cf *clientFlags) *cobra.Command {
@@ -242,9 +220,6 @@ func newTaskDefListCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis taskdef list web`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			ns, err := namespaceFlag(namespace, all)
 			if err != nil {
 				return err
@@ -334,9 +309,6 @@ func newTaskDefShowCmd(e *env, cf *clientFlags) *cobra.Command {
   trellis taskdef show web:2 -o yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
 			c, err := cf.client(e)
 			if err != nil {
 				return err

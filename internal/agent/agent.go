@@ -49,8 +49,16 @@ type Agent struct {
 	// watchIndex is where the next watch resumes (0: list). Only the watch
 	// loop touches it, and sessions run one after another.
 	watchIndex uint64
-	ttl        atomic.Int64 // time.Duration, from the last heartbeat
-	server     atomic.Value // string: the current server's address
+	// viewIndex is the index of the newest view of its tasks the agent
+	// has taken in: a listing's END_OF_SNAPSHOT, an event, and the
+	// versions its own reports were stored at (the task stream does not
+	// echo them). No server may show it an older view, which would undo
+	// what it has seen (a restarted server replaying its log lists tasks
+	// long stopped, and not those placed since). Sent as
+	// WatchTasksRequest.min_index; kept across sessions.
+	viewIndex atomic.Uint64
+	ttl       atomic.Int64 // time.Duration, from the last heartbeat
+	server    atomic.Value // string: the current server's address
 
 	reportCh chan struct{}
 	runCtx   context.Context

@@ -672,3 +672,17 @@ func TestRelativeDataDirGivesTasksAbsolutePaths(t *testing.T) {
 	}
 	srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
 }
+
+// TestViewIndexCoversOwnReports: the task stream does not echo the
+// agent's own reports, yet a server must not show the agent a view older
+// than them; the index the agent asks servers for covers the version its
+// RUNNING report was stored at.
+func TestViewIndexCoversOwnReports(t *testing.T) {
+	srv, _, a := runningTask(t)
+	res, _ := srv.task(t, "default", "t1")
+	stored, err := strconv.ParseUint(res.GetVersion(), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the agent's view covers its report", func() bool { return a.viewIndex.Load() >= stored })
+}

@@ -112,7 +112,7 @@ func (c Config) Validate() error {
 	seen := make(map[string]bool, len(c.Servers))
 	for _, s := range c.Servers {
 		if err := validateDialAddr(s); err != nil {
-			return configError("-server", "%v", err)
+			return configError("-server", "%v (a server's gRPC address, for example 127.0.0.1:7701)", err)
 		}
 		if seen[s] {
 			return configError("-server", "%q is given twice", s)

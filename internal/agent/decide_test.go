@@ -337,7 +337,7 @@ func TestConfigRefusals(t *testing.T) {
 		want string
 	}{
 		{func(c *Config) { c.Servers = nil }, "-server: at least one"},
-		{func(c *Config) { c.Servers = []string{"7701"} }, `-server: "7701" is not host:port`},
+		{func(c *Config) { c.Servers = []string{"7701"} }, `-server: "7701" is not host:port (a server's gRPC address, for example 127.0.0.1:7701)`},
 		{func(c *Config) { c.Servers = []string{"a:1", "a:1"} }, `-server: "a:1" is given twice`},
 		{func(c *Config) { c.DataDir = "" }, "-data-dir: required"},
 		{func(c *Config) { c.Name = "I_1" }, `-name: "I_1" is not a valid name`},

@@ -165,11 +165,15 @@ func (s *session) reread(ctx context.Context, chunk []pendingReport) error {
 		id := proto.Clone(p.res.GetId()).(*pbresource.ID)
 		id.Uid = ""
 		rctx, cancel := context.WithTimeout(ctx, s.a.cfg.RPCTimeout)
-		resp, err := s.res.Read(rctx, &pbresource.ReadRequest{Id: id})
+		// From the leader: a server behind it could call the task
+		// deleted, and the agent would stop it for a deletion that did not
+		// happen.
+		resp, err := s.res.Read(rctx, &pbresource.ReadRequest{Id: id, Consistent: true})
 		cancel()
 		switch status.Code(err) {
 		case codes.OK:
 			got := resp.GetResource()
+			s.a.sawVersion(got)
 			if got.GetId().GetUid() != p.res.GetId().GetUid() {
 				// Deleted and created again: a different task.
 				s.a.observe(ctx, s, p.res, true)
@@ -187,6 +191,11 @@ func (s *session) reread(ctx context.Context, chunk []pendingReport) error {
 // written records that the store took a report (stored: what it stored;
 // nil when the report was dropped).
 func (a *Agent) written(p pendingReport, stored *pbresource.Resource) {
+	if stored != nil {
+		// The task stream does not echo the agent's own reports: the
+		// agent's view includes them from here.
+		a.sawVersion(stored)
+	}
 	a.mu.Lock()
 	t := p.t
 	t.written = max(t.written, p.seq)

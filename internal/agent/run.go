@@ -266,7 +266,9 @@ func (a *Agent) definition(ctx context.Context, s *session, ns, ref string) (*pb
 	id := orchestrator.TaskDefinitionID(ns, family, rev)
 	for failures := 1; ; failures++ {
 		rctx, cancel := context.WithTimeout(ctx, a.cfg.RPCTimeout)
-		resp, err := s.res.Read(rctx, &pbresource.ReadRequest{Id: id})
+		// From the leader: a server behind it may not have the
+		// definition yet, and NotFound fails the task.
+		resp, err := s.res.Read(rctx, &pbresource.ReadRequest{Id: id, Consistent: true})
 		cancel()
 		if err == nil {
 			def := &pborch.TaskDefinition{}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -33,6 +34,14 @@ func (s *session) watchLoop(ctx context.Context) error {
 			a.watchIndex = 0
 			continue
 		}
+		if status.Code(err) == codes.DataLoss {
+			// The cluster never committed what this agent saw: its
+			// servers lost their state. Their view is all there is.
+			a.log.Error("the servers' state is older than what this agent has seen; taking their view", "server", s.addr, "seen_index", a.viewIndex.Load(), "reason", status.Convert(err).Message())
+			a.viewIndex.Store(0)
+			a.watchIndex = 0
+			continue
+		}
 		return fmt.Errorf("task watch: %w", err)
 	}
 }
@@ -49,7 +58,7 @@ type eventStream interface {
 func (s *session) openTaskStream(ctx context.Context) (stream eventStream, first *pbresource.WatchEvent, fresh bool, err error) {
 	a := s.a
 	if !s.noWatchTasks {
-		ts, err := s.hb.WatchTasks(ctx, &pbagent.WatchTasksRequest{Instance: a.cfg.Name, WithDefinitions: true})
+		ts, err := s.hb.WatchTasks(ctx, &pbagent.WatchTasksRequest{Instance: a.cfg.Name, WithDefinitions: true, MinIndex: a.viewIndex.Load()})
 		if err != nil {
 			return nil, nil, false, err
 		}
@@ -110,6 +119,9 @@ func (s *session) consume(ctx context.Context, stream eventStream, first *pbreso
 			// task, and no index of its own.
 			a.learnDefinition(ev.GetResource())
 			continue
+		case fresh && inSnapshot && ev.GetIndex() < a.viewIndex.Load():
+			// A server that does not honour min_index, showing the past.
+			return fmt.Errorf("%w: the server's listing is as of index %d, older than index %d already seen", errStaleView, ev.GetIndex(), a.viewIndex.Load())
 		case ev.GetOp() == pbresource.WatchEvent_OP_UPSERT && fresh && inSnapshot:
 			seen[ev.GetResource().GetId().GetUid()] = true
 			if l, ok := a.listed(ev.GetResource()); ok {
@@ -128,8 +140,32 @@ func (s *session) consume(ctx context.Context, stream eventStream, first *pbreso
 			inSnapshot = false
 		}
 		a.watchIndex = nextWatchIndex(a.watchIndex, ev, fresh && inSnapshot)
+		a.sawIndex(ev.GetIndex())
 	}
 }
+
+// sawIndex records that the agent's view of its tasks is as of idx at
+// least.
+func (a *Agent) sawIndex(idx uint64) {
+	for {
+		cur := a.viewIndex.Load()
+		if idx <= cur || a.viewIndex.CompareAndSwap(cur, idx) {
+			return
+		}
+	}
+}
+
+// sawVersion records a stored resource's version (its index) as seen.
+func (a *Agent) sawVersion(res *pbresource.Resource) {
+	if v, err := strconv.ParseUint(res.GetVersion(), 10, 64); err == nil {
+		a.sawIndex(v)
+	}
+}
+
+// errStaleView ends a task stream whose listing is older than a view the
+// agent has already taken in: the session ends, and the agent moves to
+// another server.
+var errStaleView = status.Error(codes.Unavailable, "stale task listing")
 
 // isDefinition: ev carries a task definition (WatchTasksRequest.
 // with_definitions), not a task.

@@ -1,6 +1,8 @@
 // Package cli holds the decisions of the trellis command line that are not
-// cobra wiring: reading spec files into documents, normalizing single-dash
-// long flags, and rendering resources and events as tables, JSON or YAML.
+// cobra wiring: reading and checking spec files (resource documents, task
+// definitions, environment specs), normalizing single-dash long flags,
+// refusing mistakes, and rendering resources and events as tables, JSON or
+// YAML.
 // Everything here is a pure function over plain values (bytes in, bytes or
 // values out), tested by tables; cmd/trellis does the I/O.
 //
@@ -10,8 +12,22 @@
 //     "---" lines; a document may also be a list of documents. Each document
 //     is a wire.Document ({type, name, namespace, metadata, version, owner,
 //     data}). The whole file is parsed and checked before anything is sent,
-//     so a typo in the third document writes nothing; errors name the file,
-//     the line and the field.
+//     so a typo in the third document writes nothing.
+//   - Spec files are read into a tree of nodes that keep their line
+//     (go.yaml.in/yaml/v3's node API, or encoding/json's tokens for a JSON
+//     file), by YAML 1.2 rules applied here rather than by the library's
+//     conversion: on, y and no stay strings, as written. The tree is then
+//     walked against a shape (built from the protobuf descriptor of the type
+//     the file describes), so every refusal is a SpecError with the file,
+//     the line, the field as the file spells it and a hint; protojson's own
+//     errors name none of these, and only decode what the walk admitted.
+//   - Where the CLI links the type registrations (server.Types), a document
+//     also meets the checks the server makes before it reads its store
+//     (resource.Registry.Check: names, labels, the type's Mutate and
+//     Validate hooks), their field paths mapped back to lines. There is no
+//     dry-run API, and this is what lets a bad last document write nothing
+//     without --atomic. A type the CLI does not know is left to the server;
+//     a CLI older than its server may refuse a field only the server knows.
 //   - -o json and -o yaml print exactly what the HTTP API returned (YAML is
 //     that JSON converted, keys sorted); the table is for people and may
 //     change.
@@ -20,4 +36,15 @@
 //     a,d,d,r, so arguments that name a known long flag with one dash are
 //     rewritten to two dashes before parsing; "--addr" works as well, and
 //     real shorthands (-o, -n, -f, -A) are left alone.
+//   - A mistake fails before any request, with exit status 2: a flag with a
+//     closed set of values is a Choice that refuses others as it is
+//     parsed (a filter with a typo would otherwise look like an empty
+//     answer); a blank positional argument is refused by the name its
+//     usage line gives it (an empty name would address the collection);
+//     a word that is not a subcommand is an unknown command with
+//     suggestions. cmd/trellis applies these to the whole command tree at
+//     once.
+//   - The build a binary reports is what Go recorded (vcs.revision,
+//     vcs.time, vcs.modified), overridden by what -ldflags -X stamped;
+//     the build date is the commit's, so builds stay reproducible.
 package cli

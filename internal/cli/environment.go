@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,11 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/scheduler"
 )
 
@@ -26,13 +24,23 @@ import (
 // What only the server can know (does the task definition exist, do two
 // environments overlap) is left to it.
 
-// The fields of each level of the spec file, in the order the help lists
-// them.
-var (
-	specFields          = []string{"name", "type", "task_definition", "instance_group", "deployment", "role"}
-	instanceGroupFields = []string{"cluster", "attributes"}
-	deploymentFields    = []string{"min_healthy_percent", "min_healthy_time", "healthy_deadline", "progress_deadline", "auto_rollback"}
-	durationFields      = []string{"min_healthy_time", "healthy_deadline", "progress_deadline"}
+// environmentShape is an environment spec file: client.EnvironmentSpec.
+var environmentShape = object("an environment spec",
+	field("name", aString),
+	field("type", aString),
+	field("task_definition", aString),
+	field("instance_group", object("instance_group",
+		field("cluster", aString),
+		field("attributes", listOf(aString)),
+	)),
+	field("deployment", object("deployment",
+		field("min_healthy_percent", wholeNumber(32, true)),
+		field("min_healthy_time", aDuration),
+		field("healthy_deadline", aDuration),
+		field("progress_deadline", aDuration),
+		field("auto_rollback", aBool),
+	)),
+	field("role", aString),
 )
 
 // EnvironmentTypeDaemon is the only type of environment there is.
@@ -42,102 +50,32 @@ const EnvironmentTypeDaemon = "daemon"
 // document. name is how errors call the file. The spec's name may be
 // absent (the command line can give it).
 func ParseEnvironmentSpec(data []byte, name string) (*client.EnvironmentSpec, error) {
-	var chunks []chunk
-	for _, c := range splitDocuments(data) {
-		if js, err := yaml.YAMLToJSON(c.text); err == nil && bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
-			continue // only comments
-		}
-		chunks = append(chunks, c)
-	}
-	if len(chunks) == 0 {
-		return nil, specError(name, "empty: an environment spec has %s", strings.Join(specFields, ", "))
-	}
-	if len(chunks) > 1 {
-		return nil, specError(fmt.Sprintf("%s:%d", name, chunks[1].line), "one environment per file: this is a second document")
-	}
-	js, err := yaml.YAMLToJSON(chunks[0].text)
+	roots, err := parseSpec(data)
 	if err != nil {
-		return nil, yamlError(err, name, chunks[0].line)
+		return nil, inFile(err, name)
 	}
-	fail := func(format string, args ...any) error { return specError(name, format, args...) }
-	top, err := objectFields(js, "", specFields)
-	if err != nil {
-		return nil, fail("%v", err)
+	switch {
+	case len(roots) == 0:
+		return nil, &SpecError{File: name, Reason: "empty: an environment spec has " + environmentShape.fieldNames()}
+	case len(roots) > 1:
+		return nil, &SpecError{File: name, Line: roots[1].line, Reason: "one environment per file: this is a second document"}
 	}
-	if top == nil {
-		return nil, fail("an environment spec is a mapping with %s", strings.Join(specFields, ", "))
+	root := roots[0]
+	if root.kind != mapNode {
+		return nil, &SpecError{File: name, Line: root.line,
+			Reason: fmt.Sprintf("an environment spec is a mapping with %s, not %s", environmentShape.fieldNames(), root.describe())}
 	}
-	for _, nested := range []struct {
-		field  string
-		fields []string
-	}{{"instance_group", instanceGroupFields}, {"deployment", deploymentFields}} {
-		if raw, ok := top[nested.field]; ok {
-			if _, err := objectFields(raw, nested.field, nested.fields); err != nil {
-				return nil, fail("%v", err)
-			}
-		}
-	}
-	if raw, ok := top["deployment"]; ok {
-		dep, _ := objectFields(raw, "deployment", deploymentFields)
-		for _, f := range durationFields {
-			if v, ok := dep[f]; ok && (len(v) == 0 || v[0] != '"') {
-				return nil, fail("deployment.%s: %s is not a duration: write it with a unit, like \"10s\" or \"5m\"", f, v)
-			}
-		}
+	if err := check(environmentShape, root, ""); err != nil {
+		return nil, inFile(err, name)
 	}
 	var spec client.EnvironmentSpec
-	if err := json.Unmarshal(js, &spec); err != nil {
-		var typ *json.UnmarshalTypeError
-		if errors.As(err, &typ) {
-			return nil, fail("%s: expected %s, got %s", typ.Field, kindName(typ.Type.Kind().String()), typ.Value)
-		}
-		return nil, fail("%v", err)
+	if err := json.Unmarshal(root.toJSON(), &spec); err != nil {
+		return nil, &SpecError{File: name, Line: root.line, Reason: err.Error()} // the shape admits only what decodes
 	}
-	if err := CheckEnvironmentSpec(&spec, specPath); err != nil {
-		return nil, fail("%v", err)
+	if err := locate(CheckEnvironmentSpec(&spec, specPath), root, nil); err != nil {
+		return nil, inFile(err, name)
 	}
 	return &spec, nil
-}
-
-func kindName(kind string) string {
-	switch kind {
-	case "slice":
-		return "a list"
-	case "struct", "map":
-		return "a mapping"
-	case "bool":
-		return "true or false"
-	case "int32", "int64", "int":
-		return "a whole number"
-	}
-	return "a " + kind
-}
-
-// objectFields decodes a JSON object and refuses keys that are not among
-// known, naming them by their path. It returns nil for JSON null.
-func objectFields(js []byte, path string, known []string) (map[string]json.RawMessage, error) {
-	js = bytes.TrimSpace(js)
-	if bytes.Equal(js, []byte("null")) {
-		return nil, nil
-	}
-	var m map[string]json.RawMessage
-	if len(js) == 0 || js[0] != '{' || json.Unmarshal(js, &m) != nil {
-		if path == "" {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("%s: expected a mapping with %s, got %s", path, strings.Join(known, ", "), js)
-	}
-	for k := range m {
-		if !slices.Contains(known, k) {
-			p := k
-			where := "an environment spec"
-			if path != "" {
-				p, where = path+"."+k, path
-			}
-			return nil, fmt.Errorf("%s: unknown field (%s has: %s)", p, where, strings.Join(known, ", "))
-		}
-	}
-	return m, nil
 }
 
 // specPath names a field as the spec file does.
@@ -163,26 +101,29 @@ func flagName(field string) string {
 // percentage and the durations. label names a field (a spec path like
 // "deployment.min_healthy_time") as the user wrote it.
 func CheckEnvironmentSpec(s *client.EnvironmentSpec, label func(field string) string) error {
+	fail := func(field, format string, args ...any) error {
+		return resource.NewFieldError(label(field), format, args...)
+	}
 	if s.Type != "" && s.Type != EnvironmentTypeDaemon {
-		return fmt.Errorf("%s: %q is not a type of environment (the only one is %q)", label("type"), s.Type, EnvironmentTypeDaemon)
+		return fail("type", "%q is not a type of environment (the only one is %q)", s.Type, EnvironmentTypeDaemon)
 	}
 	if s.TaskDefinition != "" {
 		if _, rev, err := orchestrator.ParseTaskDefinitionRef(s.TaskDefinition); err != nil {
-			return fmt.Errorf("%s: %v", label("task_definition"), err)
+			return fail("task_definition", "%v", err)
 		} else if rev == 0 {
-			return fmt.Errorf("%s: %q names no revision: write family:revision, like %s:1", label("task_definition"), s.TaskDefinition, s.TaskDefinition)
+			return fail("task_definition", "%q names no revision: write family:revision, like %s:1", s.TaskDefinition, s.TaskDefinition)
 		}
 	}
 	if g := s.InstanceGroup; g != nil {
 		for i, f := range g.Attributes {
 			if _, err := scheduler.ParseFilter(f); err != nil {
-				return fmt.Errorf("%s: %v", label(fmt.Sprintf("instance_group.attributes[%d]", i)), err)
+				return fail(fmt.Sprintf("instance_group.attributes[%d]", i), "%v", err)
 			}
 		}
 	}
 	if d := s.Deployment; d != nil {
 		if p := d.MinHealthyPercent; p != nil && (*p < 0 || *p > 100) {
-			return fmt.Errorf("%s: %d is outside 0-100", label("deployment.min_healthy_percent"), *p)
+			return fail("deployment.min_healthy_percent", "%d is outside 0-100", *p)
 		}
 		for _, f := range []struct{ field, value string }{
 			{"min_healthy_time", d.MinHealthyTime}, {"healthy_deadline", d.HealthyDeadline}, {"progress_deadline", d.ProgressDeadline},
@@ -191,9 +132,9 @@ func CheckEnvironmentSpec(s *client.EnvironmentSpec, label func(field string) st
 				continue
 			}
 			if v, err := time.ParseDuration(f.value); err != nil {
-				return fmt.Errorf("%s: %q is not a duration: write it with a unit, like 10s or 5m", label("deployment."+f.field), f.value)
+				return fail("deployment."+f.field, "%q is not a duration: write it with a unit, like 10s or 5m", f.value)
 			} else if v < 0 {
-				return fmt.Errorf("%s: %q is negative", label("deployment."+f.field), f.value)
+				return fail("deployment."+f.field, "%q is negative", f.value)
 			}
 		}
 	}

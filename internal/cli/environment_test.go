@@ -3,10 +3,12 @@ package cli
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/client"
 )
 
 const envSpec = `name: log-shipper
@@ -49,35 +51,66 @@ func TestParseEnvironmentSpec(t *testing.T) {
 
 func TestParseEnvironmentSpecErrors(t *testing.T) {
 	for _, tc := range []struct{ name, in, want string }{
-		{"empty", "", "f.yaml: empty"},
-		{"two documents", "name: a\n---\nname: b\n", "f.yaml:3: one environment per file"},
-		{"not a mapping", "- a\n- b\n", "f.yaml: an environment spec is a mapping"},
-		{"bad YAML", "name: a\ndeployment: {min_healthy_percent: [\n", "f.yaml:2: malformed YAML"},
-		{"unknown top field", "name: a\ntaskdef: a:1\n", "f.yaml: taskdef: unknown field (an environment spec has: name, type, task_definition"},
-		{"unknown nested field", "name: a\ndeployment: {min_healty_percent: 50}\n", "f.yaml: deployment.min_healty_percent: unknown field (deployment has: min_healthy_percent,"},
-		{"unknown group field", "name: a\ninstance_group: {filters: [a]}\n", "instance_group.filters: unknown field (instance_group has: cluster, attributes)"},
-		{"group not a mapping", "name: a\ninstance_group: [a]\n", `instance_group: expected a mapping with cluster, attributes, got ["a"]`},
-		{"wrong type", "name: a\ndeployment: {min_healthy_percent: lots}\n", "f.yaml: deployment.min_healthy_percent: expected a whole number, got string"},
-		{"attributes not a list", "name: a\ninstance_group: {attributes: role=logger}\n", "instance_group.attributes: expected a list, got string"},
-		{"auto_rollback not a bool", "name: a\ndeployment: {auto_rollback: sometimes}\n", "deployment.auto_rollback: expected true or false, got string"},
-		{"percent out of range", "name: a\ndeployment: {min_healthy_percent: 150}\n", "f.yaml: deployment.min_healthy_percent: 150 is outside 0-100"},
-		{"negative percent", "name: a\ndeployment: {min_healthy_percent: -1}\n", "deployment.min_healthy_percent: -1 is outside 0-100"},
-		{"duration without unit", "name: a\ndeployment: {min_healthy_time: 10}\n", "deployment.min_healthy_time: 10 is not a duration: write it with a unit"},
-		{"bad duration", "name: a\ndeployment: {healthy_deadline: soon}\n", `deployment.healthy_deadline: "soon" is not a duration`},
-		{"negative duration", "name: a\ndeployment: {progress_deadline: -5m}\n", `deployment.progress_deadline: "-5m" is negative`},
-		{"wrong type", "name: a\ntype: service\n", `type: "service" is not a type of environment (the only one is "daemon")`},
-		{"task definition without revision", "name: a\ntask_definition: web\n", `task_definition: "web" names no revision`},
-		{"bad task definition", "name: a\ntask_definition: \"Web App:1\"\n", `task_definition: "Web App:1" is not family:revision`},
-		{"empty filter", "name: a\ninstance_group: {attributes: [role=logger, \"\"]}\n", "instance_group.attributes[1]: is empty: write key=value"},
-		{"malformed filter", "name: a\ninstance_group: {attributes: [\"zone in (a,b\"]}\n", `instance_group.attributes[0]: "zone in (a,b": the values must be in parentheses`},
+		{"empty", "", "f.yaml: empty: an environment spec has name, type, task_definition, instance_group, deployment, role"},
+		{"two documents", "name: a\n---\nname: b\n", "f.yaml:3: one environment per file: this is a second document"},
+		{"not a mapping", "- a\n- b\n", "f.yaml:1: an environment spec is a mapping with name, type, task_definition, instance_group, deployment, role, not a list"},
+		{"bad YAML", "name: a\ndeployment: {min_healthy_percent: [\n", "f.yaml:2: malformed YAML: did not find expected node content: the file ends first; is a bracket or a quote left open?"},
+		{"unknown top field", "name: a\ntaskdef: a:1\n", "f.yaml:2: taskdef: unknown field: did you mean task_definition?"},
+		{"unknown field, nothing close", "name: a\ncolour: red\n", "f.yaml:2: colour: unknown field (an environment spec has: name, type, task_definition, instance_group, deployment, role)"},
+		{"unknown nested field", "name: a\ndeployment:\n  min_healty_percent: 50\n", "f.yaml:3: deployment.min_healty_percent: unknown field: did you mean min_healthy_percent?"},
+		{"camelCase is not a spec name", "name: a\ndeployment: {minHealthyPercent: 50}\n", "f.yaml:2: deployment.minHealthyPercent: unknown field: did you mean min_healthy_percent?"},
+		{"unknown group field", "name: a\ninstance_group: {filters: [a]}\n", "f.yaml:2: instance_group.filters: unknown field (instance_group has: cluster, attributes)"},
+		{"group not a mapping", "name: a\ninstance_group: [a]\n", `f.yaml:2: instance_group: a mapping is needed, not a list (instance_group has: cluster, attributes)`},
+		{"wrong type", "name: a\ndeployment: {min_healthy_percent: lots}\n", `f.yaml:2: deployment.min_healthy_percent: a whole number is needed, not "lots"`},
+		{"attributes not a list", "name: a\ninstance_group: {attributes: role=logger}\n", `f.yaml:2: instance_group.attributes: a list is needed: write ["role=logger"]`},
+		{"a YAML 1.1 boolean", "name: a\ndeployment:\n  auto_rollback: yes\n", `f.yaml:3: deployment.auto_rollback: true or false is needed: write true ("yes" is a string)`},
+		{"auto_rollback not a bool", "name: a\ndeployment: {auto_rollback: sometimes}\n", `f.yaml:2: deployment.auto_rollback: true or false is needed, not "sometimes"`},
+		{"a name that is a boolean", "name: true\n", `f.yaml:1: name: a string is needed: quote it ("true")`},
+		{"a quoted number", "name: a\ndeployment: {min_healthy_percent: \"50\"}\n", "f.yaml:2: deployment.min_healthy_percent: a whole number is needed: write it without quotes (50)"},
+		{"a fraction", "name: a\ndeployment: {min_healthy_percent: 50.0}\n", "f.yaml:2: deployment.min_healthy_percent: a whole number is needed, not 50.0"},
+		{"percent out of range", "name: a\ndeployment:\n  min_healthy_percent: 150\n", "f.yaml:3: deployment.min_healthy_percent: 150 is outside 0-100"},
+		{"negative percent", "name: a\ndeployment: {min_healthy_percent: -1}\n", "f.yaml:2: deployment.min_healthy_percent: -1 is outside 0-100"},
+		{"percent past int32", "name: a\ndeployment: {min_healthy_percent: 3000000000}\n", "f.yaml:2: deployment.min_healthy_percent: 3000000000 is out of range: a whole number from -2147483648 to 2147483647 is needed"},
+		{"duration without unit", "name: a\ndeployment:\n  min_healthy_time: 10\n", `f.yaml:3: deployment.min_healthy_time: a duration is needed: write it with a unit, like "10s"`},
+		{"bad duration", "name: a\ndeployment:\n  healthy_deadline: soon\n", `f.yaml:3: deployment.healthy_deadline: "soon" is not a duration: write it with a unit, like 10s or 5m`},
+		{"negative duration", "name: a\ndeployment: {progress_deadline: -5m}\n", `f.yaml:2: deployment.progress_deadline: "-5m" is negative`},
+		{"not a type", "name: a\ntype: service\n", `f.yaml:2: type: "service" is not a type of environment (the only one is "daemon")`},
+		{"task definition without revision", "name: a\ntask_definition: web\n", `f.yaml:2: task_definition: "web" names no revision: write family:revision, like web:1`},
+		{"bad task definition", "name: a\ntask_definition: \"Web App:1\"\n", `f.yaml:2: task_definition: "Web App:1" is not family:revision`},
+		{"empty filter", "name: a\ninstance_group:\n  attributes:\n    - role=logger\n    - \"\"\n", "f.yaml:5: instance_group.attributes[1]: is empty: write key=value, key!=value, key, !key, key in (a,b) or key notin (a,b)"},
+		{"malformed filter", "name: a\ninstance_group: {attributes: [\"zone in (a,b\"]}\n", `f.yaml:2: instance_group.attributes[0]: "zone in (a,b": the values must be in parentheses`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseEnvironmentSpec([]byte(tc.in), "f.yaml")
-			if err == nil || !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %v\nwant one containing %q", err, tc.want)
+			if err == nil || !errors.Is(err, ErrSpec) || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("got  %v\nwant %s", err, tc.want)
 			}
 		})
 	}
+}
+
+// The spec file's shape is client.EnvironmentSpec's: the same fields,
+// spelt as its JSON tags.
+func TestEnvironmentShapeIsTheSpec(t *testing.T) {
+	var walk func(s *shape, typ reflect.Type, path string)
+	walk = func(s *shape, typ reflect.Type, path string) {
+		for typ.Kind() == reflect.Pointer {
+			typ = typ.Elem()
+		}
+		var tags []string
+		for i := 0; i < typ.NumField(); i++ {
+			tags = append(tags, strings.Split(typ.Field(i).Tag.Get("json"), ",")[0])
+		}
+		if got := s.fieldNames(); got != strings.Join(tags, ", ") {
+			t.Errorf("%s: shape has %s, the struct %s", path, got, strings.Join(tags, ", "))
+		}
+		for i := 0; i < typ.NumField(); i++ {
+			if f := s.fields[i]; f.shape.kind == objectShape {
+				walk(f.shape, typ.Field(i).Type, path+"."+f.name)
+			}
+		}
+	}
+	walk(environmentShape, reflect.TypeOf(client.EnvironmentSpec{}), "spec")
 }
 
 func TestEnvironmentFlags(t *testing.T) {

@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -23,18 +22,6 @@ const (
 	FormatJSON  = "json"
 	FormatYAML  = "yaml"
 )
-
-// ErrFormat is returned for an unknown -o value.
-var ErrFormat = errors.New("unknown output format")
-
-// CheckFormat validates an -o value.
-func CheckFormat(f string) error {
-	switch f {
-	case FormatTable, FormatJSON, FormatYAML:
-		return nil
-	}
-	return fmt.Errorf("%w %q: use table, json or yaml", ErrFormat, f)
-}
 
 // WriteValue prints v (a wire value, encoded as the API encodes it) as
 // indented JSON or as YAML.

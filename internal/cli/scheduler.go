@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -22,6 +23,7 @@ const (
 	DeploymentPending    = "pending"
 	DeploymentInProgress = "in-progress"
 	DeploymentCompleted  = "completed"
+	DeploymentCanceled   = "canceled"
 )
 
 // DeploymentRunning reports whether a deployment has not ended yet.
@@ -30,8 +32,20 @@ func DeploymentRunning(d *pbscheduler.Deployment) bool {
 }
 
 // Progress is a deployment's progress the way the seed says it: "x/n
-// complete", and the failed instances when there are any.
+// complete", and the failed instances when there are any. A deployment
+// with no instance to bring to its version says so in words, since "0/0
+// complete" reads as success: not planned yet while it runs, "nothing
+// placed" once it has ended.
 func Progress(d *pbscheduler.Deployment) string {
+	if d.GetTotal() == 0 {
+		switch d.GetStatus() {
+		case DeploymentPending:
+			return "waiting to start"
+		case DeploymentInProgress:
+			return "planning"
+		}
+		return NothingPlaced
+	}
 	s := fmt.Sprintf("%d/%d complete", d.GetComplete(), d.GetTotal())
 	if d.GetFailed() > 0 {
 		s += fmt.Sprintf(", %d failed", d.GetFailed())
@@ -39,22 +53,82 @@ func Progress(d *pbscheduler.Deployment) string {
 	return s
 }
 
+// NothingPlaced is the progress of a deployment that ended without an
+// instance to place on.
+const NothingPlaced = "nothing placed"
+
+// nothingPlacedReason is why a completed deployment placed nothing: the
+// server's reason ("nothing placed: no instance of the instance group
+// ... is ready ..."), or, from a server that gives none, the gist of it.
+func nothingPlacedReason(d *pbscheduler.Deployment) string {
+	if r := d.GetStatusReason(); strings.HasPrefix(r, NothingPlaced) {
+		return r
+	}
+	return NothingPlaced + ": no instance of the instance group was ready"
+}
+
+// PlacedNothing reports whether a deployment completed without placing
+// anything: its version is the desired one, but runs nowhere yet.
+func PlacedNothing(d *pbscheduler.Deployment) bool {
+	return d.GetStatus() == DeploymentCompleted && d.GetTotal() == 0
+}
+
+// RolledBack says where auto_rollback took the environment after this
+// deployment failed: "rolled back to version 1 (deployment 01jd…)", or ""
+// when it did not.
+func RolledBack(d *pbscheduler.Deployment) string {
+	if d.GetRollbackDeployment() == "" {
+		return ""
+	}
+	return fmt.Sprintf("rolled back to version %s (deployment %s)", versionNumber(d.GetRollbackVersionNumber()), d.GetRollbackDeployment())
+}
+
+// DeploymentStatus is a deployment's status, with the rollback it was
+// followed by: "unhealthy, rolled back to version 1".
+func DeploymentStatus(d *pbscheduler.Deployment) string {
+	if d.GetRollbackDeployment() == "" {
+		return Dash(d.GetStatus())
+	}
+	return fmt.Sprintf("%s, rolled back to version %s", Dash(d.GetStatus()), versionNumber(d.GetRollbackVersionNumber()))
+}
+
 // ProgressLine is one line of `trellis deploy --wait`: the status and the
-// progress ("in-progress: 2/5 complete"), and why when it has ended other
-// than completed.
+// progress ("in-progress: 2/5 complete"); once it has ended other than
+// completed, why, and the rollback that followed; for a deployment that
+// completed placing nothing, why nothing was placed.
 func ProgressLine(d *pbscheduler.Deployment) string {
-	if DeploymentRunning(d) && d.GetTotal() == 0 {
-		// Not planned yet: 0/0 would read as an empty deployment.
-		if d.GetStatus() == DeploymentPending {
-			return Dash(d.GetStatus()) + ": waiting to start"
-		}
-		return Dash(d.GetStatus()) + ": planning"
+	if PlacedNothing(d) {
+		return Dash(d.GetStatus()) + ": " + nothingPlacedReason(d)
 	}
 	s := Dash(d.GetStatus()) + ": " + Progress(d)
-	if d.GetStatusReason() != "" && !DeploymentRunning(d) && d.GetStatus() != DeploymentCompleted {
+	if DeploymentRunning(d) || d.GetStatus() == DeploymentCompleted {
+		return s
+	}
+	if d.GetStatusReason() != "" {
 		s += " (" + d.GetStatusReason() + ")"
 	}
+	if rb := RolledBack(d); rb != "" {
+		s += "; " + rb
+	}
 	return s
+}
+
+// WaitResult is how `trellis deploy --wait` ends once the deployment has:
+// nil when it completed with its version placed; otherwise an error that
+// says how it ended, why, and what came next (the rollback to follow).
+func WaitResult(env, id string, d *pbscheduler.Deployment) error {
+	switch {
+	case PlacedNothing(d):
+		return fmt.Errorf("deployment %s of %s completed with %s", id, env, nothingPlacedReason(d))
+	case d.GetStatus() == DeploymentCompleted:
+		return nil
+	}
+	msg := fmt.Sprintf("deployment %s of %s ended %s: %s", id, env, Dash(d.GetStatus()), Dash(d.GetStatusReason()))
+	if rb := d.GetRollbackDeployment(); rb != "" {
+		msg += fmt.Sprintf("\nauto_rollback started deployment %s, which returns %s to version %s; follow it with: trellis deployment get %s %s",
+			rb, env, versionNumber(d.GetRollbackVersionNumber()), env, rb)
+	}
+	return errors.New(msg)
 }
 
 // Summary is the status line of an environment, "5 desired: 2 active, 3
@@ -84,24 +158,48 @@ func EnvironmentStatusWord(e *pbscheduler.Environment) string {
 	return Dash(e.GetStatus())
 }
 
+// NotDeployed is the health of an environment that was never deployed:
+// nothing it runs has been judged.
+const NotDeployed = "not deployed"
+
+// EnvironmentHealth is an environment's health: the server's (healthy,
+// unhealthy), or "not deployed" before its first deployment, whatever the
+// stored default says.
+func EnvironmentHealth(e *pbscheduler.Environment) string {
+	if e.GetDesiredVersion() == "" {
+		return NotDeployed
+	}
+	return Dash(e.GetHealth())
+}
+
+// desiredVersion names an environment's desired version: "1 (ls:3)", or
+// "-" before its first deployment.
+func desiredVersion(e *pbscheduler.Environment) string {
+	if e.GetDesiredVersion() == "" {
+		return "-"
+	}
+	if e.GetDesiredVersionNumber() > 0 {
+		return describeVersion(e.GetDesiredVersionNumber(), "", e.GetDesiredTaskDefinition())
+	}
+	return describeVersion(0, e.GetDesiredVersion(), e.GetDesiredTaskDefinition()) // a server that sends no number
+}
+
 // NamedEnvironment is an environment and its name.
 type NamedEnvironment struct {
 	Name string
 	Env  *pbscheduler.Environment
 }
 
-// WriteEnvironments prints `trellis env list`.
+// WriteEnvironments prints `trellis env list`: the desired version (what
+// the scheduler keeps running) and the latest, each by number and task
+// definition.
 func WriteEnvironments(w io.Writer, envs []NamedEnvironment) error {
 	tw := NewTable(w)
-	fmt.Fprintln(tw, "NAME\tTYPE\tSTATUS\tHEALTH\tTASKDEF\tVERSIONS\tDEPLOYING")
+	fmt.Fprintln(tw, "NAME\tTYPE\tSTATUS\tHEALTH\tDESIRED\tLATEST\tDEPLOYING")
 	for _, n := range envs {
 		e := n.Env
-		deploying := "-"
-		if e.GetActiveDeployment() != "" {
-			deploying = e.GetActiveDeployment()
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.Name, Dash(e.GetType()), EnvironmentStatusWord(e), Dash(e.GetHealth()),
-			Dash(e.GetTaskDefinition()), e.GetVersionCount(), deploying)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, Dash(e.GetType()), EnvironmentStatusWord(e), EnvironmentHealth(e),
+			desiredVersion(e), describeVersion(e.GetVersionCount(), "", e.GetTaskDefinition()), Dash(e.GetActiveDeployment()))
 	}
 	return tw.Flush()
 }
@@ -149,31 +247,49 @@ type EnvironmentView struct {
 	// ActiveID and Active are the deployment in progress, if any.
 	ActiveID string
 	Active   *pbscheduler.Deployment
+	// Desired is the desired version's spec: nil before the first
+	// deployment, or from a server that does not send it.
+	Desired *pbscheduler.EnvironmentVersion
 }
 
-// WriteEnvironment prints `trellis env get`.
+// WriteEnvironment prints `trellis env get`. The spec shown is what runs:
+// the desired version's. The environment's own spec fields are its latest
+// version's, which differs after a rollback or an update not yet
+// deployed; the latest version is then named apart.
 func WriteEnvironment(w io.Writer, v EnvironmentView) error {
 	e := v.Env
+	deployed := e.GetDesiredVersion() != ""
+	taskdef, group, config, role := e.GetTaskDefinition(), e.GetInstanceGroup(), e.GetDeployment(), e.GetRole()
+	switch {
+	case v.Desired != nil:
+		taskdef, group, config, role = v.Desired.GetTaskDefinition(), v.Desired.GetInstanceGroup(), v.Desired.GetDeployment(), v.Desired.GetRole()
+	case deployed:
+		taskdef = e.GetDesiredTaskDefinition()
+	}
 	tw := NewTable(w)
 	fmt.Fprintf(tw, "Environment:\t%s\n", v.Name)
 	fmt.Fprintf(tw, "Namespace:\t%s\n", Dash(v.Namespace))
 	fmt.Fprintf(tw, "Type:\t%s\n", Dash(e.GetType()))
 	fmt.Fprintf(tw, "Status:\t%s\n", EnvironmentStatusWord(e))
-	fmt.Fprintf(tw, "Health:\t%s\n", Dash(e.GetHealth()))
-	fmt.Fprintf(tw, "Task definition:\t%s\n", Dash(e.GetTaskDefinition()))
-	fmt.Fprintf(tw, "Instance group:\t%s\n", DescribeInstanceGroup(e.GetInstanceGroup()))
-	fmt.Fprintf(tw, "Deployment:\t%s\n", DescribeDeploymentConfig(e.GetDeployment()))
-	if e.GetRole() != "" {
-		fmt.Fprintf(tw, "Role:\t%s\n", e.GetRole())
-	}
-	fmt.Fprintf(tw, "Latest version:\t%s\n", describeVersion(e.GetVersionCount(), e.GetLatestVersion(), ""))
-	if e.GetDesiredVersion() != "" {
-		fmt.Fprintf(tw, "Desired version:\t%s\n", describeVersion(0, e.GetDesiredVersion(), e.GetDesiredTaskDefinition()))
+	fmt.Fprintf(tw, "Health:\t%s\n", EnvironmentHealth(e))
+	if deployed {
+		fmt.Fprintf(tw, "Desired version:\t%s\n", describeVersion(e.GetDesiredVersionNumber(), e.GetDesiredVersion(), e.GetDesiredTaskDefinition()))
 	} else {
 		fmt.Fprintf(tw, "Desired version:\tnone: never deployed (trellis deploy %s)\n", v.Name)
 	}
+	fmt.Fprintf(tw, "Task definition:\t%s\n", Dash(taskdef))
+	fmt.Fprintf(tw, "Instance group:\t%s\n", DescribeInstanceGroup(group))
+	fmt.Fprintf(tw, "Deployment:\t%s\n", DescribeDeploymentConfig(config))
+	if role != "" {
+		fmt.Fprintf(tw, "Role:\t%s\n", role)
+	}
+	latest := describeVersion(e.GetVersionCount(), e.GetLatestVersion(), e.GetTaskDefinition())
+	if deployed && e.GetLatestVersion() != e.GetDesiredVersion() {
+		latest += fmt.Sprintf(", not desired: trellis env diff %s shows what deploying it would change", v.Name)
+	}
+	fmt.Fprintf(tw, "Latest version:\t%s\n", latest)
 	if e.GetLastCompletedVersion() != "" {
-		fmt.Fprintf(tw, "Last completed:\t%s\n", e.GetLastCompletedVersion())
+		fmt.Fprintf(tw, "Last completed:\t%s\n", describeVersion(e.GetLastCompletedVersionNumber(), e.GetLastCompletedVersion(), ""))
 	}
 	switch {
 	case v.Active != nil:
@@ -316,7 +432,7 @@ func WriteDeployments(w io.Writer, deps []NamedDeployment, now time.Time) error 
 			age = FormatAge(now.Sub(t.AsTime()))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, Dash(d.GetType()), versionNumber(d.GetVersionNumber()), Dash(d.GetTaskDefinition()),
-			Dash(d.GetStatus()), Progress(d), age)
+			DeploymentStatus(d), Progress(d), age)
 	}
 	return tw.Flush()
 }
@@ -328,13 +444,16 @@ func WriteDeployment(w io.Writer, id string, d *pbscheduler.Deployment) error {
 	fmt.Fprintf(tw, "Environment:\t%s\n", d.GetEnvironment())
 	fmt.Fprintf(tw, "Type:\t%s\n", Dash(d.GetType()))
 	fmt.Fprintf(tw, "Version:\t%s\n", describeVersion(d.GetVersionNumber(), d.GetVersion(), d.GetTaskDefinition()))
-	fmt.Fprintf(tw, "Status:\t%s\n", Dash(d.GetStatus()))
+	fmt.Fprintf(tw, "Status:\t%s\n", DeploymentStatus(d))
 	if d.GetStatusReason() != "" {
 		fmt.Fprintf(tw, "Reason:\t%s\n", d.GetStatusReason())
 	}
 	fmt.Fprintf(tw, "Progress:\t%s\n", Progress(d))
 	if d.GetBatchSize() > 0 {
 		fmt.Fprintf(tw, "Batch size:\t%d\n", d.GetBatchSize())
+	}
+	if rb := d.GetRollbackDeployment(); rb != "" {
+		fmt.Fprintf(tw, "Rolled back by:\t%s\n", rb)
 	}
 	if d.GetRollbackOf() != "" {
 		fmt.Fprintf(tw, "Rollback of:\t%s\n", d.GetRollbackOf())

@@ -12,6 +12,7 @@ import (
 )
 
 func TestProgressLine(t *testing.T) {
+	nothing := "nothing placed: no instance of the instance group (cluster default, role=logger) is ready (3 down: i1, i2, i3); the version is placed on each one that becomes ready"
 	for _, tc := range []struct {
 		d    *pbscheduler.Deployment
 		want string
@@ -22,12 +23,20 @@ func TestProgressLine(t *testing.T) {
 		{&pbscheduler.Deployment{Status: "completed", Total: 5, Complete: 5, StatusReason: "all healthy"}, "completed: 5/5 complete"},
 		{&pbscheduler.Deployment{Status: "unhealthy", Total: 5, Complete: 3, Failed: 1, StatusReason: "task t1 on node-4 not healthy within 5m"},
 			"unhealthy: 3/5 complete, 1 failed (task t1 on node-4 not healthy within 5m)"},
-		{&pbscheduler.Deployment{}, "-: 0/0 complete"},
+		// auto_rollback followed it: the line says where it went.
+		{&pbscheduler.Deployment{Status: "unhealthy", Total: 5, Complete: 3, Failed: 1, StatusReason: "task t1 stopped", RollbackDeployment: "d3", RollbackVersionNumber: 1},
+			"unhealthy: 3/5 complete, 1 failed (task t1 stopped); rolled back to version 1 (deployment d3)"},
+		{&pbscheduler.Deployment{Status: "timed-out", Total: 2, StatusReason: "no task became healthy", RollbackDeployment: "d3", RollbackVersionNumber: 4},
+			"timed-out: 0/2 complete (no task became healthy); rolled back to version 4 (deployment d3)"},
 		// Before the scheduler's first plan: no 0/0.
 		{&pbscheduler.Deployment{Status: "pending"}, "pending: waiting to start"},
 		{&pbscheduler.Deployment{Status: "in-progress"}, "in-progress: planning"},
-		// An environment that matches no instance completes as 0/0.
-		{&pbscheduler.Deployment{Status: "completed"}, "completed: 0/0 complete"},
+		// Completed with no instance to place on: never "0/0 complete",
+		// and the server's reason says why.
+		{&pbscheduler.Deployment{Status: "completed", StatusReason: nothing}, "completed: " + nothing},
+		{&pbscheduler.Deployment{Status: "completed", StatusReason: "0/0 complete"}, "completed: nothing placed: no instance of the instance group was ready"},
+		{&pbscheduler.Deployment{Status: "canceled", StatusReason: "replaced by deployment d4"}, "canceled: nothing placed (replaced by deployment d4)"},
+		{&pbscheduler.Deployment{}, "-: nothing placed"},
 	} {
 		if got := ProgressLine(tc.d); got != tc.want {
 			t.Errorf("ProgressLine = %q, want %q", got, tc.want)
@@ -35,6 +44,53 @@ func TestProgressLine(t *testing.T) {
 	}
 	if !DeploymentRunning(&pbscheduler.Deployment{Status: "pending"}) || DeploymentRunning(&pbscheduler.Deployment{Status: "stopped"}) {
 		t.Error("DeploymentRunning")
+	}
+}
+
+// How deploy --wait ends: success only for a deployment that completed
+// with its version placed; otherwise what happened, why, and what comes
+// next.
+func TestWaitResult(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    *pbscheduler.Deployment
+		want string // "" for success
+	}{
+		{"completed", &pbscheduler.Deployment{Status: "completed", Total: 3, Complete: 3}, ""},
+		{"completed with nothing placed",
+			&pbscheduler.Deployment{Status: "completed", StatusReason: "nothing placed: no instance of the instance group (cluster default) is ready (2 down: a, b); the version is placed on each one that becomes ready"},
+			"deployment d2 of ls completed with nothing placed: no instance of the instance group (cluster default) is ready (2 down: a, b); the version is placed on each one that becomes ready"},
+		{"unhealthy, no rollback", &pbscheduler.Deployment{Status: "unhealthy", Total: 3, Failed: 1, StatusReason: "task t1 stopped"},
+			"deployment d2 of ls ended unhealthy: task t1 stopped"},
+		{"unhealthy, rolled back", &pbscheduler.Deployment{Status: "unhealthy", Total: 3, Failed: 1, StatusReason: "task t1 stopped", RollbackDeployment: "d3", RollbackVersionNumber: 1},
+			"deployment d2 of ls ended unhealthy: task t1 stopped\nauto_rollback started deployment d3, which returns ls to version 1; follow it with: trellis deployment get ls d3"},
+		{"stopped", &pbscheduler.Deployment{Status: "stopped", Total: 3, Complete: 1, StatusReason: "stopped by a user"},
+			"deployment d2 of ls ended stopped: stopped by a user"},
+	} {
+		err := WaitResult("ls", "d2", tc.d)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v, want success", tc.name, err)
+		case tc.want != "" && (err == nil || err.Error() != tc.want):
+			t.Errorf("%s:\n got %v\nwant %s", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestEnvironmentHealth(t *testing.T) {
+	for _, tc := range []struct {
+		e    *pbscheduler.Environment
+		want string
+	}{
+		// The stored default says healthy before anything was judged.
+		{&pbscheduler.Environment{Status: "inactive", Health: "healthy", LatestVersion: "v1"}, "not deployed"},
+		{&pbscheduler.Environment{Status: "active", Health: "healthy", DesiredVersion: "v1"}, "healthy"},
+		{&pbscheduler.Environment{Status: "active", Health: "unhealthy", DesiredVersion: "v2"}, "unhealthy"},
+		{&pbscheduler.Environment{Status: "inactive", Health: "healthy", DesiredVersion: "v2"}, "healthy"}, // stopped: still deployed
+	} {
+		if got := EnvironmentHealth(tc.e); got != tc.want {
+			t.Errorf("EnvironmentHealth(%v) = %q, want %q", tc.e, got, tc.want)
+		}
 	}
 }
 
@@ -73,10 +129,10 @@ func TestWriteEnvironmentStatus(t *testing.T) {
 			{TaskDefinition: "ls:3", VersionNumber: 1, Tasks: 2, Healthy: 1},
 		},
 		Instances: []*pbscheduler.InstanceState{
-			{Instance: "node-1", Matches: true, Task: "t1", TaskDefinition: "ls:4", VersionNumber: 2, State: "active", Health: "HEALTHY"},
+			{Instance: "node-1", Matches: true, Task: "t1", TaskDefinition: "ls:4", VersionNumber: 2, State: "active", Health: "healthy"},
 			{Instance: "node-2", Matches: true, Task: "t2", TaskDefinition: "ls:4", VersionNumber: 2, State: "launching"},
-			{Instance: "node-3", Matches: true, Task: "t3", TaskDefinition: "ls:3", VersionNumber: 1, State: "unhealthy", Health: "UNHEALTHY"},
-			{Instance: "node-4", Matches: false, Task: "t4", TaskDefinition: "ls:3", VersionNumber: 1, State: "stopping", Health: "HEALTHY"},
+			{Instance: "node-3", Matches: true, Task: "t3", TaskDefinition: "ls:3", VersionNumber: 1, State: "unhealthy", Health: "unhealthy"},
+			{Instance: "node-4", Matches: false, Task: "t4", TaskDefinition: "ls:3", VersionNumber: 1, State: "stopping", Health: "healthy"},
 			{Instance: "node-5", Matches: true, State: "missing"},
 		},
 	}
@@ -91,10 +147,10 @@ VERSION   TASKDEF   TASKS   HEALTHY
 1         ls:3      2       1
 
 INSTANCE   VERSION   TASKDEF   TASK   STATE                          HEALTH
-node-1     2         ls:4      t1     active                         HEALTHY
+node-1     2         ls:4      t1     active                         healthy
 node-2     2         ls:4      t2     launching                      -
-node-3     1         ls:3      t3     unhealthy                      UNHEALTHY
-node-4     1         ls:3      t4     stopping (no longer matches)   HEALTHY
+node-3     1         ls:3      t3     unhealthy                      unhealthy
+node-4     1         ls:3      t4     stopping (no longer matches)   healthy
 node-5     -         -         -      missing                        -
 `)
 	b.Reset()
@@ -133,20 +189,30 @@ node-4     keep      ls:4   ls:4   -
 func TestWriteEnvironments(t *testing.T) {
 	var b bytes.Buffer
 	err := WriteEnvironments(&b, []NamedEnvironment{
-		{"log-shipper", &pbscheduler.Environment{Type: "daemon", Status: "active", Health: "healthy", TaskDefinition: "ls:4", VersionCount: 2, ActiveDeployment: "d2"}},
-		{"exporter", &pbscheduler.Environment{Type: "daemon", Status: "inactive", TaskDefinition: "ne:1", VersionCount: 1}},
-		{"old", &pbscheduler.Environment{Type: "daemon", Status: "active", Deleting: true, TaskDefinition: "old:1", VersionCount: 1}},
+		{"log-shipper", &pbscheduler.Environment{Type: "daemon", Status: "active", Health: "healthy", TaskDefinition: "ls:4", VersionCount: 2, ActiveDeployment: "d2",
+			DesiredVersion: "v2", DesiredVersionNumber: 2, DesiredTaskDefinition: "ls:4"}},
+		// Rolled back: what runs is version 1, not the latest.
+		{"rolled", &pbscheduler.Environment{Type: "daemon", Status: "active", Health: "healthy", TaskDefinition: "r:2", VersionCount: 2,
+			DesiredVersion: "u1", DesiredVersionNumber: 1, DesiredTaskDefinition: "r:1"}},
+		// Never deployed: not "healthy".
+		{"exporter", &pbscheduler.Environment{Type: "daemon", Status: "inactive", Health: "healthy", TaskDefinition: "ne:1", VersionCount: 1}},
+		{"old", &pbscheduler.Environment{Type: "daemon", Status: "active", Deleting: true, Health: "unhealthy", TaskDefinition: "old:1", VersionCount: 1,
+			DesiredVersion: "u9", DesiredVersionNumber: 1, DesiredTaskDefinition: "old:1"}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkLines(t, b.String(), `NAME          TYPE     STATUS     HEALTH    TASKDEF   VERSIONS   DEPLOYING
-log-shipper   daemon   active     healthy   ls:4      2          d2
-exporter      daemon   inactive   -         ne:1      1          -
-old           daemon   deleting   -         old:1     1          -
+	checkLines(t, b.String(), `NAME          TYPE     STATUS     HEALTH         DESIRED     LATEST      DEPLOYING
+log-shipper   daemon   active     healthy        2 (ls:4)    2 (ls:4)    d2
+rolled        daemon   active     healthy        1 (r:1)     2 (r:2)     -
+exporter      daemon   inactive   not deployed   -           1 (ne:1)    -
+old           daemon   deleting   unhealthy      1 (old:1)   1 (old:1)   -
 `)
 }
 
+// After a rollback, env get shows what runs (the desired version's spec),
+// every version by its number with the uuid beside it, and the latest
+// apart.
 func TestWriteEnvironment(t *testing.T) {
 	p := int32(50)
 	v := EnvironmentView{
@@ -155,11 +221,13 @@ func TestWriteEnvironment(t *testing.T) {
 			Type: "daemon", TaskDefinition: "ls:4", Status: "active", Health: "healthy",
 			InstanceGroup: &pbscheduler.InstanceGroup{Attributes: []string{"role=logger", "zone in (a,b)"}},
 			Deployment:    &pbscheduler.DeploymentConfig{MinHealthyPercent: &p, MinHealthyTime: "10s", AutoRollback: true},
-			LatestVersion: "v2", DesiredVersion: "v1", DesiredTaskDefinition: "ls:3", VersionCount: 2, ActiveDeployment: "d2",
+			LatestVersion: "v2", DesiredVersion: "v1", DesiredVersionNumber: 1, DesiredTaskDefinition: "ls:3", VersionCount: 2,
+			LastCompletedVersion: "v1", LastCompletedVersionNumber: 1,
 		},
-		State:    &pbscheduler.EnvironmentState{Summary: "2 desired: 1 active, 1 launching"},
-		ActiveID: "d2",
-		Active:   &pbscheduler.Deployment{Status: "in-progress", VersionNumber: 2, Total: 2, Complete: 1},
+		Desired: &pbscheduler.EnvironmentVersion{Number: 1, TaskDefinition: "ls:3",
+			InstanceGroup: &pbscheduler.InstanceGroup{Attributes: []string{"role=logger"}},
+			Deployment:    &pbscheduler.DeploymentConfig{MinHealthyPercent: &p, AutoRollback: true}},
+		State: &pbscheduler.EnvironmentState{Summary: "2 desired: 2 active, 0 launching, 0 unhealthy"},
 	}
 	var b bytes.Buffer
 	if err := WriteEnvironment(&b, v); err != nil {
@@ -170,20 +238,45 @@ Namespace:         default
 Type:              daemon
 Status:            active
 Health:            healthy
-Task definition:   ls:4
-Instance group:    cluster default, role=logger, zone in (a,b)
-Deployment:        min healthy 50%, healthy for 10s, healthy deadline 5m, progress deadline 10m, auto rollback
-Latest version:    2 (v2)
-Desired version:   v1 (ls:3)
-Deploying:         d2, version 2, in-progress: 1/2 complete
-Tasks:             2 desired: 1 active, 1 launching
+Desired version:   1 (v1, ls:3)
+Task definition:   ls:3
+Instance group:    cluster default, role=logger
+Deployment:        min healthy 50%, healthy for 0s, healthy deadline 5m, progress deadline 10m, auto rollback
+Latest version:    2 (v2, ls:4), not desired: trellis env diff ls shows what deploying it would change
+Last completed:    1 (v1)
+Deploying:         nothing
+Tasks:             2 desired: 2 active, 0 launching, 0 unhealthy
 `)
+
+	// A deployment in progress of the latest version: desired is latest.
+	v.Env.DesiredVersion, v.Env.DesiredVersionNumber, v.Env.DesiredTaskDefinition, v.Env.ActiveDeployment = "v2", 2, "ls:4", "d2"
+	v.Desired = &pbscheduler.EnvironmentVersion{Number: 2, TaskDefinition: "ls:4", InstanceGroup: v.Env.InstanceGroup, Deployment: v.Env.Deployment}
+	v.ActiveID, v.Active = "d2", &pbscheduler.Deployment{Status: "in-progress", VersionNumber: 2, Total: 2, Complete: 1}
 	b.Reset()
-	_ = WriteEnvironment(&b, EnvironmentView{Name: "new", Env: &pbscheduler.Environment{Type: "daemon", Status: "inactive", TaskDefinition: "n:1", LatestVersion: "v1", VersionCount: 1}})
-	if !strings.Contains(b.String(), "Desired version:   none: never deployed (trellis deploy new)") ||
-		!strings.Contains(b.String(), "Deploying:         nothing") ||
-		!strings.Contains(b.String(), "min healthy 75%, healthy for 0s, healthy deadline 5m, progress deadline 10m\n") {
-		t.Fatalf("never deployed:\n%s", b.String())
+	_ = WriteEnvironment(&b, v)
+	for _, want := range []string{"Desired version:   2 (v2, ls:4)\n", "Task definition:   ls:4\n", "Latest version:    2 (v2, ls:4)\n",
+		"Instance group:    cluster default, role=logger, zone in (a,b)\n", "Deploying:         d2, version 2, in-progress: 1/2 complete\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("deploying the latest: no %q in\n%s", want, b.String())
+		}
+	}
+
+	// A server that sends no desired version: its task definition still
+	// comes from the environment's record of it, not from the latest spec.
+	v.Desired, v.Env.DesiredVersion, v.Env.DesiredVersionNumber, v.Env.DesiredTaskDefinition = nil, "v1", 0, "ls:3"
+	b.Reset()
+	_ = WriteEnvironment(&b, v)
+	if !strings.Contains(b.String(), "Desired version:   v1 (ls:3)\n") || !strings.Contains(b.String(), "Task definition:   ls:3\n") {
+		t.Errorf("no desired version sent:\n%s", b.String())
+	}
+
+	b.Reset()
+	_ = WriteEnvironment(&b, EnvironmentView{Name: "new", Env: &pbscheduler.Environment{Type: "daemon", Status: "inactive", Health: "healthy", TaskDefinition: "n:1", LatestVersion: "v1", VersionCount: 1}})
+	for _, want := range []string{"Health:            not deployed\n", "Desired version:   none: never deployed (trellis deploy new)\n", "Task definition:   n:1\n",
+		"Latest version:    1 (v1, n:1)\n", "Deploying:         nothing\n", "min healthy 75%, healthy for 0s, healthy deadline 5m, progress deadline 10m\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("never deployed: no %q in\n%s", want, b.String())
+		}
 	}
 }
 
@@ -192,14 +285,17 @@ func TestWriteDeployments(t *testing.T) {
 	var b bytes.Buffer
 	err := WriteDeployments(&b, []NamedDeployment{
 		{"d2", &pbscheduler.Deployment{Type: "user", VersionNumber: 2, TaskDefinition: "ls:4", Status: "in-progress", Total: 4, Complete: 1, CreatedAt: timestamppb.New(now.Add(-30 * time.Second))}},
-		{"d1", &pbscheduler.Deployment{Type: "user", VersionNumber: 1, TaskDefinition: "ls:3", Status: "completed", Total: 4, Complete: 4, CreatedAt: timestamppb.New(now.Add(-10 * time.Minute))}},
+		{"d1", &pbscheduler.Deployment{Type: "user", VersionNumber: 1, TaskDefinition: "ls:3", Status: "unhealthy", Total: 4, Complete: 1, Failed: 1,
+			RollbackDeployment: "d1b", RollbackVersionNumber: 1, CreatedAt: timestamppb.New(now.Add(-10 * time.Minute))}},
+		{"d0", &pbscheduler.Deployment{Type: "user", VersionNumber: 1, TaskDefinition: "ls:3", Status: "completed", CreatedAt: timestamppb.New(now.Add(-time.Hour))}},
 	}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkLines(t, b.String(), `ID   TYPE   VERSION   TASKDEF   STATUS        PROGRESS       AGE
-d2   user   2         ls:4      in-progress   1/4 complete   30s
-d1   user   1         ls:3      completed     4/4 complete   10m
+	checkLines(t, b.String(), `ID   TYPE   VERSION   TASKDEF   STATUS                                PROGRESS                 AGE
+d2   user   2         ls:4      in-progress                           1/4 complete             30s
+d1   user   1         ls:3      unhealthy, rolled back to version 1   1/4 complete, 1 failed   10m
+d0   user   1         ls:3      completed                             nothing placed           60m
 `)
 }
 
@@ -229,6 +325,28 @@ Created:       -
 INSTANCE   STATE      TASK   REASON
 node-3     starting   t3     -
 node-4     stopping   t4     replacing ls:3
+`)
+}
+
+func TestWriteDeploymentRolledBack(t *testing.T) {
+	d := &pbscheduler.Deployment{
+		Environment: "ls", Version: "v2", VersionNumber: 2, TaskDefinition: "ls:4", Type: "user", Status: "unhealthy",
+		StatusReason: "task t3 on instance node-3 stopped: exit 1", Total: 3, Complete: 2, Failed: 1,
+		RollbackDeployment: "d3", RollbackVersionNumber: 1,
+	}
+	var b bytes.Buffer
+	if err := WriteDeployment(&b, "d2", d); err != nil {
+		t.Fatal(err)
+	}
+	checkLines(t, b.String(), `Deployment:       d2
+Environment:      ls
+Type:             user
+Version:          2 (v2, ls:4)
+Status:           unhealthy, rolled back to version 1
+Reason:           task t3 on instance node-3 stopped: exit 1
+Progress:         2/3 complete, 1 failed
+Rolled back by:   d3
+Created:          -
 `)
 }
 

@@ -63,17 +63,22 @@ type EnvironmentInfo struct {
 	Environment      *wire.Resource
 	State            *pbscheduler.EnvironmentState
 	ActiveDeployment *wire.Resource // nil when none is in progress
+	// DesiredVersion is the EnvironmentVersion the scheduler keeps
+	// running: nil when the environment was never deployed (or the server
+	// is older than the field).
+	DesiredVersion *wire.Resource
 }
 
 type environmentInfoJSON struct {
 	Environment      *wire.Resource  `json:"environment"`
 	State            json.RawMessage `json:"state,omitempty"`
 	ActiveDeployment *wire.Resource  `json:"active_deployment,omitempty"`
+	DesiredVersion   *wire.Resource  `json:"desired_version,omitempty"`
 }
 
 // MarshalJSON writes the API's shape, the state as protobuf JSON.
 func (i *EnvironmentInfo) MarshalJSON() ([]byte, error) {
-	out := environmentInfoJSON{Environment: i.Environment, ActiveDeployment: i.ActiveDeployment}
+	out := environmentInfoJSON{Environment: i.Environment, ActiveDeployment: i.ActiveDeployment, DesiredVersion: i.DesiredVersion}
 	if i.State != nil {
 		b, err := MarshalProto(i.State)
 		if err != nil {
@@ -140,14 +145,14 @@ func (c *Client) UpdateEnvironment(ctx context.Context, namespace, name string, 
 	return &out, nil
 }
 
-// GetEnvironment returns an environment, its state and its deployment in
-// progress.
+// GetEnvironment returns an environment, its state, its deployment in
+// progress and its desired version.
 func (c *Client) GetEnvironment(ctx context.Context, namespace, name string) (*EnvironmentInfo, error) {
 	var raw environmentInfoJSON
 	if err := c.do(ctx, http.MethodGet, c.environmentURL(namespace, name, "", nil), nil, &raw); err != nil {
 		return nil, err
 	}
-	info := &EnvironmentInfo{Environment: raw.Environment, ActiveDeployment: raw.ActiveDeployment}
+	info := &EnvironmentInfo{Environment: raw.Environment, ActiveDeployment: raw.ActiveDeployment, DesiredVersion: raw.DesiredVersion}
 	if len(raw.State) > 0 && string(raw.State) != "null" {
 		info.State = &pbscheduler.EnvironmentState{}
 		if err := unmarshalProto(raw.State, info.State, "environment state"); err != nil {

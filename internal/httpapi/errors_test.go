@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -68,5 +69,43 @@ func TestParseQuery(t *testing.T) {
 	}
 	if _, err := parseQuery(map[string][]string{"x": {"1"}}); err == nil || err.Error() != `query: unknown parameter "x" (this path takes none)` {
 		t.Fatalf("no parameters allowed: %v", err)
+	}
+}
+
+func TestCheckEscapes(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want string // "" when accepted
+	}{
+		{`{"a":"plain"}`, ""},
+		{`{"a":"\u00e9 \ud83d\ude00 \uD83D\uDE00"}`, ""}, // a BMP escape, a surrogate pair in either case
+		{`{"a":"\\ud800"}`, ""},                          // an escaped backslash, then text
+		{`{"a":"\"\ud800"}`, "at byte 9: \\ud800"},       // an escaped quote does not end the string
+		{`{"\ud800":1}`, "at byte 3: \\ud800"},           // keys are strings too
+		{`{"a":"\ud800"}`, "at byte 7: \\ud800 is an unpaired UTF-16 surrogate: a high surrogate must be followed by a low one"},
+		{`{"a":"\udbff\ud800"}`, "at byte 7: \\udbff"}, // two highs
+		{`{"a":"\ud800\u00e9"}`, "at byte 7: \\ud800"}, // a high, then no low
+		{`{"a":"\ud800"`, "at byte 7"},                 // cut short
+		{`{"a":"\udfff"}`, "at byte 7: \\udfff is an unpaired UTF-16 surrogate: a low surrogate must follow a high one"},
+		{`{"a":"\ud83d\ude00\ude00"}`, "at byte 19: \\ude00"}, // a pair, then a stray low
+		{`{"a":"\u12"}`, ""}, // not an escape: the decoder's to report
+		{`{"a":"\ud8`, ""},
+		{`"\ud800" outside an object`, "at byte 2"},
+	} {
+		err := checkEscapes([]byte(tc.body))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v, want it accepted", tc.body, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrBadInput)):
+			t.Errorf("%s: %v, want a bad input containing %q", tc.body, err, tc.want)
+		}
+	}
+}
+
+func TestCheckVersion(t *testing.T) {
+	for v, ok := range map[string]bool{"": true, "0": true, "42": true, "18446744073709551615": true, "abc": false, "-1": false, " 4": false, "4.0": false, "18446744073709551616": false} {
+		if err := checkVersion("version", v); (err == nil) != ok {
+			t.Errorf("checkVersion(%q) = %v, want ok %v", v, err, ok)
+		}
 	}
 }

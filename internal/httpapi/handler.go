@@ -32,6 +32,9 @@ type ClusterStatus interface {
 	Leader() string
 	// Peers returns the Raft addresses of the cluster's voters.
 	Peers() ([]string, error)
+	// Health says whether this server's answers can be trusted now: it
+	// hears from a leader and has caught up with it (GET /v1/health).
+	Health() wire.Health
 }
 
 // Config is what a Handler serves.

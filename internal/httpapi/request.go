@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,19 +23,92 @@ import (
 // values, refusing bad input with errors that name the field.
 
 // decodeJSON reads one JSON object from body into v, refusing unknown
-// fields and anything after the object.
+// fields, unpaired surrogate escapes and anything after the object.
 func decodeJSON(body io.Reader, v any) error {
-	dec := json.NewDecoder(body)
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return jsonError(err)
+	}
+	if err := checkEscapes(b); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return jsonError(err)
-		}
 		return inputError("body", "unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// checkEscapes refuses a \u escape of half a UTF-16 surrogate pair that
+// lacks its other half ("\ud800" alone), naming its offset (counted from
+// 1, as encoding/json counts). encoding/json would turn it into U+FFFD
+// without a word, and protojson fails on it with a bare "unexpected EOF":
+// neither tells the caller what is wrong (RFC 7493 forbids such strings).
+// Other malformed JSON is left to the decoders, which say where it is.
+func checkEscapes(b []byte) error {
+	inString := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case !inString:
+			inString = c == '"'
+		case c == '"':
+			inString = false
+		case c != '\\' || i+1 >= len(b):
+		case b[i+1] != 'u':
+			i++ // a one-character escape: skip what it escapes
+		default:
+			r, ok := hex4(b, i+2)
+			if !ok {
+				i++
+				continue // not an escape at all: the decoder says so
+			}
+			switch {
+			case r >= 0xdc00 && r <= 0xdfff:
+				return unpaired(b, i, "a low surrogate must follow a high one (\\ud800-\\udbff)")
+			case r >= 0xd800 && r <= 0xdbff:
+				next, ok := uint16(0), i+6 < len(b)-1 && b[i+6] == '\\' && b[i+7] == 'u'
+				if ok {
+					next, ok = hex4(b, i+8)
+				}
+				if !ok || next < 0xdc00 || next > 0xdfff {
+					return unpaired(b, i, "a high surrogate must be followed by a low one (\\udc00-\\udfff)")
+				}
+				i += 11
+			default:
+				i += 5
+			}
+		}
+	}
+	return nil
+}
+
+// hex4 reads the four hex digits of a \u escape at b[at:].
+func hex4(b []byte, at int) (uint16, bool) {
+	if at+4 > len(b) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[at:at+4]), 16, 16)
+	return uint16(n), err == nil
+}
+
+func unpaired(b []byte, at int, rule string) error {
+	return inputError("body", "invalid JSON escape at byte %d: %s is an unpaired UTF-16 surrogate: %s", at+1, string(b[at:at+6]), rule)
+}
+
+// checkVersion refuses a resource version that no read can have returned:
+// versions are decimal numbers ("0" asks a write to create only). Without
+// this a malformed one reached the store and failed as a conflict (409),
+// which says "re-read and retry" to a request that can never succeed.
+func checkVersion(field, v string) error {
+	if v == "" {
+		return nil
+	}
+	if _, err := strconv.ParseUint(v, 10, 64); err != nil {
+		return inputError(field, "%q is not a resource version: give the version a read returned (a decimal number, like \"42\"), or \"0\" to create only", v)
 	}
 	return nil
 }
@@ -141,11 +216,21 @@ func tenancyFor(regn resource.Registration, namespace string, lists bool, field 
 }
 
 // query holds the query parameters of a request.
+// ctx is the request's context, asking for a stale read when q does
+// (storage.WithStale).
+func (q query) ctx(r *http.Request) context.Context {
+	if q.stale {
+		return storage.WithStale(r.Context())
+	}
+	return r.Context()
+}
+
 type query struct {
 	namespace  string
 	prefix     string
 	version    string
 	consistent bool
+	stale      bool
 	watch      bool
 	index      uint64
 	typ        string
@@ -154,6 +239,15 @@ type query struct {
 // parseQuery reads the query parameters named in allowed, refusing any
 // other, so a misspelled one is an error rather than silently ignored.
 func parseQuery(values url.Values, allowed ...string) (query, error) {
+	q, err := parseQueryValues(values, allowed...)
+	if err == nil && q.stale && q.consistent {
+		return q, inputError("stale", "a read is either consistent or stale, not both")
+	}
+	return q, err
+}
+
+// parseQueryValues is parseQuery's reading of each parameter.
+func parseQueryValues(values url.Values, allowed ...string) (query, error) {
 	var q query
 	allow := make(map[string]bool, len(allowed))
 	for _, a := range allowed {
@@ -188,6 +282,8 @@ func parseQuery(values url.Values, allowed ...string) (query, error) {
 			q.typ = v
 		case "consistent":
 			q.consistent, err = parseFlag(k, v)
+		case "stale":
+			q.stale, err = parseFlag(k, v)
 		case "watch":
 			q.watch, err = parseFlag(k, v)
 		case "index":

@@ -23,7 +23,7 @@ func (h *Handler) idFromRequest(r *http.Request, q query) (*pbresource.ID, error
 }
 
 func (h *Handler) read(w http.ResponseWriter, r *http.Request) error {
-	q, err := parseQuery(r.URL.Query(), "namespace", "consistent")
+	q, err := parseQuery(r.URL.Query(), "namespace", "consistent", "stale")
 	if err != nil {
 		return err
 	}
@@ -31,7 +31,7 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	resp, err := h.api.Read(r.Context(), &pbresource.ReadRequest{Id: id, Consistent: q.consistent})
+	resp, err := h.api.Read(q.ctx(r), &pbresource.ReadRequest{Id: id, Consistent: q.consistent})
 	if err != nil {
 		return err
 	}
@@ -50,6 +50,9 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request) error {
 	}
 	var body writeBody
 	if err := decodeJSON(http.MaxBytesReader(w, r.Body, h.maxBody), &body); err != nil {
+		return err
+	}
+	if err := checkVersion("version", body.Version); err != nil {
 		return err
 	}
 	if body.ID != nil {
@@ -107,6 +110,9 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := checkVersion("version", q.version); err != nil {
+		return err
+	}
 	id, err := h.idFromRequest(r, q)
 	if err != nil {
 		return err
@@ -119,7 +125,7 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
-	q, err := parseQuery(r.URL.Query(), "namespace", "prefix", "consistent", "watch", "index")
+	q, err := parseQuery(r.URL.Query(), "namespace", "prefix", "consistent", "stale", "watch", "index")
 	if err != nil {
 		return err
 	}
@@ -132,12 +138,12 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if q.watch {
-		return h.watch(w, r, &pbresource.WatchListRequest{Type: typ, Tenancy: ten, NamePrefix: q.prefix, SinceIndex: q.index})
+		return h.watch(w, r.WithContext(q.ctx(r)), &pbresource.WatchListRequest{Type: typ, Tenancy: ten, NamePrefix: q.prefix, SinceIndex: q.index})
 	}
 	if q.index != 0 {
 		return inputError("index", "only a watch (watch=1) resumes from an index")
 	}
-	resp, err := h.api.List(r.Context(), &pbresource.ListRequest{Type: typ, Tenancy: ten, NamePrefix: q.prefix, Consistent: q.consistent})
+	resp, err := h.api.List(q.ctx(r), &pbresource.ListRequest{Type: typ, Tenancy: ten, NamePrefix: q.prefix, Consistent: q.consistent})
 	if err != nil {
 		return err
 	}
@@ -194,6 +200,9 @@ func (h *Handler) fromDocument(doc wire.Document, path string) (*pbresource.Reso
 	}
 	if doc.Name == "" {
 		return nil, inputError(path+".name", "missing")
+	}
+	if err := checkVersion(path+".version", doc.Version); err != nil {
+		return nil, err
 	}
 	ten, err := tenancyFor(regn, doc.Namespace, false, path+".namespace")
 	if err != nil {

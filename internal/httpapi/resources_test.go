@@ -191,6 +191,21 @@ func TestBadInput(t *testing.T) {
 		{"batch member without type", "PUT", "/v1/batch", `{"resources":[{"name":"a"}]}`, "resources[0].type:", ""},
 		{"batch member bad data", "PUT", "/v1/batch", `{"resources":[{"type":"core/v1/Namespace","name":"a"},{"type":"core/v1/Namespace","name":"b","data":{"nope":1}}]}`, "resources[1].data:", `"nope"`},
 		{"batch member bad name", "PUT", "/v1/batch", `{"resources":[{"type":"core/v1/Namespace","name":"B!"}]}`, "resources[0].id.name:", ""},
+		// A lone surrogate escape: named with its offset, not "unexpected
+		// EOF" from deep in the data's decoder, nor silently replaced.
+		{"lone high surrogate in data", "PUT", nsPath + "a", `{"data":{"description":"\ud800"}}`, "body:",
+			`invalid JSON escape at byte 25: \ud800 is an unpaired UTF-16 surrogate: a high surrogate must be followed by a low one (\udc00-\udfff)`},
+		{"high surrogate before a plain escape", "PUT", nsPath + "a", `{"data":{"description":"x\uD800\u0041"}}`, "body:", `at byte 26: \uD800 is an unpaired UTF-16 surrogate`},
+		{"lone low surrogate in metadata", "PUT", nsPath + "a", `{"metadata":{"a":"\udc00"}}`, "body:",
+			`invalid JSON escape at byte 19: \udc00 is an unpaired UTF-16 surrogate: a low surrogate must follow a high one (\ud800-\udbff)`},
+		{"lone surrogate in a batch", "PUT", "/v1/batch", `{"resources":[{"type":"core/v1/Namespace","name":"a","data":{"description":"\ud83d"}}]}`, "body:", `\ud83d is an unpaired`},
+		// A malformed version can never match: a 400 naming it, not a 409
+		// that says to retry.
+		{"malformed version on delete", "DELETE", nsPath + "a?version=abc", ``, "version:", `"abc" is not a resource version`},
+		{"negative version on delete", "DELETE", nsPath + "a?version=-1", ``, "version:", `"-1" is not a resource version`},
+		{"malformed version on a write", "PUT", nsPath + "a", `{"version":"v2"}`, "version:", `"v2" is not a resource version`},
+		{"malformed version in a batch", "PUT", "/v1/batch", `{"resources":[{"type":"core/v1/Namespace","name":"a"},{"type":"core/v1/Namespace","name":"b","version":"x"}]}`,
+			"resources[1].version:", `"x" is not a resource version`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do(tc.method, tc.path, tc.body)

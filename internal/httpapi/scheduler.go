@@ -162,13 +162,16 @@ func (h *Handler) getEnvironment(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	env, st, active, err := h.sched.GetEnvironment(r.Context(), q.namespace, r.PathValue("name"))
+	info, err := h.sched.GetEnvironment(r.Context(), q.namespace, r.PathValue("name"))
 	if err != nil {
 		return err
 	}
-	out := map[string]any{"environment": toWire(h.reg, env), "state": protoJSON(st)}
-	if active != nil {
-		out["active_deployment"] = toWire(h.reg, active)
+	out := map[string]any{"environment": toWire(h.reg, info.Environment), "state": protoJSON(info.State)}
+	if info.ActiveDeployment != nil {
+		out["active_deployment"] = toWire(h.reg, info.ActiveDeployment)
+	}
+	if info.DesiredVersion != nil {
+		out["desired_version"] = toWire(h.reg, info.DesiredVersion)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -36,6 +36,12 @@ var panicType = &pbresource.Type{Group: "test", GroupVersion: "v1", Kind: "Panic
 type cluster struct{ leader string }
 
 func (c *cluster) Leader() string { return c.leader }
+func (c *cluster) Health() wire.Health {
+	if c.leader == "" {
+		return wire.Health{Status: "unavailable", Error: "no cluster leader"}
+	}
+	return wire.Health{Status: "ok", Leader: c.leader}
+}
 func (c *cluster) Peers() ([]string, error) {
 	if c.leader == "" {
 		return []string{}, nil

@@ -31,19 +31,26 @@ func (h *Handler) peers(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// health is 200 while this server can serve writes through a leader, 503
-// when the cluster has none (load balancers take the server out).
-func (h *Handler) health(w http.ResponseWriter, _ *http.Request) error {
-	leader := h.cluster.Leader()
-	if leader == "" {
-		writeJSON(w, http.StatusServiceUnavailable, wire.Health{
-			Status: "unavailable",
-			Error:  "no cluster leader",
-			Code:   wire.CodeUnavailable,
-		})
-		return nil
+// health is 200 while this server's answers can be trusted: it is the
+// leader and has caught up, or it hears from a leader and has applied what
+// that leader had committed; 503 with the reason otherwise (load balancers
+// take the server out). ?stale=1 answers 200 with the same body whenever
+// the server is up, for callers that want the details anyway.
+func (h *Handler) health(w http.ResponseWriter, r *http.Request) error {
+	q, err := parseQuery(r.URL.Query(), "stale")
+	if err != nil {
+		return err
 	}
-	writeJSON(w, http.StatusOK, wire.Health{Status: "ok", Leader: leader})
+	hl := h.cluster.Health()
+	code := http.StatusOK
+	if hl.Status != "ok" {
+		hl.Status = "unavailable"
+		hl.Code = wire.CodeUnavailable
+		if !q.stale {
+			code = http.StatusServiceUnavailable
+		}
+	}
+	writeJSON(w, code, hl)
 	return nil
 }
 

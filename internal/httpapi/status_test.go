@@ -43,9 +43,17 @@ func TestStatusEndpoints(t *testing.T) {
 	}
 	r = e.do(http.MethodGet, "/v1/health", "")
 	mustStatus(t, r, http.StatusServiceUnavailable)
-	if er := r.apiError(t); er.Code != wire.CodeUnavailable {
+	if er := r.apiError(t); er.Code != wire.CodeUnavailable || er.Error != "no cluster leader" {
 		t.Fatalf("health without leader: %+v", er)
 	}
+	// ?stale answers anyway, with the same reason.
+	r = e.do(http.MethodGet, "/v1/health?stale=1", "")
+	mustStatus(t, r, http.StatusOK)
+	r.json(t, &h)
+	if h.Status != "unavailable" || h.Error != "no cluster leader" {
+		t.Fatalf("stale health without leader: %+v", h)
+	}
+	mustStatus(t, e.do(http.MethodGet, "/v1/health?bogus=1", ""), http.StatusBadRequest)
 }
 
 func TestMetrics(t *testing.T) {

@@ -42,7 +42,7 @@ func (c *candidate) field() string {
 // Validate hooks and returns the candidate to write. It reads nothing.
 // member is the index of a batch member, -1 for a Write.
 func (s *Service) prepare(member int, in *pbresource.Resource) (*candidate, error) {
-	c, err := s.prepareResource(in)
+	c, err := s.registry.prepareResource(in)
 	if err != nil {
 		if member < 0 {
 			return nil, err
@@ -53,11 +53,22 @@ func (s *Service) prepare(member int, in *pbresource.Resource) (*candidate, erro
 	return c, nil
 }
 
-func (s *Service) prepareResource(in *pbresource.Resource) (*candidate, error) {
+// Check runs on in every check a write of it meets before the store is
+// read: its id, owner and metadata, the decoding of its data, and its
+// type's Mutate and Validate hooks. A refusal is the error the write would
+// return. A client that links the type registrations (the CLI) calls it to
+// refuse a bad spec file, naming the field, before it sends any of it; the
+// server still checks everything itself.
+func (r *Registry) Check(in *pbresource.Resource) error {
+	_, err := r.prepareResource(in)
+	return err
+}
+
+func (r *Registry) prepareResource(in *pbresource.Resource) (*candidate, error) {
 	if in == nil {
 		return nil, NewFieldError("", "a resource is required")
 	}
-	id, reg, err := s.registry.checkID("id", in.GetId())
+	id, reg, err := r.checkID("id", in.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -68,11 +79,11 @@ func (s *Service) prepareResource(in *pbresource.Resource) (*candidate, error) {
 		Data:     in.GetData(),
 	}
 	if in.GetOwner() != nil {
-		if res.Owner, err = s.registry.checkOwner("owner", in.GetOwner()); err != nil {
+		if res.Owner, err = r.checkOwner("owner", in.GetOwner()); err != nil {
 			return nil, err
 		}
 	}
-	data, err := s.checkContent(reg, res)
+	data, err := checkContent(reg, res)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +104,7 @@ func (s *Service) prepareResource(in *pbresource.Resource) (*candidate, error) {
 			if err := checkOwnerAndMetadata(res); err != nil {
 				return nil, err
 			}
-		} else if data, err = s.checkContent(reg, res); err != nil {
+		} else if data, err = checkContent(reg, res); err != nil {
 			return nil, err
 		}
 	}
@@ -116,7 +127,7 @@ func (s *Service) prepareResource(in *pbresource.Resource) (*candidate, error) {
 
 // checkContent validates the parts of a resource other than its id and
 // returns its decoded data.
-func (s *Service) checkContent(reg Registration, res *pbresource.Resource) (proto.Message, error) {
+func checkContent(reg Registration, res *pbresource.Resource) (proto.Message, error) {
 	if err := checkOwnerAndMetadata(res); err != nil {
 		return nil, err
 	}

@@ -252,7 +252,7 @@ func (r *reconciler) reconcile(ctx context.Context, req controller.Request) erro
 	if err != nil {
 		return err
 	}
-	recheck, progressWrites, err := r.progress(st, plan, views, active, rollout, now)
+	recheck, progressWrites, err := r.progress(st, plan, views, active, rollout, group, now)
 	if err != nil {
 		return err
 	}
@@ -402,6 +402,7 @@ func (r *reconciler) promote(ctx context.Context, st *envState, now time.Time) (
 	env, err := withEnvironment(st.res, func(e *pbscheduler.Environment) {
 		e.Status = EnvActive
 		e.DesiredVersion = next.d.GetVersion()
+		e.DesiredVersionNumber = ver.GetNumber()
 		e.DesiredTaskDefinition = ver.GetTaskDefinition()
 		e.ActiveDeployment = next.res.GetId().GetName()
 	})
@@ -502,11 +503,12 @@ func (r *reconciler) planWrites(st *envState, plan Plan, target Target, active *
 // from the plan and the tasks, end those that are done, and keep the
 // environment's health and active deployment in step; and when time alone
 // may change that.
-func (r *reconciler) progress(st *envState, plan Plan, views []TaskView, active *deployment, rollout Rollout, now time.Time) (time.Time, []*pbresource.Resource, error) {
+func (r *reconciler) progress(st *envState, plan Plan, views []TaskView, active *deployment, rollout Rollout, group Group, now time.Time) (time.Time, []*pbresource.Resource, error) {
 	var recheck time.Time
 	var writes []*pbresource.Resource
 	envChanged := false
 	nextEnv := proto.Clone(st.env).(*pbscheduler.Environment)
+	numberVersions(nextEnv, st.versions)
 	for _, d := range st.deployments {
 		if d.d.GetStatus() != StatusInProgress {
 			continue
@@ -525,6 +527,10 @@ func (r *reconciler) progress(st *envState, plan Plan, views []TaskView, active 
 		default:
 			pr = MonitorProgress(view, views, rollout, now)
 		}
+		if d == active && pr.Status == StatusCompleted && pr.Total == 0 {
+			// "0/0 complete" reads as success: say that nothing runs, and why.
+			pr.Reason = NothingPlaced(group, st.instances)
+		}
 		recheck = earliest(recheck, pr.Recheck)
 		next := proto.Clone(d.d).(*pbscheduler.Deployment)
 		if int32(pr.Complete) > next.Complete {
@@ -536,7 +542,38 @@ func (r *reconciler) progress(st *envState, plan Plan, views []TaskView, active 
 		}
 		if pr.Status != "" {
 			next.Status, next.StatusReason, next.EndTime = pr.Status, pr.Reason, timestamppb.New(now)
-			r.log.Info("deployment ended", "environment", st.res.GetId().GetName(), "deployment", view.ID, "type", view.Type, "status", pr.Status, "reason", pr.Reason)
+		}
+		switch pr.Status {
+		case StatusCompleted:
+			if d == active {
+				nextEnv.Health = HealthHealthy
+				nextEnv.LastCompletedVersion = d.d.GetVersion()
+				nextEnv.LastCompletedVersionNumber = d.d.GetVersionNumber()
+			}
+		case StatusUnhealthy, StatusTimedOut:
+			nextEnv.Health = HealthUnhealthy
+			if d != active || !rollout.AutoRollback {
+				break
+			}
+			// The failed deployment names its rollback, written in the
+			// same batch, so that whoever watches it ending (deploy
+			// --wait) learns at once what happens next.
+			switch to := st.env.GetLastCompletedVersion(); {
+			case to == "":
+				next.StatusReason += "; auto_rollback: no version has completed a deployment, so there is none to roll back to"
+			case to == d.d.GetVersion():
+				next.StatusReason += "; auto_rollback: this version is the last that completed, so there is none to roll back to"
+			default:
+				rb, rbd, err := r.rollbackDeployment(st, d, now)
+				if err != nil {
+					return recheck, nil, err
+				}
+				next.RollbackDeployment, next.RollbackVersionNumber = rb.GetId().GetName(), rbd.GetVersionNumber()
+				writes = append(writes, rb)
+			}
+		}
+		if pr.Status != "" {
+			r.log.Info("deployment ended", "environment", st.res.GetId().GetName(), "deployment", view.ID, "type", view.Type, "status", pr.Status, "reason", next.StatusReason)
 		}
 		if !proto.Equal(next, d.d) {
 			w, err := withData(d.res, next)
@@ -544,22 +581,6 @@ func (r *reconciler) progress(st *envState, plan Plan, views []TaskView, active 
 				return recheck, nil, err
 			}
 			writes = append(writes, w)
-		}
-		switch pr.Status {
-		case StatusCompleted:
-			if d == active {
-				nextEnv.Health = HealthHealthy
-				nextEnv.LastCompletedVersion = d.d.GetVersion()
-			}
-		case StatusUnhealthy, StatusTimedOut:
-			nextEnv.Health = HealthUnhealthy
-			if d == active && rollout.AutoRollback && st.env.GetLastCompletedVersion() != "" && st.env.GetLastCompletedVersion() != d.d.GetVersion() {
-				rb, err := r.rollbackDeployment(st, d, now)
-				if err != nil {
-					return recheck, nil, err
-				}
-				writes = append(writes, rb)
-			}
 		}
 		if d == active && pr.Status != "" {
 			nextEnv.ActiveDeployment = ""
@@ -578,13 +599,25 @@ func (r *reconciler) progress(st *envState, plan Plan, views []TaskView, active 
 	return recheck, writes, nil
 }
 
+// numberVersions fills in the numbers of an environment's desired and
+// last completed versions where they are missing (an environment deployed
+// before it recorded them).
+func numberVersions(e *pbscheduler.Environment, versions map[string]*pbscheduler.EnvironmentVersion) {
+	if v := versions[e.GetDesiredVersion()]; v != nil && e.GetDesiredVersionNumber() == 0 {
+		e.DesiredVersionNumber = v.GetNumber()
+	}
+	if v := versions[e.GetLastCompletedVersion()]; v != nil && e.GetLastCompletedVersionNumber() == 0 {
+		e.LastCompletedVersionNumber = v.GetNumber()
+	}
+}
+
 // rollbackDeployment is the pending user deployment auto_rollback starts
 // after failed: the last version that completed.
-func (r *reconciler) rollbackDeployment(st *envState, failed *deployment, now time.Time) (*pbresource.Resource, error) {
+func (r *reconciler) rollbackDeployment(st *envState, failed *deployment, now time.Time) (*pbresource.Resource, *pbscheduler.Deployment, error) {
 	ver := st.versions[st.env.GetLastCompletedVersion()]
 	id, err := newDeploymentID(now)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	d := &pbscheduler.Deployment{
 		Environment: st.res.GetId().GetName(), Version: st.env.GetLastCompletedVersion(), VersionNumber: ver.GetNumber(),
@@ -594,11 +627,11 @@ func (r *reconciler) rollbackDeployment(st *envState, failed *deployment, now ti
 	}
 	res, err := newResource(DeploymentID(st.res.GetId().GetTenancy().GetNamespace(), id), st.res.GetId(), d)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	res.Version = resource.CreateOnly
 	r.log.Warn("rolling back", "environment", st.res.GetId().GetName(), "failed", failed.res.GetId().GetName(), "to_version", ver.GetNumber())
-	return res, nil
+	return res, d, nil
 }
 
 // teardown stops an environment that is being deleted: its deployments

@@ -239,6 +239,86 @@ func TestUnhealthyDeploymentRollsBack(t *testing.T) {
 	if e := h.env("ls"); e.GetHealth() != scheduler.HealthHealthy || e.GetDesiredVersion() == e.GetLatestVersion() {
 		t.Fatalf("environment health %s, desired %s latest %s", e.GetHealth(), e.GetDesiredVersion(), e.GetLatestVersion())
 	}
+	// The failed deployment names its rollback and the version it returns
+	// to, so that whoever followed it is told; the environment names its
+	// versions by number as well.
+	if d := h.deployment("ls", bad); d.GetRollbackDeployment() == "" || d.GetRollbackVersionNumber() != 1 {
+		t.Fatalf("the failed deployment names rollback %q to version %d, want the auto rollback to version 1", d.GetRollbackDeployment(), d.GetRollbackVersionNumber())
+	} else if rb := h.deployment("ls", d.GetRollbackDeployment()); rb.GetRollbackOf() != bad {
+		t.Fatalf("deployment %s is no rollback of %s: %v", d.GetRollbackDeployment(), bad, rb)
+	}
+	if e := h.env("ls"); e.GetDesiredVersionNumber() != 1 || e.GetLastCompletedVersionNumber() != 1 || e.GetDesiredTaskDefinition() != v1 || e.GetVersionCount() != 2 {
+		t.Fatalf("environment after the rollback: desired %d (%s), last completed %d, latest %d; want desired 1 (%s), last completed 1, latest 2",
+			e.GetDesiredVersionNumber(), e.GetDesiredTaskDefinition(), e.GetLastCompletedVersionNumber(), e.GetVersionCount(), v1)
+	}
+	// GetEnvironment answers with the desired version too: its spec is
+	// what runs, where the environment's own is the latest version's.
+	info, err := h.ops.GetEnvironment(h.ctx, "default", "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := resource.DecodeData[*pbscheduler.EnvironmentVersion](info.DesiredVersion); v.GetNumber() != 1 || v.GetTaskDefinition() != v1 {
+		t.Fatalf("GetEnvironment's desired version %v, want number 1 of %s", v, v1)
+	}
+}
+
+// A first deployment that fails has no earlier version to return to: its
+// reason says so instead of leaving auto_rollback's silence to be guessed.
+func TestFailedFirstDeploymentSaysThereIsNothingToRollBackTo(t *testing.T) {
+	h := newHarness(t)
+	fleet(h)
+	s := spec("ls", h.taskdef("ls", 1), 0, "", "role=logger")
+	s.Deployment.AutoRollback = true
+	if _, err := h.ops.CreateEnvironment(h.ctx, "default", s); err != nil {
+		t.Fatal(err)
+	}
+	id := h.deploy("ls", "")
+	h.settle("ls", "i1")
+	h.clock.Advance(time.Minute)
+	h.settle("ls", "i1")
+	d := h.deployment("ls", id)
+	if d.GetStatus() != scheduler.StatusUnhealthy || d.GetRollbackDeployment() != "" ||
+		!containsStr(d.GetStatusReason(), "; auto_rollback: no version has completed a deployment, so there is none to roll back to") {
+		t.Fatalf("deployment %s (%s), rollback %q; want unhealthy, no rollback, and why", d.GetStatus(), d.GetStatusReason(), d.GetRollbackDeployment())
+	}
+	if n := len(h.deploymentsOf("ls")); n != 1 {
+		t.Fatalf("%d deployments, want only the failed one", n)
+	}
+}
+
+// A deployment made while no instance of the group is up completes, as
+// the version is now the desired one, but says that it placed nothing and
+// why; the version is placed on each instance as it comes back.
+func TestDeploymentWithNoInstanceUpSaysNothingPlaced(t *testing.T) {
+	h := newHarness(t)
+	fleet(h)
+	td := h.createLoggers("ls", 1)
+	for _, n := range []string{"i1", "i2", "i3"} {
+		h.setInstanceStatus(n, orchestrator.InstanceDown)
+	}
+	id := h.deploy("ls", "")
+	h.settle("ls")
+	d := h.deployment("ls", id)
+	want := "nothing placed: no instance of the instance group (cluster default, role=logger) is ready (3 down: i1, i2, i3); the version is placed on each one that becomes ready"
+	if d.GetStatus() != scheduler.StatusCompleted || d.GetTotal() != 0 || d.GetStatusReason() != want {
+		t.Fatalf("deployment %s %d/%d (%s)\nwant completed 0/0 (%s)", d.GetStatus(), d.GetComplete(), d.GetTotal(), d.GetStatusReason(), want)
+	}
+	h.setInstanceStatus("i2", orchestrator.InstanceReady)
+	h.settle("ls")
+	if live := h.live(); len(live) != 1 || live["i2"] != td {
+		t.Fatalf("live tasks %v, want %s on i2, back up", live, td)
+	}
+
+	// A group nothing is in: the reason says so.
+	if _, err := h.ops.CreateEnvironment(h.ctx, "default", spec("gpu", h.taskdef("gpu", 1), 75, "", "role=gpu")); err != nil {
+		t.Fatal(err)
+	}
+	id = h.deploy("gpu", "")
+	h.settle("gpu")
+	if d := h.deployment("gpu", id); d.GetStatus() != scheduler.StatusCompleted ||
+		d.GetStatusReason() != "nothing placed: no instance is in the instance group (cluster default, role=gpu); the version is placed on each instance that joins it" {
+		t.Fatalf("deployment %s (%s)", d.GetStatus(), d.GetStatusReason())
+	}
 }
 
 func TestNewLeaderResumesWithoutPlacingTwice(t *testing.T) {
@@ -303,7 +383,7 @@ func TestDeleteStopsTasksThenRemoves(t *testing.T) {
 		}
 	}
 	h.settle("ls")
-	if _, _, _, err := h.ops.GetEnvironment(h.ctx, "default", "ls"); err == nil {
+	if _, err := h.ops.GetEnvironment(h.ctx, "default", "ls"); err == nil {
 		t.Fatal("the environment is still there after its tasks stopped")
 	}
 	// The last environment of the namespace took its guard with it, so

@@ -88,6 +88,16 @@ func (g Group) Matches(cluster string, attrs map[string]string) bool {
 	return true
 }
 
+// String says the group the way the CLI does: "cluster default,
+// role=logger, zone in (a,b)".
+func (g Group) String() string {
+	parts := []string{"cluster " + g.Cluster}
+	for _, f := range g.Filters {
+		parts = append(parts, f.String())
+	}
+	return strings.Join(parts, ", ")
+}
+
 // ParseGroup parses an instance group, naming field in its errors. An
 // empty cluster means "default".
 func ParseGroup(field string, g *pbscheduler.InstanceGroup) (Group, error) {

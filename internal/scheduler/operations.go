@@ -256,25 +256,44 @@ func (o *Operations) DeleteEnvironment(ctx context.Context, ns, name string) (*p
 	return out.GetResources()[0], nil
 }
 
-// GetEnvironment returns an environment, its state and its active
-// deployment (nil when none).
-func (o *Operations) GetEnvironment(ctx context.Context, ns, name string) (*pbresource.Resource, *pbscheduler.EnvironmentState, *pbresource.Resource, error) {
+// EnvironmentInfo is what GetEnvironment returns.
+type EnvironmentInfo struct {
+	Environment *pbresource.Resource
+	State       *pbscheduler.EnvironmentState
+	// ActiveDeployment is the deployment in progress, nil when none.
+	ActiveDeployment *pbresource.Resource
+	// DesiredVersion is the EnvironmentVersion the scheduler keeps
+	// running, nil when the environment was never deployed. After a
+	// rollback its spec is not the environment's (the latest version's):
+	// it is what runs.
+	DesiredVersion *pbresource.Resource
+}
+
+// GetEnvironment returns an environment, its state, its active deployment
+// and its desired version.
+func (o *Operations) GetEnvironment(ctx context.Context, ns, name string) (*EnvironmentInfo, error) {
 	res, env, err := o.readEnvironment(ctx, ns, name)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	st, err := o.state(ctx, res, env)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	var active *pbresource.Resource
+	info := &EnvironmentInfo{Environment: res, State: st}
 	if id := env.GetActiveDeployment(); id != "" {
 		r, err := o.API.Read(ctx, &pbresource.ReadRequest{Id: DeploymentID(ns, id)})
 		if err == nil {
-			active = r.GetResource()
+			info.ActiveDeployment = r.GetResource()
 		}
 	}
-	return res, st, active, nil
+	if v := env.GetDesiredVersion(); v != "" {
+		r, err := o.API.Read(ctx, &pbresource.ReadRequest{Id: VersionID(ns, v)})
+		if err == nil {
+			info.DesiredVersion = r.GetResource()
+		}
+	}
+	return info, nil
 }
 
 // ListEnvironments lists a namespace's environments, of one type when typ

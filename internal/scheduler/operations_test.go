@@ -161,7 +161,7 @@ func TestConcurrentOverlappingCreatesCannotBothPass(t *testing.T) {
 		t.Fatalf("the create that went first: %v", otherErr)
 	}
 	requireCode(t, err, codes.InvalidArgument, "can overlap the instance group of environment b")
-	if _, _, _, err := h.ops.GetEnvironment(h.ctx, "default", "a"); status.Code(err) != codes.NotFound {
+	if _, err := h.ops.GetEnvironment(h.ctx, "default", "a"); status.Code(err) != codes.NotFound {
 		t.Fatalf("the refused environment: %v, want NotFound", err)
 	}
 

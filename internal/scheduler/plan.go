@@ -28,6 +28,8 @@ type TaskView struct {
 	Last           string
 	// Health is the task's reported health (HEALTHY, UNHEALTHY, UNKNOWN).
 	Health string
+	// Shown is its health as views show it (orchestrator.TaskHealth).
+	Shown string
 	// Healthy: running and passing its health checks (if it has any).
 	Healthy bool
 	// HealthySince is when it became healthy, as its agent reported

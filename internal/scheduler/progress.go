@@ -137,6 +137,44 @@ func (pr *Progress) decide(d DeploymentView, failures []string, r Rollout, now t
 	}
 }
 
+// maxNamed bounds the instances a message names one by one.
+const maxNamed = 5
+
+// NothingPlaced is the status reason of a user deployment that completed
+// without placing anything: no instance of its group is ready. It says
+// which instances of the group are there but not ready (down, draining),
+// or that none is in the group, and that the version goes to each
+// instance that becomes ready and matches (the monitors place it).
+func NothingPlaced(group Group, instances []InstanceView) string {
+	byStatus := map[string][]string{}
+	var statuses []string
+	for _, in := range instances {
+		if !group.Matches(in.Cluster, in.Attributes) || in.Status == orchestrator.InstanceReady {
+			continue
+		}
+		if byStatus[in.Status] == nil {
+			statuses = append(statuses, in.Status)
+		}
+		byStatus[in.Status] = append(byStatus[in.Status], in.Name)
+	}
+	if len(statuses) == 0 {
+		return fmt.Sprintf("nothing placed: no instance is in the instance group (%s); the version is placed on each instance that joins it", group)
+	}
+	slices.Sort(statuses)
+	parts := make([]string, len(statuses))
+	for i, st := range statuses {
+		names := byStatus[st]
+		slices.Sort(names)
+		listed := strings.Join(names[:min(len(names), maxNamed)], ", ")
+		if len(names) > maxNamed {
+			listed += fmt.Sprintf(" and %d more", len(names)-maxNamed)
+		}
+		parts[i] = fmt.Sprintf("%d %s: %s", len(names), st, listed)
+	}
+	return fmt.Sprintf("nothing placed: no instance of the instance group (%s) is ready (%s); the version is placed on each one that becomes ready",
+		group, strings.Join(parts, "; "))
+}
+
 // failedTask reports whether a task placed by a deployment has failed it,
 // and how. A task lost with its instance before it ever ran has not: the
 // instance missed its heartbeats (a network blip, a busy server), not the

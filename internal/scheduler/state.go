@@ -58,24 +58,20 @@ func State(group Group, instances []InstanceView, tasks []TaskView, numbers map[
 		is := &pbscheduler.InstanceState{Instance: name, Matches: matching[name], State: ViewMissing}
 		t, ok := live[name]
 		if ok {
-			is.Task, is.TaskDefinition, is.VersionNumber = t.Name, t.TaskDefinition, numbers[t.Version]
+			// The health is the task's by the one rule every view shows
+			// (orchestrator.TaskHealth); the state is what it means here.
+			is.Task, is.TaskDefinition, is.VersionNumber, is.Health = t.Name, t.TaskDefinition, numbers[t.Version], t.Shown
 			switch {
 			case t.Stopping():
 				is.State = ViewStopping
 				st.Stopping++
 			case t.Healthy:
-				is.State, is.Health = ViewActive, "healthy"
+				is.State = ViewActive
 				st.Active++
-			case t.Last == orchestrator.StatusLost:
-				is.State, is.Health = ViewUnhealthy, "lost"
+			case t.Last == orchestrator.StatusLost, t.Shown == orchestrator.TaskUnhealthy:
+				is.State = ViewUnhealthy
 				st.Unhealthy++
-			case t.Last == orchestrator.StatusRunning && t.Health == orchestrator.HealthUnhealthy:
-				is.State, is.Health = ViewUnhealthy, "unhealthy"
-				st.Unhealthy++
-			case t.Last == orchestrator.StatusRunning:
-				is.State, is.Health = ViewLaunching, "unknown"
-				st.Launching++
-			default:
+			default: // placed, starting, or running with checks not passed yet
 				is.State = ViewLaunching
 				st.Launching++
 			}

@@ -11,25 +11,11 @@ import (
 	"trellis.dev/trellis/internal/resource"
 )
 
-// TaskHealthy reports whether a task runs and passes its health checks:
-// RUNNING, and HEALTHY when any container has a check (a task without
-// checks is healthy once it runs, as in ECS).
+// TaskHealthy reports whether a task is meant to run, runs and is
+// healthy by orchestrator.TaskHealth: its checks pass, or it has none (a
+// task without checks is healthy once it runs, as in ECS).
 func TaskHealthy(t *pborch.Task) bool {
-	if t.GetLastStatus() != orchestrator.StatusRunning || t.GetDesiredStatus() != orchestrator.StatusRunning {
-		return false
-	}
-	if t.GetHealth() == orchestrator.HealthHealthy {
-		return true
-	}
-	if t.GetHealth() == orchestrator.HealthUnhealthy {
-		return false
-	}
-	for _, c := range t.GetContainers() {
-		if c.GetHealth() != "" {
-			return false // checked, and not yet healthy
-		}
-	}
-	return true
+	return t.GetDesiredStatus() == orchestrator.StatusRunning && orchestrator.TaskHealth(t) == orchestrator.TaskHealthy
 }
 
 // taskView turns a stored task of environment env into what a plan reads.
@@ -43,6 +29,7 @@ func taskView(env string, res *pbresource.Resource, t *pborch.Task) TaskView {
 		Desired:        t.GetDesiredStatus(),
 		Last:           t.GetLastStatus(),
 		Health:         t.GetHealth(),
+		Shown:          orchestrator.TaskHealth(t),
 		Healthy:        TaskHealthy(t),
 		CreatedAt:      t.GetCreatedAt().AsTime(),
 		Started:        t.GetStartedAt() != nil,
@@ -73,11 +60,8 @@ func instanceView(res *pbresource.Resource) (InstanceView, bool) {
 // first that could have said HEALTHY: no check records when it passed.
 func healthySince(t *pborch.Task) time.Time {
 	var since time.Time
-	checked := t.GetHealth() == orchestrator.HealthHealthy
+	checked := t.GetHealth() == orchestrator.HealthHealthy || orchestrator.TaskHasChecks(t)
 	for _, c := range t.GetContainers() {
-		if c.GetHealth() != "" {
-			checked = true
-		}
 		for _, at := range []*timestamppb.Timestamp{c.GetStartedAt(), c.GetFinishedAt()} {
 			if at != nil && at.AsTime().After(since) {
 				since = at.AsTime()

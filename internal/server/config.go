@@ -156,7 +156,7 @@ func (r *RaftConfig) validate(raftAddr string) error {
 		}
 		host, port, _ := net.SplitHostPort(a)
 		if host == "" || port == "0" {
-			return configError("-retry-join", "%q: give the host and gRPC port of another server", a)
+			return configError("-retry-join", "%q: give the host and gRPC port of another server (for example %s)", a, ExampleAddr("-retry-join"))
 		}
 		if seen[a] {
 			return configError("-retry-join", "%q given twice", a)
@@ -170,7 +170,7 @@ func (r *RaftConfig) validate(raftAddr string) error {
 func ValidateAddr(field, addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return configError(field, "%q is not host:port (for example 127.0.0.1:7700)", addr)
+		return configError(field, "%q is not host:port (for example %s)", addr, ExampleAddr(field))
 	}
 	n, err := strconv.Atoi(port)
 	if err != nil || n < 0 || n > 65535 {
@@ -180,6 +180,21 @@ func ValidateAddr(field, addr string) error {
 		return configError(field, "%q: %q is neither an IP address nor a host name", addr, host)
 	}
 	return nil
+}
+
+// ExampleAddr is the address an error about field shows as an example:
+// the default address of the port that flag names. Servers join through
+// each other's gRPC port, so an example with the HTTP port would lead a
+// user to give the wrong one.
+func ExampleAddr(field string) string {
+	switch field {
+	case "-grpc-addr", "-retry-join":
+		return DefaultGRPCAddr
+	case "-raft-addr":
+		return DefaultRaftAddr
+	default:
+		return DefaultHTTPAddr
+	}
 }
 
 func validHostname(h string) bool {

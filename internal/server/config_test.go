@@ -18,7 +18,9 @@ func TestConfigValidate(t *testing.T) {
 		{"all interfaces", Config{HTTPAddr: ":7700"}, ""},
 		{"host name", Config{HTTPAddr: "localhost:7700"}, ""},
 		{"IPv6", Config{HTTPAddr: "[::1]:7700"}, ""},
-		{"no port", Config{HTTPAddr: "127.0.0.1"}, `-http-addr: "127.0.0.1" is not host:port`},
+		{"no port", Config{HTTPAddr: "127.0.0.1"}, `-http-addr: "127.0.0.1" is not host:port (for example 127.0.0.1:7700)`},
+		{"no gRPC port", Config{GRPCAddr: "127.0.0.1"}, `-grpc-addr: "127.0.0.1" is not host:port (for example 127.0.0.1:7701)`},
+		{"no Raft port", Config{RaftAddr: "127.0.0.1"}, `-raft-addr: "127.0.0.1" is not host:port (for example 127.0.0.1:7702)`},
 		{"port not a number", Config{GRPCAddr: "127.0.0.1:http"}, `-grpc-addr: "127.0.0.1:http": port "http"`},
 		{"port out of range", Config{RaftAddr: "127.0.0.1:70000"}, `-raft-addr: "127.0.0.1:70000": port`},
 		{"bad host", Config{HTTPAddr: "bad_host!:1"}, `-http-addr: "bad_host!:1": "bad_host!" is neither`},
@@ -29,8 +31,8 @@ func TestConfigValidate(t *testing.T) {
 		{"raft without data dir", Config{Raft: raft(RaftConfig{BootstrapExpect: 1})}, "-data-dir: required"},
 		{"raft on the wildcard", Config{RaftAddr: "0.0.0.0:7702", Raft: raft(RaftConfig{DataDir: "/d"})}, `-raft-addr: "0.0.0.0:7702": other servers dial`},
 		{"negative bootstrap-expect", Config{Raft: raft(RaftConfig{DataDir: "/d", BootstrapExpect: -1})}, "-bootstrap-expect: -1"},
-		{"bad retry-join", Config{Raft: raft(RaftConfig{DataDir: "/d", RetryJoin: []string{"10.0.0.2"}})}, `-retry-join: "10.0.0.2" is not host:port`},
-		{"retry-join without host", Config{Raft: raft(RaftConfig{DataDir: "/d", RetryJoin: []string{":7701"}})}, `-retry-join: ":7701": give the host`},
+		{"bad retry-join", Config{Raft: raft(RaftConfig{DataDir: "/d", RetryJoin: []string{"10.0.0.2"}})}, `-retry-join: "10.0.0.2" is not host:port (for example 127.0.0.1:7701)`},
+		{"retry-join without host", Config{Raft: raft(RaftConfig{DataDir: "/d", RetryJoin: []string{":7701"}})}, `-retry-join: ":7701": give the host and gRPC port of another server (for example 127.0.0.1:7701)`},
 		{"retry-join twice", Config{Raft: raft(RaftConfig{DataDir: "/d", RetryJoin: []string{"a:1", "a:1"}})}, `-retry-join: "a:1" given twice`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,5 +47,20 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("Validate = %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Each flag's example is the default of the port it names: joins go to the
+// gRPC port, never the HTTP one.
+func TestExampleAddr(t *testing.T) {
+	for _, tc := range []struct{ field, want string }{
+		{"-http-addr", "127.0.0.1:7700"},
+		{"-grpc-addr", "127.0.0.1:7701"},
+		{"-retry-join", "127.0.0.1:7701"},
+		{"-raft-addr", "127.0.0.1:7702"},
+	} {
+		if got := ExampleAddr(tc.field); got != tc.want {
+			t.Errorf("ExampleAddr(%s) = %s, want %s", tc.field, got, tc.want)
+		}
 	}
 }

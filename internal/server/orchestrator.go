@@ -45,6 +45,9 @@ func (s *Server) addOrchestrator() error {
 		return err
 	}
 	hub := assignments.NewHub(s.api, s.log.With("component", "assignments"))
+	if s.raft != nil {
+		hub.SetClusterIndex(s.raft.Backend().LeaderIndex)
+	}
 	pbagent.RegisterAgentServiceServer(s.grpc, agentService{heartbeats: svc, assignments: hub})
 	ctls, err := controllers.Controllers(controllers.Config{
 		API:     s.api,

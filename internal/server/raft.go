@@ -49,6 +49,21 @@ type raftStatus struct{ c *cluster.Cluster }
 
 func (r raftStatus) Leader() string { return r.c.Leader() }
 
+// Health is the Raft backend's judgement (see raftstore.Backend.Health),
+// with the leader named by its Raft address.
+func (r raftStatus) Health() wire.Health {
+	bh := r.c.Backend().Health()
+	h := wire.Health{Status: "ok", Leader: r.c.Leader(), AppliedIndex: bh.Applied, LeaderIndex: bh.LeaderIndex}
+	if !bh.OK {
+		h.Status, h.Error = "unavailable", bh.Reason
+	}
+	if bh.Leader != "" && bh.LastContact > 0 {
+		ms := bh.LastContact.Milliseconds()
+		h.LastContactMS = &ms
+	}
+	return h
+}
+
 // Peers returns the Raft addresses of the voters.
 func (r raftStatus) Peers() ([]string, error) {
 	peers, err := r.c.Peers()

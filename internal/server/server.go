@@ -12,15 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/reflection"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/cluster"
 	"trellis.dev/trellis/internal/controller"
-	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/httpapi"
-	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/scheduler"
 	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
 )
@@ -72,10 +70,7 @@ func New(cfg Config) (_ *Server, err error) {
 	}()
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if s.registry == nil {
-		s.registry = resource.NewRegistry()
-		core.Register(s.registry)
-		orchestrator.Register(s.registry)
-		scheduler.Register(s.registry)
+		s.registry = Types()
 	}
 
 	s.grpc = grpc.NewServer(
@@ -110,6 +105,12 @@ func New(cfg Config) (_ *Server, err error) {
 	})
 	s.api = svc
 	pbresource.RegisterResourceServiceServer(s.grpc, svc.GRPC())
+	// Server reflection lets grpcurl and other generic clients list and
+	// describe the services without the .proto files. It answers from
+	// the services registered when it is asked, so the ones added below
+	// and by the Raft cluster (Cluster, Forwarding) are listed too. It
+	// reveals schemas only, the same ones api/ publishes.
+	reflection.Register(s.grpc)
 	if l, ok := s.backend.(storage.Leadership); ok {
 		s.leadership = newLeadershipHub(l)
 		s.bootstrap = newBootstrapper(s.api, s.leadership.Subscribe(), s.log.With("component", "bootstrap"))

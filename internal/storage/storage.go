@@ -98,6 +98,25 @@ type Backend interface {
 // scheduled late.
 const ServerWatchBuffer = 1 << 14
 
+type staleKey struct{}
+
+// WithStale lets an eventual read or watch opened with the returned
+// context be answered from this server's state even before the server has
+// caught up with a leader since it started (a restarted server replays
+// its log only as the leader tells it what is committed). Without it, such
+// a read waits for the catch-up, for a bounded time, and fails with
+// ErrInconsistent rather than answer with the past. For callers that want
+// an answer anyway: diagnostics, and people who say ?stale.
+func WithStale(ctx context.Context) context.Context {
+	return context.WithValue(ctx, staleKey{}, true)
+}
+
+// StaleFrom reports whether ctx asks for stale reads (WithStale).
+func StaleFrom(ctx context.Context) bool {
+	v, _ := ctx.Value(staleKey{}).(bool)
+	return v
+}
+
 type watchBufferKey struct{}
 
 // WithWatchBuffer asks a WatchList opened with the returned context to
@@ -113,6 +132,33 @@ func WithWatchBuffer(ctx context.Context, n int) context.Context {
 func WatchBufferFrom(ctx context.Context) int {
 	n, _ := ctx.Value(watchBufferKey{}).(int)
 	return max(n, 0)
+}
+
+type progressMarksKey struct{}
+
+// WithProgressMarks asks a WatchList opened with the returned context to
+// send, after each change of the store that its own events do not reach,
+// a progress mark: an END_OF_SNAPSHOT event at the store's new index,
+// which proves, as the first END_OF_SNAPSHOT does, that the watcher has
+// been handed every change up to it. A watcher that must know how current
+// its view is, and not only the last change it matched, asks for them: the
+// task hub, which tells agents the index their view is as of. Marks are
+// dropped, never cut a watcher off, when its buffer is full. Only
+// in-process watches on a server's own store carry them.
+func WithProgressMarks(ctx context.Context) context.Context {
+	return context.WithValue(ctx, progressMarksKey{}, true)
+}
+
+// WatchOptions are what a WatchList's context asks of the store.
+type WatchOptions struct {
+	Buffer        int  // WithWatchBuffer; 0 for the store's default
+	ProgressMarks bool // WithProgressMarks
+}
+
+// WatchOptionsFrom reads the watch options ctx carries.
+func WatchOptionsFrom(ctx context.Context) WatchOptions {
+	marks, _ := ctx.Value(progressMarksKey{}).(bool)
+	return WatchOptions{Buffer: WatchBufferFrom(ctx), ProgressMarks: marks}
 }
 
 // Watch is a stream of events. Next blocks until an event, the end of ctx,

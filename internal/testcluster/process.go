@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -19,8 +20,18 @@ type process struct {
 	args    []string
 	logPath string // stdout and stderr, appended across restarts
 
+	// mu guards cmd and done: a test restarts a process while others
+	// (a history recorder, a client) ask whether it runs.
+	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
+}
+
+// current is the process's latest run: its command and done channel.
+func (p *process) current() (*exec.Cmd, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd, p.done
 }
 
 // Start runs the process (again, after Kill or Stop, or after it exited).
@@ -38,22 +49,26 @@ func (p *process) Start() error {
 		logf.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
-	p.cmd, p.done = cmd, make(chan struct{})
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
 	go func() {
 		_ = cmd.Wait()
 		logf.Close()
-		close(p.done)
+		close(done)
 	}()
 	return nil
 }
 
 // Running reports whether the process is alive.
 func (p *process) Running() bool {
-	if p.done == nil {
+	_, done := p.current()
+	if done == nil {
 		return false
 	}
 	select {
-	case <-p.done:
+	case <-done:
 		return false
 	default:
 		return true
@@ -62,15 +77,19 @@ func (p *process) Running() bool {
 
 // Done is closed when the process has exited (and been waited for). It is
 // nil before the first Start; each Start makes a new one.
-func (p *process) Done() <-chan struct{} { return p.done }
+func (p *process) Done() <-chan struct{} {
+	_, done := p.current()
+	return done
+}
 
 // Kill ends the process with SIGKILL and waits for it.
 func (p *process) Kill() {
 	if !p.Running() {
 		return
 	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
+	cmd, done := p.current()
+	_ = cmd.Process.Kill()
+	<-done
 }
 
 // Stop ends the process with SIGTERM, then SIGKILL after 10 s.
@@ -78,10 +97,11 @@ func (p *process) Stop() {
 	if !p.Running() {
 		return
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	_ = p.cmd.Process.Signal(syscall.SIGCONT) // a paused process handles the SIGTERM once it runs
+	cmd, done := p.current()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused process handles the SIGTERM once it runs
 	select {
-	case <-p.done:
+	case <-done:
 	case <-time.After(10 * time.Second):
 		p.Kill()
 	}
@@ -94,7 +114,8 @@ func (p *process) Pause() error {
 	if !p.Running() {
 		return fmt.Errorf("pause %s: not running", p.name)
 	}
-	return p.cmd.Process.Signal(syscall.SIGSTOP)
+	cmd, _ := p.current()
+	return cmd.Process.Signal(syscall.SIGSTOP)
 }
 
 // Resume continues a paused process.
@@ -102,11 +123,15 @@ func (p *process) Resume() error {
 	if !p.Running() {
 		return fmt.Errorf("resume %s: not running", p.name)
 	}
-	return p.cmd.Process.Signal(syscall.SIGCONT)
+	cmd, _ := p.current()
+	return cmd.Process.Signal(syscall.SIGCONT)
 }
 
 // PID is the process id of the running (or last) process.
-func (p *process) PID() int { return p.cmd.Process.Pid }
+func (p *process) PID() int {
+	cmd, _ := p.current()
+	return cmd.Process.Pid
+}
 
 // RSS reads the process's resident set size from /proc.
 func (p *process) RSS() (int64, error) {

@@ -41,8 +41,14 @@ type WatchTasksRequest struct {
 	// first. A definition the server cannot read is not sent; the agent
 	// reads it then as before. Agents that do not ask get tasks only.
 	WithDefinitions bool `protobuf:"varint,2,opt,name=with_definitions,json=withDefinitions,proto3" json:"with_definitions,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// min_index is the highest index of the views the agent has already
+	// accepted (a snapshot's END_OF_SNAPSHOT, an event). A server whose
+	// view of the tasks is older waits until it has caught up to it, for a
+	// short while, and otherwise fails the stream with UNAVAILABLE: the
+	// agent moves to another server rather than act on an older view.
+	MinIndex      uint64 `protobuf:"varint,3,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchTasksRequest) Reset() {
@@ -87,6 +93,13 @@ func (x *WatchTasksRequest) GetWithDefinitions() bool {
 		return x.WithDefinitions
 	}
 	return false
+}
+
+func (x *WatchTasksRequest) GetMinIndex() uint64 {
+	if x != nil {
+		return x.MinIndex
+	}
+	return 0
 }
 
 type HeartbeatRequest struct {
@@ -349,10 +362,11 @@ var File_api_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18api/agent/v1/agent.proto\x12\x10trellis.agent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1eapi/resource/v1/resource.proto\"Z\n" +
+	"\x18api/agent/v1/agent.proto\x12\x10trellis.agent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1eapi/resource/v1/resource.proto\"w\n" +
 	"\x11WatchTasksRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12)\n" +
-	"\x10with_definitions\x18\x02 \x01(\bR\x0fwithDefinitions\"H\n" +
+	"\x10with_definitions\x18\x02 \x01(\bR\x0fwithDefinitions\x12\x1b\n" +
+	"\tmin_index\x18\x03 \x01(\x04R\bminIndex\"H\n" +
 	"\x10HeartbeatRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\"^\n" +

@@ -44,14 +44,18 @@ type Environment struct {
 	// repairs tasks and serves new instances) or "inactive" (it does
 	// nothing unless a user deploys).
 	Status string `protobuf:"bytes,10,opt,name=status,proto3" json:"status,omitempty"`
-	// health: "healthy" or "unhealthy" (the last deployment failed, or
-	// tasks are not healthy).
+	// health: "healthy" or "unhealthy" (the last user deployment that
+	// ended failed). It means something only once the environment has been
+	// deployed: until then desired_version is empty, and the CLI shows the
+	// health as "not deployed".
 	Health string `protobuf:"bytes,11,opt,name=health,proto3" json:"health,omitempty"`
 	// latest_version is the newest EnvironmentVersion (a uuid): what
 	// `trellis deploy ENV` deploys when no version is named.
 	LatestVersion string `protobuf:"bytes,12,opt,name=latest_version,json=latestVersion,proto3" json:"latest_version,omitempty"`
 	// desired_version is the version the scheduler keeps running: the one
-	// of the last user deployment that started.
+	// of the last user deployment that started. After a rollback it is an
+	// older version than latest_version, and the spec fields above (the
+	// latest version's) are not what runs: desired_task_definition is.
 	DesiredVersion string `protobuf:"bytes,13,opt,name=desired_version,json=desiredVersion,proto3" json:"desired_version,omitempty"`
 	// desired_task_definition is desired_version's task definition.
 	DesiredTaskDefinition string `protobuf:"bytes,14,opt,name=desired_task_definition,json=desiredTaskDefinition,proto3" json:"desired_task_definition,omitempty"`
@@ -68,8 +72,13 @@ type Environment struct {
 	// last_completed_version is the version of the last user deployment
 	// that completed: what auto_rollback returns to.
 	LastCompletedVersion string `protobuf:"bytes,20,opt,name=last_completed_version,json=lastCompletedVersion,proto3" json:"last_completed_version,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// desired_version_number and last_completed_version_number are the
+	// numbers of those versions (0 when there is none), so that a version
+	// reads the same everywhere: by its number, the uuid beside it.
+	DesiredVersionNumber       int64 `protobuf:"varint,21,opt,name=desired_version_number,json=desiredVersionNumber,proto3" json:"desired_version_number,omitempty"`
+	LastCompletedVersionNumber int64 `protobuf:"varint,22,opt,name=last_completed_version_number,json=lastCompletedVersionNumber,proto3" json:"last_completed_version_number,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
 }
 
 func (x *Environment) Reset() {
@@ -212,6 +221,20 @@ func (x *Environment) GetLastCompletedVersion() string {
 		return x.LastCompletedVersion
 	}
 	return ""
+}
+
+func (x *Environment) GetDesiredVersionNumber() int64 {
+	if x != nil {
+		return x.DesiredVersionNumber
+	}
+	return 0
+}
+
+func (x *Environment) GetLastCompletedVersionNumber() int64 {
+	if x != nil {
+		return x.LastCompletedVersionNumber
+	}
+	return 0
 }
 
 // InstanceGroup selects instances: one cluster, and attribute filters that
@@ -555,9 +578,14 @@ type Deployment struct {
 	// (auto_rollback), or is "user" for a RollbackDeployment.
 	RollbackOf string `protobuf:"bytes,16,opt,name=rollback_of,json=rollbackOf,proto3" json:"rollback_of,omitempty"`
 	// batch_size: how many instances may be replaced at once.
-	BatchSize     int32 `protobuf:"varint,17,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BatchSize int32 `protobuf:"varint,17,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	// rollback_deployment names the deployment auto_rollback started when
+	// this one failed, and rollback_version_number the version it returns
+	// to (empty and 0 when none was started).
+	RollbackDeployment    string `protobuf:"bytes,18,opt,name=rollback_deployment,json=rollbackDeployment,proto3" json:"rollback_deployment,omitempty"`
+	RollbackVersionNumber int64  `protobuf:"varint,19,opt,name=rollback_version_number,json=rollbackVersionNumber,proto3" json:"rollback_version_number,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Deployment) Reset() {
@@ -705,6 +733,20 @@ func (x *Deployment) GetRollbackOf() string {
 func (x *Deployment) GetBatchSize() int32 {
 	if x != nil {
 		return x.BatchSize
+	}
+	return 0
+}
+
+func (x *Deployment) GetRollbackDeployment() string {
+	if x != nil {
+		return x.RollbackDeployment
+	}
+	return ""
+}
+
+func (x *Deployment) GetRollbackVersionNumber() int64 {
+	if x != nil {
+		return x.RollbackVersionNumber
 	}
 	return 0
 }
@@ -1298,7 +1340,7 @@ var File_api_scheduler_v1_scheduler_proto protoreflect.FileDescriptor
 
 const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\n" +
-	" api/scheduler/v1/scheduler.proto\x12\x14trellis.scheduler.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc4\x05\n" +
+	" api/scheduler/v1/scheduler.proto\x12\x14trellis.scheduler.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x06\n" +
 	"\vEnvironment\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12'\n" +
 	"\x0ftask_definition\x18\x02 \x01(\tR\x0etaskDefinition\x12J\n" +
@@ -1320,7 +1362,9 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"created_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x124\n" +
-	"\x16last_completed_version\x18\x14 \x01(\tR\x14lastCompletedVersion\"I\n" +
+	"\x16last_completed_version\x18\x14 \x01(\tR\x14lastCompletedVersion\x124\n" +
+	"\x16desired_version_number\x18\x15 \x01(\x03R\x14desiredVersionNumber\x12A\n" +
+	"\x1dlast_completed_version_number\x18\x16 \x01(\x03R\x1alastCompletedVersionNumber\"I\n" +
 	"\rInstanceGroup\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1e\n" +
 	"\n" +
@@ -1346,7 +1390,7 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\",\n" +
 	"\x10EnvironmentGuard\x12\x18\n" +
-	"\achanges\x18\x01 \x01(\x04R\achanges\"\xac\x05\n" +
+	"\achanges\x18\x01 \x01(\x04R\achanges\"\x95\x06\n" +
 	"\n" +
 	"Deployment\x12 \n" +
 	"\venvironment\x18\x01 \x01(\tR\venvironment\x12\x18\n" +
@@ -1370,7 +1414,9 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\vrollback_of\x18\x10 \x01(\tR\n" +
 	"rollbackOf\x12\x1d\n" +
 	"\n" +
-	"batch_size\x18\x11 \x01(\x05R\tbatchSize\"p\n" +
+	"batch_size\x18\x11 \x01(\x05R\tbatchSize\x12/\n" +
+	"\x13rollback_deployment\x18\x12 \x01(\tR\x12rollbackDeployment\x126\n" +
+	"\x17rollback_version_number\x18\x13 \x01(\x03R\x15rollbackVersionNumber\"p\n" +
 	"\x10InstanceProgress\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x12\n" +

@@ -251,6 +251,94 @@ func (x *ApplyResponse) GetError() *Error {
 	return nil
 }
 
+type ReadIndexRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadIndexRequest) Reset() {
+	*x = ReadIndexRequest{}
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadIndexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadIndexRequest) ProtoMessage() {}
+
+func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
+func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
+	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{3}
+}
+
+type ReadIndexResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadIndexResponse) Reset() {
+	*x = ReadIndexResponse{}
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadIndexResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadIndexResponse) ProtoMessage() {}
+
+func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
+func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
+	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ReadIndexResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ReadIndexResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 type ReadRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            *v1.ID                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -260,7 +348,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_api_storage_v1_forwarding_proto_msgTypes[3]
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -272,7 +360,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_storage_v1_forwarding_proto_msgTypes[3]
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -285,7 +373,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{3}
+	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReadRequest) GetId() *v1.ID {
@@ -305,7 +393,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_api_storage_v1_forwarding_proto_msgTypes[4]
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -317,7 +405,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_storage_v1_forwarding_proto_msgTypes[4]
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -330,7 +418,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{4}
+	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReadResponse) GetResource() *v1.Resource {
@@ -358,7 +446,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_api_storage_v1_forwarding_proto_msgTypes[5]
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -370,7 +458,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_storage_v1_forwarding_proto_msgTypes[5]
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -383,7 +471,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{5}
+	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListRequest) GetType() *v1.Type {
@@ -418,7 +506,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_api_storage_v1_forwarding_proto_msgTypes[6]
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +518,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_storage_v1_forwarding_proto_msgTypes[6]
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +531,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{6}
+	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListResponse) GetResources() []*v1.Resource {
@@ -468,7 +556,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_api_storage_v1_forwarding_proto_msgTypes[7]
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +568,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_storage_v1_forwarding_proto_msgTypes[7]
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +581,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{7}
+	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{9}
 }
 
 // SnapshotChunk is a piece of a user snapshot file; error, when set, ends a
@@ -508,7 +596,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_api_storage_v1_forwarding_proto_msgTypes[8]
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +608,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_storage_v1_forwarding_proto_msgTypes[8]
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +621,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{8}
+	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -559,7 +647,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_api_storage_v1_forwarding_proto_msgTypes[9]
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +659,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_storage_v1_forwarding_proto_msgTypes[9]
+	mi := &file_api_storage_v1_forwarding_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +672,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{9}
+	return file_api_storage_v1_forwarding_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RestoreResponse) GetError() *Error {
@@ -618,6 +706,10 @@ const file_api_storage_v1_forwarding_proto_rawDesc = "" +
 	"\acommand\x18\x01 \x01(\v2\x1b.trellis.storage.v1.CommandR\acommand\"}\n" +
 	"\rApplyResponse\x12;\n" +
 	"\tresources\x18\x01 \x03(\v2\x1d.trellis.resource.v1.ResourceR\tresources\x12/\n" +
+	"\x05error\x18\x02 \x01(\v2\x19.trellis.storage.v1.ErrorR\x05error\"\x12\n" +
+	"\x10ReadIndexRequest\"Z\n" +
+	"\x11ReadIndexResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12/\n" +
 	"\x05error\x18\x02 \x01(\v2\x19.trellis.storage.v1.ErrorR\x05error\"6\n" +
 	"\vReadRequest\x12'\n" +
 	"\x02id\x18\x01 \x01(\v2\x17.trellis.resource.v1.IDR\x02id\"z\n" +
@@ -637,14 +729,15 @@ const file_api_storage_v1_forwarding_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12/\n" +
 	"\x05error\x18\x02 \x01(\v2\x19.trellis.storage.v1.ErrorR\x05error\"B\n" +
 	"\x0fRestoreResponse\x12/\n" +
-	"\x05error\x18\x01 \x01(\v2\x19.trellis.storage.v1.ErrorR\x05error2\x9d\x03\n" +
+	"\x05error\x18\x01 \x01(\v2\x19.trellis.storage.v1.ErrorR\x05error2\xf7\x03\n" +
 	"\n" +
 	"Forwarding\x12L\n" +
 	"\x05Apply\x12 .trellis.storage.v1.ApplyRequest\x1a!.trellis.storage.v1.ApplyResponse\x12I\n" +
 	"\x04Read\x12\x1f.trellis.storage.v1.ReadRequest\x1a .trellis.storage.v1.ReadResponse\x12K\n" +
 	"\x04List\x12\x1f.trellis.storage.v1.ListRequest\x1a .trellis.storage.v1.ListResponse0\x01\x12T\n" +
 	"\bSnapshot\x12#.trellis.storage.v1.SnapshotRequest\x1a!.trellis.storage.v1.SnapshotChunk0\x01\x12S\n" +
-	"\aRestore\x12!.trellis.storage.v1.SnapshotChunk\x1a#.trellis.storage.v1.RestoreResponse(\x01B.Z,trellis.dev/trellis/api/storage/v1;pbstorageb\x06proto3"
+	"\aRestore\x12!.trellis.storage.v1.SnapshotChunk\x1a#.trellis.storage.v1.RestoreResponse(\x01\x12X\n" +
+	"\tReadIndex\x12$.trellis.storage.v1.ReadIndexRequest\x1a%.trellis.storage.v1.ReadIndexResponseB.Z,trellis.dev/trellis/api/storage/v1;pbstorageb\x06proto3"
 
 var (
 	file_api_storage_v1_forwarding_proto_rawDescOnce sync.Once
@@ -659,54 +752,59 @@ func file_api_storage_v1_forwarding_proto_rawDescGZIP() []byte {
 }
 
 var file_api_storage_v1_forwarding_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_storage_v1_forwarding_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_api_storage_v1_forwarding_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_api_storage_v1_forwarding_proto_goTypes = []any{
-	(Error_Kind)(0),         // 0: trellis.storage.v1.Error.Kind
-	(*Error)(nil),           // 1: trellis.storage.v1.Error
-	(*ApplyRequest)(nil),    // 2: trellis.storage.v1.ApplyRequest
-	(*ApplyResponse)(nil),   // 3: trellis.storage.v1.ApplyResponse
-	(*ReadRequest)(nil),     // 4: trellis.storage.v1.ReadRequest
-	(*ReadResponse)(nil),    // 5: trellis.storage.v1.ReadResponse
-	(*ListRequest)(nil),     // 6: trellis.storage.v1.ListRequest
-	(*ListResponse)(nil),    // 7: trellis.storage.v1.ListResponse
-	(*SnapshotRequest)(nil), // 8: trellis.storage.v1.SnapshotRequest
-	(*SnapshotChunk)(nil),   // 9: trellis.storage.v1.SnapshotChunk
-	(*RestoreResponse)(nil), // 10: trellis.storage.v1.RestoreResponse
-	(*Command)(nil),         // 11: trellis.storage.v1.Command
-	(*v1.Resource)(nil),     // 12: trellis.resource.v1.Resource
-	(*v1.ID)(nil),           // 13: trellis.resource.v1.ID
-	(*v1.Type)(nil),         // 14: trellis.resource.v1.Type
-	(*v1.Tenancy)(nil),      // 15: trellis.resource.v1.Tenancy
+	(Error_Kind)(0),           // 0: trellis.storage.v1.Error.Kind
+	(*Error)(nil),             // 1: trellis.storage.v1.Error
+	(*ApplyRequest)(nil),      // 2: trellis.storage.v1.ApplyRequest
+	(*ApplyResponse)(nil),     // 3: trellis.storage.v1.ApplyResponse
+	(*ReadIndexRequest)(nil),  // 4: trellis.storage.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil), // 5: trellis.storage.v1.ReadIndexResponse
+	(*ReadRequest)(nil),       // 6: trellis.storage.v1.ReadRequest
+	(*ReadResponse)(nil),      // 7: trellis.storage.v1.ReadResponse
+	(*ListRequest)(nil),       // 8: trellis.storage.v1.ListRequest
+	(*ListResponse)(nil),      // 9: trellis.storage.v1.ListResponse
+	(*SnapshotRequest)(nil),   // 10: trellis.storage.v1.SnapshotRequest
+	(*SnapshotChunk)(nil),     // 11: trellis.storage.v1.SnapshotChunk
+	(*RestoreResponse)(nil),   // 12: trellis.storage.v1.RestoreResponse
+	(*Command)(nil),           // 13: trellis.storage.v1.Command
+	(*v1.Resource)(nil),       // 14: trellis.resource.v1.Resource
+	(*v1.ID)(nil),             // 15: trellis.resource.v1.ID
+	(*v1.Type)(nil),           // 16: trellis.resource.v1.Type
+	(*v1.Tenancy)(nil),        // 17: trellis.resource.v1.Tenancy
 }
 var file_api_storage_v1_forwarding_proto_depIdxs = []int32{
 	0,  // 0: trellis.storage.v1.Error.kinds:type_name -> trellis.storage.v1.Error.Kind
-	11, // 1: trellis.storage.v1.ApplyRequest.command:type_name -> trellis.storage.v1.Command
-	12, // 2: trellis.storage.v1.ApplyResponse.resources:type_name -> trellis.resource.v1.Resource
+	13, // 1: trellis.storage.v1.ApplyRequest.command:type_name -> trellis.storage.v1.Command
+	14, // 2: trellis.storage.v1.ApplyResponse.resources:type_name -> trellis.resource.v1.Resource
 	1,  // 3: trellis.storage.v1.ApplyResponse.error:type_name -> trellis.storage.v1.Error
-	13, // 4: trellis.storage.v1.ReadRequest.id:type_name -> trellis.resource.v1.ID
-	12, // 5: trellis.storage.v1.ReadResponse.resource:type_name -> trellis.resource.v1.Resource
-	1,  // 6: trellis.storage.v1.ReadResponse.error:type_name -> trellis.storage.v1.Error
-	14, // 7: trellis.storage.v1.ListRequest.type:type_name -> trellis.resource.v1.Type
-	15, // 8: trellis.storage.v1.ListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
-	12, // 9: trellis.storage.v1.ListResponse.resources:type_name -> trellis.resource.v1.Resource
-	1,  // 10: trellis.storage.v1.ListResponse.error:type_name -> trellis.storage.v1.Error
-	1,  // 11: trellis.storage.v1.SnapshotChunk.error:type_name -> trellis.storage.v1.Error
-	1,  // 12: trellis.storage.v1.RestoreResponse.error:type_name -> trellis.storage.v1.Error
-	2,  // 13: trellis.storage.v1.Forwarding.Apply:input_type -> trellis.storage.v1.ApplyRequest
-	4,  // 14: trellis.storage.v1.Forwarding.Read:input_type -> trellis.storage.v1.ReadRequest
-	6,  // 15: trellis.storage.v1.Forwarding.List:input_type -> trellis.storage.v1.ListRequest
-	8,  // 16: trellis.storage.v1.Forwarding.Snapshot:input_type -> trellis.storage.v1.SnapshotRequest
-	9,  // 17: trellis.storage.v1.Forwarding.Restore:input_type -> trellis.storage.v1.SnapshotChunk
-	3,  // 18: trellis.storage.v1.Forwarding.Apply:output_type -> trellis.storage.v1.ApplyResponse
-	5,  // 19: trellis.storage.v1.Forwarding.Read:output_type -> trellis.storage.v1.ReadResponse
-	7,  // 20: trellis.storage.v1.Forwarding.List:output_type -> trellis.storage.v1.ListResponse
-	9,  // 21: trellis.storage.v1.Forwarding.Snapshot:output_type -> trellis.storage.v1.SnapshotChunk
-	10, // 22: trellis.storage.v1.Forwarding.Restore:output_type -> trellis.storage.v1.RestoreResponse
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	1,  // 4: trellis.storage.v1.ReadIndexResponse.error:type_name -> trellis.storage.v1.Error
+	15, // 5: trellis.storage.v1.ReadRequest.id:type_name -> trellis.resource.v1.ID
+	14, // 6: trellis.storage.v1.ReadResponse.resource:type_name -> trellis.resource.v1.Resource
+	1,  // 7: trellis.storage.v1.ReadResponse.error:type_name -> trellis.storage.v1.Error
+	16, // 8: trellis.storage.v1.ListRequest.type:type_name -> trellis.resource.v1.Type
+	17, // 9: trellis.storage.v1.ListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
+	14, // 10: trellis.storage.v1.ListResponse.resources:type_name -> trellis.resource.v1.Resource
+	1,  // 11: trellis.storage.v1.ListResponse.error:type_name -> trellis.storage.v1.Error
+	1,  // 12: trellis.storage.v1.SnapshotChunk.error:type_name -> trellis.storage.v1.Error
+	1,  // 13: trellis.storage.v1.RestoreResponse.error:type_name -> trellis.storage.v1.Error
+	2,  // 14: trellis.storage.v1.Forwarding.Apply:input_type -> trellis.storage.v1.ApplyRequest
+	6,  // 15: trellis.storage.v1.Forwarding.Read:input_type -> trellis.storage.v1.ReadRequest
+	8,  // 16: trellis.storage.v1.Forwarding.List:input_type -> trellis.storage.v1.ListRequest
+	10, // 17: trellis.storage.v1.Forwarding.Snapshot:input_type -> trellis.storage.v1.SnapshotRequest
+	11, // 18: trellis.storage.v1.Forwarding.Restore:input_type -> trellis.storage.v1.SnapshotChunk
+	4,  // 19: trellis.storage.v1.Forwarding.ReadIndex:input_type -> trellis.storage.v1.ReadIndexRequest
+	3,  // 20: trellis.storage.v1.Forwarding.Apply:output_type -> trellis.storage.v1.ApplyResponse
+	7,  // 21: trellis.storage.v1.Forwarding.Read:output_type -> trellis.storage.v1.ReadResponse
+	9,  // 22: trellis.storage.v1.Forwarding.List:output_type -> trellis.storage.v1.ListResponse
+	11, // 23: trellis.storage.v1.Forwarding.Snapshot:output_type -> trellis.storage.v1.SnapshotChunk
+	12, // 24: trellis.storage.v1.Forwarding.Restore:output_type -> trellis.storage.v1.RestoreResponse
+	5,  // 25: trellis.storage.v1.Forwarding.ReadIndex:output_type -> trellis.storage.v1.ReadIndexResponse
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_api_storage_v1_forwarding_proto_init() }
@@ -721,7 +819,7 @@ func file_api_storage_v1_forwarding_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_storage_v1_forwarding_proto_rawDesc), len(file_api_storage_v1_forwarding_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,11 +24,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Forwarding_Apply_FullMethodName    = "/trellis.storage.v1.Forwarding/Apply"
-	Forwarding_Read_FullMethodName     = "/trellis.storage.v1.Forwarding/Read"
-	Forwarding_List_FullMethodName     = "/trellis.storage.v1.Forwarding/List"
-	Forwarding_Snapshot_FullMethodName = "/trellis.storage.v1.Forwarding/Snapshot"
-	Forwarding_Restore_FullMethodName  = "/trellis.storage.v1.Forwarding/Restore"
+	Forwarding_Apply_FullMethodName     = "/trellis.storage.v1.Forwarding/Apply"
+	Forwarding_Read_FullMethodName      = "/trellis.storage.v1.Forwarding/Read"
+	Forwarding_List_FullMethodName      = "/trellis.storage.v1.Forwarding/List"
+	Forwarding_Snapshot_FullMethodName  = "/trellis.storage.v1.Forwarding/Snapshot"
+	Forwarding_Restore_FullMethodName   = "/trellis.storage.v1.Forwarding/Restore"
+	Forwarding_ReadIndex_FullMethodName = "/trellis.storage.v1.Forwarding/ReadIndex"
 )
 
 // ForwardingClient is the client API for Forwarding service.
@@ -45,6 +46,11 @@ type ForwardingClient interface {
 	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 	// Restore replaces the cluster's state with a user snapshot file.
 	Restore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, RestoreResponse], error)
+	// ReadIndex is the Raft index the leader's state machine has applied,
+	// after it has verified that it still leads: a follower whose state
+	// machine has applied up to it has caught up with everything
+	// acknowledged before the call.
+	ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error)
 }
 
 type forwardingClient struct {
@@ -126,6 +132,16 @@ func (c *forwardingClient) Restore(ctx context.Context, opts ...grpc.CallOption)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Forwarding_RestoreClient = grpc.ClientStreamingClient[SnapshotChunk, RestoreResponse]
 
+func (c *forwardingClient) ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadIndexResponse)
+	err := c.cc.Invoke(ctx, Forwarding_ReadIndex_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ForwardingServer is the server API for Forwarding service.
 // All implementations must embed UnimplementedForwardingServer
 // for forward compatibility.
@@ -140,6 +156,11 @@ type ForwardingServer interface {
 	Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	// Restore replaces the cluster's state with a user snapshot file.
 	Restore(grpc.ClientStreamingServer[SnapshotChunk, RestoreResponse]) error
+	// ReadIndex is the Raft index the leader's state machine has applied,
+	// after it has verified that it still leads: a follower whose state
+	// machine has applied up to it has caught up with everything
+	// acknowledged before the call.
+	ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error)
 	mustEmbedUnimplementedForwardingServer()
 }
 
@@ -164,6 +185,9 @@ func (UnimplementedForwardingServer) Snapshot(*SnapshotRequest, grpc.ServerStrea
 }
 func (UnimplementedForwardingServer) Restore(grpc.ClientStreamingServer[SnapshotChunk, RestoreResponse]) error {
 	return status.Error(codes.Unimplemented, "method Restore not implemented")
+}
+func (UnimplementedForwardingServer) ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadIndex not implemented")
 }
 func (UnimplementedForwardingServer) mustEmbedUnimplementedForwardingServer() {}
 func (UnimplementedForwardingServer) testEmbeddedByValue()                    {}
@@ -251,6 +275,24 @@ func _Forwarding_Restore_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Forwarding_RestoreServer = grpc.ClientStreamingServer[SnapshotChunk, RestoreResponse]
 
+func _Forwarding_ReadIndex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadIndexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ForwardingServer).ReadIndex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Forwarding_ReadIndex_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ForwardingServer).ReadIndex(ctx, req.(*ReadIndexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Forwarding_ServiceDesc is the grpc.ServiceDesc for Forwarding service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -265,6 +307,10 @@ var Forwarding_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Read",
 			Handler:    _Forwarding_Read_Handler,
+		},
+		{
+			MethodName: "ReadIndex",
+			Handler:    _Forwarding_ReadIndex_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

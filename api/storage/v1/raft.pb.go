@@ -591,7 +591,12 @@ type SnapshotTrailer struct {
 	// resources is how many resource records precede the trailer.
 	Resources uint64 `protobuf:"varint,2,opt,name=resources,proto3" json:"resources,omitempty"`
 	// servers is the server registry at that index.
-	Servers       []*Server `protobuf:"bytes,3,rep,name=servers,proto3" json:"servers,omitempty"`
+	Servers []*Server `protobuf:"bytes,3,rep,name=servers,proto3" json:"servers,omitempty"`
+	// applied_index is the Raft index of the last log entry the state
+	// machine had applied (commands and configuration changes) when the
+	// snapshot was taken; 0 in user snapshots and in snapshots written
+	// before it was recorded.
+	AppliedIndex  uint64 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -647,6 +652,13 @@ func (x *SnapshotTrailer) GetServers() []*Server {
 	return nil
 }
 
+func (x *SnapshotTrailer) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
 var File_api_storage_v1_raft_proto protoreflect.FileDescriptor
 
 const file_api_storage_v1_raft_proto_rawDesc = "" +
@@ -680,11 +692,12 @@ const file_api_storage_v1_raft_proto_rawDesc = "" +
 	"\x0eSnapshotRecord\x12;\n" +
 	"\bresource\x18\x01 \x01(\v2\x1d.trellis.resource.v1.ResourceH\x00R\bresource\x12?\n" +
 	"\atrailer\x18\x02 \x01(\v2#.trellis.storage.v1.SnapshotTrailerH\x00R\atrailerB\b\n" +
-	"\x06record\"{\n" +
+	"\x06record\"\xa0\x01\n" +
 	"\x0fSnapshotTrailer\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1c\n" +
 	"\tresources\x18\x02 \x01(\x04R\tresources\x124\n" +
-	"\aservers\x18\x03 \x03(\v2\x1a.trellis.storage.v1.ServerR\aserversB.Z,trellis.dev/trellis/api/storage/v1;pbstorageb\x06proto3"
+	"\aservers\x18\x03 \x03(\v2\x1a.trellis.storage.v1.ServerR\aservers\x12#\n" +
+	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndexB.Z,trellis.dev/trellis/api/storage/v1;pbstorageb\x06proto3"
 
 var (
 	file_api_storage_v1_raft_proto_rawDescOnce sync.Once

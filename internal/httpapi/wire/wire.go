@@ -155,10 +155,19 @@ const (
 
 // Health is the body of GET /v1/health.
 type Health struct {
+	// Status is "ok" or "unavailable"; Error says why it is unavailable.
 	Status string `json:"status"`
 	Leader string `json:"leader,omitempty"`
 	Error  string `json:"error,omitempty"`
 	Code   string `json:"code,omitempty"`
+	// LastContactMS is how long ago this follower last heard from the
+	// leader, in milliseconds (absent on the leader).
+	LastContactMS *int64 `json:"last_contact_ms,omitempty"`
+	// AppliedIndex is the Raft index this server has applied;
+	// LeaderIndex the leader's commit index when last asked (Raft
+	// servers only).
+	AppliedIndex uint64 `json:"applied_index,omitempty"`
+	LeaderIndex  uint64 `json:"leader_index,omitempty"`
 }
 
 // RaftPeer is one server of the Raft configuration

@@ -24,6 +24,9 @@ const (
 	DefaultSubscriberBuffer = 1024
 	// retryWait is the pause before the hub's watch is opened again.
 	retryWait = 500 * time.Millisecond
+	// DefaultMinIndexWait bounds how long a subscriber waits for the hub's
+	// view to reach the index it has seen before it is sent elsewhere.
+	DefaultMinIndexWait = 5 * time.Second
 )
 
 // Errors that end a subscription; both are OutOfRange: open it again.
@@ -32,6 +35,11 @@ var (
 	ErrRestarting = status.Error(codes.OutOfRange, "the server lists the tasks again: open the task stream again")
 	errStopped    = status.Error(codes.Unavailable, "the server is stopping")
 )
+
+// ClusterIndex returns how far the cluster's committed log reaches (the
+// leader's commit index): what an index an agent has seen must be at or
+// below, unless the servers lost their state.
+type ClusterIndex func(ctx context.Context) (uint64, error)
 
 // taskKey names a task: namespace and name.
 type taskKey struct{ namespace, name string }
@@ -46,6 +54,10 @@ type Hub struct {
 	api    resource.API
 	log    *slog.Logger
 	buffer int
+	// minIndexWait: see DefaultMinIndexWait. clusterIndex, when set, tells
+	// a server that is merely behind from a cluster that lost its state.
+	minIndexWait time.Duration
+	clusterIndex ClusterIndex
 
 	mu sync.Mutex
 	// ready: the hub's watch has delivered its snapshot; readyCh is closed
@@ -53,7 +65,8 @@ type Hub struct {
 	ready   bool
 	readyCh chan struct{}
 	stopped bool
-	// index is the index of the last event applied.
+	// index is how current the hub's view is: every change up to it has
+	// been applied (events and the store's progress marks).
 	index  uint64
 	byInst map[string]map[taskKey]*pbresource.Resource
 	where  map[taskKey]string
@@ -69,13 +82,18 @@ func NewHub(api resource.API, log *slog.Logger) *Hub {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Hub{
-		api: api, log: log, buffer: DefaultSubscriberBuffer,
+		api: api, log: log, buffer: DefaultSubscriberBuffer, minIndexWait: DefaultMinIndexWait,
 		readyCh: make(chan struct{}),
 		byInst:  make(map[string]map[taskKey]*pbresource.Resource),
 		where:   make(map[taskKey]string),
 		subs:    make(map[string]map[*Subscription]struct{}),
 	}
 }
+
+// SetClusterIndex tells the hub how to learn the cluster's commit index
+// (a Raft server's); without it, an index the hub's view does not reach in
+// time is taken as this server's lag.
+func (h *Hub) SetClusterIndex(f ClusterIndex) { h.clusterIndex = f }
 
 // Start watches the tasks until ctx ends, starting over (a fresh listing)
 // whenever the watch fails.
@@ -101,7 +119,11 @@ func (h *Hub) Start(ctx context.Context) error {
 func (h *Hub) watch(ctx context.Context) error {
 	// A burst of placements must not cut the hub's watch off: it would
 	// end every agent's task stream (ErrRestarting) to list again.
-	w, err := h.api.Watch(storage.WithWatchBuffer(ctx, storage.ServerWatchBuffer), &pbresource.WatchListRequest{
+	// Progress marks keep the hub's index moving with the store's, so that
+	// it can tell an agent how current a snapshot is even when no task
+	// changed for a while.
+	wctx := storage.WithProgressMarks(storage.WithWatchBuffer(ctx, storage.ServerWatchBuffer))
+	w, err := h.api.Watch(wctx, &pbresource.WatchListRequest{
 		Type:    orchestrator.TaskType,
 		Tenancy: &pbresource.Tenancy{Namespace: storage.WildcardNamespace},
 	})
@@ -258,22 +280,50 @@ type Subscription struct {
 
 // Subscribe returns the tasks placed on instance now, the index they are
 // as of, and a subscription to every change after them. It waits, as long
-// as ctx lets it, for the hub's first snapshot.
-func (h *Hub) Subscribe(ctx context.Context, instance string) ([]*pbresource.Resource, uint64, *Subscription, error) {
+// as ctx lets it, for the hub's first snapshot, and, up to minIndexWait,
+// for the hub's view to reach minIndex: the index of a view the
+// subscriber has already seen, which it must never be shown an older one
+// than. A view that does not get there in time fails with Unavailable (this
+// server is behind: ask another), or with DataLoss when the cluster itself
+// has not committed minIndex (its servers lost their state).
+func (h *Hub) Subscribe(ctx context.Context, instance string, minIndex uint64) ([]*pbresource.Resource, uint64, *Subscription, error) {
+	var deadline <-chan time.Time
+	poll := time.Millisecond
 	for {
 		h.mu.Lock()
 		if h.stopped {
 			h.mu.Unlock()
 			return nil, 0, nil, errStopped
 		}
-		if h.ready {
+		if h.ready && h.index >= minIndex {
 			break
 		}
-		ready := h.readyCh
+		ready, index := h.readyCh, h.index
 		h.mu.Unlock()
+		if !h.isReady() {
+			select {
+			case <-ready:
+			case <-ctx.Done():
+				return nil, 0, nil, status.FromContextError(ctx.Err()).Err()
+			}
+			continue
+		}
+		// Ready, but behind what the subscriber saw: wait for the
+		// store's progress to carry the view there.
+		if deadline == nil {
+			t := time.NewTimer(h.minIndexWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		t := time.NewTimer(poll)
+		poll = min(poll*2, 50*time.Millisecond)
 		select {
-		case <-ready:
+		case <-t.C:
+		case <-deadline:
+			t.Stop()
+			return nil, 0, nil, h.behind(ctx, index, minIndex)
 		case <-ctx.Done():
+			t.Stop()
 			return nil, 0, nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
@@ -290,6 +340,24 @@ func (h *Hub) Subscribe(ctx context.Context, instance string) ([]*pbresource.Res
 	}
 	set[s] = struct{}{}
 	return snap, h.index, s, nil
+}
+
+func (h *Hub) isReady() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ready
+}
+
+// behind is the error for a view at index that did not reach minIndex.
+func (h *Hub) behind(ctx context.Context, index, minIndex uint64) error {
+	if h.clusterIndex != nil {
+		if ci, err := h.clusterIndex(ctx); err == nil && ci < minIndex {
+			return status.Errorf(codes.DataLoss,
+				"the cluster's log ends at index %d, before index %d that this agent has seen: the servers lost their state; list the tasks again from scratch", ci, minIndex)
+		}
+	}
+	return status.Errorf(codes.Unavailable,
+		"this server's view of the tasks is at index %d, older than index %d that this agent has seen: it is catching up; ask another server", index, minIndex)
 }
 
 // Next returns the next event, or the error that ended the subscription,

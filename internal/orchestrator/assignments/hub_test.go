@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	pbcore "trellis.dev/trellis/api/core/v1"
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/core"
@@ -95,7 +98,7 @@ func (h *harness) subscribe(instance string) ([]*pbresource.Resource, *Subscript
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	snap, _, sub, err := h.hub.Subscribe(ctx, instance)
+	snap, _, sub, err := h.hub.Subscribe(ctx, instance, 0)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -260,5 +263,64 @@ func TestAgentReportsAreNotEchoed(t *testing.T) {
 	}
 	if got, _ := resource.DecodeData[*pborch.Task](ev.GetResource()); got.GetLastStatus() != "LOST" {
 		t.Fatalf("event after the servers marked it lost = %v; want it streamed", got)
+	}
+}
+
+// TestSubscribeNeverShowsAnOlderView: a subscriber that has seen index N
+// gets a snapshot as of N or later. Writes of other types move the hub's
+// index too (the store's progress marks), so a hub whose view is current
+// serves it at once; a view that cannot reach N in time is refused, as
+// Unavailable (this server is behind) or DataLoss (the cluster never
+// committed N).
+func TestSubscribeNeverShowsAnOlderView(t *testing.T) {
+	h := newHarness(t, 0)
+	h.place("t1", "i1")
+	// A write of another type: no task event, but the view is current as
+	// of its index.
+	nsData, _ := anypb.New(&pbcore.Namespace{})
+	ns, err := h.api.Write(context.Background(), &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: &pbresource.ID{Type: core.NamespaceType, Name: "other"}, Data: nsData}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen, _ := strconv.ParseUint(ns.GetResource().GetVersion(), 10, 64)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	snap, index, sub, err := h.hub.Subscribe(ctx, "i1", seen)
+	if err != nil {
+		t.Fatalf("subscribe from the current index %d: %v", seen, err)
+	}
+	sub.Close()
+	if index < seen || len(snap) != 1 {
+		t.Fatalf("snapshot at index %d with %d tasks; want at least %d with t1", index, len(snap), seen)
+	}
+
+	h.hub.minIndexWait = 50 * time.Millisecond
+	_, _, _, err = h.hub.Subscribe(ctx, "i1", seen+1000)
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("subscribe from an index the view has not reached: %v; want Unavailable", err)
+	}
+	h.hub.SetClusterIndex(func(context.Context) (uint64, error) { return seen, nil })
+	_, _, _, err = h.hub.Subscribe(ctx, "i1", seen+1000)
+	if status.Code(err) != codes.DataLoss {
+		t.Fatalf("subscribe from an index the cluster never committed: %v; want DataLoss", err)
+	}
+
+	// A subscriber that waits gets its snapshot once the view gets there.
+	h.hub.minIndexWait = 10 * time.Second
+	type result struct {
+		index uint64
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		_, index, sub, err := h.hub.Subscribe(ctx, "i1", seen+1)
+		if err == nil {
+			sub.Close()
+		}
+		got <- result{index, err}
+	}()
+	h.place("t2", "i2")
+	if r := <-got; r.err != nil || r.index < seen+1 {
+		t.Fatalf("subscribe that waited: index %d, %v", r.index, r.err)
 	}
 }

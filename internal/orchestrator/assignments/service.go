@@ -11,13 +11,14 @@ import (
 
 // WatchTasks serves AgentService.WatchTasks from the hub: the instance's
 // tasks, END_OF_SNAPSHOT, then their changes; with with_definitions, each
-// task definition they use before the first of its tasks.
+// task definition they use before the first of its tasks. The snapshot is
+// never older than min_index (see Hub.Subscribe).
 func (h *Hub) WatchTasks(req *pbagent.WatchTasksRequest, stream pbagent.AgentService_WatchTasksServer) error {
 	if err := resource.ValidateName("instance", req.GetInstance()); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	ctx := stream.Context()
-	snap, index, sub, err := h.Subscribe(ctx, req.GetInstance())
+	snap, index, sub, err := h.Subscribe(ctx, req.GetInstance(), req.GetMinIndex())
 	if err != nil {
 		return err
 	}

@@ -66,5 +66,5 @@ func (b *Backend) ListByOwner(_ context.Context, id *pbresource.ID) ([]*pbresour
 }
 
 func (b *Backend) WatchList(ctx context.Context, typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64) (storage.Watch, error) {
-	return b.store.WatchList(typ, tenancy, namePrefix, sinceIndex, storage.WatchBufferFrom(ctx))
+	return b.store.WatchListWith(typ, tenancy, namePrefix, sinceIndex, storage.WatchOptionsFrom(ctx))
 }

@@ -35,6 +35,9 @@ type Store struct {
 	index    atomic.Uint64
 	events   eventRing
 	watchers map[typeKey]map[*watch]struct{}
+	// marked are the watchers that asked for progress marks
+	// (storage.WithProgressMarks), also in watchers.
+	marked map[*watch]struct{}
 	// next passes a write's id-index key to the schema of the current db.
 	next *nextKey
 
@@ -80,6 +83,7 @@ func NewStore(opts ...Option) *Store {
 	s := &Store{
 		events:           newEventRing(DefaultEventHistory, DefaultEventHistoryBytes),
 		watchers:         make(map[typeKey]map[*watch]struct{}),
+		marked:           make(map[*watch]struct{}),
 		next:             next,
 		watcherBuffer:    DefaultWatcherBuffer,
 		maxWatcherBuffer: storage.ServerWatchBuffer,
@@ -240,6 +244,7 @@ func (s *Store) Restore(idx uint64, resources []*pbresource.Resource) error {
 		}
 	}
 	s.watchers = make(map[typeKey]map[*watch]struct{})
+	s.marked = make(map[*watch]struct{})
 	return nil
 }
 

@@ -71,6 +71,9 @@ func (s *Store) Update(fn func(*Tx)) {
 	for _, ev := range tx.events {
 		s.publish(ev)
 	}
+	if tx.index != 0 {
+		s.markProgress(tx.index)
+	}
 }
 
 // lookup returns what key holds in the group's state so far.

@@ -3,6 +3,7 @@ package inmem
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -22,9 +23,33 @@ func (s *Store) publish(ev *pbresource.WatchEvent) {
 		}
 		select {
 		case w.ch <- ev:
+			w.marked = ev.GetIndex()
 		default:
 			w.cutOff(storage.ErrWatchTooSlow)
 			delete(s.watchers[keyOf(w.typ)], w)
+			delete(s.marked, w)
+		}
+	}
+}
+
+// markProgress tells the watchers that asked for progress marks that
+// every change up to idx has been handed to them: an END_OF_SNAPSHOT event
+// at idx, after the changes of the update that reached it. Marks never cut
+// a watcher off: a full watcher gets its mark once it has read its buffer.
+// Called with s.mu held.
+func (s *Store) markProgress(idx uint64) {
+	for w := range s.marked {
+		if idx <= w.marked || idx <= w.snapshotIndex {
+			continue
+		}
+		select {
+		case w.ch <- &pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_END_OF_SNAPSHOT, Index: idx}:
+			w.marked = idx
+			w.dropped.Store(0)
+		default:
+			// Everything up to idx is in the buffer: the reader gets the
+			// mark once it has read them (Next, lateMark).
+			w.dropped.Store(idx)
 		}
 	}
 }
@@ -36,7 +61,14 @@ func (s *Store) publish(ev *pbresource.WatchEvent) {
 // have buffer events unread (0: the store's default; at
 // most its maximum) before it is cut off.
 func (s *Store) WatchList(typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64, buffer int) (storage.Watch, error) {
-	buffer = min(buffer, s.maxWatcherBuffer)
+	return s.WatchListWith(typ, tenancy, namePrefix, sinceIndex, storage.WatchOptions{Buffer: buffer})
+}
+
+// WatchListWith is WatchList with the options a caller's context carries
+// (storage.WatchOptionsFrom): its buffer, and whether it gets progress
+// marks.
+func (s *Store) WatchListWith(typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64, opts storage.WatchOptions) (storage.Watch, error) {
+	buffer := min(opts.Buffer, s.maxWatcherBuffer)
 	if buffer <= 0 {
 		buffer = s.watcherBuffer
 	}
@@ -70,6 +102,9 @@ func (s *Store) WatchList(typ *pbresource.Type, tenancy *pbresource.Tenancy, nam
 		s.watchers[key] = make(map[*watch]struct{})
 	}
 	s.watchers[key][w] = struct{}{}
+	if opts.ProgressMarks {
+		s.marked[w] = struct{}{}
+	}
 	s.mu.Unlock()
 
 	if txn != nil {
@@ -97,6 +132,11 @@ type watch struct {
 	pending       []*pbresource.WatchEvent
 	snapshotIndex uint64
 	sentEnd       bool
+	// marked is the index of the last event or progress mark sent on ch;
+	// dropped the index of a mark its full buffer made the store drop,
+	// 0 when none (written under the store's mu; see lateMark).
+	marked  uint64
+	dropped atomic.Uint64
 
 	ch        chan *pbresource.WatchEvent
 	closeOnce sync.Once
@@ -129,9 +169,39 @@ func (w *watch) Next(ctx context.Context) (*pbresource.WatchEvent, error) {
 			return nil, w.err
 		}
 		return ev, nil
+	default:
+	}
+	if mark := w.lateMark(); mark != nil {
+		return mark, nil
+	}
+	select {
+	case ev, ok := <-w.ch:
+		if !ok {
+			return nil, w.err
+		}
+		return ev, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// lateMark returns, once the watcher has read everything it was handed,
+// the progress mark that its full buffer made the store drop (nil when
+// there is none): without it an idle store would leave the watcher's view
+// looking older than it is.
+func (w *watch) lateMark() *pbresource.WatchEvent {
+	if w.dropped.Load() == 0 {
+		return nil
+	}
+	s := w.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	idx := w.dropped.Load()
+	if idx == 0 || len(w.ch) > 0 {
+		return nil
+	}
+	w.dropped.Store(0)
+	return &pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_END_OF_SNAPSHOT, Index: idx}
 }
 
 // Close stops the watch. It is safe to call more than once.
@@ -140,5 +210,6 @@ func (w *watch) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.watchers[keyOf(w.typ)], w)
+	delete(s.marked, w)
 	w.cutOff(context.Canceled)
 }

@@ -142,3 +142,66 @@ func TestWatchBufferAskedThroughTheContext(t *testing.T) {
 		t.Fatalf("watcher with the default buffer of 2 after a burst of 8: %v; want ErrWatchTooSlow", err)
 	}
 }
+
+// TestProgressMarks: a watcher that asked for progress marks learns, after
+// each change its own events do not reach, the store's new index (an
+// END_OF_SNAPSHOT event); others never see one.
+func TestProgressMarks(t *testing.T) {
+	b := NewBackend()
+	other := &pbresource.Type{Group: "test", GroupVersion: "v1", Kind: "Other"}
+	ctx := storage.WithProgressMarks(t.Context())
+	marked, err := b.WatchList(ctx, newRes("default", "x", "u").GetId().GetType(), &pbresource.Tenancy{Namespace: "default"}, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer marked.Close()
+	plain := openWatch(t, b, 0)
+	skipSnapshot(t, marked)
+	skipSnapshot(t, plain)
+
+	mine := write(t, b, newRes("default", "a", "u"))
+	if ev := mustNext(t, marked); ev.GetResource() != mine {
+		t.Fatalf("got %s, want the upsert of a", evString(ev))
+	}
+	theirs := write(t, b, &pbresource.Resource{Id: &pbresource.ID{Type: other, Tenancy: &pbresource.Tenancy{Namespace: "default"}, Name: "o"}})
+	ev := mustNext(t, marked)
+	if ev.GetOp() != pbresource.WatchEvent_OP_END_OF_SNAPSHOT || fmt.Sprint(ev.GetIndex()) != theirs.GetVersion() {
+		t.Fatalf("after a change of another type: %s; want a progress mark at %s", evString(ev), theirs.GetVersion())
+	}
+	last := write(t, b, newRes("default", "b", "u"))
+	if ev := mustNext(t, marked); ev.GetResource() != last {
+		t.Fatalf("got %s, want the upsert of b (no mark for a change it saw)", evString(ev))
+	}
+	for _, want := range []*pbresource.Resource{mine, last} {
+		if ev := mustNext(t, plain); ev.GetResource() != want {
+			t.Fatalf("a watcher without marks got %s, want the upsert of %s", evString(ev), want.GetId().GetName())
+		}
+	}
+}
+
+// TestDroppedProgressMarkArrivesLate: a mark the watcher's full buffer
+// could not take is handed over once it has read the buffer, so that an
+// idle store does not leave its view looking older than it is.
+func TestDroppedProgressMarkArrivesLate(t *testing.T) {
+	b := NewBackend(WithWatcherBuffer(2))
+	other := &pbresource.Type{Group: "test", GroupVersion: "v1", Kind: "Other"}
+	ctx := storage.WithProgressMarks(t.Context())
+	w, err := b.WatchList(ctx, newRes("default", "x", "u").GetId().GetType(), &pbresource.Tenancy{Namespace: "default"}, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	skipSnapshot(t, w)
+	a := write(t, b, newRes("default", "a", "u"))
+	c := write(t, b, newRes("default", "c", "u")) // the buffer is full
+	theirs := write(t, b, &pbresource.Resource{Id: &pbresource.ID{Type: other, Tenancy: &pbresource.Tenancy{Namespace: "default"}, Name: "o"}})
+	for _, want := range []*pbresource.Resource{a, c} {
+		if ev := mustNext(t, w); ev.GetResource() != want {
+			t.Fatalf("got %s, want the upsert of %s", evString(ev), want.GetId().GetName())
+		}
+	}
+	ev := mustNext(t, w)
+	if ev.GetOp() != pbresource.WatchEvent_OP_END_OF_SNAPSHOT || fmt.Sprint(ev.GetIndex()) != theirs.GetVersion() {
+		t.Fatalf("after the buffer: %s; want the dropped mark at %s", evString(ev), theirs.GetVersion())
+	}
+}

@@ -54,6 +54,7 @@ type Backend struct {
 	obsCh    chan hraft.Observation
 	conns    *connPool
 	metrics  *metrics
+	catch    *catchUp
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -88,6 +89,7 @@ func Open(cfg Config) (*Backend, error) {
 		notifyCh: make(chan bool, 8),
 		obsCh:    make(chan hraft.Observation, 64),
 		stop:     make(chan struct{}),
+		catch:    newCatchUp(),
 	}
 	b.conns = newConnPool(cfg.DialOptions)
 	b.fsm = newFSM(b.store, logger, b.changed.notify)
@@ -168,9 +170,10 @@ func Open(cfg Config) (*Backend, error) {
 	})
 	b.raft.RegisterObserver(b.observer)
 
-	b.wg.Add(2)
+	b.wg.Add(3)
 	go func() { defer b.wg.Done(); b.runLeadership() }()
 	go func() { defer b.wg.Done(); b.runObserver() }()
+	go func() { defer b.wg.Done(); b.runCatchUp() }()
 	logger.Info("raft storage started", "id", cfg.ID, "raft_addr", b.raftAddr, "grpc_addr", cfg.GRPCAddr,
 		"data_dir", cfg.DataDir, "existing_state", b.hadState)
 	return b, nil

@@ -1,7 +1,7 @@
 // Package raft is the replicated storage.Backend: resources kept in an
 // inmem.Store on every server, changed only by applying a Raft log
-// (github.com/hashicorp/raft, with raft-boltdb as log and stable store,
-// fsync on every append, and file snapshots).
+// (github.com/hashicorp/raft, with raft-wal as log and stable store: 64 MiB
+// segment files, preallocated, fsync on every append; and file snapshots).
 //
 // # Write path (seed 003)
 //

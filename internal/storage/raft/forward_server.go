@@ -54,6 +54,16 @@ func (s *forwardingServer) Read(ctx context.Context, req *pbstorage.ReadRequest)
 	return &pbstorage.ReadResponse{Resource: res, Error: encodeError(err)}, nil
 }
 
+// ReadIndex answers the Raft index the leader's state machine has applied,
+// once it has verified that it still leads: every write acknowledged
+// before the call is at or below it.
+func (s *forwardingServer) ReadIndex(ctx context.Context, _ *pbstorage.ReadIndexRequest) (*pbstorage.ReadIndexResponse, error) {
+	if err := s.b.consistent(ctx); err != nil {
+		return &pbstorage.ReadIndexResponse{Error: encodeError(err)}, nil
+	}
+	return &pbstorage.ReadIndexResponse{Index: s.b.fsm.applied.Load()}, nil
+}
+
 func (s *forwardingServer) List(req *pbstorage.ListRequest, stream pbstorage.Forwarding_ListServer) error {
 	if err := s.b.consistent(stream.Context()); err != nil {
 		return stream.Send(&pbstorage.ListResponse{Error: encodeError(err)})

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	hraft "github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -27,6 +28,13 @@ type fsm struct {
 
 	mu      sync.RWMutex
 	servers map[string]*pbstorage.Server
+
+	// applied is the Raft index of the last entry this state machine has
+	// applied (commands and configuration changes, which raft hands it;
+	// not raft's no-ops). Raft's own AppliedIndex runs ahead of it: raft
+	// counts entries applied once it has queued them for the state
+	// machine. Catching up is judged on this one.
+	applied atomic.Uint64
 }
 
 // applyResult is what Apply hands back through raft's ApplyFuture: the
@@ -55,6 +63,9 @@ func (f *fsm) Apply(l *hraft.Log) any {
 // server's first run and its replay of the log after a restart. Any other
 // entry ends a run and is applied by itself.
 func (f *fsm) ApplyBatch(logs []*hraft.Log) []any {
+	if len(logs) > 0 {
+		defer f.advance(logs[len(logs)-1].Index)
+	}
 	out := make([]any, len(logs))
 	// Decode everything first, outside the store's lock.
 	cmds := make([]*pbstorage.Command, len(logs))
@@ -178,9 +189,18 @@ func (f *fsm) serverList() []*pbstorage.Server {
 	return cloneServers(out)
 }
 
-// Snapshot captures the state for raft. See fsmSnapshot.
+// advance records that every entry up to idx is applied.
+func (f *fsm) advance(idx uint64) {
+	if idx > f.applied.Load() {
+		f.applied.Store(idx)
+	}
+}
+
+// Snapshot captures the state for raft. See fsmSnapshot. Raft calls it
+// on the FSM's goroutine, between applies, so applied is exactly the
+// state's.
 func (f *fsm) Snapshot() (hraft.FSMSnapshot, error) {
-	return startSnapshot(f.store, f.serverList()), nil
+	return startSnapshot(f.store, f.serverList(), f.applied.Load()), nil
 }
 
 // Restore replaces the whole state with a snapshot stream. The resources
@@ -207,6 +227,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.servers = servers
 	f.mu.Unlock()
 	f.onServers()
-	f.logger.Info("restored state from snapshot", "index", tr.GetIndex(), "resources", len(resources))
+	// A user snapshot, or an older one, does not say: its store index
+	// is the best lower bound (raft's restore sets it past the gap).
+	f.applied.Store(max(tr.GetAppliedIndex(), tr.GetIndex()))
+	f.logger.Info("restored state from snapshot", "index", tr.GetIndex(), "applied_index", tr.GetAppliedIndex(), "resources", len(resources))
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 // store (they are immutable), so no copy of the state is made.
 type fsmSnapshot struct {
 	servers []*pbstorage.Server
+	applied uint64 // the FSM's applied Raft index when it was taken
 
 	batches chan []*pbresource.Resource
 	release chan struct{}
@@ -38,9 +39,10 @@ const snapshotBatch = 512
 
 var errSnapshotReleased = errors.New("snapshot released before it was persisted")
 
-func startSnapshot(store *inmem.Store, servers []*pbstorage.Server) *fsmSnapshot {
+func startSnapshot(store *inmem.Store, servers []*pbstorage.Server, applied uint64) *fsmSnapshot {
 	s := &fsmSnapshot{
 		servers: servers,
+		applied: applied,
 		batches: make(chan []*pbresource.Resource, 4),
 		release: make(chan struct{}),
 	}
@@ -112,7 +114,7 @@ func (s *fsmSnapshot) persist(sink hraft.SnapshotSink) error {
 	if s.err != nil {
 		return s.err
 	}
-	return sw.finish(s.index, s.servers)
+	return sw.finish(s.index, s.applied, s.servers)
 }
 
 // Release stops the iteration if Persist was not called or gave up.

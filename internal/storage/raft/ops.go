@@ -13,9 +13,13 @@ import (
 )
 
 // Read implements storage.Backend. An eventual read is served from the local
-// store; a strong one by the leader (forwarded from a follower).
+// store, once this server has caught up with a leader since its start
+// (see catchup.go); a strong one by the leader (forwarded from a follower).
 func (b *Backend) Read(ctx context.Context, consistency storage.ReadConsistency, id *pbresource.ID) (*pbresource.Resource, error) {
 	if consistency != storage.StrongConsistency {
+		if err := b.awaitCaughtUp(ctx); err != nil {
+			return nil, err
+		}
 		return b.store.Read(id)
 	}
 	return onLeader(ctx, b,
@@ -59,6 +63,9 @@ func (b *Backend) DeleteCAS(ctx context.Context, id *pbresource.ID, version stri
 // List implements storage.Backend, like Read.
 func (b *Backend) List(ctx context.Context, consistency storage.ReadConsistency, typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string) ([]*pbresource.Resource, error) {
 	if consistency != storage.StrongConsistency {
+		if err := b.awaitCaughtUp(ctx); err != nil {
+			return nil, err
+		}
 		return b.store.List(typ, tenancy, namePrefix)
 	}
 	return onLeader(ctx, b,
@@ -73,8 +80,12 @@ func (b *Backend) List(ctx context.Context, consistency storage.ReadConsistency,
 		})
 }
 
-// ListByOwner implements storage.Backend from the local store.
-func (b *Backend) ListByOwner(_ context.Context, id *pbresource.ID) ([]*pbresource.Resource, error) {
+// ListByOwner implements storage.Backend from the local store, once this
+// server has caught up since its start.
+func (b *Backend) ListByOwner(ctx context.Context, id *pbresource.ID) ([]*pbresource.Resource, error) {
+	if err := b.awaitCaughtUp(ctx); err != nil {
+		return nil, err
+	}
 	return b.store.ListByOwner(id)
 }
 
@@ -87,12 +98,15 @@ func (b *Backend) ListByOwner(_ context.Context, id *pbresource.ID) ([]*pbresour
 // server never reaches (one no server issued) fails with
 // storage.ErrIndexTooOld: re-list.
 func (b *Backend) WatchList(ctx context.Context, typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string, sinceIndex uint64) (storage.Watch, error) {
+	if err := b.awaitCaughtUp(ctx); err != nil {
+		return nil, err
+	}
 	if sinceIndex > b.store.Index() {
 		if err := b.waitCommitted(ctx, sinceIndex); err != nil {
 			return nil, err
 		}
 	}
-	return b.store.WatchList(typ, tenancy, namePrefix, sinceIndex, storage.WatchBufferFrom(ctx))
+	return b.store.WatchListWith(typ, tenancy, namePrefix, sinceIndex, storage.WatchOptionsFrom(ctx))
 }
 
 // waitCommitted waits until this server has learned that the log entry at

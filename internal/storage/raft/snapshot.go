@@ -50,10 +50,11 @@ func (sw *snapshotWriter) resource(res *pbresource.Resource) error {
 	return nil
 }
 
-// finish writes the trailer and flushes.
-func (sw *snapshotWriter) finish(index uint64, servers []*pbstorage.Server) error {
+// finish writes the trailer and flushes. applied is the FSM's applied Raft
+// index (0 when unknown: user snapshots).
+func (sw *snapshotWriter) finish(index, applied uint64, servers []*pbstorage.Server) error {
 	rec := &pbstorage.SnapshotRecord{Record: &pbstorage.SnapshotRecord_Trailer{Trailer: &pbstorage.SnapshotTrailer{
-		Index: index, Resources: sw.count, Servers: servers,
+		Index: index, Resources: sw.count, Servers: servers, AppliedIndex: applied,
 	}}}
 	if _, err := protodelim.MarshalTo(sw.w, rec); err != nil {
 		return err

@@ -31,7 +31,7 @@ func encodeSnapshot(t testing.TB, resources []*pbresource.Resource, index uint64
 			t.Fatal(err)
 		}
 	}
-	if err := sw.finish(index, servers); err != nil {
+	if err := sw.finish(index, 0, servers); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
@@ -80,7 +80,7 @@ func TestSnapshotCodecRefusesDamage(t *testing.T) {
 		sw, _ := newSnapshotWriter(&buf)
 		_ = sw.resource(testResource("a"))
 		sw.count = 5
-		_ = sw.finish(1, nil)
+		_ = sw.finish(1, 0, nil)
 		return buf.Bytes()
 	}()
 	noID := encodeSnapshot(t, []*pbresource.Resource{{Version: "1"}}, 1, nil)

@@ -90,7 +90,7 @@ func (b *Backend) writeUserSnapshot(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := sw.finish(idx, b.fsm.serverList()); err != nil {
+	if err := sw.finish(idx, 0, b.fsm.serverList()); err != nil {
 		return err
 	}
 	return gz.Close()
@@ -178,7 +178,7 @@ func (b *Backend) restoreLocal(ctx context.Context, r io.Reader) error {
 		return notLeader("%s lost leadership before the restore", b.cfg.ID)
 	}
 	last := b.raft.LastIndex()
-	if err := sw.finish(last+1, b.fsm.serverList()); err != nil {
+	if err := sw.finish(last+1, 0, b.fsm.serverList()); err != nil {
 		return fmt.Errorf("restore: writing temporary snapshot: %w", err)
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {

@@ -1,0 +1,309 @@
+package raft
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pbstorage "trellis.dev/trellis/api/storage/v1"
+	"trellis.dev/trellis/internal/storage"
+)
+
+// Catching up with the leader.
+//
+// A server restarted from its data dir restores its last snapshot, which
+// may be minutes old, and applies the rest of the log only once a leader
+// has told it what is committed; a follower that was paused is behind by
+// whatever it missed. Its store then answers reads with a past state as
+// if it were the present, and an agent that takes such a listing stops
+// tasks for deletions that did not happen and starts tasks that had
+// stopped. So every server asks the leader, about once a second, for its
+// commit index (ReadIndex: the leader first verifies that it still
+// leads) and watches its own applied index reach it:
+//
+//   - until it has once, the server is not caught up since its start, and
+//     eventual reads and watches wait for it (up to the hold timeout) and
+//     then fail with storage.ErrInconsistent rather than answer with the
+//     past (storage.WithStale asks for the local state anyway);
+//   - its health (Health) is good only while it hears from a leader and
+//     has applied, within catchUpLag, what the leader had committed when
+//     last asked.
+const (
+	// catchUpInterval is how often a follower asks the leader for its
+	// commit index.
+	catchUpInterval = time.Second
+	// catchUpLag is how long a follower may take to apply what the
+	// leader had committed when asked before it counts as behind.
+	catchUpLag = 500 * time.Millisecond
+)
+
+// catchUp is what the catch-up loop has learned.
+type catchUp struct {
+	first     chan struct{} // closed once caught up since the start
+	firstOnce sync.Once
+	caughtUp  atomic.Bool // the first catch-up happened
+
+	mu sync.Mutex
+	// last round: the leader's commit index asked for, when it was
+	// answered, and whether this server applied it within catchUpLag.
+	asked    uint64
+	answered time.Time
+	behind   bool
+	err      error // why the last round failed; nil when it did not
+}
+
+func newCatchUp() *catchUp { return &catchUp{first: make(chan struct{})} }
+
+func (c *catchUp) markCaughtUp() {
+	c.firstOnce.Do(func() {
+		c.caughtUp.Store(true)
+		close(c.first)
+	})
+}
+
+func (c *catchUp) record(asked uint64, answered time.Time, behind bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.err = err
+		return
+	}
+	c.asked, c.answered, c.behind, c.err = asked, answered, behind, nil
+}
+
+// runCatchUp asks the leader for its commit index every catchUpInterval
+// and waits for this server to apply it, until the backend stops. A
+// leader is caught up once its barrier is applied (leaderSession).
+func (b *Backend) runCatchUp() {
+	for {
+		changed := b.changed.wait()
+		b.catchUpRound()
+		first := !b.catch.caughtUp.Load()
+		next := catchUpInterval
+		if first {
+			// Reads are waiting for the first catch-up: try again soon,
+			// and at once when the leader changes.
+			next = 50 * time.Millisecond
+		} else {
+			changed = nil
+		}
+		t := time.NewTimer(next)
+		select {
+		case <-b.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		case <-changed:
+			t.Stop()
+		}
+	}
+}
+
+// catchUpRound is one round: ask, then wait for the applied index.
+func (b *Backend) catchUpRound() {
+	if b.IsLeader() {
+		if b.lead.readyIn(b.raft.CurrentTerm()) {
+			b.catch.record(b.fsm.applied.Load(), time.Now(), false, nil)
+			b.catch.markCaughtUp()
+		}
+		return
+	}
+	conn, err := b.leaderConn()
+	if err != nil {
+		b.catch.record(0, time.Time{}, false, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), catchUpInterval)
+	defer cancel()
+	idx, err := b.readIndexRemote(ctx, conn)
+	if err != nil {
+		b.catch.record(0, time.Time{}, false, err)
+		return
+	}
+	answered := time.Now()
+	deadline := time.NewTimer(catchUpLag)
+	defer deadline.Stop()
+	poll := time.Millisecond
+	for b.fsm.applied.Load() < idx {
+		t := time.NewTimer(poll)
+		poll = min(poll*2, 20*time.Millisecond)
+		select {
+		case <-t.C:
+			continue
+		case <-deadline.C:
+			t.Stop()
+			b.catch.record(idx, answered, true, nil)
+			// Keep waiting for the first catch-up: it is what reads wait on.
+			if !b.catch.caughtUp.Load() {
+				b.waitApplied(idx)
+			}
+			return
+		case <-b.stop:
+			t.Stop()
+			return
+		}
+	}
+	b.catch.record(idx, answered, false, nil)
+	b.catch.markCaughtUp()
+}
+
+// waitApplied waits, until the backend stops, for the applied index to
+// reach idx, and marks the first catch-up then.
+func (b *Backend) waitApplied(idx uint64) {
+	poll := 5 * time.Millisecond
+	for b.fsm.applied.Load() < idx {
+		t := time.NewTimer(poll)
+		poll = min(poll*2, 50*time.Millisecond)
+		select {
+		case <-t.C:
+		case <-b.stop:
+			t.Stop()
+			return
+		}
+	}
+	b.catch.markCaughtUp()
+}
+
+// readIndexRemote asks the leader for its commit index.
+func (b *Backend) readIndexRemote(ctx context.Context, conn *grpc.ClientConn) (uint64, error) {
+	resp, err := pbstorage.NewForwardingClient(conn).ReadIndex(ctx, &pbstorage.ReadIndexRequest{})
+	if err != nil {
+		return 0, notLeader("asking the leader for its commit index failed: %v", err)
+	}
+	if rerr := decodeError(resp.GetError()); rerr != nil {
+		return 0, rerr
+	}
+	return resp.GetIndex(), nil
+}
+
+// LeaderIndex is the leader's read index, asked of the leader (which first
+// verifies that it still leads): the Raft index its state machine has
+// applied, at or above everything acknowledged before the call.
+func (b *Backend) LeaderIndex(ctx context.Context) (uint64, error) {
+	return onLeader(ctx, b,
+		func(ctx context.Context) (uint64, error) {
+			if err := b.consistent(ctx); err != nil {
+				return 0, err
+			}
+			return b.fsm.applied.Load(), nil
+		},
+		b.readIndexRemote)
+}
+
+// CaughtUp reports whether this server has caught up with a leader at
+// least once since it started.
+func (b *Backend) CaughtUp() bool { return b.catch.caughtUp.Load() }
+
+// awaitCaughtUp waits, up to the hold timeout, for the first catch-up,
+// unless ctx asks for stale reads.
+func (b *Backend) awaitCaughtUp(ctx context.Context) error {
+	if b.catch.caughtUp.Load() || storage.StaleFrom(ctx) {
+		return nil
+	}
+	hold := time.NewTimer(b.tuning.HoldTimeout)
+	defer hold.Stop()
+	select {
+	case <-b.catch.first:
+		return nil
+	case <-hold.C:
+		return fmt.Errorf("%w (this server has not caught up with a leader since it started: it has applied up to index %d; ask another server, or read stale)",
+			storage.ErrInconsistent, b.fsm.applied.Load())
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", storage.ErrInconsistent, ctx.Err())
+	case <-b.stop:
+		return ErrShutdown
+	}
+}
+
+// Health is whether this server's answers can be trusted, and why not.
+type Health struct {
+	OK     bool
+	Reason string // why not; empty when OK
+	// Leader is the leader's id, empty when none is known.
+	Leader string
+	// LastContact is how long ago this server last heard from the leader
+	// (0 on the leader).
+	LastContact time.Duration
+	// Applied is this server's applied index; LeaderIndex the leader's
+	// commit index when it was last asked.
+	Applied, LeaderIndex uint64
+}
+
+// healthInput is what JudgeHealth decides on.
+type healthInput struct {
+	isLeader, leaderReady bool
+	leader                string // id; "" when none is known
+	neverContacted        bool
+	lastContact           time.Duration
+	contactBound          time.Duration
+	caughtUp              bool  // since the start
+	behind                bool  // the last round's index was not applied in time
+	roundErr              error // the last round failed
+	roundAge              time.Duration
+	applied, asked        uint64 // applied index; the last round's leader index
+}
+
+// judgeHealth decides a server's health: good on a leader that has caught
+// up; on a follower, only while it hears from a leader, has caught up
+// since its start, and applied, in time, what the leader had committed
+// when last asked (asked recently).
+func judgeHealth(in healthInput) (bool, string) {
+	switch {
+	case in.isLeader && in.leaderReady:
+		return true, ""
+	case in.isLeader:
+		return false, "this server was just elected leader and is applying what earlier leaders committed"
+	case in.leader == "":
+		return false, "no cluster leader"
+	case in.neverContacted:
+		return false, fmt.Sprintf("no contact with the leader %s since this server started", in.leader)
+	case in.lastContact > in.contactBound:
+		return false, fmt.Sprintf("no contact with the leader %s for %s", in.leader, in.lastContact.Round(time.Millisecond))
+	case !in.caughtUp:
+		return false, fmt.Sprintf("catching up with the leader since this server started (applied index %d)", in.applied)
+	case in.roundErr != nil && in.roundAge > 3*catchUpInterval:
+		return false, fmt.Sprintf("cannot ask the leader how far it is: %v", in.roundErr)
+	case in.behind && in.applied < in.asked:
+		return false, fmt.Sprintf("behind the leader: applied index %d of %d", in.applied, in.asked)
+	}
+	return true, ""
+}
+
+// Health reports whether this server is healthy: see judgeHealth.
+func (b *Backend) Health() Health {
+	leader, _ := b.Leader()
+	c := b.catch
+	c.mu.Lock()
+	asked, answered, behind, roundErr := c.asked, c.answered, c.behind, c.err
+	c.mu.Unlock()
+	in := healthInput{
+		isLeader:     b.IsLeader(),
+		leader:       leader,
+		contactBound: b.tuning.HeartbeatTimeout,
+		caughtUp:     c.caughtUp.Load(),
+		behind:       behind,
+		roundErr:     roundErr,
+		applied:      b.fsm.applied.Load(),
+		asked:        asked,
+	}
+	if !answered.IsZero() {
+		in.roundAge = time.Since(answered)
+	}
+	if in.isLeader {
+		in.leaderReady = b.lead.readyIn(b.raft.CurrentTerm())
+	} else if lc := b.raft.LastContact(); !lc.IsZero() {
+		in.lastContact = time.Since(lc)
+	} else {
+		in.neverContacted = true
+	}
+	ok, reason := judgeHealth(in)
+	h := Health{OK: ok, Reason: reason, Leader: leader, Applied: in.applied, LeaderIndex: asked}
+	if !in.isLeader {
+		h.LastContact = in.lastContact
+	}
+	return h
+}
