@@ -3,6 +3,7 @@ module trellis.dev/trellis/bench
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	go.etcd.io/etcd/client/v3 v3.6.5
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

@@ -1,16 +1,10 @@
 package test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math"
-	"net/http"
 	"os"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -18,125 +12,8 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"trellis.dev/trellis/internal/testcluster"
+	"trellis.dev/trellis/internal/testcluster/lincheck"
 )
-
-// registerInput is one operation on one key: a put of value, or a get.
-type registerInput struct {
-	key   string
-	put   bool
-	value string
-}
-
-// registerModel is a set of independent registers, one per key, each
-// holding a Namespace's description ("" when the key was never written).
-var registerModel = porcupine.Model{
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		for _, op := range history {
-			k := op.Input.(registerInput).key
-			byKey[k] = append(byKey[k], op)
-		}
-		keys := make([]string, 0, len(byKey))
-		for k := range byKey {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var out [][]porcupine.Operation
-		for _, k := range keys {
-			out = append(out, byKey[k])
-		}
-		return out
-	},
-	Init: func() any { return "" },
-	Step: func(state, input, output any) (bool, any) {
-		in := input.(registerInput)
-		if in.put {
-			return true, in.value
-		}
-		return output.(string) == state.(string), state
-	},
-	DescribeOperation: func(input, output any) string {
-		in := input.(registerInput)
-		if in.put {
-			return fmt.Sprintf("put(%s, %s)", in.key, in.value)
-		}
-		return fmt.Sprintf("get(%s) -> %q", in.key, output)
-	},
-}
-
-// history records operations with times relative to a common start.
-type history struct {
-	start time.Time
-	mu    sync.Mutex
-	ops   []porcupine.Operation
-}
-
-func (h *history) now() int64 { return int64(time.Since(h.start)) }
-
-func (h *history) add(op porcupine.Operation) {
-	h.mu.Lock()
-	h.ops = append(h.ops, op)
-	h.mu.Unlock()
-}
-
-// errUnknown marks a write whose outcome the client cannot know (the
-// connection broke, or the server said the outcome is unknown).
-var errUnknown = errors.New("outcome unknown")
-
-// errNotApplied marks a write the server refused having written nothing:
-// a blind upsert that kept losing compare-and-swap races (409 conflict).
-var errNotApplied = errors.New("not applied")
-
-var httpClient = &http.Client{Timeout: 5 * time.Second}
-
-func putDescription(addr, key, value string) error {
-	body, _ := json.Marshal(map[string]any{"data": map[string]string{"description": value}})
-	req, _ := http.NewRequest(http.MethodPut, "http://"+addr+"/v1/resources/core/v1/Namespace/"+key, bytes.NewReader(body))
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return errUnknown
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	switch {
-	case resp.StatusCode == http.StatusOK:
-		return nil
-	case resp.StatusCode == http.StatusConflict:
-		return errNotApplied
-	case resp.StatusCode >= 500:
-		// 503 may be "no leader, nothing written" or "leadership lost, the
-		// outcome is unknown": the checker must allow both.
-		return errUnknown
-	default:
-		return fmt.Errorf("put %s: %s: %s", key, resp.Status, b)
-	}
-}
-
-func getDescription(addr, key string, consistent bool) (string, error) {
-	url := "http://" + addr + "/v1/resources/core/v1/Namespace/" + key
-	if consistent {
-		url += "?consistent=1"
-	}
-	resp, err := httpClient.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		return "", nil
-	}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return "", fmt.Errorf("get %s: %s: %s", key, resp.Status, b)
-	}
-	var res struct {
-		Data struct {
-			Description string `json:"description"`
-		} `json:"data"`
-	}
-	err = json.NewDecoder(resp.Body).Decode(&res)
-	return res.Data.Description, err
-}
 
 // TestLeaderKilledUnderWrites starts three servers, writes and reads from
 // several clients through every server, kills the leader with SIGKILL in
@@ -171,7 +48,7 @@ func TestLeaderKilledUnderWrites(t *testing.T) {
 	}
 
 	keys := []string{"k0", "k1", "k2", "k3"}
-	h := &history{start: time.Now()}
+	h := lincheck.NewHistory()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	acked := make([]int, 6)
@@ -193,41 +70,25 @@ func TestLeaderKilledUnderWrites(t *testing.T) {
 				}
 				key := keys[(client+seq)%len(keys)]
 				if seq%3 == 2 {
-					call := h.now()
-					v, err := getDescription(m.HTTPAddr, key, true)
-					if err != nil {
-						continue // a failed read has no effect
-					}
-					h.add(porcupine.Operation{ClientId: client, Input: registerInput{key: key}, Call: call, Output: v, Return: h.now()})
+					_, _ = h.Get(client, m.HTTPAddr, key, true) // a failed read has no effect
 					continue
 				}
-				value := fmt.Sprintf("c%d-%d", client, seq)
-				call := h.now()
-				err := putDescription(m.HTTPAddr, key, value)
-				ret := h.now()
+				err := h.Put(client, m.HTTPAddr, key, fmt.Sprintf("c%d-%d", client, seq))
 				switch {
 				case err == nil:
 					acked[client]++
-				case errors.Is(err, errUnknown):
-					ret = math.MaxInt64 // may take effect at any later time
-				case errors.Is(err, errNotApplied):
-					continue // no effect: like a failed read, not part of the history
+				case errors.Is(err, lincheck.ErrUnknown), errors.Is(err, lincheck.ErrNotApplied):
 				default:
 					t.Errorf("client %d: %v", client, err)
 					return
 				}
-				h.add(porcupine.Operation{ClientId: client, Input: registerInput{key: key, put: true, value: value}, Call: call, Output: "", Return: ret})
 			}
 		}()
 	}
 
 	waitAcked := func(n int) {
 		t.Helper()
-		err := testcluster.WaitFor(ctx, 60*time.Second, func() bool {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			return len(h.ops) >= n
-		})
+		err := testcluster.WaitFor(ctx, 60*time.Second, func() bool { return h.Len() >= n })
 		if err != nil {
 			t.Fatalf("fewer than %d operations completed", n)
 		}
@@ -244,35 +105,23 @@ func TestLeaderKilledUnderWrites(t *testing.T) {
 	if _, err := c.WaitLeader(ctx, rest); err != nil {
 		t.Fatal(err)
 	}
-	h.mu.Lock()
-	n := len(h.ops)
-	h.mu.Unlock()
-	waitAcked(n + 300)
+	waitAcked(h.Len() + 300)
 	close(stop)
 	wg.Wait()
 
 	// Final strong reads on each surviving server join the history.
 	for _, m := range rest {
 		for _, k := range keys {
-			call := h.now()
-			v, err := getDescription(m.HTTPAddr, k, true)
-			if err != nil {
+			if _, err := h.Get(6, m.HTTPAddr, k, true); err != nil {
 				t.Fatalf("final read on %s: %v", m.Name, err)
 			}
-			h.add(porcupine.Operation{ClientId: 6, Input: registerInput{key: k}, Call: call, Output: v, Return: h.now()})
 		}
 	}
 
-	res, info := porcupine.CheckOperationsVerbose(registerModel, h.ops, 2*time.Minute)
-	t.Logf("%d operations, acknowledged writes per client %v, check: %s", len(h.ops), acked, res)
+	res, vis := h.Check(2 * time.Minute)
+	t.Logf("%d operations, acknowledged writes per client %v, check: %s", h.Len(), acked, res)
 	if res == porcupine.Illegal {
-		f, err := os.CreateTemp("", "trellis-linearizability-*.html")
-		if err == nil {
-			_ = porcupine.Visualize(registerModel, info, f)
-			f.Close()
-			t.Logf("visualization: %s", f.Name())
-		}
-		t.Fatal("history is not linearizable")
+		t.Fatalf("history is not linearizable (visualization: %s)", vis)
 	}
 
 	// The killed server comes back with its data and catches up.
@@ -281,7 +130,7 @@ func TestLeaderKilledUnderWrites(t *testing.T) {
 	}
 	want := map[string]string{}
 	for _, k := range keys {
-		v, err := getDescription(rest[0].HTTPAddr, k, true)
+		v, err := lincheck.GetDescription(rest[0].HTTPAddr, k, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,7 +138,7 @@ func TestLeaderKilledUnderWrites(t *testing.T) {
 	}
 	err = testcluster.WaitFor(ctx, 60*time.Second, func() bool {
 		for _, k := range keys {
-			if v, err := getDescription(leader.HTTPAddr, k, false); err != nil || v != want[k] {
+			if v, err := lincheck.GetDescription(leader.HTTPAddr, k, false); err != nil || v != want[k] {
 				return false
 			}
 		}

@@ -506,6 +506,8 @@ func (tk taskJSON) container(name string) containerJSON {
 	return containerJSON{}
 }
 
+var httpClient = &http.Client{Timeout: 5 * time.Second}
+
 // get reads a resource from the server's HTTP API.
 func (e *orchEnv) get(path string, out any) error {
 	resp, err := httpClient.Get("http://" + e.server.HTTPAddr + "/v1/resources/orchestrator/v1/" + path)

@@ -264,8 +264,10 @@ func TestCommandErrors(t *testing.T) {
 		{"server: bad retry-join", []string{"server", "-data-dir", dir, "-retry-join", "10.0.0.1"}, "", 2, `-retry-join: "10.0.0.1" is not host:port (for example 127.0.0.1:7701)`},
 		{"server: bad bootstrap-expect", []string{"server", "-data-dir", dir, "-bootstrap-expect", "-2"}, "", 2, "-bootstrap-expect: -2"},
 		{"server: not a number", []string{"server", "-data-dir", dir, "-bootstrap-expect", "three"}, "", 2, `invalid argument "three"`},
-		{"server: raft multiplier too big", []string{"server", "-data-dir", dir, "-raft-multiplier", "11"}, "", 2, "-raft-multiplier: 11 is not 1 to 10"},
-		{"server: raft multiplier zero", []string{"server", "-data-dir", dir, "-raft-multiplier", "0"}, "", 2, "-raft-multiplier: 0 is not 1 to 10"},
+		{"server: raft multiplier too big", []string{"server", "-data-dir", dir, "-raft-multiplier", "11"}, "", 2, "-raft-multiplier: 11 is out of range: give an integer from 1 (a LAN) to 10"},
+		{"server: raft multiplier zero", []string{"server", "-data-dir", dir, "-raft-multiplier", "0"}, "", 2, "-raft-multiplier: 0 is out of range"},
+		{"server: raft multiplier negative", []string{"server", "-data-dir", dir, "-raft-multiplier", "-3"}, "", 2, "-raft-multiplier: -3 is out of range"},
+		{"server: raft multiplier not an integer", []string{"server", "-data-dir", dir, "-raft-multiplier", "1.5"}, "", 2, `invalid argument "1.5" for "--raft-multiplier"`},
 		{"dev: bad log level", []string{"dev", "-log-level", "loud", "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0"}, "", 2, "-log-level"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

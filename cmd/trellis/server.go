@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"trellis.dev/trellis/internal/server"
+	raftstore "trellis.dev/trellis/internal/storage/raft"
 )
 
 func newServerCmd(e *env) *cobra.Command {
@@ -23,7 +24,12 @@ func newServerCmd(e *env) *cobra.Command {
 A new cluster forms once -bootstrap-expect servers have found each other:
 start each with the same -bootstrap-expect and -retry-join naming the others'
 gRPC addresses. A server restarted with its -data-dir rejoins with its data.
-A server that should join an existing cluster takes -retry-join alone.`,
+A server that should join an existing cluster takes -retry-join alone.
+
+When the leader dies, the others elect a new one in about a second. On slow
+networks or busy, shared machines, where a server may miss the leader's
+heartbeats for half a second without anything being wrong, give every server
+the same -raft-multiplier above 1 to wait longer before electing.`,
 		Example: `  # three servers on one machine (each in its own terminal)
   trellis server -data-dir /var/lib/trellis/s1 -http-addr 127.0.0.1:7700 -grpc-addr 127.0.0.1:7701 -raft-addr 127.0.0.1:7702 \
       -bootstrap-expect 3 -retry-join 127.0.0.1:7711 -retry-join 127.0.0.1:7721
@@ -51,20 +57,21 @@ A server that should join an existing cluster takes -retry-join alone.`,
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "directory for the Raft log, snapshots and state (required)")
 	cmd.Flags().IntVar(&bootstrapExpect, "bootstrap-expect", 0, "number of servers to wait for before forming a new cluster (0: join an existing one)")
 	cmd.Flags().StringArrayVar(&retryJoin, "retry-join", nil, "gRPC address (host:port) of another server to join through; repeatable, retried until one answers")
-	cmd.Flags().IntVar(&raftMultiplier, "raft-multiplier", DefaultRaftMultiplier, "scale Raft's failure detection (1-10): leader heartbeat and election timeouts of 1s times this. 1 notices a dead leader fastest, for dedicated machines; the default tolerates busy, shared ones, as Consul's does")
+	cmd.Flags().IntVar(&raftMultiplier, "raft-multiplier", DefaultRaftMultiplier,
+		"scale Raft's failure detection, 1 to 10: a follower calls an election after 0.5-1 s times this without the leader's heartbeats. "+
+			"1 (a LAN) replaces a dead leader in about a second; raise it for slow networks or busy, shared machines, where needless elections cost more")
 	return cmd
 }
 
-// DefaultRaftMultiplier is -raft-multiplier's default. Consul's is 5 too,
-// for the same reason: an election costs more than a dead leader noticed a
-// few seconds later, and busy machines (a 2-core host running three
-// servers and thousands of simulated agents, here) miss 1 s heartbeats.
-const DefaultRaftMultiplier = 5
+// DefaultRaftMultiplier is -raft-multiplier's default: servers on a LAN,
+// where a dead leader is replaced in about a second (docs/cluster.md).
+const DefaultRaftMultiplier = 1
 
 // serverConfig turns the server command's flags into a validated Config.
 func serverConfig(f serverFlags, bootstrapExpect int, retryJoin []string, raftMultiplier int) (server.Config, error) {
-	if raftMultiplier < 1 || raftMultiplier > 10 {
-		return server.Config{}, usageError{fmt.Errorf("-raft-multiplier: %d is not 1 to 10", raftMultiplier)}
+	if raftMultiplier < 1 || raftMultiplier > raftstore.MaxRaftMultiplier {
+		return server.Config{}, usageError{fmt.Errorf("-raft-multiplier: %d is out of range: give an integer from 1 (a LAN) to %d (slow networks, busy machines)",
+			raftMultiplier, raftstore.MaxRaftMultiplier)}
 	}
 	cfg := server.Config{
 		HTTPAddr:     f.httpAddr,

@@ -73,7 +73,8 @@ type RaftConfig struct {
 	// it elects itself within milliseconds. Never for real clusters.
 	SingleServer bool
 	// RaftMultiplier scales Raft's failure detection (its heartbeat,
-	// election and leader lease timeouts, 1 s, 1 s and 0.5 s at 1); 0 is 1.
+	// election and leader lease timeouts, 500, 500 and 250 ms at 1, see
+	// raft.DefaultTuning); 0 is 1.
 	RaftMultiplier int
 }
 

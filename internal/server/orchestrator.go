@@ -33,12 +33,14 @@ func (s *Server) addOrchestrator() error {
 	// A follower forwards heartbeats over the Raft backend's pooled
 	// connection to the leader; in memory this server always leads.
 	var leaderConn func() (*grpc.ClientConn, error)
+	var leaderChanged func() <-chan struct{}
 	self := s.GRPCAddr()
 	if s.raft != nil {
 		leaderConn = s.raft.Backend().LeaderConn
+		leaderChanged = s.raft.Backend().Changed
 		self = s.raft.Backend().GRPCAddr()
 	}
-	svc, err := heartbeat.NewService(heartbeat.ServiceConfig{Tracker: tracker, LeaderConn: leaderConn, Self: self})
+	svc, err := heartbeat.NewService(heartbeat.ServiceConfig{Tracker: tracker, LeaderConn: leaderConn, LeaderChanged: leaderChanged, Self: self})
 	if err != nil {
 		return err
 	}

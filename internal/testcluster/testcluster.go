@@ -11,11 +11,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -84,8 +87,6 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			"-grpc-addr", m.GRPCAddr,
 			"-raft-addr", m.RaftAddr,
 			"-bootstrap-expect", strconv.Itoa(o.Servers),
-			// Tests kill leaders and wait for the next: Raft's own 1 s timings.
-			"-raft-multiplier", "1",
 		}
 		for j, a := range grpcAddrs {
 			if j != i {
@@ -169,8 +170,17 @@ func WaitFor(ctx context.Context, limit time.Duration, ok func() bool) error {
 	return nil
 }
 
-// FreePorts returns n distinct ports that were free on 127.0.0.1.
+// FreePorts returns n distinct ports that were free on 127.0.0.1, chosen
+// at random below the kernel's range of ephemeral ports. Servers and
+// agents are restarted on their ports, and a port of that range may be
+// taken meanwhile as the local end of any outbound connection on the
+// machine: a server restarted under a write load found its Raft port so
+// taken and could not start ("address already in use").
 func FreePorts(n int) ([]int, error) {
+	lo, _, ok := parsePortRange(readFile("/proc/sys/net/ipv4/ip_local_port_range"))
+	if !ok {
+		lo = 32768 // Linux's default
+	}
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
@@ -178,13 +188,50 @@ func FreePorts(n int) ([]int, error) {
 		}
 	}()
 	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	taken := map[int]bool{}
+	for attempt := 0; len(ports) < n; attempt++ {
+		addr := "127.0.0.1:0" // the kernel's choice, when no port below the range is free
+		if lo-minPort >= n && attempt < 100*n {
+			p := minPort + rand.IntN(lo-minPort)
+			if taken[p] {
+				continue
+			}
+			addr = fmt.Sprintf("127.0.0.1:%d", p)
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, err
+			if addr == "127.0.0.1:0" {
+				return nil, err
+			}
+			continue // in use
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		p := l.Addr().(*net.TCPAddr).Port
+		taken[p] = true
+		ports = append(ports, p)
 	}
 	return ports, nil
+}
+
+// minPort is the lowest port FreePorts hands out, above the ports that
+// services commonly listen on.
+const minPort = 10000
+
+// parsePortRange reads ip_local_port_range ("32768\t60999\n").
+func parsePortRange(s string) (lo, hi int, ok bool) {
+	f := strings.Fields(s)
+	if len(f) != 2 {
+		return 0, 0, false
+	}
+	lo, err1 := strconv.Atoi(f[0])
+	hi, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil || lo < 1 || hi < lo || hi > 65535 {
+		return 0, 0, false
+	}
+	return lo, hi, true
+}
+
+func readFile(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
 }

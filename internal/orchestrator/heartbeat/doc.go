@@ -64,7 +64,10 @@
 //     fails. Do not register again: nothing is wrong with the instance. A
 //     new leader gives every live instance a whole TTL from when it takes
 //     over, so an agent that keeps retrying is not marked down by an
-//     election.
+//     election. During an election a server holds the heartbeat (up to
+//     5 s, or the call's deadline) and answers it once a leader takes it,
+//     so Unavailable comes only after that wait, or from a server that
+//     cannot forward at all.
 //   - NotFound, reason NOT_REGISTERED: no Instance of that name is stored
 //     (it was removed). Register, then heartbeat.
 //   - FailedPrecondition, reason INSTANCE_DOWN: the servers heard nothing

@@ -122,7 +122,9 @@ func TestForwardedHeartbeatsTravelInOneBatch(t *testing.T) {
 }
 
 // When the batch's call fails, every heartbeat of it is Unavailable,
-// which agents retry, and carries no reason to register again.
+// which agents retry, and carries no reason to register again: at once
+// when the leader answered (here, without the service), after the hold
+// when no leader could be reached.
 func TestFailedBatchIsUnavailable(t *testing.T) {
 	// A gRPC server without the AgentService: the call fails Unimplemented.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -135,21 +137,140 @@ func TestFailedBatchIsUnavailable(t *testing.T) {
 	toBare := dial(t, ln.Addr().String())
 
 	reqs := []*pbagent.HeartbeatRequest{{Instance: "i-1", Session: "s1"}, {Instance: "i-2", Session: "s1"}, {Instance: "i-3", Session: "s1"}}
-	for name, leaderConn := range map[string]func() (*grpc.ClientConn, error){
-		"the call fails":     func() (*grpc.ClientConn, error) { return toBare, nil },
-		"no leader is known": func() (*grpc.ClientConn, error) { return nil, errors.New("no leader is known") },
+	for _, c := range []struct {
+		name       string
+		leaderConn func() (*grpc.ClientConn, error)
+		held       bool
+	}{
+		{"the call fails", func() (*grpc.ClientConn, error) { return toBare, nil }, false},
+		{"no leader is known", func() (*grpc.ClientConn, error) { return nil, errors.New("no leader is known") }, true},
 	} {
 		e := newEnv(t)
-		client, _ := serve(t, heartbeat.ServiceConfig{Tracker: e.tracker, LeaderConn: leaderConn, ForwardBatch: len(reqs), ForwardWindow: time.Hour})
+		client, _ := serve(t, heartbeat.ServiceConfig{Tracker: e.tracker, LeaderConn: c.leaderConn, ForwardBatch: len(reqs), ForwardWindow: time.Hour,
+			ForwardTimeout: 300 * time.Millisecond})
 		_, errs := heartbeatAll(client, reqs)
 		for i, err := range errs {
 			if status.Code(err) != codes.Unavailable || heartbeat.ReasonOf(err) != "" {
-				t.Errorf("%s: heartbeat of %s = %v, want Unavailable without a reason", name, reqs[i].GetInstance(), err)
+				t.Errorf("%s: heartbeat of %s = %v, want Unavailable without a reason", c.name, reqs[i].GetInstance(), err)
 			}
 		}
-		if got := e.metric("trellis_heartbeat_forward_batches_total", "failed"); got != 1 {
-			t.Errorf("%s: forward_batches_total{failed} = %v, want 1", name, got)
+		// Held heartbeats are sent again, each alone (ForwardBatch
+		// collects no other): more than one failed batch.
+		failed := e.metric("trellis_heartbeat_forward_batches_total", "failed")
+		if !c.held && failed != 1 || c.held && failed <= 1 {
+			t.Errorf("%s: forward_batches_total{failed} = %v, want %s", c.name, failed, map[bool]string{false: "1", true: "more than 1"}[c.held])
 		}
+	}
+}
+
+// switchable is a follower's idea of the leader, which the test changes:
+// none, a server that has died, then a live leader.
+type switchable struct {
+	mu      sync.Mutex
+	conn    *grpc.ClientConn
+	err     error
+	calls   int
+	changed chan struct{}
+}
+
+// leaderChanged is closed at the next set, as the Raft backend's Changed.
+func (s *switchable) leaderChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.changed
+}
+
+func (s *switchable) leaderConn() (*grpc.ClientConn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	return s.conn, s.err
+}
+
+func (s *switchable) set(conn *grpc.ClientConn, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conn, s.err, s.calls = conn, err, 0
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
+}
+
+// tried reports whether the forwarder has looked for the leader n times
+// since the last set.
+func (s *switchable) tried(n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls >= n
+}
+
+// During an election a follower holds a heartbeat, and the new leader
+// takes it as soon as it is elected: the agent sees a slower answer, not
+// a refusal that would make it give up its server and back off. Held
+// through no known leader, then a dead one.
+func TestHeartbeatHeldUntilALeaderTakesIt(t *testing.T) {
+	leader := newEnv(t)
+	leader.setLeader(true)
+	leader.register("i-1", "s1", "ready")
+	_, leaderAddr := serve(t, heartbeat.ServiceConfig{Tracker: leader.tracker})
+	toLeader := dial(t, leaderAddr)
+	// A leader that has died: nothing listens at its address.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := ln.Addr().String()
+	ln.Close()
+	toDead := dial(t, deadAddr)
+
+	idea := &switchable{err: errors.New("no leader is known")}
+	client, _ := serve(t, heartbeat.ServiceConfig{Tracker: newEnv(t).tracker, LeaderConn: idea.leaderConn, LeaderChanged: idea.leaderChanged,
+		ForwardTimeout: time.Minute})
+	type result struct {
+		resp *pbagent.HeartbeatResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := client.Heartbeat(context.Background(), &pbagent.HeartbeatRequest{Instance: "i-1", Session: "s1"})
+		done <- result{resp, err}
+	}()
+	waitFor(t, "the follower to look for a leader twice", func() bool { return idea.tried(2) })
+	idea.set(toDead, nil)
+	waitFor(t, "the follower to try the dead leader twice", func() bool { return idea.tried(2) })
+	select {
+	case r := <-done:
+		t.Fatalf("the heartbeat was answered while no leader could take it: %v, %v", r.resp, r.err)
+	default:
+	}
+	idea.set(toLeader, nil)
+	r := <-done
+	if r.err != nil || r.resp.GetLeader() != leaderAddr {
+		t.Fatalf("held heartbeat = %v, %v; want it taken by the leader %s", r.resp, r.err, leaderAddr)
+	}
+}
+
+// A follower elected while it holds a heartbeat takes it itself.
+func TestHeldHeartbeatTakenWhenThisServerIsElected(t *testing.T) {
+	e := newEnv(t)
+	e.register("i-1", "s1", "ready")
+	idea := &switchable{err: errors.New("no leader is known")}
+	client, addr := serve(t, heartbeat.ServiceConfig{Tracker: e.tracker, LeaderConn: idea.leaderConn, ForwardTimeout: time.Minute})
+	done := make(chan error, 1)
+	var resp *pbagent.HeartbeatResponse
+	go func() {
+		var err error
+		resp, err = client.Heartbeat(context.Background(), &pbagent.HeartbeatRequest{Instance: "i-1", Session: "s1"})
+		done <- err
+	}()
+	waitFor(t, "the follower to look for a leader twice", func() bool { return idea.tried(2) })
+	e.setLeader(true)
+	if err := <-done; err != nil || resp.GetLeader() != addr {
+		t.Fatalf("held heartbeat = %v, %v; want it taken by this server, %s", resp, err, addr)
 	}
 }
 

@@ -39,11 +39,17 @@ type ServiceConfig struct {
 	LeaderConn func() (*grpc.ClientConn, error)
 	// Self is this server's gRPC address, which answers name as the leader.
 	Self string
+	// LeaderChanged, when set, returns a channel closed at the next change
+	// of leader: a heartbeat held while no leader can be reached is sent
+	// again then.
+	LeaderChanged func() <-chan struct{}
 	// ForwardWindow, ForwardBatch and ForwardTimeout shape the batches a
 	// follower forwards: a batch leaves ForwardWindow after its first
 	// heartbeat, or as soon as it holds ForwardBatch (at most
-	// MaxForwardBatch), and its call gives up after ForwardTimeout. Zero
-	// means DefaultForwardWindow, DefaultForwardBatch, DefaultForwardTimeout.
+	// MaxForwardBatch), and its call gives up after ForwardTimeout, which
+	// also bounds how long a heartbeat is held while no leader can be
+	// reached. Zero means DefaultForwardWindow, DefaultForwardBatch,
+	// DefaultForwardTimeout.
 	ForwardWindow  time.Duration
 	ForwardBatch   int
 	ForwardTimeout time.Duration
@@ -69,7 +75,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	}
 	s := &Service{cfg: cfg}
 	if cfg.LeaderConn != nil {
-		s.fwd = newForwarder(cfg.LeaderConn, cfg, cfg.Tracker.metrics)
+		s.fwd = newForwarder(cfg.LeaderConn, s.take, cfg, cfg.Tracker.metrics)
 	}
 	return s, nil
 }

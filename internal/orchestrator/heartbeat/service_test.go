@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -103,29 +104,48 @@ func leaderAndFollower(t *testing.T) (map[string]pbagent.AgentServiceClient, str
 	return map[string]pbagent.AgentServiceClient{"leader": leaderClient, "follower": followerClient}, leaderAddr
 }
 
-// Without a leader to reach, a heartbeat fails with Unavailable, which the
-// agent retries; it is never bounced between servers.
+// Without a leader to reach, a heartbeat is held for the forward timeout
+// and then fails with Unavailable, which the agent retries; it is never
+// bounced between servers. A caller whose deadline comes first gets
+// DeadlineExceeded.
 func TestNoLeaderIsUnavailable(t *testing.T) {
 	ctx := context.Background()
+	const hold = 200 * time.Millisecond
 	// A server that is not the leader, and whose idea of the leader is a
 	// server that is not the leader either: the forwarded heartbeat is
 	// refused there, not forwarded back.
 	other := newEnv(t)
+	onOther := &calls{}
 	otherClient, otherAddr := serve(t, heartbeat.ServiceConfig{
-		Tracker:    other.tracker,
-		LeaderConn: func() (*grpc.ClientConn, error) { return nil, errors.New("no leader is known") },
-	})
+		Tracker:        other.tracker,
+		LeaderConn:     func() (*grpc.ClientConn, error) { return nil, errors.New("no leader is known") },
+		ForwardTimeout: hold,
+	}, grpc.UnaryInterceptor(onOther.intercept))
 	e := newEnv(t)
 	toOther := dial(t, otherAddr)
 	client, _ := serve(t, heartbeat.ServiceConfig{
-		Tracker:    e.tracker,
-		LeaderConn: func() (*grpc.ClientConn, error) { return toOther, nil },
+		Tracker:        e.tracker,
+		LeaderConn:     func() (*grpc.ClientConn, error) { return toOther, nil },
+		ForwardTimeout: hold,
 	})
 	for name, c := range map[string]pbagent.AgentServiceClient{"no leader known": otherClient, "forwarded to a non-leader": client} {
+		start := time.Now()
 		_, err := c.Heartbeat(ctx, &pbagent.HeartbeatRequest{Instance: "i-1", Session: "s1"})
 		if status.Code(err) != codes.Unavailable || heartbeat.ReasonOf(err) != "" {
 			t.Errorf("%s: Heartbeat = %v, want Unavailable without a reason", name, err)
 		}
+		if took := time.Since(start); took < hold {
+			t.Errorf("%s: Heartbeat answered after %s, before the hold of %s ended", name, took, hold)
+		}
+		short, cancel := context.WithTimeout(ctx, hold/4)
+		_, err = c.Heartbeat(short, &pbagent.HeartbeatRequest{Instance: "i-1", Session: "s1"})
+		cancel()
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("%s: Heartbeat with a deadline shorter than the hold = %v, want DeadlineExceeded", name, err)
+		}
+	}
+	if n := onOther.count(pbagent.AgentService_Heartbeat_FullMethodName); n != 2 {
+		t.Errorf("the server without a leader got %d Heartbeat calls, want the test's 2 (nothing bounced back)", n)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/stats"
 
@@ -58,6 +59,23 @@ func (p *connPool) get(addr string) (*grpc.ClientConn, error) {
 		return nil, notLeader("cannot dial the leader at %s: %v", addr, err)
 	}
 	p.conns[addr] = c
+	return c, nil
+}
+
+// live returns the connection to a server that Raft has just heard from
+// (the leader), ready to be tried at once: one that failed while the
+// server was down (killed, restarting) waits out gRPC's reconnect backoff,
+// which grows to two minutes, and fails every call meanwhile. Without
+// this, a server that came back after a while and was then elected could
+// not be forwarded to for as long as that backoff.
+func (p *connPool) live(addr string) (*grpc.ClientConn, error) {
+	c, err := p.get(addr)
+	if err != nil {
+		return nil, err
+	}
+	if c.GetState() == connectivity.TransientFailure {
+		c.ResetConnectBackoff()
+	}
 	return c, nil
 }
 

@@ -2,9 +2,11 @@ package raft
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
@@ -55,7 +57,59 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	}
 	all = append(all, a.args...)
 	all = append(all, args...)
-	a.logger.Log(ctx, lvl, msg, all...)
+	a.logger.Log(ctx, lvl, msg, hclogArgs(all)...)
+}
+
+// hclogArgs renders the values that hclog formats itself and slog would
+// print raw: raft passes hclog.Fmt("%+v", servers) and
+// hclog.Fmt("%0.2f%%", pct), which slog shows as `[%+v [...]]`. Keys and
+// every other value are left to the slog handler. args is changed in
+// place; it is the adapter's own copy.
+func hclogArgs(args []any) []any {
+	for i := 1; i < len(args); i += 2 {
+		args[i] = hclogValue(args[i])
+	}
+	// A stack trace hclog.Stacktrace captured comes last, without a key.
+	if len(args)%2 == 1 {
+		if st, ok := args[len(args)-1].(hclog.CapturedStacktrace); ok {
+			args[len(args)-1] = "stacktrace"
+			args = append(args, string(st))
+		}
+	}
+	return args
+}
+
+// hclogValue renders one of hclog's formatting types as hclog's own
+// logger does; any other value is returned as it is.
+func hclogValue(v any) any {
+	switch v := v.(type) {
+	case hclog.Format:
+		return formatValue(v)
+	case hclog.Hex:
+		return "0x" + strconv.FormatInt(int64(v), 16)
+	case hclog.Octal:
+		return "0" + strconv.FormatInt(int64(v), 8)
+	case hclog.Binary:
+		return "0b" + strconv.FormatInt(int64(v), 2)
+	case hclog.Quote:
+		// The slog handler quotes a string that needs it.
+		return string(v)
+	}
+	return v
+}
+
+// formatValue renders hclog.Fmt's value: a printf format and its
+// arguments. A value without a leading format string (not made by
+// hclog.Fmt) is printed as its elements, never passed as a format.
+func formatValue(f hclog.Format) string {
+	if len(f) == 0 {
+		return ""
+	}
+	format, ok := f[0].(string)
+	if !ok {
+		return strings.TrimSuffix(fmt.Sprintln(f...), "\n")
+	}
+	return fmt.Sprintf(format, f[1:]...)
 }
 
 func (a *hclogAdapter) Trace(msg string, args ...any) { a.Log(hclog.Trace, msg, args...) }

@@ -78,7 +78,7 @@ func (b *Backend) leaderConn() (*grpc.ClientConn, error) {
 	if !ok {
 		return nil, notLeader("the gRPC address of leader %s is not known yet", id)
 	}
-	return b.conns.get(srv.GRPCAddr)
+	return b.conns.live(srv.GRPCAddr)
 }
 
 // LeaderConn returns a pooled connection to the leader's gRPC port, for

@@ -1,0 +1,195 @@
+// Command failoverbench measures how long a Trellis cluster is without a
+// leader when its leader dies, and what that costs the work running on
+// it, and prints a Markdown report:
+//
+//   - writes: 3 `trellis server` processes under a write load through
+//     all of them; the leader is killed with SIGKILL, and the time from
+//     the kill to the first acknowledged write of those sent after it
+//     (which only a new leader can have committed) is measured; then the
+//     killed server is restarted from its data directory, and again, -kills
+//     times: p50 and max. The whole history of writes, with strong reads
+//     of every key at the end, must be linearizable (no acknowledged
+//     write lost), or the run fails.
+//   - daemon: 3 servers, a simulated fleet and two daemon environments;
+//     rolling deployments of both, during each of which the leader is
+//     killed: the time from the kill until both deployments completed and
+//     both environments are whole again, beside the same deployments
+//     with no kill.
+//
+// Every process it starts is ended when it finishes or fails.
+//
+//	go run ./cmd/failoverbench -trellis ../bin/trellis
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type bench struct {
+	trellis     string
+	dir         string
+	serverFlags []string
+	out         io.Writer
+	progress    io.Writer
+
+	kills, writers, settleWrites int
+
+	instances, deploys int
+	minHealthy         time.Duration
+}
+
+func (b *bench) cellDir(name string) string {
+	d := filepath.Join(b.dir, name)
+	_ = os.MkdirAll(d, 0o755)
+	return d
+}
+
+var allCells = []string{"writes", "daemon"}
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	b := &bench{}
+	flag.StringVar(&b.trellis, "trellis", "bin/trellis", "the trellis binary to measure")
+	cells := flag.String("cells", strings.Join(allCells, ","), "comma-separated cells to run: writes, daemon")
+	serverFlags := flag.String("server-flags", "", "extra flags for every `trellis server`, space-separated (for instance \"-raft-multiplier 5\")")
+	flag.IntVar(&b.kills, "kills", 10, "writes: leader kills")
+	flag.IntVar(&b.writers, "writers", 6, "writes: concurrent writers, spread over the servers")
+	flag.IntVar(&b.settleWrites, "settle-writes", 300, "writes: acknowledged writes to wait for before each kill (and after each restart)")
+	flag.IntVar(&b.instances, "instances", 200, "daemon: simulated instances (each environment takes half)")
+	flag.IntVar(&b.deploys, "deploys", 4, "daemon: rolling deployments with a leader kill (and as many without)")
+	flag.DurationVar(&b.minHealthy, "min-healthy-time", time.Second, "daemon: min_healthy_time of the rolling deployments")
+	outPath := flag.String("out", "", "also write the report to this file")
+	keep := flag.Bool("keep", false, "keep the working directory (data dirs and logs) even when every cell succeeds")
+	flag.Parse()
+
+	want := map[string]bool{}
+	for _, c := range strings.Split(*cells, ",") {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
+		if !slices.Contains(allCells, c) {
+			log.Printf("-cells: %q is not one of %s", c, strings.Join(allCells, ", "))
+			return 2
+		}
+		want[c] = true
+	}
+	if b.kills < 1 || b.writers < 1 || b.deploys < 1 {
+		log.Printf("-kills, -writers and -deploys must be at least 1")
+		return 2
+	}
+	if b.instances < 2 || b.instances%2 != 0 {
+		log.Printf("-instances: %d is not a positive even number", b.instances)
+		return 2
+	}
+	b.serverFlags = strings.Fields(*serverFlags)
+	if abs, err := filepath.Abs(b.trellis); err == nil {
+		b.trellis = abs
+	}
+	if _, err := os.Stat(b.trellis); err != nil {
+		log.Printf("-trellis: %v (make build first)", err)
+		return 2
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "failoverbench-")
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	b.dir = dir
+	b.out, b.progress = os.Stdout, os.Stderr
+	if *outPath != "" {
+		f, err := os.Create(*outPath)
+		if err != nil {
+			log.Print(err)
+			return 1
+		}
+		defer f.Close()
+		b.out = io.MultiWriter(os.Stdout, f)
+	}
+	failed := false
+	defer func() {
+		if failed || *keep {
+			fmt.Fprintf(os.Stderr, "failoverbench: data dirs and logs kept in %s\n", dir)
+		} else {
+			os.RemoveAll(dir)
+		}
+	}()
+	fail := func(cell string, err error) {
+		failed = true
+		fmt.Fprintf(b.out, "**%s: failed: %v**\n\n", cell, err)
+	}
+
+	fmt.Fprintf(b.out, "# failoverbench %s\n\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(b.out, "Trellis `%s`, server flags `%s`. %d CPUs; load average at the start %s.\n\n",
+		b.trellis, strings.Join(b.serverFlags, " "), runtime.NumCPU(), loadavg())
+	if want["writes"] {
+		fmt.Fprintln(b.progress, "failoverbench: leader kills under writes")
+		r, err := b.writesCell(ctx)
+		switch {
+		case err != nil:
+			fail("leader kills under writes", err)
+		default:
+			if !b.reportWrites(r) {
+				failed = true
+			}
+		}
+	}
+	if want["daemon"] && ctx.Err() == nil {
+		fmt.Fprintln(b.progress, "failoverbench: leader kills during daemon deployments")
+		r, err := b.daemonCell(ctx)
+		if err != nil {
+			fail("leader kills during daemon deployments", err)
+		} else {
+			b.reportDaemon(r)
+		}
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// pollEvery calls ok every interval until it holds, ctx ends or limit
+// passes.
+func pollEvery(ctx context.Context, limit, interval time.Duration, ok func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for !ok() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("condition not met within %s", limit)
+		case <-t.C:
+		}
+	}
+	return nil
+}
