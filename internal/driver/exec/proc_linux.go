@@ -3,6 +3,7 @@ package exec
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 
@@ -14,9 +15,19 @@ import (
 func readProcStat(pid int) (procStat, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return procStat{}, err
+		return procStat{}, procGone(err)
 	}
 	return parseProcStat(b)
+}
+
+// procGone makes an error reading a process's /proc files match
+// fs.ErrNotExist when the process is gone: the directory is missing
+// (ENOENT), or the process is being reaped and the read fails with ESRCH.
+func procGone(err error) error {
+	if errors.Is(err, unix.ESRCH) && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %w", fs.ErrNotExist, err)
+	}
+	return err
 }
 
 // waitPidfd blocks until the process behind pidfd has exited, and closes
