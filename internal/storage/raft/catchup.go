@@ -22,8 +22,15 @@ import (
 // if it were the present, and an agent that takes such a listing stops
 // tasks for deletions that did not happen and starts tasks that had
 // stopped. So every server asks the leader, about once a second, for its
-// commit index (ReadIndex: the leader first verifies that it still
-// leads) and watches its own applied index reach it:
+// read index (ReadIndex: the leader first verifies that it still leads,
+// then answers the Raft index its state machine has applied, at or above
+// every write it acknowledged) and waits for its own state machine to
+// reach it. The state machine's index (fsm.applied), not raft's
+// AppliedIndex, which counts entries once they are queued for the state
+// machine: during a replay that runs hundreds of entries ahead of the
+// store.
+//
+// Then:
 //
 //   - until it has once, the server is not caught up since its start, and
 //     eventual reads and watches wait for it (up to the hold timeout) and
@@ -34,7 +41,7 @@ import (
 //     last asked.
 const (
 	// catchUpInterval is how often a follower asks the leader for its
-	// commit index.
+	// read index.
 	catchUpInterval = time.Second
 	// catchUpLag is how long a follower may take to apply what the
 	// leader had committed when asked before it counts as behind.
@@ -48,8 +55,8 @@ type catchUp struct {
 	caughtUp  atomic.Bool // the first catch-up happened
 
 	mu sync.Mutex
-	// last round: the leader's commit index asked for, when it was
-	// answered, and whether this server applied it within catchUpLag.
+	// last round: the leader's read index, when it was answered, and
+	// whether this server applied it within catchUpLag.
 	asked    uint64
 	answered time.Time
 	behind   bool
@@ -75,7 +82,7 @@ func (c *catchUp) record(asked uint64, answered time.Time, behind bool, err erro
 	c.asked, c.answered, c.behind, c.err = asked, answered, behind, nil
 }
 
-// runCatchUp asks the leader for its commit index every catchUpInterval
+// runCatchUp asks the leader for its read index every catchUpInterval
 // and waits for this server to apply it, until the backend stops. A
 // leader is caught up once its barrier is applied (leaderSession).
 func (b *Backend) runCatchUp() {
@@ -168,11 +175,11 @@ func (b *Backend) waitApplied(idx uint64) {
 	b.catch.markCaughtUp()
 }
 
-// readIndexRemote asks the leader for its commit index.
+// readIndexRemote asks the leader for its read index.
 func (b *Backend) readIndexRemote(ctx context.Context, conn *grpc.ClientConn) (uint64, error) {
 	resp, err := pbstorage.NewForwardingClient(conn).ReadIndex(ctx, &pbstorage.ReadIndexRequest{})
 	if err != nil {
-		return 0, notLeader("asking the leader for its commit index failed: %v", err)
+		return 0, notLeader("asking the leader for its read index failed: %v", err)
 	}
 	if rerr := decodeError(resp.GetError()); rerr != nil {
 		return 0, rerr
@@ -229,7 +236,7 @@ type Health struct {
 	// (0 on the leader).
 	LastContact time.Duration
 	// Applied is this server's applied index; LeaderIndex the leader's
-	// commit index when it was last asked.
+	// read index when it was last asked.
 	Applied, LeaderIndex uint64
 }
 
