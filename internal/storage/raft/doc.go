@@ -39,7 +39,11 @@
 //
 // # Reads and watches
 //
-// Eventual reads, ListByOwner and watches are served by the local store.
+// Eventual reads, ListByOwner and watches are served by the local store,
+// once the server has caught up with a leader since it started: a
+// restarted server's store holds the past until it has replayed the log,
+// so until then they wait, then fail Unavailable (catchup.go, which also
+// judges the server's health).
 // Strong reads are served by the leader: after gaining leadership it
 // applies a barrier (everything committed in earlier terms is then
 // applied) and only then counts as ready; each strong read checks it is
