@@ -438,7 +438,7 @@ func TestReplayFindsTwoLiveTasks(t *testing.T) {
 	inEnv := func(env string, t histTask) histTask { t.Environment = env; return t }
 	stopping := task("i1", "RUNNING")
 	stopping.DesiredStatus = "STOPPED"
-	for _, ev := range []histEvent{
+	h.events = append(h.events, []histEvent{
 		{index: 1, kind: instanceType.Kind, name: "i1", inst: ready},
 		{index: 1, kind: instanceType.Kind, name: "i2", inst: other},
 		{index: 1, kind: instanceType.Kind, name: "i3", inst: ready},
@@ -467,9 +467,7 @@ func TestReplayFindsTwoLiveTasks(t *testing.T) {
 		{index: 16, kind: taskType.Kind, name: "t7", task: inEnv("f", startedAt(task("i3", "RUNNING"), "A"))},
 		{index: 17, kind: taskType.Kind, name: "t7", task: inEnv("f", task("i3", "PENDING"))},
 		{index: 18, kind: taskType.Kind, name: "t7", task: inEnv("f", startedAt(task("i3", "RUNNING"), "B"))},
-	} {
-		h.events = append(h.events, ev)
-	}
+	}...)
 	rep := h.replay(func(env string, in histInstance, exists bool) (bool, string) {
 		if !exists || in.Attributes["zone"] != "a" {
 			return false, "not zone a"

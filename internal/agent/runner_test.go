@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -280,13 +279,3 @@ func (r *followReader) Read(p []byte) (int, error) {
 }
 
 func (r *followReader) Close() error { return r.f.Close() }
-
-// pids returns the runtime ids of a task's containers, sorted.
-func pids(cs []ContainerStatus) []string {
-	var out []string
-	for _, c := range cs {
-		out = append(out, c.RuntimeID)
-	}
-	sort.Strings(out)
-	return out
-}

@@ -170,20 +170,6 @@ func (h *harness) delete(typ *pbresource.Type, name string) {
 	}
 }
 
-// exists reports whether a resource is stored.
-func (h *harness) exists(typ *pbresource.Type, name string) bool {
-	h.t.Helper()
-	_, err := h.svc.Read(h.ctx, &pbresource.ReadRequest{Id: id(typ, name)})
-	switch status.Code(err) {
-	case codes.OK:
-		return true
-	case codes.NotFound:
-		return false
-	}
-	h.t.Fatalf("read %s: %v", name, err)
-	return false
-}
-
 // recorder is a Reconciler that records what it was asked to reconcile and
 // what it found: "name" when the resource is stored, "name:gone" when not.
 type recorder struct {

@@ -130,7 +130,7 @@ func (s *Service) authorizer(ctx context.Context) (Authorizer, error) {
 		return nil, aclError("resolve the caller's token", err)
 	}
 	if a == nil {
-		return nil, errors.New("Authorize returned no authorizer")
+		return nil, errors.New("the ACL hook returned no authorizer")
 	}
 	return a, nil
 }

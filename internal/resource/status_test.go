@@ -12,8 +12,8 @@ import (
 
 func TestWriteStatus(t *testing.T) {
 	h := newHarness(t)
-	res := h.write(widget(t, "", "web", "v1"))
-	res = h.write(widget(t, "", "web", "v2")) // generation 2
+	h.write(widget(t, "", "web", "v1"))
+	res := h.write(widget(t, "", "web", "v2")) // generation 2
 
 	cond := &pbresource.Condition{Type: "Ready", State: pbresource.State_STATE_TRUE, Reason: "Placed", Message: "on 3 instances", Resource: widgetID("", "web")}
 	out, err := h.svc.WriteStatus(h.ctx, &pbresource.WriteStatusRequest{

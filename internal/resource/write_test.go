@@ -156,12 +156,11 @@ func TestWriteCreateUpdateNoop(t *testing.T) {
 	}
 
 	// The same content again: nothing written, the stored copy returned.
-	before := h.state()
 	again := h.write(widget(t, "", "web", "v1"))
 	if again.GetVersion() == created.GetVersion() {
 		t.Fatal("a write without the metadata is a change, but the version did not move")
 	}
-	before = h.state()
+	before := h.state()
 	same := widget(t, "", "web", "v1")
 	noop := h.write(same)
 	h.requireUnchanged(before)
@@ -300,7 +299,6 @@ func TestWriteOwner(t *testing.T) {
 // consistency.
 type racer struct {
 	*inmem.Backend
-	t        testing.TB
 	interfer func() // the competing write, run before the write it races
 	races    int    // how many of the service's writes to race
 

@@ -44,7 +44,7 @@ func TestContainerName(t *testing.T) {
 		}
 		names[name] = strings.Join(id[:], ",")
 	}
-	if containerName("a", "b", "c") != containerName("a", "b", "c") {
+	if first, again := containerName("a", "b", "c"), containerName("a", "b", "c"); first != again {
 		t.Error("containerName is not deterministic")
 	}
 }

@@ -139,13 +139,15 @@ func fakeAgent() int {
 	return 0
 }
 
+// hogged keeps what hog allocates reachable.
+var hogged [][]byte
+
 func hog() {
-	var keep [][]byte
 	for {
 		b := make([]byte, 1<<20)
 		for i := range b {
 			b[i] = byte(i)
 		}
-		keep = append(keep, b)
+		hogged = append(hogged, b)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
@@ -171,7 +172,7 @@ func (d *Engine) Containers(ctx context.Context, label string) ([]string, error)
 // does not.
 func (d *Engine) Running(ctx context.Context, id string) (bool, error) {
 	info, err := d.cli.ContainerInspect(ctx, id)
-	if client.IsErrNotFound(err) {
+	if cerrdefs.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -185,7 +186,7 @@ func (d *Engine) Remove(ctx context.Context, ids ...string) error {
 	var errs []error
 	for _, id := range ids {
 		err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
-		if err != nil && !client.IsErrNotFound(err) {
+		if err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove container %s: %w", id, err))
 		}
 	}
