@@ -40,3 +40,18 @@ func CPUTime(pid int) (time.Duration, error) {
 	}
 	return time.Duration(ut+st) * (time.Second / userHZ), nil
 }
+
+// LoadAvg is the machine's load average over 1, 5 and 15 minutes (the
+// first three fields of /proc/loadavg), "?" when it cannot be read: the
+// benchmarks print it beside their figures, which a busy machine skews.
+func LoadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}

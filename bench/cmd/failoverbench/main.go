@@ -35,6 +35,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"trellis.dev/trellis/internal/testcluster"
 )
 
 type bench struct {
@@ -137,7 +138,7 @@ func run() int {
 
 	fmt.Fprintf(b.out, "# failoverbench %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(b.out, "Trellis `%s`, server flags `%s`. %d CPUs; load average at the start %s.\n\n",
-		b.trellis, strings.Join(b.serverFlags, " "), runtime.NumCPU(), loadavg())
+		b.trellis, strings.Join(b.serverFlags, " "), runtime.NumCPU(), testcluster.LoadAvg())
 	if want["writes"] {
 		fmt.Fprintln(b.progress, "failoverbench: leader kills under writes")
 		r, err := b.writesCell(ctx)
@@ -163,18 +164,6 @@ func run() int {
 		return 1
 	}
 	return 0
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // pollEvery calls ok every interval until it holds, ctx ends or limit

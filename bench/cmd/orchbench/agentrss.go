@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"trellis.dev/trellis/internal/testcluster"
 )
 
 // rssSettle is how long the agent is left alone before a memory reading
@@ -23,7 +24,7 @@ func (b *bench) agentRSS(ctx context.Context) (*rssResult, error) {
 	ps := newProcs(b.cellDir("rss"), b.runID)
 	defer ps.cleanup()
 	r := &rssResult{tasks: b.rssTasks}
-	r.load[0] = loadavg()
+	r.load[0] = testcluster.LoadAvg()
 	n, err := b.startNode(ctx, ps)
 	if err != nil {
 		return nil, err
@@ -55,6 +56,6 @@ func (b *bench) agentRSS(ctx context.Context) (*rssResult, error) {
 	if err := retire(ctx, n.api, n.tasks, names, waits); err != nil {
 		return nil, err
 	}
-	r.load[1] = loadavg()
+	r.load[1] = testcluster.LoadAvg()
 	return r, nil
 }

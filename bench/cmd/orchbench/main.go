@@ -39,6 +39,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"trellis.dev/trellis/internal/testcluster"
 )
 
 type bench struct {
@@ -158,7 +159,7 @@ func run() int {
 
 	fmt.Fprintf(b.out, "# orchbench %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(b.out, "Trellis `%s`; etcd `%s` (%s). %d CPUs; load average at the start %s.\n\n",
-		b.trellis, b.etcd, etcdVersion(b.etcd), runtime.NumCPU(), loadavg())
+		b.trellis, b.etcd, etcdVersion(b.etcd), runtime.NumCPU(), testcluster.LoadAvg())
 	if want["start"] {
 		fmt.Fprintln(b.progress, "orchbench: task start latency")
 		r, err := b.taskStart(ctx)

@@ -204,19 +204,6 @@ func systemTicks() (busy, total int64, err error) {
 	return busy, total, nil
 }
 
-// loadavg is the first three fields of /proc/loadavg.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
 // taskMark is the environment variable every task process of a run
 // carries (exec-driver tasks and the os/exec peer's alike), so that any
 // left behind by a failure can be found and killed.

@@ -260,7 +260,7 @@ func (b *bench) taskStart(ctx context.Context) (*startResult, error) {
 	ps := newProcs(b.cellDir("start"), b.runID)
 	defer ps.cleanup()
 	r := &startResult{}
-	r.load[0] = loadavg()
+	r.load[0] = testcluster.LoadAvg()
 	n, err := b.startNode(ctx, ps)
 	if err != nil {
 		return nil, err
@@ -301,6 +301,6 @@ func (b *bench) taskStart(ctx context.Context) (*startResult, error) {
 		fmt.Fprintf(b.progress, "start: %s: p50 %s\n", m.label, round(summarize(mode.lat).p50))
 		r.modes = append(r.modes, mode)
 	}
-	r.load[1] = loadavg()
+	r.load[1] = testcluster.LoadAvg()
 	return r, nil
 }

@@ -41,7 +41,7 @@ type window struct {
 // (utime+stime from /proc/PID/stat), and its resident size every few
 // seconds.
 func measureWindow(ctx context.Context, d time.Duration, ps []watched) (*window, error) {
-	w := &window{load: [2]string{loadavg(), ""}}
+	w := &window{load: [2]string{testcluster.LoadAvg(), ""}}
 	start := make([]time.Duration, len(ps))
 	for i, p := range ps {
 		t, err := testcluster.CPUTime(p.pid)
@@ -95,7 +95,7 @@ func measureWindow(ctx context.Context, d time.Duration, ps []watched) (*window,
 	}
 	w.busy = float64(busy1-busy0) / userHZ / w.elapsed.Seconds()
 	w.others = max(w.busy-ours, 0)
-	w.load[1] = loadavg()
+	w.load[1] = testcluster.LoadAvg()
 	return w, nil
 }
 
