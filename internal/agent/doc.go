@@ -24,10 +24,10 @@
 // its -attribute flags, and keeps everything else an operator set, the
 // drain flag included. It heartbeats every third of the TTL the servers
 // return, with jitter, on one heartbeat stream per connection
-// (AgentService.HeartbeatStream); a FailedPrecondition answer means the servers no
-// longer know this session (they marked the instance down and its tasks
-// lost, say), so the agent registers again with a new session and reports
-// its tasks again, which re-adopts them.
+// (AgentService.HeartbeatStream); a FailedPrecondition answer means the
+// servers no longer know this session (they marked the instance down and
+// its tasks lost, say), so the agent registers again with a new session
+// and reports its tasks again, which re-adopts them.
 //
 // # Tasks
 //
