@@ -46,9 +46,6 @@ type Agent struct {
 	current    *session      // the live server session, nil between them
 	changed    chan struct{} // closed and replaced at every change, for waiters
 
-	// watchIndex is where the next watch resumes (0: list). Only the watch
-	// loop touches it, and sessions run one after another.
-	watchIndex uint64
 	// viewIndex is the index of the newest view of its tasks the agent
 	// has taken in: a listing's END_OF_SNAPSHOT, an event, and the
 	// versions its own reports were stored at (the task stream does not

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -34,7 +35,8 @@ func registered(t *testing.T, srv *testServer, a *running) *pborch.Instance {
 }
 
 func TestRegistrationKeepsOperatorAttributesAndDrain(t *testing.T) {
-	srv := startServer(t)
+	// A short TTL: the agent heartbeats every ~0.6 s.
+	srv := startServerTTL(t, 2*time.Second)
 	// While the agent was away an operator drained the instance and set
 	// attributes; a driver it had then is gone now.
 	srv.write(t, orchestrator.InstanceID("i-1"), &pborch.Instance{
@@ -74,9 +76,9 @@ func TestRegistrationKeepsOperatorAttributesAndDrain(t *testing.T) {
 	if in.GetResources().GetCpuMillis() != int64(runtime.NumCPU())*1000 || len(in.GetDrivers()) != 1 {
 		t.Errorf("resources %v drivers %v", in.GetResources(), in.GetDrivers())
 	}
-	if srv.beats != nil {
-		eventually(t, "heartbeats arrive", func() bool { return srv.beats.count.Load() >= 3 })
-	}
+	// The first heartbeat comes with the registration; the agent goes on
+	// heartbeating, every third of the TTL the server gave it.
+	eventually(t, "the server takes the agent's heartbeats", func() bool { return srv.acceptedHeartbeats(t) >= 3 })
 }
 
 // runningTask starts a server and the agent of instance i-1, and places

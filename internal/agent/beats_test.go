@@ -20,11 +20,9 @@ import (
 )
 
 // beatCounter is an AgentService that counts heartbeat calls, streams and
-// the heartbeats on them; with unaryOnly it has no HeartbeatStream (an
-// older server). Every heartbeat of session "s1" is taken.
+// the heartbeats on them. Every heartbeat of session "s1" is taken.
 type beatCounter struct {
 	pbagent.UnimplementedAgentServiceServer
-	unaryOnly                bool
 	calls, streams, streamed atomic.Int64
 }
 
@@ -41,9 +39,6 @@ func (b *beatCounter) Heartbeat(_ context.Context, req *pbagent.HeartbeatRequest
 }
 
 func (b *beatCounter) HeartbeatStream(stream pbagent.AgentService_HeartbeatStreamServer) error {
-	if b.unaryOnly {
-		return status.Error(codes.Unimplemented, "unknown method HeartbeatStream")
-	}
 	b.streams.Add(1)
 	for {
 		req, err := stream.Recv()
@@ -116,20 +111,5 @@ func TestHeartbeatsShareOneStream(t *testing.T) {
 	}
 	if n := svc.streams.Load(); n != 2 {
 		t.Fatalf("%d streams; want a new one after the refusal ended the first", n)
-	}
-}
-
-// A server without HeartbeatStream is called, once the stream was refused
-// as unimplemented.
-func TestHeartbeatsFallBackToCalls(t *testing.T) {
-	svc := &beatCounter{unaryOnly: true}
-	s, ctx := beatSession(t, svc)
-	for i := range 3 {
-		if _, err := s.beat(ctx); err != nil {
-			t.Fatalf("heartbeat %d = %v", i, err)
-		}
-	}
-	if c := svc.calls.Load(); c != 3 || !s.noHeartbeatStream {
-		t.Fatalf("3 heartbeats to a server without the stream: %d calls (stream given up: %v); want 3", c, s.noHeartbeatStream)
 	}
 }

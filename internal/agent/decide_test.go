@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
-	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/orchestrator"
 )
 
@@ -279,29 +278,6 @@ func TestBackoff(t *testing.T) {
 		got := reconnectWait(100*time.Millisecond, 10*time.Second, c.ttl, c.failures, c.r)
 		if d := got - c.want; d < -time.Millisecond || d > time.Millisecond {
 			t.Errorf("reconnectWait(ttl %s, %d, %v) = %s, want %s", c.ttl, c.failures, c.r, got, c.want)
-		}
-	}
-}
-
-func TestNextWatchIndex(t *testing.T) {
-	ev := func(op pbresource.WatchEvent_Op, idx uint64) *pbresource.WatchEvent {
-		return &pbresource.WatchEvent{Op: op, Index: idx}
-	}
-	up, eos := pbresource.WatchEvent_OP_UPSERT, pbresource.WatchEvent_OP_END_OF_SNAPSHOT
-	for _, c := range []struct {
-		cur     uint64
-		ev      *pbresource.WatchEvent
-		listing bool
-		want    uint64
-	}{
-		{0, ev(up, 10), true, 0},    // mid-listing: nothing proven
-		{0, ev(eos, 10), false, 10}, // the listing is complete
-		{10, ev(up, 12), false, 11}, // a change at 12: all below it seen
-		{11, ev(up, 12), false, 11}, // another event of the same batch
-		{11, ev(eos, 9), false, 11}, // never backwards
-	} {
-		if got := nextWatchIndex(c.cur, c.ev, c.listing); got != c.want {
-			t.Errorf("nextWatchIndex(%d, %v, %v) = %d, want %d", c.cur, c.ev, c.listing, got, c.want)
 		}
 	}
 }

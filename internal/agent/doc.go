@@ -10,9 +10,11 @@
 // turn; when the one it uses goes away (a heartbeat, the watch or a report
 // fails), it closes the connection and tries the next one after an
 // exponential backoff with jitter. Everything it holds about tasks lives
-// outside the connection, so a failover loses nothing: the watch resumes
-// from the last index it had seen (and lists again when the server answers
-// OutOfRange), and unwritten reports are written on the next connection.
+// outside the connection, so a failover loses nothing: the next server's
+// task stream starts with a fresh listing of the instance's tasks, never
+// older than the newest view the agent has taken in (it sends that index
+// as min_index, and refuses a listing older than it), and unwritten
+// reports are written on the next connection.
 //
 // # Registration and heartbeats
 //
@@ -21,10 +23,11 @@
 // hostname, cpu.count, memory.bytes, kernel, driver.<name>) and those of
 // its -attribute flags, and keeps everything else an operator set, the
 // drain flag included. It heartbeats every third of the TTL the servers
-// return, with jitter; a FailedPrecondition answer means the servers no
-// longer know this session (they marked the instance down and its tasks
-// lost, say), so the agent registers again with a new session and reports
-// its tasks again, which re-adopts them.
+// return, with jitter, on one heartbeat stream per connection
+// (AgentService.HeartbeatStream); a FailedPrecondition answer means the
+// servers no longer know this session (they marked the instance down and
+// its tasks lost, say), so the agent registers again with a new session
+// and reports its tasks again, which re-adopts them.
 //
 // # Tasks
 //

@@ -271,7 +271,7 @@ func TestAListingIsActedOnOnlyWhole(t *testing.T) {
 	}}
 	s := &session{a: a}
 	done := make(chan error, 1)
-	go func() { done <- s.consume(context.Background(), stream, nil, true) }()
+	go func() { done <- s.consume(context.Background(), stream) }()
 	<-stream.read
 	a.mu.Lock()
 	taken := len(a.tasks)

@@ -19,15 +19,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/durationpb"
 
-	pbagent "trellis.dev/trellis/api/agent/v1"
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/driver"
 	"trellis.dev/trellis/internal/orchestrator"
-	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/server"
 	"trellis.dev/trellis/internal/testlog"
 )
@@ -53,23 +50,25 @@ func waitTimeout() <-chan time.Time { return time.After(waitLimit) }
 
 // testServer is a real server in memory.
 type testServer struct {
-	srv   *server.Server
-	res   pbresource.ResourceServiceClient
-	beats *heartbeats // nil when the server has its own heartbeat service
-	stop  func()
+	srv  *server.Server
+	res  pbresource.ResourceServiceClient
+	stop func()
 }
 
-func startServer(t *testing.T) *testServer {
+func startServer(t *testing.T) *testServer { return startServerTTL(t, 0) }
+
+// startServerTTL starts a server whose heartbeat TTL is ttl (0: the
+// default).
+func startServerTTL(t *testing.T, ttl time.Duration) *testServer {
 	t.Helper()
 	srv, err := server.New(server.Config{
 		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:7702",
-		Logger: testlog.Logger(t), ShutdownTimeout: 10 * time.Second,
+		HeartbeatTTL: ttl, Logger: testlog.Logger(t), ShutdownTimeout: 10 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := &testServer{srv: srv}
-	ts.beats = installHeartbeats(srv, 300*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Start(ctx) }()
@@ -97,45 +96,29 @@ func startServer(t *testing.T) *testServer {
 	return ts
 }
 
-// installHeartbeats registers the test's heartbeat service on srv, unless
-// srv has one of its own (the real one, once it is wired into the
-// server): the tests only rely on the contract both keep.
-func installHeartbeats(srv *server.Server, ttl time.Duration) *heartbeats {
-	if _, ok := srv.GRPC().GetServiceInfo()[pbagent.AgentService_ServiceDesc.ServiceName]; ok {
-		return nil
-	}
-	h := &heartbeats{api: srv.API(), ttl: ttl}
-	pbagent.RegisterAgentServiceServer(srv.GRPC(), h)
-	return h
-}
-
-// heartbeats keeps the heartbeat contract: it answers with the TTL, and
-// with FailedPrecondition when the instance's stored session is not the
-// caller's (or the instance is gone or has left).
-type heartbeats struct {
-	pbagent.UnimplementedAgentServiceServer
-	api   resource.API
-	ttl   time.Duration
-	count atomic.Int64
-}
-
-func (h *heartbeats) Heartbeat(ctx context.Context, req *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error) {
-	resp, err := h.api.Read(ctx, &pbresource.ReadRequest{Id: orchestrator.InstanceID(req.GetInstance()), Consistent: true})
-	if status.Code(err) == codes.NotFound {
-		return nil, status.Error(codes.FailedPrecondition, "unknown instance")
-	}
+// acceptedHeartbeats is how many heartbeats the server's heartbeat
+// tracker has accepted, as its metrics count them (trellis_heartbeat_
+// requests_total, result ok). Only a leader's tracker takes heartbeats:
+// those of agents connected to it, and those its followers forward.
+func (ts *testServer) acceptedHeartbeats(t testing.TB) float64 {
+	t.Helper()
+	families, err := ts.srv.Metrics().Gather()
 	if err != nil {
-		return nil, err
+		t.Fatalf("gather metrics: %v", err)
 	}
-	var in pborch.Instance
-	if err := resp.GetResource().GetData().UnmarshalTo(&in); err != nil {
-		return nil, err
+	for _, f := range families {
+		if f.GetName() != "trellis_heartbeat_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == "ok" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
 	}
-	if in.GetSession() != req.GetSession() || in.GetStatus() == orchestrator.InstanceLeft {
-		return nil, status.Errorf(codes.FailedPrecondition, "session %s is not the instance's current one", req.GetSession())
-	}
-	h.count.Add(1)
-	return &pbagent.HeartbeatResponse{Ttl: durationpb.New(h.ttl)}, nil
+	return 0
 }
 
 func (ts *testServer) addr() string { return ts.srv.GRPCAddr() }

@@ -26,14 +26,9 @@ type session struct {
 	addr string
 	res  pbresource.ResourceServiceClient
 	hb   pbagent.AgentServiceClient
-	// noWatchTasks: the server has no WatchTasks (an older server); the
-	// session watches every task instead.
-	noWatchTasks bool
-	// beats is the open heartbeat stream (nil between streams);
-	// noHeartbeatStream: the server has none (an older server), so each
-	// heartbeat is a call. Only the heartbeat loop uses them.
-	beats             *beatStream
-	noHeartbeatStream bool
+	// beats is the open heartbeat stream (nil between streams). Only the
+	// heartbeat loop uses it.
+	beats *beatStream
 	// starts are the task starts under way on this session; it ends only
 	// once they have given up, so that the next session's resync sees
 	// the tasks they dropped as idle and starts them again.
@@ -202,22 +197,10 @@ func (s *session) heartbeat(ctx context.Context) error {
 	return nil
 }
 
-// beat sends one heartbeat: on the session's heartbeat stream, or as a
-// call to a server that has none.
+// beat sends one heartbeat on the session's heartbeat stream.
 func (s *session) beat(ctx context.Context) (*pbagent.HeartbeatResponse, error) {
 	req := &pbagent.HeartbeatRequest{Instance: s.a.cfg.Name, Session: s.a.Session()}
-	timeout := min(s.a.cfg.RPCTimeout, s.a.ttlValue()/4)
-	if !s.noHeartbeatStream {
-		resp, err := s.beatOnStream(ctx, req, timeout)
-		if status.Code(err) != codes.Unimplemented {
-			return resp, err
-		}
-		s.noHeartbeatStream = true
-		s.a.log.Info("the server has no heartbeat stream; calling Heartbeat", "server", s.addr)
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return s.hb.Heartbeat(ctx, req)
+	return s.beatOnStream(ctx, req, min(s.a.cfg.RPCTimeout, s.a.ttlValue()/4))
 }
 
 func (a *Agent) ttlValue() time.Duration { return time.Duration(a.ttl.Load()) }

@@ -203,9 +203,7 @@ type listedTask struct {
 }
 
 // listed decodes a task of a fresh listing; false when it is not this
-// instance's (a task's instance never changes) or does not decode. A
-// stream that lists every task in the cluster (an older server's) is so
-// kept to this instance's until the listing ends.
+// instance's (a task's instance never changes) or does not decode.
 func (a *Agent) listed(res *pbresource.Resource) (listedTask, bool) {
 	t, ok := a.decodeTask(res, false)
 	if !ok || t.GetInstance() != a.cfg.Name {

@@ -1,0 +1,121 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/orchestrator"
+)
+
+// cutter dials the servers for an agent, and can cut the agent off: it
+// closes every connection it made and refuses new ones until restored.
+// The server and its store live on meanwhile.
+type cutter struct {
+	mu    sync.Mutex
+	down  bool
+	conns []net.Conn
+}
+
+var errCut = errors.New("cut off by the test")
+
+func (c *cutter) dialOption() grpc.DialOption {
+	return grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		c.mu.Lock()
+		down := c.down
+		c.mu.Unlock()
+		if down {
+			return nil, errCut
+		}
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.down {
+			conn.Close()
+			return nil, errCut
+		}
+		c.conns = append(c.conns, conn)
+		return conn, nil
+	})
+}
+
+func (c *cutter) cut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.down = true
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+	c.conns = nil
+}
+
+func (c *cutter) restore() {
+	c.mu.Lock()
+	c.down = false
+	c.mu.Unlock()
+}
+
+// An agent cut off from its server takes in what changed meanwhile once
+// it is back: its new task stream starts with a fresh listing of the
+// instance's tasks, which lacks the task deleted while it was away (the
+// agent stops it) and has the one placed meanwhile (the agent starts it).
+// The agent keeps its session and its other state throughout.
+func TestReconnectedAgentTakesInWhatChangedMeanwhile(t *testing.T) {
+	srv := startServer(t)
+	pt := newProcTable(t)
+	counts := newRPCs()
+	var link cutter
+	cfg := config(t, "i-1", pt, srv)
+	cfg.DialOptions = append(counts.dialOptions(), link.dialOption())
+	a := startAgent(t, cfg)
+	registered(t, srv, a)
+	srv.registerDefinition(t, "default", shDefinition("sleeper", "exec sleep 1000"))
+	srv.place(t, "default", "t1", "sleeper:1", "i-1")
+	tk := srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
+	pid, _ := strconv.Atoi(tk.GetContainers()[0].GetRuntimeId())
+	session := a.Session()
+
+	link.cut()
+	eventually(t, "the agent notices", func() bool { return a.Server() == "" })
+	if _, err := srv.res.Delete(context.Background(), &pbresource.DeleteRequest{Id: orchestrator.TaskID("default", "t1")}); err != nil {
+		t.Fatal(err)
+	}
+	srv.place(t, "default", "t2", "sleeper:1", "i-1")
+	watches := counts.count("WatchTasks")
+	link.restore()
+
+	eventually(t, "the deleted task is stopped", func() bool {
+		select {
+		case <-pt.find(pid).done:
+			return true
+		default:
+			return false
+		}
+	})
+	srv.waitTask(t, "default", "t2", "runs after the agent is back", lastStatus(orchestrator.StatusRunning))
+	if res, _ := srv.task(t, "default", "t1"); res != nil {
+		t.Errorf("the deleted task was written again: %v", res)
+	}
+	if n := counts.count("WatchTasks") - watches; n < 1 {
+		t.Errorf("no task stream was opened after the agent was back")
+	}
+	if n := counts.count("WatchList"); n != 0 {
+		t.Errorf("WatchList opened %d times; want the per-instance task stream only", n)
+	}
+	if a.Session() != session {
+		t.Errorf("the session changed from %s to %s; a lost connection keeps it", session, a.Session())
+	}
+	if n := pt.starts.Load(); n != 2 {
+		t.Errorf("%d tasks started, want 2", n)
+	}
+}
