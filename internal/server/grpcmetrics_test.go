@@ -21,7 +21,7 @@ func TestMethodLabels(t *testing.T) {
 	}{
 		{"/trellis.resource.v1.ResourceService/Write", "trellis.resource.v1.ResourceService", "Write"},
 		{"/trellis.resource.v1.ResourceService/Made-Up", "unknown", "unknown"}, // not registered
-		{"/bad", "unknown", "unknown"},                                         // registered yet malformed
+		{"/bad", "unknown", "unknown"}, // registered yet malformed
 		{"", "unknown", "unknown"},
 	} {
 		svc, meth := methodLabels(tc.full, known)
