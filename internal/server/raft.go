@@ -18,6 +18,12 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 	if cfg.SingleServer {
 		tuning = raftstore.DevTuning()
 	}
+	// hashicorp/raft's own metrics (commit time, FSM apply, replication),
+	// installed before the node starts so its first transitions count.
+	lib, err := raftstore.LibraryMetrics()
+	if err != nil {
+		return err
+	}
 	c, err := cluster.New(cluster.Config{
 		DataDir:         cfg.DataDir,
 		RaftAddr:        s.cfg.RaftAddr,
@@ -32,6 +38,10 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 	}
 	c.RegisterGRPC(s.grpc)
 	if err := s.metrics.Register(c.Backend().Metrics()); err != nil {
+		_ = c.Shutdown(context.Background())
+		return err
+	}
+	if err := s.metrics.Register(lib); err != nil {
 		_ = c.Shutdown(context.Background())
 		return err
 	}

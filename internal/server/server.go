@@ -36,6 +36,8 @@ type Server struct {
 	raft     *cluster.Cluster // nil in memory
 	api      resource.API
 	metrics  *prometheus.Registry
+	// grpcMetrics learns the registered methods when serving starts.
+	grpcMetrics *grpcMetrics
 
 	grpc     *grpc.Server
 	grpcLn   net.Listener
@@ -73,10 +75,15 @@ func New(cfg Config) (_ *Server, err error) {
 		s.registry = Types()
 	}
 
+	gm, err := newGRPCMetrics(s.metrics)
+	if err != nil {
+		return nil, err
+	}
+	s.grpcMetrics = gm
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.GRPCMaxRecvBytes),
-		grpc.ChainUnaryInterceptor(unaryInterceptor(s.log)),
-		grpc.ChainStreamInterceptor(streamInterceptor(s.log, s.stopping)),
+		grpc.ChainUnaryInterceptor(gm.unary(), unaryInterceptor(s.log)),
+		grpc.ChainStreamInterceptor(gm.stream(), streamInterceptor(s.log, s.stopping)),
 	)
 
 	// Listeners first: with port 0 the Raft node must advertise the gRPC
@@ -168,6 +175,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.leadership != nil {
 		g.Add("leadership", s.leadership)
 	}
+	s.grpcMetrics.register(s.grpc)
 	g.Add("grpc", RunnableFunc(s.serveGRPC))
 	for _, e := range s.extra {
 		g.Add(e.name, e.r)
