@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/backoff"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -138,11 +139,10 @@ type Watch struct {
 // Backoff bounds the delay before a failed request runs again: Base after
 // the first failure, doubling with each further one, never above Max, each
 // delay drawn at random from its upper half (jitter, so that requests that
-// failed together do not retry together).
-type Backoff struct {
-	Base time.Duration
-	Max  time.Duration
-}
+// failed together do not retry together). It is the backoff package's
+// policy, named here so that a Controller is configured without importing
+// that package.
+type Backoff = backoff.Policy
 
 // Defaults used when a Controller leaves them zero.
 const (

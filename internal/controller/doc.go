@@ -32,7 +32,8 @@
 //     jitter that success resets. A panic in Reconcile is recovered and
 //     treated as an error. Delays use the time package's timers, so tests
 //     run them in a testing/synctest bubble instead of an injected clock;
-//     the backoff itself is a pure function tested by tables.
+//     the backoff itself is a pure function tested by tables, in the
+//     backoff package that every retry loop of Trellis shares.
 //   - A periodic resync lists every watched type from the store (not from
 //     the informers' record) and maps it as if just written: it repairs
 //     whatever a bug or an outage let slip.

@@ -12,6 +12,7 @@ import (
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbstorage "trellis.dev/trellis/api/storage/v1"
+	"trellis.dev/trellis/internal/backoff"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -27,7 +28,9 @@ func onLeader[T any](ctx context.Context, b *Backend,
 	var zero T
 	hold := time.NewTimer(b.tuning.HoldTimeout)
 	defer hold.Stop()
-	backoff := 5 * time.Millisecond
+	// Without jitter: a change of leader wakes every waiter at once
+	// anyway, and the timer only bounds how long a missed change is missed.
+	pace := backoff.Waiter{Policy: backoff.Policy{Base: 5 * time.Millisecond, Max: 250 * time.Millisecond}}
 	for {
 		changed := b.changed.wait()
 		if b.isShutdown() {
@@ -45,8 +48,7 @@ func onLeader[T any](ctx context.Context, b *Backend,
 		if err == nil || !errors.Is(err, ErrNotLeader) {
 			return v, err
 		}
-		retry := time.NewTimer(backoff)
-		backoff = min(backoff*2, 250*time.Millisecond)
+		retry := time.NewTimer(pace.Next())
 		select {
 		case <-changed:
 		case <-retry.C:
