@@ -10,9 +10,9 @@ import (
 
 	pbagent "trellis.dev/trellis/api/agent/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/storage"
 )
 
 // watchLoop learns the tasks placed on this instance by watching them:
@@ -73,7 +73,7 @@ func (s *session) openTaskStream(ctx context.Context) (stream eventStream, first
 	since := a.watchIndex
 	ws, err := s.res.WatchList(ctx, &pbresource.WatchListRequest{
 		Type:       orchestrator.TaskType,
-		Tenancy:    &pbresource.Tenancy{Namespace: storage.WildcardNamespace},
+		Tenancy:    &pbresource.Tenancy{Namespace: ids.WildcardNamespace},
 		SinceIndex: since,
 	})
 	return ws, nil, since == 0, err
@@ -171,7 +171,7 @@ var errStaleView = status.Error(codes.Unavailable, "stale task listing")
 // with_definitions), not a task.
 func isDefinition(ev *pbresource.WatchEvent) bool {
 	return ev.GetOp() == pbresource.WatchEvent_OP_UPSERT &&
-		storage.SameType(ev.GetResource().GetId().GetType(), orchestrator.TaskDefinitionType)
+		ids.SameType(ev.GetResource().GetId().GetType(), orchestrator.TaskDefinitionType)
 }
 
 // nextWatchIndex is the index to resume from after ev: the highest index

@@ -25,9 +25,6 @@ func (c ReadConsistency) String() string {
 	return "eventual"
 }
 
-// WildcardNamespace in a List or WatchList tenancy matches every namespace.
-const WildcardNamespace = "*"
-
 var (
 	// ErrNotFound: no resource is stored under that id.
 	ErrNotFound = errors.New("resource not found")

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -63,7 +64,7 @@ func TestFollowerForwarding(t *testing.T) {
 	if err != nil || len(out) != 2 || out[0].GetVersion() != out[1].GetVersion() {
 		t.Fatalf("batch through follower: %v, %v", out, err)
 	}
-	list, err := f.b.List(ctx, storage.StrongConsistency, testType, &pbresource.Tenancy{Namespace: storage.WildcardNamespace}, "")
+	list, err := f.b.List(ctx, storage.StrongConsistency, testType, &pbresource.Tenancy{Namespace: ids.WildcardNamespace}, "")
 	if err != nil || len(list) != 3 {
 		t.Fatalf("strong list through follower: %d resources, %v; want 3", len(list), err)
 	}
@@ -185,7 +186,7 @@ func TestWatchResumesOnAnotherServer(t *testing.T) {
 	nodes := startCluster(t, 3, false, testTuning())
 	leader := leaderOf(t, nodes)
 	ctx := ctxT(t)
-	all := &pbresource.Tenancy{Namespace: storage.WildcardNamespace}
+	all := &pbresource.Tenancy{Namespace: ids.WildcardNamespace}
 
 	w, err := leader.b.WatchList(ctx, testType, all, "", 0)
 	if err != nil {
@@ -390,7 +391,7 @@ func TestWatchFromTheFuture(t *testing.T) {
 	leader := leaderOf(t, nodes)
 	last := mustWrite(t, leader.b, testResource("a"))
 	ctx := ctxT(t)
-	all := &pbresource.Tenancy{Namespace: storage.WildcardNamespace}
+	all := &pbresource.Tenancy{Namespace: ids.WildcardNamespace}
 	for _, n := range nodes {
 		if _, err := n.b.WatchList(ctx, testType, all, "", 1<<40); !errors.Is(err, storage.ErrIndexTooOld) {
 			t.Fatalf("watch on %s from index 2^40: %v, want ErrIndexTooOld", n.id, err)
