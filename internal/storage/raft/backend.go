@@ -296,7 +296,7 @@ func (b *Backend) WaitReady(ctx context.Context) error {
 		case <-b.stop:
 			return ErrShutdown
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", storage.ErrInconsistent, ctx.Err())
+			return fmt.Errorf("%w: %w", storage.ErrUnavailable, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 			// Raft's observations are dropped when the observer is slow;
 			// look again now and then.
@@ -321,7 +321,7 @@ func (b *Backend) ready() bool {
 }
 
 // Shutdown stops the Raft node and releases everything. Writes in flight
-// fail with an error wrapping storage.ErrInconsistent. It is safe to call
+// fail with an error wrapping storage.ErrUnavailable. It is safe to call
 // more than once.
 func (b *Backend) Shutdown() error {
 	b.shutOnce.Do(func() {

@@ -20,7 +20,7 @@ import (
 // is the leader, remote over a connection to the leader otherwise. Both
 // fail with ErrNotLeader only when nothing was done; onLeader then waits
 // for a change (a new leader, the leader's address) and tries again, until
-// ctx or the hold timeout ends, and fails with storage.ErrInconsistent.
+// ctx or the hold timeout ends, and fails with storage.ErrUnavailable.
 func onLeader[T any](ctx context.Context, b *Backend,
 	local func(context.Context) (T, error),
 	remote func(context.Context, *grpc.ClientConn) (T, error),
@@ -54,10 +54,10 @@ func onLeader[T any](ctx context.Context, b *Backend,
 		case <-retry.C:
 		case <-hold.C:
 			retry.Stop()
-			return zero, fmt.Errorf("%w (waited %s for a leader: %v)", storage.ErrInconsistent, b.tuning.HoldTimeout, err)
+			return zero, fmt.Errorf("%w (waited %s for a leader: %v)", storage.ErrUnavailable, b.tuning.HoldTimeout, err)
 		case <-ctx.Done():
 			retry.Stop()
-			return zero, fmt.Errorf("%w (%w while waiting for a leader: %v)", storage.ErrInconsistent, ctx.Err(), err)
+			return zero, fmt.Errorf("%w (%w while waiting for a leader: %v)", storage.ErrUnavailable, ctx.Err(), err)
 		case <-b.stop:
 			retry.Stop()
 			return zero, ErrShutdown
@@ -193,6 +193,6 @@ func (b *Backend) consistent(ctx context.Context) error {
 		}
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", storage.ErrInconsistent, ctx.Err())
+		return fmt.Errorf("%w: %w", storage.ErrUnavailable, ctx.Err())
 	}
 }

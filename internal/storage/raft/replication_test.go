@@ -135,7 +135,7 @@ func TestLeaderLoss(t *testing.T) {
 				res, err := n.b.WriteCAS(ctx, testResource(name))
 				cancel()
 				if err != nil {
-					if !errors.Is(err, storage.ErrInconsistent) {
+					if !errors.Is(err, storage.ErrUnavailable) {
 						t.Errorf("write %s through %s: %v is not retryable", name, n.id, err)
 						return
 					}
@@ -315,11 +315,11 @@ func TestNoQuorum(t *testing.T) {
 	ctx := ctxT(t)
 	eventually(t, 10*time.Second, "the leader steps down", func() bool { return !leader.b.IsLeader() })
 	_, err := leader.b.WriteCAS(ctx, testResource("during"))
-	if !errors.Is(err, storage.ErrInconsistent) {
-		t.Fatalf("write without quorum: %v, want ErrInconsistent", err)
+	if !errors.Is(err, storage.ErrUnavailable) {
+		t.Fatalf("write without quorum: %v, want ErrUnavailable", err)
 	}
-	if _, err := leader.b.Read(ctx, storage.StrongConsistency, testID("before")); !errors.Is(err, storage.ErrInconsistent) {
-		t.Fatalf("strong read without quorum: %v, want ErrInconsistent", err)
+	if _, err := leader.b.Read(ctx, storage.StrongConsistency, testID("before")); !errors.Is(err, storage.ErrUnavailable) {
+		t.Fatalf("strong read without quorum: %v, want ErrUnavailable", err)
 	}
 	// Eventual reads still answer from the local copy.
 	if _, err := leader.b.Read(ctx, storage.EventualConsistency, testID("before")); err != nil {
@@ -328,7 +328,7 @@ func TestNoQuorum(t *testing.T) {
 	// A caller that gives up is told so, retryably.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := leader.b.WriteCAS(cctx, testResource("cancelled")); !errors.Is(err, storage.ErrInconsistent) || !errors.Is(err, context.Canceled) {
+	if _, err := leader.b.WriteCAS(cctx, testResource("cancelled")); !errors.Is(err, storage.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled write: %v", err)
 	}
 }
@@ -359,8 +359,8 @@ func TestForwardingNeverSent(t *testing.T) {
 	})
 	ctx := ctxT(t)
 	_, err = f.b.WriteCAS(ctx, testResource("during"))
-	if !errors.Is(err, storage.ErrInconsistent) || errors.Is(err, ErrOutcomeUnknown) {
-		t.Fatalf("write while the leader's gRPC port is down: %v; want ErrInconsistent without ErrOutcomeUnknown", err)
+	if !errors.Is(err, storage.ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("write while the leader's gRPC port is down: %v; want ErrUnavailable without ErrOutcomeUnknown", err)
 	}
 	if _, err := leader.b.Read(ctx, storage.StrongConsistency, testID("during")); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("the refused write was made: %v", err)
