@@ -1,7 +1,7 @@
-// Package controller is the controller runtime of seed 003: every behaviour
-// of Trellis (the schedulers, the CA manager, health, the ACL and owner
-// reapers) is a controller that watches resources and converges the world
-// onto them.
+// Package controller is the controller runtime: every behaviour of Trellis
+// (today the daemon scheduler, the instance and task controllers of the
+// orchestrator and the owner reaper) is a controller that watches
+// resources and converges the world onto them.
 //
 // A Controller declares its managed type, the types it watches with a
 // Mapper from a change to the requests it calls for, and a Reconciler; the
