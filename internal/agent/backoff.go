@@ -4,15 +4,15 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/backoff"
 )
 
-// backoff is the wait before the next attempt after failures consecutive
+// retryDelay is the wait before the next attempt after failures consecutive
 // failures (from 1): min·2^(failures-1), capped at max, scaled by a jitter
 // factor in [1/2, 1) drawn from r in [0, 1), so that agents that lost the
 // same server do not come back in step.
-func backoff(minWait, maxWait time.Duration, failures int, r float64) time.Duration {
-	return controller.Backoff{Base: minWait, Max: maxWait}.Delay(failures, r)
+func retryDelay(minWait, maxWait time.Duration, failures int, r float64) time.Duration {
+	return backoff.Policy{Base: minWait, Max: maxWait}.Delay(failures, r)
 }
 
 // reconnectWait is the wait before the next attempt to reach a server
@@ -25,7 +25,7 @@ func backoff(minWait, maxWait time.Duration, failures int, r float64) time.Durat
 // a 2 s TTL). Retrying at the heartbeat rate costs the servers no more
 // than the heartbeats do.
 func reconnectWait(minWait, maxWait, ttl time.Duration, failures int, r float64) time.Duration {
-	return min(backoff(minWait, maxWait, failures, r), heartbeatInterval(ttl, r))
+	return min(retryDelay(minWait, maxWait, failures, r), heartbeatInterval(ttl, r))
 }
 
 // RotateServers returns servers starting at its i-th (modulo its length)

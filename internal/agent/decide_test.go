@@ -250,9 +250,9 @@ func TestBackoff(t *testing.T) {
 		{20, 0, 5 * time.Second},
 		{1000, 2, 10 * time.Second},
 	} {
-		got := backoff(100*time.Millisecond, 10*time.Second, c.failures, c.r)
+		got := retryDelay(100*time.Millisecond, 10*time.Second, c.failures, c.r)
 		if d := got - c.want; d < -time.Microsecond*20 || d > time.Microsecond*20 {
-			t.Errorf("backoff(%d, %v) = %s, want %s", c.failures, c.r, got, c.want)
+			t.Errorf("retryDelay(%d, %v) = %s, want %s", c.failures, c.r, got, c.want)
 		}
 	}
 	for _, r := range []float64{0, 0.5, 0.999} {

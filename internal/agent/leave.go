@@ -101,7 +101,7 @@ func (a *Agent) withServer(ctx context.Context, fn func(*session) error) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-a.clock.After(backoff(a.cfg.BackoffMin, a.cfg.BackoffMax, failures, randFloat())):
+		case <-a.clock.After(retryDelay(a.cfg.BackoffMin, a.cfg.BackoffMax, failures, randFloat())):
 		}
 	}
 }

@@ -292,7 +292,7 @@ func (a *Agent) definition(ctx context.Context, s *session, ns, ref string) (*pb
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-a.clock.After(backoff(a.cfg.BackoffMin, a.cfg.BackoffMax, failures, randFloat())):
+		case <-a.clock.After(retryDelay(a.cfg.BackoffMin, a.cfg.BackoffMax, failures, randFloat())):
 		}
 	}
 }

@@ -10,9 +10,9 @@ import (
 
 	pbagent "trellis.dev/trellis/api/agent/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/storage"
 )
 
 // watchLoop learns the tasks placed on this instance through the server's
@@ -132,5 +132,5 @@ var errStaleView = status.Error(codes.Unavailable, "stale task listing")
 // with_definitions), not a task.
 func isDefinition(ev *pbresource.WatchEvent) bool {
 	return ev.GetOp() == pbresource.WatchEvent_OP_UPSERT &&
-		storage.SameType(ev.GetResource().GetId().GetType(), orchestrator.TaskDefinitionType)
+		ids.SameType(ev.GetResource().GetId().GetType(), orchestrator.TaskDefinitionType)
 }

@@ -19,9 +19,9 @@ import (
 var (
 	// ErrPeerNotFound: RemovePeer named no server of the configuration.
 	ErrPeerNotFound = errors.New("no such server in the cluster")
-	// ErrNoLeader wraps storage.ErrInconsistent: the request needs the
+	// ErrNoLeader wraps storage.ErrUnavailable: the request needs the
 	// leader and none is known right now; retry.
-	ErrNoLeader = fmt.Errorf("%w: no leader to serve a membership request", storage.ErrInconsistent)
+	ErrNoLeader = fmt.Errorf("%w: no leader to serve a membership request", storage.ErrUnavailable)
 )
 
 // Cluster is one server's membership in a Trellis server cluster: its

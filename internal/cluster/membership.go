@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	pbcluster "trellis.dev/trellis/api/cluster/v1"
+	"trellis.dev/trellis/internal/backoff"
 	raftstore "trellis.dev/trellis/internal/storage/raft"
 )
 
@@ -17,7 +18,10 @@ import (
 // joins as decideFormation says, retrying with backoff.
 func (c *Cluster) form(ctx context.Context) {
 	c.logger.Info("forming or joining a cluster", "bootstrap_expect", c.cfg.BootstrapExpect, "retry_join", c.cfg.RetryJoin)
-	wait := c.cfg.RetryInterval
+	// The wait grows only when it ran out: news from a peer or of this
+	// server's Raft state is worth a prompt look without backing off.
+	pace := backoff.Policy{Base: c.cfg.RetryInterval, Max: c.cfg.RetryMaxInterval}
+	expired := 0
 	lastReason := ""
 	for {
 		if c.b.HasState() {
@@ -46,10 +50,10 @@ func (c *Cluster) form(ctx context.Context) {
 				lastReason = d.Wait
 			}
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(pace.Ceiling(expired + 1))
 		select {
 		case <-t.C:
-			wait = min(wait*2, c.cfg.RetryMaxInterval)
+			expired++
 		case <-c.learned:
 			t.Stop()
 		case <-c.b.Changed():
@@ -155,7 +159,7 @@ func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
 // it. A server that is not in the configuration at all was removed and
 // stays out.
 func (c *Cluster) maintain(ctx context.Context) {
-	wait := c.cfg.RetryInterval
+	retryWait := backoff.Waiter{Policy: backoff.Policy{Base: c.cfg.RetryInterval, Max: c.cfg.RetryMaxInterval}}
 	warnedRemoved := false
 	for {
 		ch := c.b.Changed()
@@ -171,7 +175,7 @@ func (c *Cluster) maintain(ctx context.Context) {
 			if !c.rejoin(ctx, moved) {
 				retry = true
 			} else {
-				wait = c.cfg.RetryInterval
+				retryWait.Reset()
 			}
 		default:
 			warnedRemoved = false
@@ -179,9 +183,8 @@ func (c *Cluster) maintain(ctx context.Context) {
 		var timer <-chan time.Time
 		var t *time.Timer
 		if retry {
-			t = time.NewTimer(wait)
+			t = time.NewTimer(retryWait.Next())
 			timer = t.C
-			wait = min(wait*2, c.cfg.RetryMaxInterval)
 		}
 		select {
 		case <-ch:

@@ -124,7 +124,7 @@ func ToStatus(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, raftstore.ErrInvalidRequest), errors.Is(err, raftstore.ErrBadSnapshot):
 		code = codes.InvalidArgument
-	case errors.Is(err, raftstore.ErrNotLeader), errors.Is(err, storage.ErrInconsistent):
+	case errors.Is(err, raftstore.ErrNotLeader), errors.Is(err, storage.ErrUnavailable):
 		code = codes.Unavailable
 	}
 	return status.Error(code, err.Error())

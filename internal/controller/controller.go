@@ -7,7 +7,8 @@ import (
 	"time"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
-	"trellis.dev/trellis/internal/storage"
+	"trellis.dev/trellis/internal/backoff"
+	"trellis.dev/trellis/internal/ids"
 )
 
 // Request names the resource a Reconciler is asked to converge.
@@ -23,7 +24,7 @@ type Request struct {
 }
 
 func (r Request) String() string {
-	s := storage.IDString(r.ID)
+	s := ids.String(r.ID)
 	if uid := r.ID.GetUid(); uid != "" {
 		s += " (uid " + uid + ")"
 	}
@@ -138,11 +139,10 @@ type Watch struct {
 // Backoff bounds the delay before a failed request runs again: Base after
 // the first failure, doubling with each further one, never above Max, each
 // delay drawn at random from its upper half (jitter, so that requests that
-// failed together do not retry together).
-type Backoff struct {
-	Base time.Duration
-	Max  time.Duration
-}
+// failed together do not retry together). It is the backoff package's
+// policy, named here so that a Controller is configured without importing
+// that package.
+type Backoff = backoff.Policy
 
 // Defaults used when a Controller leaves them zero.
 const (
@@ -197,14 +197,14 @@ func (c *Controller) watches() []Watch {
 	if c.ManagedType != nil {
 		managed := Watch{Type: c.ManagedType, Map: MapSelf}
 		for _, w := range c.Watches {
-			if storage.SameType(w.Type, c.ManagedType) {
+			if ids.SameType(w.Type, c.ManagedType) {
 				managed.Map = w.Map
 			}
 		}
 		out = append(out, managed)
 	}
 	for _, w := range c.Watches {
-		if c.ManagedType == nil || !storage.SameType(w.Type, c.ManagedType) {
+		if c.ManagedType == nil || !ids.SameType(w.Type, c.ManagedType) {
 			out = append(out, w)
 		}
 	}
@@ -244,7 +244,7 @@ func (c *Controller) validate() error {
 		if w.Map == nil {
 			return bad(field+".Map", "required")
 		}
-		key := storage.TypeString(w.Type)
+		key := ids.TypeString(w.Type)
 		if seen[key] {
 			return bad(field+".Type", key+" is watched twice")
 		}

@@ -1,7 +1,7 @@
-// Package controller is the controller runtime of seed 003: every behaviour
-// of Trellis (the schedulers, the CA manager, health, the ACL and owner
-// reapers) is a controller that watches resources and converges the world
-// onto them.
+// Package controller is the controller runtime: every behaviour of Trellis
+// (today the daemon scheduler, the instance and task controllers of the
+// orchestrator and the owner reaper) is a controller that watches
+// resources and converges the world onto them.
 //
 // A Controller declares its managed type, the types it watches with a
 // Mapper from a change to the requests it calls for, and a Reconciler; the
@@ -32,7 +32,8 @@
 //     jitter that success resets. A panic in Reconcile is recovered and
 //     treated as an error. Delays use the time package's timers, so tests
 //     run them in a testing/synctest bubble instead of an injected clock;
-//     the backoff itself is a pure function tested by tables.
+//     the backoff itself is a pure function tested by tables, in the
+//     backoff package that every retry loop of Trellis shares.
 //   - A periodic resync lists every watched type from the store (not from
 //     the informers' record) and maps it as if just written: it repairs
 //     whatever a bug or an outage let slip.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 )
@@ -104,7 +105,7 @@ func newInformer(client resource.API, typ *pbresource.Type, logger *slog.Logger,
 	return &informer{
 		client:  client,
 		typ:     typ,
-		logger:  logger.With("type", storage.TypeString(typ)),
+		logger:  logger.With("type", ids.TypeString(typ)),
 		metrics: m,
 		seen:    make(seenSet),
 	}
@@ -130,7 +131,7 @@ func (in *informer) run(ctx context.Context) {
 		// writes: it would list its type again, in the middle of the burst.
 		w, err := in.client.Watch(storage.WithWatchBuffer(ctx, storage.ServerWatchBuffer), &pbresource.WatchListRequest{
 			Type:       in.typ,
-			Tenancy:    &pbresource.Tenancy{Namespace: storage.WildcardNamespace},
+			Tenancy:    &pbresource.Tenancy{Namespace: ids.WildcardNamespace},
 			SinceIndex: complete,
 		})
 		if err != nil {
@@ -141,7 +142,7 @@ func (in *informer) run(ctx context.Context) {
 				// The service cannot resume from there (its history is
 				// gone, or it restarted): list again, at once.
 				in.logger.Info("controller watch cannot resume, listing again", "after_index", complete, "error", err)
-				in.metrics.watchRestarts.WithLabelValues(storage.TypeString(in.typ), "relist").Inc()
+				in.metrics.watchRestarts.WithLabelValues(ids.TypeString(in.typ), "relist").Inc()
 				complete = 0
 				continue
 			}
@@ -161,7 +162,7 @@ func (in *informer) run(ctx context.Context) {
 			attempt++
 		}
 		in.logger.Info("controller watch ended, resuming", "after_index", complete, "error", err)
-		in.metrics.watchRestarts.WithLabelValues(storage.TypeString(in.typ), "resume").Inc()
+		in.metrics.watchRestarts.WithLabelValues(ids.TypeString(in.typ), "resume").Inc()
 	}
 }
 

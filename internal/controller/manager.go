@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 )
@@ -151,7 +152,7 @@ func (m *Manager) startTerm(ctx context.Context, controllers []Controller) (stop
 		}
 		r := newRunner(c, m.cfg.Client, m.logger, m.metrics)
 		for _, w := range c.watches() {
-			k := storage.TypeString(w.Type)
+			k := ids.TypeString(w.Type)
 			in := informers[k]
 			if in == nil {
 				in = newInformer(m.cfg.Client, w.Type, m.logger, m.metrics)

@@ -236,7 +236,7 @@ func TestQueueRetryJitterWithinBounds(t *testing.T) {
 			q.Retry(req("a"))
 			q.Done(mustGet(t, q))
 			at := time.Since(start)
-			if c := b.ceiling(failures); at < c/2 || at >= c {
+			if c := b.Ceiling(failures); at < c/2 || at >= c {
 				t.Errorf("failure %d: ran after %s, outside [%s, %s)", failures, at, c/2, c)
 			}
 		}

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/storage"
 )
 
 // runner runs one controller for one term of leadership: its queue, its
@@ -43,7 +43,7 @@ func newRunner(ctl Controller, client resource.API, logger *slog.Logger, m *metr
 
 // subscribe hooks the runner onto the informer of one of its watches.
 func (r *runner) subscribe(w Watch, in *informer) {
-	managed := r.ctl.ManagedType != nil && storage.SameType(w.Type, r.ctl.ManagedType)
+	managed := r.ctl.ManagedType != nil && ids.SameType(w.Type, r.ctl.ManagedType)
 	in.handlers = append(in.handlers, func(ev Event) {
 		if managed && r.refs != nil {
 			r.refs.observe(ev)
@@ -59,7 +59,7 @@ func (r *runner) enqueue(reqs []Request) {
 		if req.ID == nil {
 			continue
 		}
-		if r.ctl.ManagedType != nil && !storage.SameType(req.ID.GetType(), r.ctl.ManagedType) {
+		if r.ctl.ManagedType != nil && !ids.SameType(req.ID.GetType(), r.ctl.ManagedType) {
 			r.logger.Debug("mapper returned a request of another type, dropped", "request", req.String())
 			continue
 		}
@@ -108,11 +108,11 @@ func (r *runner) resync(ctx context.Context) {
 	for _, w := range r.ctl.watches() {
 		resp, err := r.client.List(ctx, &pbresource.ListRequest{
 			Type:    w.Type,
-			Tenancy: &pbresource.Tenancy{Namespace: storage.WildcardNamespace},
+			Tenancy: &pbresource.Tenancy{Namespace: ids.WildcardNamespace},
 		})
 		if err != nil {
 			if ctx.Err() == nil {
-				r.logger.Warn("controller resync failed to list, next resync will repair", "type", storage.TypeString(w.Type), "error", err)
+				r.logger.Warn("controller resync failed to list, next resync will repair", "type", ids.TypeString(w.Type), "error", err)
 			}
 			continue
 		}

@@ -38,7 +38,7 @@ func httpError(err error) (int, wire.Error) {
 		code, body = http.StatusNotFound, wire.CodeNotFound
 	case errors.Is(err, storage.ErrCASFailure), errors.Is(err, storage.ErrWrongUID), errors.Is(err, storage.ErrBatchConflict):
 		code, body = http.StatusConflict, wire.CodeConflict
-	case errors.Is(err, storage.ErrInconsistent):
+	case errors.Is(err, storage.ErrUnavailable):
 		code, body = http.StatusServiceUnavailable, wire.CodeUnavailable
 	case errors.Is(err, storage.ErrWatchTooSlow), errors.Is(err, storage.ErrIndexTooOld):
 		code, body = http.StatusGone, wire.CodeGone

@@ -39,7 +39,7 @@ func TestHTTPError(t *testing.T) {
 		// Errors that are not gRPC statuses: the storage sentinels.
 		{fmt.Errorf("read: %w", storage.ErrNotFound), http.StatusNotFound, wire.CodeNotFound},
 		{storage.ErrCASFailure, http.StatusConflict, wire.CodeConflict},
-		{storage.ErrInconsistent, http.StatusServiceUnavailable, wire.CodeUnavailable},
+		{storage.ErrUnavailable, http.StatusServiceUnavailable, wire.CodeUnavailable},
 		{storage.ErrIndexTooOld, http.StatusGone, wire.CodeGone},
 		{errors.New("boom"), http.StatusInternalServerError, wire.CodeInternal},
 	} {

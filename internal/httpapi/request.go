@@ -15,6 +15,7 @@ import (
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/httpapi/wire"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 )
@@ -176,7 +177,7 @@ func resolveType(reg *resource.Registry, typ *pbresource.Type, field string) (*p
 	regn, ok := reg.Resolve(typ)
 	if !ok {
 		return nil, resource.Registration{}, inputError(field, "unknown resource type %s (known types: %s)",
-			storage.TypeString(typ), knownTypes(reg))
+			ids.TypeString(typ), knownTypes(reg))
 	}
 	return typ, regn, nil
 }
@@ -188,7 +189,7 @@ func knownTypes(reg *resource.Registry) string {
 	}
 	names := make([]string, len(regs))
 	for i, r := range regs {
-		names[i] = storage.TypeString(r.Type)
+		names[i] = ids.TypeString(r.Type)
 	}
 	return strings.Join(names, ", ")
 }
@@ -198,16 +199,16 @@ func knownTypes(reg *resource.Registry) string {
 // The wildcard "*" is allowed only where lists is true.
 func tenancyFor(regn resource.Registration, namespace string, lists bool, field string) (*pbresource.Tenancy, error) {
 	if regn.Scope == resource.ScopeCluster {
-		if namespace != "" && namespace != storage.WildcardNamespace {
+		if namespace != "" && namespace != ids.WildcardNamespace {
 			return nil, inputError(field, "%s is cluster-scoped: give no namespace (got %q)",
-				storage.TypeString(regn.Type), namespace)
+				ids.TypeString(regn.Type), namespace)
 		}
 		return &pbresource.Tenancy{}, nil
 	}
 	switch namespace {
 	case "":
 		namespace = "default"
-	case storage.WildcardNamespace:
+	case ids.WildcardNamespace:
 		if !lists {
 			return nil, inputError(field, `"*" (every namespace) is only for lists and watches`)
 		}

@@ -58,14 +58,14 @@ type noLeader struct {
 
 func (b *noLeader) WriteCAS(ctx context.Context, res *pbresource.Resource) (*pbresource.Resource, error) {
 	if b.on {
-		return nil, storage.ErrInconsistent
+		return nil, storage.ErrUnavailable
 	}
 	return b.Backend.WriteCAS(ctx, res)
 }
 
 func (b *noLeader) Read(ctx context.Context, c storage.ReadConsistency, id *pbresource.ID) (*pbresource.Resource, error) {
 	if b.on && c == storage.StrongConsistency {
-		return nil, storage.ErrInconsistent
+		return nil, storage.ErrUnavailable
 	}
 	return b.Backend.Read(ctx, c, id)
 }

@@ -1,5 +1,8 @@
-// Package ids makes the random identifiers Trellis hands out: uuids for
-// Raft node ids and environment versions.
+// Package ids holds what Trellis knows about identifiers, apart from any
+// store: the random uuids it hands out (Raft node ids, environment
+// versions), and the pure helpers that compare and format resource ids and
+// types. Domain packages and the agent use these without importing the
+// storage layer.
 package ids
 
 import (

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
-	"trellis.dev/trellis/internal/storage"
+	"trellis.dev/trellis/internal/ids"
 )
 
 // DefaultACLHooks returns the hooks a type gets for every hook it leaves
@@ -32,7 +32,7 @@ func DefaultACLHooks(scope Scope) ACLHooks {
 			return a.NamespaceWrite(res.GetId().GetTenancy().GetNamespace())
 		},
 		List: func(a Authorizer, t *pbresource.Tenancy) error {
-			if t.GetNamespace() == storage.WildcardNamespace {
+			if t.GetNamespace() == ids.WildcardNamespace {
 				return nil
 			}
 			return a.NamespaceRead(t.GetNamespace())
@@ -75,7 +75,7 @@ func aclError(what string, err error) error {
 }
 
 func (s *Service) authorizeRead(a Authorizer, reg Registration, id *pbresource.ID) error {
-	return aclError("read "+storage.IDString(id), hooks(reg).Read(a, id))
+	return aclError("read "+ids.String(id), hooks(reg).Read(a, id))
 }
 
 func (s *Service) authorizeWrite(a Authorizer, reg Registration, res *pbresource.Resource) error {
@@ -83,11 +83,11 @@ func (s *Service) authorizeWrite(a Authorizer, reg Registration, res *pbresource
 	if err == nil {
 		return nil
 	}
-	return aclError("write "+storage.IDString(res.GetId()), err)
+	return aclError("write "+ids.String(res.GetId()), err)
 }
 
 func (s *Service) authorizeList(a Authorizer, reg Registration, t *pbresource.Tenancy) error {
-	what := "list " + storage.TypeString(reg.Type)
+	what := "list " + ids.TypeString(reg.Type)
 	if ns := t.GetNamespace(); ns != "" {
 		what += " in namespace " + ns
 	}
@@ -109,5 +109,5 @@ func (s *Service) canRead(a Authorizer, res *pbresource.Resource) (bool, error) 
 	case errors.Is(err, ErrPermissionDenied) || status.Code(err) == codes.PermissionDenied:
 		return false, nil
 	}
-	return false, aclError("read "+storage.IDString(res.GetId()), err)
+	return false, aclError("read "+ids.String(res.GetId()), err)
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
@@ -39,7 +40,7 @@ func TestWriteBatchCreatesAtomically(t *testing.T) {
 	}
 	uids := map[string]bool{}
 	for i, r := range out.GetResources() {
-		if !storage.SameName(r.GetId(), members[i].GetId()) {
+		if !ids.SameName(r.GetId(), members[i].GetId()) {
 			t.Fatalf("result %d is %v, not in request order", i, r.GetId())
 		}
 		if r.GetGeneration() != 1 || r.GetId().GetUid() == "" || uids[r.GetId().GetUid()] {

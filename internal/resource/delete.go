@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -51,7 +52,7 @@ func (s *Service) delete(ctx context.Context, req *pbresource.DeleteRequest) err
 		}
 	}
 	if err := s.backend.DeleteCAS(ctx, id, req.GetVersion()); err != nil {
-		return fmt.Errorf("%s: %w", storage.IDString(id), err)
+		return fmt.Errorf("%s: %w", ids.String(id), err)
 	}
 	return nil
 }

@@ -22,7 +22,8 @@
 //	FailedPrecondition  the state forbids it: a namespace that does not exist,
 //	                    deleting a namespace that is not empty
 //	PermissionDenied    an ACL hook refused
-//	Unavailable         no leader (storage.ErrInconsistent); retry
+//	Unavailable         no leader, or this server has not caught up with it
+//	                    (storage.ErrUnavailable); retry
 //	OutOfRange          a watch must re-list: it fell behind the writers, or
 //	                    its since_index is no longer kept (see NeedsRelist);
 //	                    the code means nothing else anywhere in the service

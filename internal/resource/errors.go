@@ -103,7 +103,7 @@ func (m errorMapper) toStatus(op string, err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, storage.ErrCASFailure), errors.Is(err, storage.ErrWrongUID), errors.Is(err, storage.ErrBatchConflict):
 		return status.Error(codes.Aborted, err.Error()+": re-read the resource and retry")
-	case errors.Is(err, storage.ErrInconsistent):
+	case errors.Is(err, storage.ErrUnavailable):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, storage.ErrWatchTooSlow), errors.Is(err, storage.ErrIndexTooOld):
 		return status.Error(codes.OutOfRange, err.Error())

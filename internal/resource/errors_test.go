@@ -30,7 +30,7 @@ func TestToStatus(t *testing.T) {
 		{storage.ErrCASFailure, codes.Aborted, "re-read the resource and retry"},
 		{storage.ErrWrongUID, codes.Aborted, "deleted and re-created"},
 		{fmt.Errorf("%w: member 3", storage.ErrBatchConflict), codes.Aborted, "batch refused"},
-		{fmt.Errorf("forward: %w", storage.ErrInconsistent), codes.Unavailable, "no cluster leader"},
+		{fmt.Errorf("forward: %w", storage.ErrUnavailable), codes.Unavailable, "no cluster leader"},
 		{storage.ErrWatchTooSlow, codes.OutOfRange, "re-list"},
 		{storage.ErrIndexTooOld, codes.OutOfRange, "re-list"},
 		{fmt.Errorf("read: %w", context.Canceled), codes.Canceled, "canceled"},

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -31,7 +32,7 @@ func NamespaceID(name string) *pbresource.ID {
 	return &pbresource.ID{Type: NamespaceType, Tenancy: &pbresource.Tenancy{}, Name: name}
 }
 
-func isNamespaceType(t *pbresource.Type) bool { return storage.SameType(t, NamespaceType) }
+func isNamespaceType(t *pbresource.Type) bool { return ids.SameType(t, NamespaceType) }
 
 // namespaceExists reports whether a namespace may hold resources. A local
 // (eventual) read answers the common case; a miss is confirmed with a strong
@@ -56,9 +57,9 @@ func (s *Service) namespaceExists(ctx context.Context, ns string) error {
 // checkNamespaces checks that every namespace of the given ids exists,
 // reading each distinct namespace once. prefix names the request member of
 // each id for the error.
-func (s *Service) checkNamespaces(ctx context.Context, ids []*pbresource.ID, prefix func(i int) string) error {
+func (s *Service) checkNamespaces(ctx context.Context, idList []*pbresource.ID, prefix func(i int) string) error {
 	seen := make(map[string]bool)
-	for i, id := range ids {
+	for i, id := range idList {
 		ns := id.GetTenancy().GetNamespace()
 		if ns == "" {
 			continue
@@ -92,7 +93,7 @@ func (s *Service) checkNamespaceDeletable(ctx context.Context, name string) erro
 			return err
 		}
 		if len(res) > 0 {
-			held = append(held, fmt.Sprintf("%d %s", len(res), storage.TypeString(reg.Type)))
+			held = append(held, fmt.Sprintf("%d %s", len(res), ids.TypeString(reg.Type)))
 		}
 	}
 	if len(held) == 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -35,7 +36,7 @@ func (s *Service) read(ctx context.Context, req *pbresource.ReadRequest) (*pbres
 	}
 	res, err := s.backend.Read(ctx, consistency(req.GetConsistent()), id)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", storage.IDString(id), err)
+		return nil, fmt.Errorf("%s: %w", ids.String(id), err)
 	}
 	return res, nil
 }

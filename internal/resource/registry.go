@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
-	"trellis.dev/trellis/internal/storage"
+	"trellis.dev/trellis/internal/ids"
 )
 
 // Scope says whether a type's resources live in a namespace.
@@ -92,14 +92,14 @@ func (r *Registry) Register(reg Registration) {
 		panic("resource: registration needs a full type")
 	}
 	if reg.Proto == nil {
-		panic(fmt.Sprintf("resource: %s registered without a proto message", storage.TypeString(reg.Type)))
+		panic(fmt.Sprintf("resource: %s registered without a proto message", ids.TypeString(reg.Type)))
 	}
 	key := keyOf(reg.Type)
 	reg.dataTypeURL = "type.googleapis.com/" + string(reg.Proto.ProtoReflect().Descriptor().FullName())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.types[key]; ok {
-		panic(fmt.Sprintf("resource: %s registered twice", storage.TypeString(reg.Type)))
+		panic(fmt.Sprintf("resource: %s registered twice", ids.TypeString(reg.Type)))
 	}
 	r.types[key] = reg
 }
@@ -121,7 +121,7 @@ func (r *Registry) Types() []Registration {
 		out = append(out, reg)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		return storage.TypeString(out[i].Type) < storage.TypeString(out[j].Type)
+		return ids.TypeString(out[i].Type) < ids.TypeString(out[j].Type)
 	})
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -70,7 +71,7 @@ func (s *Service) writeStatus(ctx context.Context, req *pbresource.WriteStatusRe
 			authorized = true
 		}
 		if stored == nil {
-			return nil, fmt.Errorf("%s: %w", storage.IDString(id), storage.ErrNotFound)
+			return nil, fmt.Errorf("%s: %w", ids.String(id), storage.ErrNotFound)
 		}
 		write, err := planStatus(req, id, stored)
 		if (err != nil || write == nil) && consistency == storage.EventualConsistency {
@@ -101,7 +102,7 @@ func (s *Service) writeStatus(ctx context.Context, req *pbresource.WriteStatusRe
 // planStatus decides the resource to write for a status request, or nil
 // when the stored status under the key is already the requested one.
 func planStatus(req *pbresource.WriteStatusRequest, id *pbresource.ID, stored *pbresource.Resource) (*pbresource.Resource, error) {
-	name := storage.IDString(id)
+	name := ids.String(id)
 	if uid := id.GetUid(); uid != "" && uid != stored.GetId().GetUid() {
 		return nil, status.Errorf(codes.Aborted, "id.uid: %s now has uid %s, not %s: it was deleted and re-created; re-read it and retry", name, stored.GetId().GetUid(), uid)
 	}

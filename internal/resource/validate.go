@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
-	"trellis.dev/trellis/internal/storage"
+	"trellis.dev/trellis/internal/ids"
 )
 
 // Limits on what a resource may hold.
@@ -120,11 +120,11 @@ func (r *Registry) resolveType(field string, typ *pbresource.Type) (Registration
 		return Registration{}, NewFieldError(field, "is required")
 	}
 	if typ.GetGroup() == "" || typ.GetGroupVersion() == "" || typ.GetKind() == "" {
-		return Registration{}, NewFieldError(field, "must name a group, group_version and kind (got %q)", storage.TypeString(typ))
+		return Registration{}, NewFieldError(field, "must name a group, group_version and kind (got %q)", ids.TypeString(typ))
 	}
 	reg, ok := r.Resolve(typ)
 	if !ok {
-		return Registration{}, NewFieldError(field, "unknown resource type %q", storage.TypeString(typ))
+		return Registration{}, NewFieldError(field, "unknown resource type %q", ids.TypeString(typ))
 	}
 	return reg, nil
 }
@@ -134,7 +134,7 @@ func (r *Registry) resolveType(field string, typ *pbresource.Type) (Registration
 func normalizeNamespace(field string, reg Registration, ns string) (string, error) {
 	if reg.Scope == ScopeCluster {
 		if ns != "" {
-			return "", NewFieldError(field, "must be empty: %s is cluster-scoped (got %q)", storage.TypeString(reg.Type), ns)
+			return "", NewFieldError(field, "must be empty: %s is cluster-scoped (got %q)", ids.TypeString(reg.Type), ns)
 		}
 		return "", nil
 	}
@@ -206,7 +206,7 @@ func (r *Registry) checkListQuery(typ *pbresource.Type, tenancy *pbresource.Tena
 		return Registration{}, nil, err
 	}
 	ns := tenancy.GetNamespace()
-	if ns != storage.WildcardNamespace {
+	if ns != ids.WildcardNamespace {
 		if ns, err = normalizeNamespace("tenancy.namespace", reg, ns); err != nil {
 			return Registration{}, nil, err
 		}
@@ -252,7 +252,7 @@ func decodeData(reg Registration, data *anypb.Any) (proto.Message, error) {
 	}
 	got := data.MessageName()
 	if got != want {
-		return nil, NewFieldError("data", "has type %q but %s holds %s", data.GetTypeUrl(), storage.TypeString(reg.Type), want)
+		return nil, NewFieldError("data", "has type %q but %s holds %s", data.GetTypeUrl(), ids.TypeString(reg.Type), want)
 	}
 	msg := reg.Proto.ProtoReflect().New().Interface()
 	if err := proto.Unmarshal(data.GetValue(), msg); err != nil {

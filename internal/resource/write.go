@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -97,7 +98,7 @@ func (r *Registry) prepareResource(in *pbresource.Resource) (*candidate, error) 
 			return nil, err
 		}
 		if id != idFieldsOf(res.GetId()) || owner != idFieldsOf(res.GetOwner()) || version != res.GetVersion() {
-			return nil, fmt.Errorf("the Mutate hook of %s changed the id, owner or version", storage.TypeString(reg.Type))
+			return nil, fmt.Errorf("the Mutate hook of %s changed the id, owner or version", ids.TypeString(reg.Type))
 		}
 		if sameAny(res.GetData(), given, in.GetData()) {
 			// The data is what was decoded: check the rest again.
@@ -139,7 +140,7 @@ func checkOwnerAndMetadata(res *pbresource.Resource) error {
 	if err := checkMetadata(res.GetMetadata()); err != nil {
 		return err
 	}
-	if res.GetOwner() != nil && storage.SameName(res.GetOwner(), res.GetId()) {
+	if res.GetOwner() != nil && ids.SameName(res.GetOwner(), res.GetId()) {
 		return NewFieldError("owner", "a resource cannot own itself")
 	}
 	return nil
@@ -304,13 +305,13 @@ func sameData(c *candidate, stored *pbresource.Resource) bool {
 // made.
 type idName struct{ id *pbresource.ID }
 
-func (n idName) String() string { return storage.IDString(n.id) }
+func (n idName) String() string { return ids.String(n.id) }
 
 func ownerString(id *pbresource.ID) string {
 	if id == nil {
 		return "none"
 	}
-	return storage.IDString(id) + " uid " + id.GetUid()
+	return ids.String(id) + " uid " + id.GetUid()
 }
 
 // Write creates or updates one resource; see the package comment.

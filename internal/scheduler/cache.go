@@ -8,9 +8,9 @@ import (
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/storage"
 )
 
 // cache holds the instances and every environment's tasks, decoded, so
@@ -102,7 +102,7 @@ func (c *cache) observeInstance(res *pbresource.Resource, deleted bool) {
 // observeTask records a change of a task owned by an environment.
 func (c *cache) observeTask(res *pbresource.Resource, deleted bool) {
 	owner := res.GetOwner()
-	if owner == nil || !storage.SameType(owner.GetType(), EnvironmentType) {
+	if owner == nil || !ids.SameType(owner.GetType(), EnvironmentType) {
 		return
 	}
 	key, name, v := envKey(owner), res.GetId().GetName(), versionOf(res)
@@ -133,10 +133,10 @@ func (c *cache) observeTask(res *pbresource.Resource, deleted bool) {
 // its watch brings it.
 func (c *cache) written(out []*pbresource.Resource) {
 	for _, res := range out {
-		if storage.SameType(res.GetId().GetType(), EnvironmentType) {
+		if ids.SameType(res.GetId().GetType(), EnvironmentType) {
 			continue
 		}
-		if storage.SameType(res.GetId().GetType(), orchestrator.TaskType) {
+		if ids.SameType(res.GetId().GetType(), orchestrator.TaskType) {
 			c.observeTask(res, false)
 		}
 	}

@@ -22,9 +22,9 @@ import (
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
 	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/storage"
 )
 
 // ControllerName is the daemon scheduler's controller.
@@ -100,7 +100,7 @@ type reconciler struct {
 
 func (r *reconciler) mapEnvironment(ev controller.Event, look controller.Lookup) []controller.Request {
 	id := ev.Resource.GetId()
-	key := storage.IDString(id)
+	key := ids.String(id)
 	r.mu.Lock()
 	if ev.Deleted {
 		delete(r.envs, key)
@@ -326,7 +326,7 @@ func (r *reconciler) read(ctx context.Context, id *pbresource.ID) (*envState, er
 		}
 		var mine []*storedTask
 		for _, o := range owned.GetResources() {
-			if !storage.SameType(o.GetId().GetType(), orchestrator.TaskType) {
+			if !ids.SameType(o.GetId().GetType(), orchestrator.TaskType) {
 				continue
 			}
 			if t, err := resource.DecodeData[*pborch.Task](o); err == nil {
@@ -753,7 +753,7 @@ func (r *reconciler) collect(ctx context.Context, st *envState) error {
 		if err != nil && status.Code(err) != codes.Aborted && status.Code(err) != codes.NotFound {
 			return err
 		}
-		if storage.SameType(res.GetId().GetType(), orchestrator.TaskType) {
+		if ids.SameType(res.GetId().GetType(), orchestrator.TaskType) {
 			r.cache.observeTask(res, true)
 		}
 	}

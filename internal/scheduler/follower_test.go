@@ -9,9 +9,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/storage"
 )
 
 // laggingAPI is the resource API as a Raft follower serves it: writes and
@@ -22,7 +22,7 @@ import (
 type laggingAPI struct {
 	resource.API
 	mu     sync.Mutex
-	unseen map[string]bool // storage.IDString, without the uid
+	unseen map[string]bool // ids.String, without the uid
 }
 
 func (l *laggingAPI) hide(id *pbresource.ID) {
@@ -38,7 +38,7 @@ func (l *laggingAPI) hidden(id *pbresource.ID) bool {
 }
 
 func laggingKey(id *pbresource.ID) string {
-	return storage.IDString(&pbresource.ID{Type: id.GetType(), Tenancy: id.GetTenancy(), Name: id.GetName()})
+	return ids.String(&pbresource.ID{Type: id.GetType(), Tenancy: id.GetTenancy(), Name: id.GetName()})
 }
 
 func (l *laggingAPI) Write(ctx context.Context, req *pbresource.WriteRequest) (*pbresource.WriteResponse, error) {

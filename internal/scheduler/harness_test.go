@@ -19,10 +19,10 @@ import (
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/core"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/scheduler"
-	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
 )
 
@@ -142,7 +142,7 @@ func (h *harness) write(id, owner *pbresource.ID, m proto.Message, version strin
 // watches would.
 func (h *harness) feed(res *pbresource.Resource) {
 	for _, w := range h.ctl.Watches {
-		if storage.SameType(w.Type, res.GetId().GetType()) {
+		if ids.SameType(w.Type, res.GetId().GetType()) {
 			w.Map(controller.Event{Resource: res}, nil)
 		}
 	}

@@ -20,7 +20,6 @@ import (
 	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/storage"
 )
 
 // Operations are the seed's API: what people call to create, change,
@@ -721,11 +720,11 @@ func (o *Operations) world(ctx context.Context, res *pbresource.Resource) ([]Ins
 	numbers := map[string]int64{}
 	for _, r := range owned.GetResources() {
 		switch {
-		case storage.SameType(r.GetId().GetType(), orchestrator.TaskType):
+		case ids.SameType(r.GetId().GetType(), orchestrator.TaskType):
 			if t, err := resource.DecodeData[*pborch.Task](r); err == nil {
 				tasks = append(tasks, taskView(res.GetId().GetName(), r, t))
 			}
-		case storage.SameType(r.GetId().GetType(), EnvironmentVersionType):
+		case ids.SameType(r.GetId().GetType(), EnvironmentVersionType):
 			if v, err := resource.DecodeData[*pbscheduler.EnvironmentVersion](r); err == nil {
 				numbers[r.GetId().GetName()] = v.GetNumber()
 			}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"trellis.dev/trellis/internal/backoff"
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
@@ -55,7 +56,7 @@ func (b *bootstrapper) Start(ctx context.Context) error {
 			continue
 		}
 		// Leader: bootstrap until it works, leadership changes or ctx ends.
-		backoff := bootstrapMinBackoff
+		retry := backoff.Waiter{Policy: backoff.Policy{Base: bootstrapMinBackoff, Max: bootstrapMaxBackoff}}
 		for {
 			err := b.bootstrap(ctx, b.api)
 			if err == nil {
@@ -63,8 +64,9 @@ func (b *bootstrapper) Start(ctx context.Context) error {
 				b.markReady()
 				break
 			}
-			b.log.Warn("bootstrap failed; retrying", "err", err, "in", backoff)
-			t := time.NewTimer(backoff)
+			wait := retry.Next()
+			b.log.Warn("bootstrap failed; retrying", "err", err, "in", wait)
+			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 				t.Stop()
@@ -77,7 +79,6 @@ func (b *bootstrapper) Start(ctx context.Context) error {
 				b.markReady()
 				break
 			}
-			backoff = min(2*backoff, bootstrapMaxBackoff)
 		}
 	}
 }

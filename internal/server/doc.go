@@ -1,9 +1,11 @@
 // Package server assembles a Trellis server process: a storage backend
-// (in memory, or Raft once wired in), the type registry with the core types,
-// the resource service over them, the gRPC API (the ResourceService, with a
-// recovery interceptor and message size limits) and the HTTP/JSON API
-// (package httpapi), one Prometheus registry served at /v1/metrics, and the
-// runnables that make up the running process.
+// (in memory, or Raft through package cluster), the type registry with the
+// core and orchestrator types, the resource service over them, the gRPC API
+// (the ResourceService and the AgentService, and with Raft the forwarding
+// and cluster services; with a recovery interceptor and message size
+// limits) and the HTTP/JSON API (package httpapi), one Prometheus registry
+// served at /v1/metrics, and the runnables that make up the running
+// process.
 //
 // Design decisions:
 //
@@ -25,9 +27,11 @@
 //     watches first, with a retryable error (HTTP: a last "unavailable"
 //     line; gRPC: codes.Unavailable), then drains the rest.
 //   - A backend's LeaderCh is one channel; the leadership hub fans it out so
-//     that the bootstrap, the controller manager and later the CA manager
-//     each get every transition (Server.Leadership subscribes).
+//     that the bootstrap, the controller manager and whatever else runs
+//     only on the leader each get every transition (Server.Leadership
+//     subscribes).
 //   - The Raft backend plugs in at one place, Server.openRaft, which has
-//     everything it needs at hand: the gRPC server for forwarding and join,
-//     the metrics registry and Add for its runnables.
+//     everything it needs at hand: the gRPC server for forwarding and the
+//     cluster service (join, remove peer), the metrics registry and Add for
+//     its runnables.
 package server

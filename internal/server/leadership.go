@@ -8,7 +8,7 @@ import (
 )
 
 // leadershipHub fans one storage.Leadership out to many listeners (the
-// controller manager, the bootstrap, later the CA manager). A backend's
+// controller manager, the bootstrap, the heartbeat tracker). A backend's
 // LeaderCh is a single channel: two readers would each see only some of its
 // values.
 type leadershipHub struct {

@@ -280,7 +280,8 @@ func (s *Server) Registry() *resource.Registry { return s.registry }
 func (s *Server) Backend() storage.Backend { return s.backend }
 
 // Leadership returns a new subscription to this server's leadership (each
-// caller gets its own channel: the controller manager, the CA manager...);
+// caller gets its own channel: the controller manager, the bootstrap, the
+// heartbeat tracker...);
 // nil when the backend does not say.
 func (s *Server) Leadership() storage.Leadership {
 	if s.leadership == nil {

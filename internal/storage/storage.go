@@ -25,9 +25,6 @@ func (c ReadConsistency) String() string {
 	return "eventual"
 }
 
-// WildcardNamespace in a List or WatchList tenancy matches every namespace.
-const WildcardNamespace = "*"
-
 var (
 	// ErrNotFound: no resource is stored under that id.
 	ErrNotFound = errors.New("resource not found")
@@ -37,9 +34,12 @@ var (
 	// ErrWrongUID: a resource of that name exists but is another incarnation
 	// than the uid the caller named.
 	ErrWrongUID = errors.New("resource has a different uid: it was deleted and re-created")
-	// ErrInconsistent: the read or write needs a leader and none is known, or
-	// leadership was lost while it was in flight. The caller may retry.
-	ErrInconsistent = errors.New("no cluster leader: cannot serve this request right now, retry")
+	// ErrUnavailable: this server cannot serve the request now, and did
+	// nothing that a retry would repeat wrongly: no leader is known or
+	// reachable, leadership was lost while the request was in flight, this
+	// server has not caught up with the leader since it started, or it is
+	// shutting down. The caller may retry, here or at another server.
+	ErrUnavailable = errors.New("no cluster leader, or this server has not caught up with it: cannot serve this request right now, retry")
 	// ErrWatchTooSlow: the watcher fell too far behind the writers and was
 	// cut off. List again and start a new watch.
 	ErrWatchTooSlow = errors.New("watch fell behind and was closed: re-list and watch again")
@@ -105,7 +105,7 @@ type staleKey struct{}
 // caught up with a leader since it started (a restarted server replays
 // its log only as the leader tells it what is committed). Without it, such
 // a read waits for the catch-up, for a bounded time, and fails with
-// ErrInconsistent rather than answer with the past. For callers that want
+// ErrUnavailable rather than answer with the past. For callers that want
 // an answer anyway: diagnostics, and people who say ?stale.
 func WithStale(ctx context.Context) context.Context {
 	return context.WithValue(ctx, staleKey{}, true)

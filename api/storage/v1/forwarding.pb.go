@@ -37,8 +37,9 @@ const (
 	Error_CAS_FAILURE    Error_Kind = 3
 	Error_WRONG_UID      Error_Kind = 4
 	Error_BATCH_CONFLICT Error_Kind = 5
-	// INCONSISTENT: no leader, or leadership changed; retryable.
-	Error_INCONSISTENT Error_Kind = 6
+	// UNAVAILABLE: no leader, leadership changed, or the server has not
+	// caught up or is shutting down; retryable (storage.ErrUnavailable).
+	Error_UNAVAILABLE Error_Kind = 6
 	// OUTCOME_UNKNOWN: the write may or may not have been committed.
 	Error_OUTCOME_UNKNOWN Error_Kind = 7
 	Error_INVALID         Error_Kind = 8
@@ -55,7 +56,7 @@ var (
 		3: "CAS_FAILURE",
 		4: "WRONG_UID",
 		5: "BATCH_CONFLICT",
-		6: "INCONSISTENT",
+		6: "UNAVAILABLE",
 		7: "OUTCOME_UNKNOWN",
 		8: "INVALID",
 		9: "BAD_SNAPSHOT",
@@ -67,7 +68,7 @@ var (
 		"CAS_FAILURE":      3,
 		"WRONG_UID":        4,
 		"BATCH_CONFLICT":   5,
-		"INCONSISTENT":     6,
+		"UNAVAILABLE":      6,
 		"OUTCOME_UNKNOWN":  7,
 		"INVALID":          8,
 		"BAD_SNAPSHOT":     9,
@@ -686,10 +687,10 @@ var File_api_storage_v1_forwarding_proto protoreflect.FileDescriptor
 
 const file_api_storage_v1_forwarding_proto_rawDesc = "" +
 	"\n" +
-	"\x1fapi/storage/v1/forwarding.proto\x12\x12trellis.storage.v1\x1a\x1eapi/resource/v1/resource.proto\x1a\x19api/storage/v1/raft.proto\"\x8f\x02\n" +
+	"\x1fapi/storage/v1/forwarding.proto\x12\x12trellis.storage.v1\x1a\x1eapi/resource/v1/resource.proto\x1a\x19api/storage/v1/raft.proto\"\x8e\x02\n" +
 	"\x05Error\x124\n" +
 	"\x05kinds\x18\x01 \x03(\x0e2\x1e.trellis.storage.v1.Error.KindR\x05kinds\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xb5\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xb4\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -697,8 +698,8 @@ const file_api_storage_v1_forwarding_proto_rawDesc = "" +
 	"\tNOT_FOUND\x10\x02\x12\x0f\n" +
 	"\vCAS_FAILURE\x10\x03\x12\r\n" +
 	"\tWRONG_UID\x10\x04\x12\x12\n" +
-	"\x0eBATCH_CONFLICT\x10\x05\x12\x10\n" +
-	"\fINCONSISTENT\x10\x06\x12\x13\n" +
+	"\x0eBATCH_CONFLICT\x10\x05\x12\x0f\n" +
+	"\vUNAVAILABLE\x10\x06\x12\x13\n" +
 	"\x0fOUTCOME_UNKNOWN\x10\a\x12\v\n" +
 	"\aINVALID\x10\b\x12\x10\n" +
 	"\fBAD_SNAPSHOT\x10\t\"E\n" +

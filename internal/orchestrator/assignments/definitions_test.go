@@ -11,8 +11,8 @@ import (
 	pbagent "trellis.dev/trellis/api/agent/v1"
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
-	"trellis.dev/trellis/internal/storage"
 )
 
 // eventStream is a WatchTasks server stream that hands what is sent to the
@@ -62,7 +62,7 @@ func (s *eventStream) expect(t *testing.T, want ...string) {
 		got := "end"
 		switch {
 		case ev.GetOp() == pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
-		case storage.SameType(ev.GetResource().GetId().GetType(), orchestrator.TaskDefinitionType):
+		case ids.SameType(ev.GetResource().GetId().GetType(), orchestrator.TaskDefinitionType):
 			got = "def:" + ev.GetResource().GetId().GetName()
 		default:
 			got = "task:" + ev.GetResource().GetId().GetName()

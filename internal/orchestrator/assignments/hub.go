@@ -12,6 +12,7 @@ import (
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
@@ -125,7 +126,7 @@ func (h *Hub) watch(ctx context.Context) error {
 	wctx := storage.WithProgressMarks(storage.WithWatchBuffer(ctx, storage.ServerWatchBuffer))
 	w, err := h.api.Watch(wctx, &pbresource.WatchListRequest{
 		Type:    orchestrator.TaskType,
-		Tenancy: &pbresource.Tenancy{Namespace: storage.WildcardNamespace},
+		Tenancy: &pbresource.Tenancy{Namespace: ids.WildcardNamespace},
 	})
 	if err != nil {
 		return err

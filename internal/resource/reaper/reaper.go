@@ -12,8 +12,8 @@ import (
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/storage"
 )
 
 // ControllerName is the reaper's controller name (in logs and metrics).
@@ -77,7 +77,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 		return nil // an owner is always named with its uid
 	}
 	if _, ok := r.Registry.Resolve(owner.GetType()); !ok {
-		return controller.Terminal(fmt.Errorf("%w: %s", ErrOwnerTypeUnknown, storage.TypeString(owner.GetType())))
+		return controller.Terminal(fmt.Errorf("%w: %s", ErrOwnerTypeUnknown, ids.TypeString(owner.GetType())))
 	}
 	alive, err := r.exists(ctx, owner)
 	if err != nil || alive {
@@ -85,7 +85,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 	}
 	resp, err := r.Client.ListByOwner(ctx, &pbresource.ListByOwnerRequest{Owner: owner})
 	if err != nil {
-		return fmt.Errorf("list what %s owned: %w", storage.IDString(owner), err)
+		return fmt.Errorf("list what %s owned: %w", ids.String(owner), err)
 	}
 	var errs []error
 	for _, res := range resp.GetResources() {
@@ -93,7 +93,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 		// since the list is another incarnation, and is not deleted.
 		_, err := r.Client.Delete(ctx, &pbresource.DeleteRequest{Id: res.GetId()})
 		if err != nil && status.Code(err) != codes.NotFound {
-			errs = append(errs, fmt.Errorf("delete %s: %w", storage.IDString(res.GetId()), err))
+			errs = append(errs, fmt.Errorf("delete %s: %w", ids.String(res.GetId()), err))
 		}
 	}
 	return errors.Join(errs...)
@@ -109,7 +109,7 @@ func (r *Reconciler) exists(ctx context.Context, owner *pbresource.ID) (bool, er
 	case status.Code(err) == codes.NotFound:
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("read owner %s: %w", storage.IDString(owner), err)
+		return false, fmt.Errorf("read owner %s: %w", ids.String(owner), err)
 	}
 	return resp.GetResource().GetId().GetUid() == owner.GetUid(), nil
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -64,7 +65,7 @@ func TestConcurrentWritersReadersWatchers(t *testing.T) {
 				if sawSentinel {
 					return
 				}
-			case storage.SameName(ev.GetResource().GetId(), sentinel.GetId()):
+			case ids.SameName(ev.GetResource().GetId(), sentinel.GetId()):
 				if sawEnd {
 					return
 				}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -26,14 +27,14 @@ func write(t testing.TB, b *Backend, res *pbresource.Resource) *pbresource.Resou
 	t.Helper()
 	out, err := b.WriteCAS(context.Background(), res)
 	if err != nil {
-		t.Fatalf("WriteCAS(%s): %v", storage.IDString(res.GetId()), err)
+		t.Fatalf("WriteCAS(%s): %v", ids.String(res.GetId()), err)
 	}
 	return out
 }
 
 func openWatch(t testing.TB, b *Backend, since uint64) storage.Watch {
 	t.Helper()
-	w, err := b.WatchList(context.Background(), testTyp, &pbresource.Tenancy{Namespace: storage.WildcardNamespace}, "", since)
+	w, err := b.WatchList(context.Background(), testTyp, &pbresource.Tenancy{Namespace: ids.WildcardNamespace}, "", since)
 	if err != nil {
 		t.Fatalf("WatchList(since %d): %v", since, err)
 	}

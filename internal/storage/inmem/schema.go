@@ -7,7 +7,7 @@ import (
 	"github.com/hashicorp/go-memdb"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
-	"trellis.dev/trellis/internal/storage"
+	"trellis.dev/trellis/internal/ids"
 )
 
 const (
@@ -72,10 +72,10 @@ func ownerKey(id *pbresource.ID) []byte {
 // namespace it covers the whole type and the caller filters the rest.
 func listPrefix(typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string) []byte {
 	ns := tenancy.GetNamespace()
-	if ns == storage.WildcardNamespace {
-		return []byte(storage.TypeString(typ) + "\x00")
+	if ns == ids.WildcardNamespace {
+		return []byte(ids.TypeString(typ) + "\x00")
 	}
-	return []byte(storage.TypeString(typ) + "\x00" + ns + "\x00" + namePrefix)
+	return []byte(ids.TypeString(typ) + "\x00" + ns + "\x00" + namePrefix)
 }
 
 // nextKey hands the id index the key a write has built for the resource it

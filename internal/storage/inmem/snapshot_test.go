@@ -12,10 +12,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
-var wildcard = &pbresource.Tenancy{Namespace: storage.WildcardNamespace}
+var wildcard = &pbresource.Tenancy{Namespace: ids.WildcardNamespace}
 
 func TestRestore(t *testing.T) {
 	ctx := context.Background()

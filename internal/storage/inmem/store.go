@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -319,7 +320,7 @@ type batchError struct {
 }
 
 func (e *batchError) Error() string {
-	return fmt.Sprintf("%s: member %d (%s): %v", storage.ErrBatchConflict, e.member, storage.IDString(e.id), e.err)
+	return fmt.Sprintf("%s: member %d (%s): %v", storage.ErrBatchConflict, e.member, ids.String(e.id), e.err)
 }
 
 func (e *batchError) Unwrap() []error { return []error{storage.ErrBatchConflict, e.err} }

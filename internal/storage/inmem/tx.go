@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-memdb"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -118,7 +119,7 @@ func (tx *Tx) WriteBatch(idx uint64, resources []*pbresource.Resource) ([]*pbres
 			// key is never changed once built, so a string over it is safe.
 			skey := unsafe.String(unsafe.SliceData(key), len(key))
 			if _, dup := seen[skey]; dup {
-				return nil, fmt.Errorf("%w: %s appears twice", storage.ErrBatchConflict, storage.IDString(res.GetId()))
+				return nil, fmt.Errorf("%w: %s appears twice", storage.ErrBatchConflict, ids.String(res.GetId()))
 			}
 			seen[skey] = res
 		}

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
-	"trellis.dev/trellis/internal/storage"
+	"trellis.dev/trellis/internal/ids"
 )
 
 // A change that fails halfway through its inserts (which a resource with
@@ -19,7 +19,7 @@ func TestTxRedoKeepsEarlierChanges(t *testing.T) {
 		if _, err := s.WriteBatch(1, []*pbresource.Resource{newRes("default", "a", "u1"), newRes("default", "b", "u1")}); err != nil {
 			t.Fatal(err)
 		}
-		w, err := s.WatchList(testTyp, &pbresource.Tenancy{Namespace: storage.WildcardNamespace}, "", 1, 0)
+		w, err := s.WatchList(testTyp, &pbresource.Tenancy{Namespace: ids.WildcardNamespace}, "", 1, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

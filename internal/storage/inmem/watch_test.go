@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -116,7 +117,7 @@ func TestWatchResumedAheadOfTheStore(t *testing.T) {
 func TestWatchBufferAskedThroughTheContext(t *testing.T) {
 	b := NewBackend(WithWatcherBuffer(2))
 	plain := openWatch(t, b, 0)
-	big, err := b.WatchList(storage.WithWatchBuffer(context.Background(), 10), testTyp, &pbresource.Tenancy{Namespace: storage.WildcardNamespace}, "", 0)
+	big, err := b.WatchList(storage.WithWatchBuffer(context.Background(), 10), testTyp, &pbresource.Tenancy{Namespace: ids.WildcardNamespace}, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 
+	"trellis.dev/trellis/internal/backoff"
 	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
 )
@@ -295,7 +296,7 @@ func (b *Backend) WaitReady(ctx context.Context) error {
 		case <-b.stop:
 			return ErrShutdown
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", storage.ErrInconsistent, ctx.Err())
+			return fmt.Errorf("%w: %w", storage.ErrUnavailable, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 			// Raft's observations are dropped when the observer is slow;
 			// look again now and then.
@@ -320,7 +321,7 @@ func (b *Backend) ready() bool {
 }
 
 // Shutdown stops the Raft node and releases everything. Writes in flight
-// fail with an error wrapping storage.ErrInconsistent. It is safe to call
+// fail with an error wrapping storage.ErrUnavailable. It is safe to call
 // more than once.
 func (b *Backend) Shutdown() error {
 	b.shutOnce.Do(func() {
@@ -398,7 +399,8 @@ func (b *Backend) runLeadership() {
 // does), records this server's addresses in the registry so that followers
 // can forward to it, and then announces leadership.
 func (b *Backend) leaderSession(ctx context.Context) {
-	backoff := newBackoff(10*time.Millisecond, time.Second)
+	// No jitter: the retries are against this server's own Raft node.
+	retry := backoff.Waiter{Policy: backoff.Policy{Base: 10 * time.Millisecond, Max: time.Second}}
 	// The barrier is issued in this term or a later one; announcing this
 	// term is then safe (a later term makes the announcement useless, and
 	// that term's own session announces it).
@@ -412,7 +414,7 @@ func (b *Backend) leaderSession(ctx context.Context) {
 			return
 		}
 		b.logger.Warn("leader barrier failed; retrying", "error", err)
-		if !backoff.wait(ctx) {
+		if !retry.Wait(ctx) {
 			return
 		}
 	}
@@ -429,32 +431,12 @@ func (b *Backend) leaderSession(ctx context.Context) {
 			return
 		}
 		b.logger.Warn("recording the leader's addresses failed; retrying", "error", err)
-		if !backoff.wait(ctx) {
+		if !retry.Wait(ctx) {
 			return
 		}
 	}
 	if b.lead.announce(term, func() bool { return ctx.Err() == nil && b.IsLeader() }) {
 		b.logger.Info("raft leadership gained", "id", b.cfg.ID, "term", term)
 		b.changed.notify()
-	}
-}
-
-// backoff is an exponential wait for retry loops.
-type backoff struct {
-	next, max time.Duration
-}
-
-func newBackoff(first, max time.Duration) *backoff { return &backoff{next: first, max: max} }
-
-// wait sleeps for the next interval; false when ctx ended first.
-func (bo *backoff) wait(ctx context.Context) bool {
-	t := time.NewTimer(bo.next)
-	defer t.Stop()
-	bo.next = min(bo.next*2, bo.max)
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

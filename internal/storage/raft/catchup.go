@@ -34,7 +34,7 @@ import (
 //
 //   - until it has once, the server is not caught up since its start, and
 //     eventual reads and watches wait for it (up to the hold timeout) and
-//     then fail with storage.ErrInconsistent rather than answer with the
+//     then fail with storage.ErrUnavailable rather than answer with the
 //     past (storage.WithStale asks for the local state anyway);
 //   - its health (Health) is good only while it hears from a leader and
 //     has applied, within catchUpLag, what the leader had committed when
@@ -218,9 +218,9 @@ func (b *Backend) awaitCaughtUp(ctx context.Context) error {
 		return nil
 	case <-hold.C:
 		return fmt.Errorf("%w (this server has not caught up with a leader since it started: it has applied up to index %d; ask another server, or read stale)",
-			storage.ErrInconsistent, b.fsm.applied.Load())
+			storage.ErrUnavailable, b.fsm.applied.Load())
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", storage.ErrInconsistent, ctx.Err())
+		return fmt.Errorf("%w: %w", storage.ErrUnavailable, ctx.Err())
 	case <-b.stop:
 		return ErrShutdown
 	}

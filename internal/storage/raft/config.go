@@ -58,7 +58,7 @@ type Tuning struct {
 	// SnapshotRetain is how many snapshots are kept on disk.
 	SnapshotRetain int
 	// HoldTimeout bounds how long a request waits for a leader (during an
-	// election) before failing with storage.ErrInconsistent.
+	// election) before failing with storage.ErrUnavailable.
 	HoldTimeout time.Duration
 }
 

@@ -34,7 +34,7 @@
 // a leader and retries, for up to Tuning.HoldTimeout. When the entry may
 // have been committed (leadership lost after it entered the log, the
 // connection broke after the request was sent, the caller gave up), the
-// error wraps storage.ErrInconsistent and ErrOutcomeUnknown: retryable,
+// error wraps storage.ErrUnavailable and ErrOutcomeUnknown: retryable,
 // but the caller should read before repeating a non-idempotent write.
 //
 // # Reads and watches

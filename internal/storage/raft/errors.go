@@ -12,19 +12,19 @@ var (
 	// ErrNotLeader: this server is not the Raft leader (or knows no leader
 	// to forward to) and did nothing. Leader-only calls fail with it; the
 	// storage.Backend methods retry it until a leader answers or their hold
-	// time ends, and then fail with storage.ErrInconsistent.
+	// time ends, and then fail with storage.ErrUnavailable.
 	ErrNotLeader = errors.New("not the raft leader")
 	// ErrOutcomeUnknown: a write was in flight when leadership changed, the
 	// caller gave up or the server stopped; it may or may not have been
-	// committed. Always wrapped together with storage.ErrInconsistent: read
+	// committed. Always wrapped together with storage.ErrUnavailable: read
 	// the resource back before retrying a write that is not idempotent.
 	ErrOutcomeUnknown = errors.New("the write may or may not have been committed")
 	// ErrInvalidRequest: a request this backend cannot put into the log
 	// (a missing id, type or name). Nothing was written.
 	ErrInvalidRequest = errors.New("invalid storage request")
 	// ErrShutdown: the backend was shut down. It wraps
-	// storage.ErrInconsistent: another server may serve the request.
-	ErrShutdown = fmt.Errorf("%w: raft storage is shut down", storage.ErrInconsistent)
+	// storage.ErrUnavailable: another server may serve the request.
+	ErrShutdown = fmt.Errorf("%w: raft storage is shut down", storage.ErrUnavailable)
 	// ErrBadSnapshot: a snapshot stream is corrupt, truncated or of an
 	// unknown format. Nothing was restored.
 	ErrBadSnapshot = errors.New("bad snapshot")
@@ -41,7 +41,7 @@ var errorKinds = []struct {
 	{storage.ErrCASFailure, pbstorage.Error_CAS_FAILURE},
 	{storage.ErrWrongUID, pbstorage.Error_WRONG_UID},
 	{storage.ErrBatchConflict, pbstorage.Error_BATCH_CONFLICT},
-	{storage.ErrInconsistent, pbstorage.Error_INCONSISTENT},
+	{storage.ErrUnavailable, pbstorage.Error_UNAVAILABLE},
 	{ErrOutcomeUnknown, pbstorage.Error_OUTCOME_UNKNOWN},
 	{ErrInvalidRequest, pbstorage.Error_INVALID},
 	{ErrBadSnapshot, pbstorage.Error_BAD_SNAPSHOT},
@@ -99,7 +99,7 @@ func notLeader(format string, args ...any) error {
 
 // outcomeUnknown reports a write whose fate is unknown.
 func outcomeUnknown(why string, cause error) error {
-	return fmt.Errorf("%w: %s; %w: %w", storage.ErrInconsistent, why, ErrOutcomeUnknown, cause)
+	return fmt.Errorf("%w: %s; %w: %w", storage.ErrUnavailable, why, ErrOutcomeUnknown, cause)
 }
 
 // invalid reports a request that cannot go into the log.

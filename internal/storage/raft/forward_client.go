@@ -141,7 +141,7 @@ func (b *Backend) readRemote(ctx context.Context, conn *grpc.ClientConn, id *pbr
 	b.metrics.forward.WithLabelValues("read").Observe(time.Since(start).Seconds())
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %w", storage.ErrInconsistent, ctx.Err())
+			return nil, fmt.Errorf("%w: %w", storage.ErrUnavailable, ctx.Err())
 		}
 		return nil, notLeader("forwarding the read to the leader failed: %v", err)
 	}
@@ -169,7 +169,7 @@ func (b *Backend) listRemote(ctx context.Context, conn *grpc.ClientConn, req *pb
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, fmt.Errorf("%w: %w", storage.ErrInconsistent, ctx.Err())
+				return nil, fmt.Errorf("%w: %w", storage.ErrUnavailable, ctx.Err())
 			}
 			return nil, notLeader("forwarded list from the leader failed: %v", err)
 		}

@@ -14,6 +14,7 @@ import (
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbstorage "trellis.dev/trellis/api/storage/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
 )
@@ -79,7 +80,7 @@ type batchProbe struct {
 
 func newBatchProbe(t *rapid.T) *batchProbe {
 	f := newFSM(inmem.NewStore(), slog.New(slog.DiscardHandler), func() {})
-	w, err := f.store.WatchList(testType, &pbresource.Tenancy{Namespace: storage.WildcardNamespace}, "", 0, 0)
+	w, err := f.store.WatchList(testType, &pbresource.Tenancy{Namespace: ids.WildcardNamespace}, "", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func newBatchProbe(t *rapid.T) *batchProbe {
 // the live watch delivered the same ones.
 func (p *batchProbe) events(t *rapid.T) string {
 	defer p.live.Close()
-	replay, err := p.f.store.WatchList(testType, &pbresource.Tenancy{Namespace: storage.WildcardNamespace}, "", 1, 0)
+	replay, err := p.f.store.WatchList(testType, &pbresource.Tenancy{Namespace: ids.WildcardNamespace}, "", 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbstorage "trellis.dev/trellis/api/storage/v1"
+	"trellis.dev/trellis/internal/backoff"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -19,7 +20,7 @@ import (
 // is the leader, remote over a connection to the leader otherwise. Both
 // fail with ErrNotLeader only when nothing was done; onLeader then waits
 // for a change (a new leader, the leader's address) and tries again, until
-// ctx or the hold timeout ends, and fails with storage.ErrInconsistent.
+// ctx or the hold timeout ends, and fails with storage.ErrUnavailable.
 func onLeader[T any](ctx context.Context, b *Backend,
 	local func(context.Context) (T, error),
 	remote func(context.Context, *grpc.ClientConn) (T, error),
@@ -27,7 +28,9 @@ func onLeader[T any](ctx context.Context, b *Backend,
 	var zero T
 	hold := time.NewTimer(b.tuning.HoldTimeout)
 	defer hold.Stop()
-	backoff := 5 * time.Millisecond
+	// Without jitter: a change of leader wakes every waiter at once
+	// anyway, and the timer only bounds how long a missed change is missed.
+	pace := backoff.Waiter{Policy: backoff.Policy{Base: 5 * time.Millisecond, Max: 250 * time.Millisecond}}
 	for {
 		changed := b.changed.wait()
 		if b.isShutdown() {
@@ -45,17 +48,16 @@ func onLeader[T any](ctx context.Context, b *Backend,
 		if err == nil || !errors.Is(err, ErrNotLeader) {
 			return v, err
 		}
-		retry := time.NewTimer(backoff)
-		backoff = min(backoff*2, 250*time.Millisecond)
+		retry := time.NewTimer(pace.Next())
 		select {
 		case <-changed:
 		case <-retry.C:
 		case <-hold.C:
 			retry.Stop()
-			return zero, fmt.Errorf("%w (waited %s for a leader: %v)", storage.ErrInconsistent, b.tuning.HoldTimeout, err)
+			return zero, fmt.Errorf("%w (waited %s for a leader: %v)", storage.ErrUnavailable, b.tuning.HoldTimeout, err)
 		case <-ctx.Done():
 			retry.Stop()
-			return zero, fmt.Errorf("%w (%w while waiting for a leader: %v)", storage.ErrInconsistent, ctx.Err(), err)
+			return zero, fmt.Errorf("%w (%w while waiting for a leader: %v)", storage.ErrUnavailable, ctx.Err(), err)
 		case <-b.stop:
 			retry.Stop()
 			return zero, ErrShutdown
@@ -191,6 +193,6 @@ func (b *Backend) consistent(ctx context.Context) error {
 		}
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", storage.ErrInconsistent, ctx.Err())
+		return fmt.Errorf("%w: %w", storage.ErrUnavailable, ctx.Err())
 	}
 }

@@ -152,6 +152,6 @@ func waitFuture(ctx context.Context, f hraft.Future) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", storage.ErrInconsistent, ctx.Err())
+		return fmt.Errorf("%w: %w", storage.ErrUnavailable, ctx.Err())
 	}
 }

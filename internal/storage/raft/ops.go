@@ -129,7 +129,7 @@ func (b *Backend) waitCommitted(ctx context.Context, idx uint64) error {
 			return fmt.Errorf("%w (index %d is beyond what this server has committed, %d)", storage.ErrIndexTooOld, idx, b.raft.AppliedIndex())
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w: %w", storage.ErrInconsistent, ctx.Err())
+			return fmt.Errorf("%w: %w", storage.ErrUnavailable, ctx.Err())
 		case <-b.stop:
 			t.Stop()
 			return ErrShutdown

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -63,7 +64,7 @@ func TestFollowerForwarding(t *testing.T) {
 	if err != nil || len(out) != 2 || out[0].GetVersion() != out[1].GetVersion() {
 		t.Fatalf("batch through follower: %v, %v", out, err)
 	}
-	list, err := f.b.List(ctx, storage.StrongConsistency, testType, &pbresource.Tenancy{Namespace: storage.WildcardNamespace}, "")
+	list, err := f.b.List(ctx, storage.StrongConsistency, testType, &pbresource.Tenancy{Namespace: ids.WildcardNamespace}, "")
 	if err != nil || len(list) != 3 {
 		t.Fatalf("strong list through follower: %d resources, %v; want 3", len(list), err)
 	}
@@ -134,7 +135,7 @@ func TestLeaderLoss(t *testing.T) {
 				res, err := n.b.WriteCAS(ctx, testResource(name))
 				cancel()
 				if err != nil {
-					if !errors.Is(err, storage.ErrInconsistent) {
+					if !errors.Is(err, storage.ErrUnavailable) {
 						t.Errorf("write %s through %s: %v is not retryable", name, n.id, err)
 						return
 					}
@@ -185,7 +186,7 @@ func TestWatchResumesOnAnotherServer(t *testing.T) {
 	nodes := startCluster(t, 3, false, testTuning())
 	leader := leaderOf(t, nodes)
 	ctx := ctxT(t)
-	all := &pbresource.Tenancy{Namespace: storage.WildcardNamespace}
+	all := &pbresource.Tenancy{Namespace: ids.WildcardNamespace}
 
 	w, err := leader.b.WatchList(ctx, testType, all, "", 0)
 	if err != nil {
@@ -314,11 +315,11 @@ func TestNoQuorum(t *testing.T) {
 	ctx := ctxT(t)
 	eventually(t, 10*time.Second, "the leader steps down", func() bool { return !leader.b.IsLeader() })
 	_, err := leader.b.WriteCAS(ctx, testResource("during"))
-	if !errors.Is(err, storage.ErrInconsistent) {
-		t.Fatalf("write without quorum: %v, want ErrInconsistent", err)
+	if !errors.Is(err, storage.ErrUnavailable) {
+		t.Fatalf("write without quorum: %v, want ErrUnavailable", err)
 	}
-	if _, err := leader.b.Read(ctx, storage.StrongConsistency, testID("before")); !errors.Is(err, storage.ErrInconsistent) {
-		t.Fatalf("strong read without quorum: %v, want ErrInconsistent", err)
+	if _, err := leader.b.Read(ctx, storage.StrongConsistency, testID("before")); !errors.Is(err, storage.ErrUnavailable) {
+		t.Fatalf("strong read without quorum: %v, want ErrUnavailable", err)
 	}
 	// Eventual reads still answer from the local copy.
 	if _, err := leader.b.Read(ctx, storage.EventualConsistency, testID("before")); err != nil {
@@ -327,7 +328,7 @@ func TestNoQuorum(t *testing.T) {
 	// A caller that gives up is told so, retryably.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := leader.b.WriteCAS(cctx, testResource("cancelled")); !errors.Is(err, storage.ErrInconsistent) || !errors.Is(err, context.Canceled) {
+	if _, err := leader.b.WriteCAS(cctx, testResource("cancelled")); !errors.Is(err, storage.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled write: %v", err)
 	}
 }
@@ -358,8 +359,8 @@ func TestForwardingNeverSent(t *testing.T) {
 	})
 	ctx := ctxT(t)
 	_, err = f.b.WriteCAS(ctx, testResource("during"))
-	if !errors.Is(err, storage.ErrInconsistent) || errors.Is(err, ErrOutcomeUnknown) {
-		t.Fatalf("write while the leader's gRPC port is down: %v; want ErrInconsistent without ErrOutcomeUnknown", err)
+	if !errors.Is(err, storage.ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("write while the leader's gRPC port is down: %v; want ErrUnavailable without ErrOutcomeUnknown", err)
 	}
 	if _, err := leader.b.Read(ctx, storage.StrongConsistency, testID("during")); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("the refused write was made: %v", err)
@@ -390,7 +391,7 @@ func TestWatchFromTheFuture(t *testing.T) {
 	leader := leaderOf(t, nodes)
 	last := mustWrite(t, leader.b, testResource("a"))
 	ctx := ctxT(t)
-	all := &pbresource.Tenancy{Namespace: storage.WildcardNamespace}
+	all := &pbresource.Tenancy{Namespace: ids.WildcardNamespace}
 	for _, n := range nodes {
 		if _, err := n.b.WatchList(ctx, testType, all, "", 1<<40); !errors.Is(err, storage.ErrIndexTooOld) {
 			t.Fatalf("watch on %s from index 2^40: %v, want ErrIndexTooOld", n.id, err)

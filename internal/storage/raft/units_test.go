@@ -32,8 +32,8 @@ func TestErrorCodecKeepsSentinels(t *testing.T) {
 		{"cas", fmt.Errorf("%w (it exists)", storage.ErrCASFailure), []error{storage.ErrCASFailure}, []error{storage.ErrBatchConflict}},
 		{"wrong uid", storage.ErrWrongUID, []error{storage.ErrWrongUID}, nil},
 		{"batch", err, []error{storage.ErrBatchConflict, storage.ErrCASFailure}, []error{storage.ErrWrongUID}},
-		{"not leader", notLeader("x"), []error{ErrNotLeader}, []error{storage.ErrInconsistent}},
-		{"unknown", outcomeUnknown("lost", errors.New("boom")), []error{storage.ErrInconsistent, ErrOutcomeUnknown}, []error{ErrNotLeader}},
+		{"not leader", notLeader("x"), []error{ErrNotLeader}, []error{storage.ErrUnavailable}},
+		{"unknown", outcomeUnknown("lost", errors.New("boom")), []error{storage.ErrUnavailable, ErrOutcomeUnknown}, []error{ErrNotLeader}},
 		{"invalid", invalid("bad %s", "field"), []error{ErrInvalidRequest}, nil},
 		{"bad snapshot", fmt.Errorf("%w: x", ErrBadSnapshot), []error{ErrBadSnapshot}, nil},
 	}

@@ -58,11 +58,11 @@ func snapshotRemote(ctx context.Context, conn *grpc.ClientConn, w io.Writer) err
 			if !wrote {
 				return notLeader("the leader's snapshot stream failed: %v", err)
 			}
-			return fmt.Errorf("%w: the leader's snapshot stream broke: %v", storage.ErrInconsistent, err)
+			return fmt.Errorf("%w: the leader's snapshot stream broke: %v", storage.ErrUnavailable, err)
 		}
 		if rerr := decodeError(c.GetError()); rerr != nil {
 			if wrote && errors.Is(rerr, ErrNotLeader) {
-				return fmt.Errorf("%w: %v", storage.ErrInconsistent, rerr)
+				return fmt.Errorf("%w: %v", storage.ErrUnavailable, rerr)
 			}
 			return rerr
 		}
@@ -111,7 +111,7 @@ func (b *Backend) Restore(ctx context.Context, r io.Reader) error {
 	}
 	conn, err := b.leaderConn()
 	if err != nil {
-		return fmt.Errorf("%w: %v", storage.ErrInconsistent, err)
+		return fmt.Errorf("%w: %v", storage.ErrUnavailable, err)
 	}
 	return restoreRemote(ctx, conn, r)
 }
@@ -121,7 +121,7 @@ func restoreRemote(ctx context.Context, conn *grpc.ClientConn, r io.Reader) erro
 	defer cancel()
 	stream, err := pbstorage.NewForwardingClient(conn).Restore(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: sending the snapshot to the leader: %v", storage.ErrInconsistent, err)
+		return fmt.Errorf("%w: sending the snapshot to the leader: %v", storage.ErrUnavailable, err)
 	}
 	buf := make([]byte, snapshotChunkSize)
 	for {
@@ -142,7 +142,7 @@ func restoreRemote(ctx context.Context, conn *grpc.ClientConn, r io.Reader) erro
 	}
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
-		return fmt.Errorf("%w: restoring through the leader: outcome unknown: %v", storage.ErrInconsistent, err)
+		return fmt.Errorf("%w: restoring through the leader: outcome unknown: %v", storage.ErrUnavailable, err)
 	}
 	return decodeError(resp.GetError())
 }
@@ -196,7 +196,7 @@ func (b *Backend) restoreLocal(ctx context.Context, r io.Reader) error {
 		case errors.Is(err, hraft.ErrLeadershipLost), errors.Is(err, hraft.ErrRaftShutdown):
 			return outcomeUnknown("leadership changed while the restore was being replicated", err)
 		}
-		return fmt.Errorf("%w: restore failed: %v", storage.ErrInconsistent, err)
+		return fmt.Errorf("%w: restore failed: %v", storage.ErrUnavailable, err)
 	}
 	b.logger.Info("restored a user snapshot", "index", last+1)
 	return nil

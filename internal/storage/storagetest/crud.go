@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -28,7 +29,7 @@ func testReadNotFound(t *testing.T, b storage.Backend) {
 		for _, i := range []*pbresource.ID{missing, idWithUID(missing, newUID())} {
 			got, err := b.Read(t.Context(), c, i)
 			if !errors.Is(err, storage.ErrNotFound) {
-				t.Errorf("%s Read(%s, uid %q) = %s, %v; want ErrNotFound", c, storage.IDString(i), i.GetUid(), describe(got), err)
+				t.Errorf("%s Read(%s, uid %q) = %s, %v; want ErrNotFound", c, ids.String(i), i.GetUid(), describe(got), err)
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -86,7 +87,7 @@ func describe(res *pbresource.Resource) string {
 	if res == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("%s (uid %q, version %q)", storage.IDString(res.GetId()), res.GetId().GetUid(), res.GetVersion())
+	return fmt.Sprintf("%s (uid %q, version %q)", ids.String(res.GetId()), res.GetId().GetUid(), res.GetVersion())
 }
 
 func describeEvent(ev *pbresource.WatchEvent) string {
@@ -113,7 +114,7 @@ func mustWrite(t *testing.T, b storage.Backend, res *pbresource.Resource) *pbres
 func mustDelete(t *testing.T, b storage.Backend, i *pbresource.ID, version string) {
 	t.Helper()
 	if err := b.DeleteCAS(t.Context(), i, version); err != nil {
-		t.Fatalf("DeleteCAS(%s, %q): %v", storage.IDString(i), version, err)
+		t.Fatalf("DeleteCAS(%s, %q): %v", ids.String(i), version, err)
 	}
 }
 
@@ -125,7 +126,7 @@ func requireStored(t *testing.T, b storage.Backend, want *pbresource.Resource) {
 		t.Fatalf("strong Read(%s): %v", describe(want), err)
 	}
 	if !proto.Equal(got, want) {
-		t.Fatalf("strong Read(%s):\n got %v\nwant %v", storage.IDString(want.GetId()), got, want)
+		t.Fatalf("strong Read(%s):\n got %v\nwant %v", ids.String(want.GetId()), got, want)
 	}
 }
 
@@ -134,7 +135,7 @@ func requireAbsent(t *testing.T, b storage.Backend, i *pbresource.ID) {
 	t.Helper()
 	got, err := b.Read(t.Context(), storage.StrongConsistency, idWithUID(i, ""))
 	if !errors.Is(err, storage.ErrNotFound) {
-		t.Fatalf("strong Read(%s) = %s, %v; want ErrNotFound", storage.IDString(i), describe(got), err)
+		t.Fatalf("strong Read(%s) = %s, %v; want ErrNotFound", ids.String(i), describe(got), err)
 	}
 }
 
@@ -165,7 +166,7 @@ func poll(t *testing.T, what string, cond func() (bool, string)) {
 // change made up to that one.
 func waitApplied(t *testing.T, b storage.Backend, i *pbresource.ID, version string) {
 	t.Helper()
-	poll(t, fmt.Sprintf("the local copy to apply %s at version %q", storage.IDString(i), version), func() (bool, string) {
+	poll(t, fmt.Sprintf("the local copy to apply %s at version %q", ids.String(i), version), func() (bool, string) {
 		got, err := b.Read(t.Context(), storage.EventualConsistency, idWithUID(i, ""))
 		switch {
 		case version == "" && errors.Is(err, storage.ErrNotFound):
@@ -184,7 +185,7 @@ func openWatch(t *testing.T, b storage.Backend, typ *pbresource.Type, ns, prefix
 	t.Helper()
 	w, err := b.WatchList(t.Context(), typ, tenancy(ns), prefix, since)
 	if err != nil {
-		t.Fatalf("WatchList(%s, %q, %q, %d): %v", storage.TypeString(typ), ns, prefix, since, err)
+		t.Fatalf("WatchList(%s, %q, %q, %d): %v", ids.TypeString(typ), ns, prefix, since, err)
 	}
 	t.Cleanup(w.Close)
 	return w

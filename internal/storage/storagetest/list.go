@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -61,15 +62,15 @@ func testListQueries(t *testing.T, b storage.Backend) {
 		{"name prefix", typ, "a-ns", "web-", []string{"a-ns/web-1", "a-ns/web-10", "a-ns/web-2"}},
 		{"name prefix that is a whole name", typ, "a-ns", "web-1", []string{"a-ns/web-1", "a-ns/web-10"}},
 		{"name prefix matching nothing", typ, "a-ns", "zzz", nil},
-		{"every namespace", typ, storage.WildcardNamespace, "", all},
-		{"every namespace, name prefix", typ, storage.WildcardNamespace, "web-1", []string{"a-ns/web-1", "a-ns/web-10", "b-ns/web-1"}},
-		{"another group version", otherVersion, storage.WildcardNamespace, "", []string{"a-ns/web"}},
+		{"every namespace", typ, ids.WildcardNamespace, "", all},
+		{"every namespace, name prefix", typ, ids.WildcardNamespace, "web-1", []string{"a-ns/web-1", "a-ns/web-10", "b-ns/web-1"}},
+		{"another group version", otherVersion, ids.WildcardNamespace, "", []string{"a-ns/web"}},
 		{"another group", otherGroup, "a-ns", "", []string{"a-ns/web"}},
 		{"another kind", otherKind, "a-ns", "", []string{"a-ns/web"}},
-		{"a kind that prefixes the kind", kindPrefix, storage.WildcardNamespace, "", nil},
-		{"a type never written", testType("ListNever"), storage.WildcardNamespace, "", nil},
+		{"a kind that prefixes the kind", kindPrefix, ids.WildcardNamespace, "", nil},
+		{"a type never written", testType("ListNever"), ids.WildcardNamespace, "", nil},
 		{"cluster-scoped", clusterType, "", "", []string{"/x", "/y"}},
-		{"cluster-scoped, every namespace", clusterType, storage.WildcardNamespace, "", []string{"/x", "/y"}},
+		{"cluster-scoped, every namespace", clusterType, ids.WildcardNamespace, "", []string{"/x", "/y"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			waitApplied(t, b, last.GetId(), last.GetVersion())
@@ -79,9 +80,9 @@ func testListQueries(t *testing.T, b storage.Backend) {
 					t.Fatalf("%s List: %v", c, err)
 				}
 				if names := nsNames(got); !slices.Equal(names, tc.want) {
-					t.Fatalf("%s List(%s, %q, %q) = %q, want %q", c, storage.TypeString(tc.typ), tc.ns, tc.prefix, names, tc.want)
+					t.Fatalf("%s List(%s, %q, %q) = %q, want %q", c, ids.TypeString(tc.typ), tc.ns, tc.prefix, names, tc.want)
 				}
-				if !storage.SameType(tc.typ, typ) {
+				if !ids.SameType(tc.typ, typ) {
 					continue
 				}
 				for _, res := range got {
@@ -106,7 +107,7 @@ func testListAfterChanges(t *testing.T, b storage.Backend) {
 	waitApplied(t, b, last.GetId(), last.GetVersion())
 	want := []*pbresource.Resource{bb, c, last}
 	for _, cons := range consistencies {
-		got, err := b.List(t.Context(), cons, typ, tenancy(storage.WildcardNamespace), "")
+		got, err := b.List(t.Context(), cons, typ, tenancy(ids.WildcardNamespace), "")
 		if err != nil {
 			t.Fatalf("%s List: %v", cons, err)
 		}
@@ -162,7 +163,7 @@ func testListByOwner(t *testing.T, b storage.Backend) {
 // requireSameResources compares two sets of resources, in any order.
 func requireSameResources(t *testing.T, what string, got, want []*pbresource.Resource) {
 	t.Helper()
-	key := func(r *pbresource.Resource) string { return storage.IDString(r.GetId()) }
+	key := func(r *pbresource.Resource) string { return ids.String(r.GetId()) }
 	byKey := map[string]*pbresource.Resource{}
 	for _, r := range got {
 		if _, dup := byKey[key(r)]; dup {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -24,7 +25,7 @@ func expectDelete(t *testing.T, w storage.Watch, res *pbresource.Resource) *pbre
 	t.Helper()
 	ev := next(t, w)
 	got := ev.GetResource().GetId()
-	if ev.GetOp() != opDelete || !storage.SameName(got, res.GetId()) || got.GetUid() != res.GetId().GetUid() {
+	if ev.GetOp() != opDelete || !ids.SameName(got, res.GetId()) || got.GetUid() != res.GetId().GetUid() {
 		t.Fatalf("watch event: got %s, want DELETE of %s", describeEvent(ev), describe(res))
 	}
 	return ev
@@ -91,8 +92,8 @@ func testWatchFilters(t *testing.T, b storage.Backend) {
 	otherKind := testType("WatchFiltersOther")
 
 	wNS := openWatch(t, b, typ, "ns1", "web-", 0)
-	wAll := openWatch(t, b, typ, storage.WildcardNamespace, "web-", 0)
-	wType := openWatch(t, b, typ, storage.WildcardNamespace, "", 0)
+	wAll := openWatch(t, b, typ, ids.WildcardNamespace, "web-", 0)
+	wType := openWatch(t, b, typ, ids.WildcardNamespace, "", 0)
 	for _, w := range []storage.Watch{wNS, wAll, wType} {
 		if snap, _ := readSnapshot(t, w); len(snap) != 0 {
 			t.Fatalf("the snapshot of an empty type holds %d resources", len(snap))
@@ -128,7 +129,7 @@ func testWatchFilters(t *testing.T, b storage.Backend) {
 
 func testWatchBatch(t *testing.T, b storage.Backend) {
 	typ := testType("WatchBatch")
-	w := openWatch(t, b, typ, storage.WildcardNamespace, "", 0)
+	w := openWatch(t, b, typ, ids.WildcardNamespace, "", 0)
 	_, end := readSnapshot(t, w)
 
 	out, err := b.WriteBatch(t.Context(), []*pbresource.Resource{
@@ -299,7 +300,7 @@ func testWatchIndexTooOld(t *testing.T, newBackend func(*testing.T, int) storage
 	const history, writes = 4, 20
 	b := newBackend(t, history)
 	typ := testType("WatchTooOld")
-	w := openWatch(t, b, typ, storage.WildcardNamespace, "", 0)
+	w := openWatch(t, b, typ, ids.WildcardNamespace, "", 0)
 	readSnapshot(t, w)
 	var events []*pbresource.WatchEvent
 	for i := range writes {
@@ -309,7 +310,7 @@ func testWatchIndexTooOld(t *testing.T, newBackend func(*testing.T, int) storage
 
 	// Resuming after the first event needs 19 events; only about 4 are kept.
 	since := events[0].GetIndex()
-	r, err := b.WatchList(t.Context(), typ, tenancy(storage.WildcardNamespace), "", since)
+	r, err := b.WatchList(t.Context(), typ, tenancy(ids.WildcardNamespace), "", since)
 	if err == nil {
 		defer r.Close()
 		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
@@ -324,7 +325,7 @@ func testWatchIndexTooOld(t *testing.T, newBackend func(*testing.T, int) storage
 	}
 
 	// Resuming after the last event but one needs only what is kept.
-	rr := openWatch(t, b, typ, storage.WildcardNamespace, "", events[writes-2].GetIndex())
+	rr := openWatch(t, b, typ, ids.WildcardNamespace, "", events[writes-2].GetIndex())
 	if got := next(t, rr); !proto.Equal(got, events[writes-1]) {
 		t.Fatalf("resumed watch: got %s, want %s", describeEvent(got), describeEvent(events[writes-1]))
 	}

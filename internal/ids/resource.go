@@ -1,18 +1,17 @@
-package storage
+package ids
 
-import (
-	"strings"
+import pbresource "trellis.dev/trellis/api/resource/v1"
 
-	pbresource "trellis.dev/trellis/api/resource/v1"
-)
+// WildcardNamespace in a List or WatchList tenancy matches every namespace.
+const WildcardNamespace = "*"
 
 // TypeString formats a type as group/version/kind.
 func TypeString(t *pbresource.Type) string {
 	return t.GetGroup() + "/" + t.GetGroupVersion() + "/" + t.GetKind()
 }
 
-// IDString formats an id as group/version/kind/namespace/name for messages.
-func IDString(id *pbresource.ID) string {
+// String formats an id as group/version/kind/namespace/name for messages.
+func String(id *pbresource.ID) string {
 	ns := id.GetTenancy().GetNamespace()
 	if ns == "" {
 		return TypeString(id.GetType()) + "/" + id.GetName()
@@ -31,16 +30,4 @@ func SameName(a, b *pbresource.ID) bool {
 	return SameType(a.GetType(), b.GetType()) &&
 		a.GetTenancy().GetNamespace() == b.GetTenancy().GetNamespace() &&
 		a.GetName() == b.GetName()
-}
-
-// Matches reports whether res falls under a List or WatchList query.
-func Matches(res *pbresource.Resource, typ *pbresource.Type, tenancy *pbresource.Tenancy, namePrefix string) bool {
-	id := res.GetId()
-	if !SameType(id.GetType(), typ) {
-		return false
-	}
-	if ns := tenancy.GetNamespace(); ns != WildcardNamespace && ns != id.GetTenancy().GetNamespace() {
-		return false
-	}
-	return strings.HasPrefix(id.GetName(), namePrefix)
 }
