@@ -2,6 +2,7 @@ package raft
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -132,47 +133,54 @@ func (b *Backend) catchUpRound() {
 		return
 	}
 	answered := time.Now()
+	applied := func() bool { return b.fsm.applied.Load() >= idx }
 	deadline := time.NewTimer(catchUpLag)
 	defer deadline.Stop()
-	poll := time.Millisecond
-	for b.fsm.applied.Load() < idx {
-		t := time.NewTimer(poll)
-		poll = min(poll*2, 20*time.Millisecond)
-		select {
-		case <-t.C:
-			continue
-		case <-deadline.C:
-			t.Stop()
-			b.catch.record(idx, answered, true, nil)
-			// Keep waiting for the first catch-up: it is what reads wait on.
-			if !b.catch.caughtUp.Load() {
-				b.waitApplied(idx)
-			}
-			return
-		case <-b.stop:
-			t.Stop()
+	switch b.pollUntil(applied, deadline.C, nil) {
+	case errPollDeadline:
+		b.catch.record(idx, answered, true, nil)
+		// Keep waiting for the first catch-up: it is what reads wait on.
+		if b.catch.caughtUp.Load() || b.pollUntil(applied, nil, nil) != nil {
 			return
 		}
+	case nil:
+		b.catch.record(idx, answered, false, nil)
+	default:
+		return // stopping
 	}
-	b.catch.record(idx, answered, false, nil)
 	b.catch.markCaughtUp()
 }
 
-// waitApplied waits, until the backend stops, for the applied index to
-// reach idx, and marks the first catch-up then.
-func (b *Backend) waitApplied(idx uint64) {
-	poll := 5 * time.Millisecond
-	for b.fsm.applied.Load() < idx {
+// Why pollUntil ended, when cond did not come to hold.
+var (
+	errPollDeadline = errors.New("deadline passed")
+	errPollDone     = errors.New("done")
+)
+
+// pollUntil checks cond at growing intervals (1 ms to 50 ms) until it
+// holds (nil), deadline fires (errPollDeadline), done is closed
+// (errPollDone) or the backend stops (ErrShutdown). A nil channel never
+// fires. Raft has no notification for its applied index, and these waits
+// are rare (a lagging or restarted server), so polling costs nothing.
+func (b *Backend) pollUntil(cond func() bool, deadline <-chan time.Time, done <-chan struct{}) error {
+	poll := time.Millisecond
+	for !cond() {
 		t := time.NewTimer(poll)
 		poll = min(poll*2, 50*time.Millisecond)
 		select {
 		case <-t.C:
+		case <-deadline:
+			t.Stop()
+			return errPollDeadline
+		case <-done:
+			t.Stop()
+			return errPollDone
 		case <-b.stop:
 			t.Stop()
-			return
+			return ErrShutdown
 		}
 	}
-	b.catch.markCaughtUp()
+	return nil
 }
 
 // readIndexRemote asks the leader for its read index.

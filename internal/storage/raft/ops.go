@@ -118,22 +118,12 @@ func (b *Backend) waitCommitted(ctx context.Context, idx uint64) error {
 	}
 	hold := time.NewTimer(b.tuning.HoldTimeout)
 	defer hold.Stop()
-	poll := time.Millisecond
-	for b.raft.AppliedIndex() < idx {
-		t := time.NewTimer(poll)
-		poll = min(poll*2, 50*time.Millisecond)
-		select {
-		case <-t.C:
-		case <-hold.C:
-			t.Stop()
-			return fmt.Errorf("%w (index %d is beyond what this server has committed, %d)", storage.ErrIndexTooOld, idx, b.raft.AppliedIndex())
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w: %w", storage.ErrUnavailable, ctx.Err())
-		case <-b.stop:
-			t.Stop()
-			return ErrShutdown
-		}
+	switch err := b.pollUntil(func() bool { return b.raft.AppliedIndex() >= idx }, hold.C, ctx.Done()); err {
+	case errPollDeadline:
+		return fmt.Errorf("%w (index %d is beyond what this server has committed, %d)", storage.ErrIndexTooOld, idx, b.raft.AppliedIndex())
+	case errPollDone:
+		return fmt.Errorf("%w: %w", storage.ErrUnavailable, ctx.Err())
+	default:
+		return err
 	}
-	return nil
 }
