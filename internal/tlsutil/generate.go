@@ -168,13 +168,13 @@ func GenerateCert(ca *KeyPair, opts CertOptions) (*KeyPair, error) {
 	if !ca.Cert.IsCA {
 		return nil, fmt.Errorf("ca: %q is not a CA certificate", ca.Cert.Subject.CommonName)
 	}
-	notAfter := opts.Now.Add(time.Duration(opts.Days) * 24 * time.Hour)
-	if notAfter.After(ca.Cert.NotAfter) {
+	if max := MaxDays(ca.Cert, opts.Now); opts.Days > max {
 		// The certificate would stop verifying when the CA expires, long
 		// before the date it shows: refuse rather than mislead.
 		return nil, fmt.Errorf("days: %d days outlives the CA, which expires on %s; give at most %d",
-			opts.Days, ca.Cert.NotAfter.UTC().Format(time.DateOnly), int(ca.Cert.NotAfter.Sub(opts.Now)/(24*time.Hour)))
+			opts.Days, ca.Cert.NotAfter.UTC().Format(time.DateOnly), max)
 	}
+	notAfter := opts.Now.Add(time.Duration(opts.Days) * 24 * time.Hour)
 
 	tmpl := &x509.Certificate{
 		NotBefore:             opts.Now.Add(-backdate),
@@ -219,6 +219,12 @@ func GenerateCert(ca *KeyPair, opts CertOptions) (*KeyPair, error) {
 		return nil, fmt.Errorf("the CA cannot sign this certificate: %w", err)
 	}
 	return kp, nil
+}
+
+// MaxDays is the longest life in whole days a certificate signed by ca at
+// now may have without outliving it.
+func MaxDays(ca *x509.Certificate, now time.Time) int {
+	return int(ca.NotAfter.Sub(now) / (24 * time.Hour))
 }
 
 // DevBundle is the TLS material of `trellis dev`: a CA, a server
