@@ -464,3 +464,18 @@ func TestWatchReloadsOnEverySignal(t *testing.T) {
 		t.Fatalf("in use %v, want %v", got, next.Cert.SerialNumber)
 	}
 }
+
+// A CA file of two CAs, as a CA rotation uses: servers of either are
+// admitted while the cluster moves.
+func TestCAFileOfTwoCAsAdmitsServersOfBoth(t *testing.T) {
+	p := newPKI(t)
+	cfg := p.serverConfig(p.cert(p.ca, KindServer, "dc1"))
+	p.write("ca.pem", append(append([]byte{}, p.ca.CertPEM...), p.other.CertPEM...))
+	srv := p.configurator(cfg)
+	incoming := mustConfig(srv.IncomingServerConfig())
+	for _, peer := range []*KeyPair{p.cert(p.ca, KindServer, "dc1"), p.cert(p.other, KindServer, "dc1")} {
+		if serverErr, clientErr, _ := handshake(t, incoming, rawClient(peer)); serverErr != nil || clientErr != nil {
+			t.Fatalf("server %v, client %v", serverErr, clientErr)
+		}
+	}
+}
