@@ -47,7 +47,8 @@ func (p *testPKI) write(name string, data []byte) string {
 	return path
 }
 
-// serverFiles writes the cluster CA and kp as a server's files.
+// serverConfig writes the cluster CA and kp as a server's files and
+// returns the Config that names them.
 func (p *testPKI) serverConfig(kp *KeyPair) Config {
 	return Config{
 		CAFile:   p.write("ca.pem", p.ca.CertPEM),
@@ -71,7 +72,7 @@ func (p *testPKI) configurator(cfg Config) *Configurator {
 // byte after its handshake and the client reads it, so that a refusal the
 // server decides after the client's handshake ended (TLS 1.3 verifies the
 // client's certificate last) reaches the client too.
-func handshake(t *testing.T, server, client *tls.Config) (serverErr, clientErr error, state tls.ConnectionState) {
+func handshake(t *testing.T, server, client *tls.Config) (state tls.ConnectionState, serverErr, clientErr error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -109,7 +110,7 @@ func handshake(t *testing.T, server, client *tls.Config) (serverErr, clientErr e
 	}
 	state = c.ConnectionState()
 	c.Close()
-	return <-done, clientErr, state
+	return state, <-done, clientErr
 }
 
 // rawClient presents certs and verifies nothing: a peer that tries its
@@ -155,7 +156,7 @@ func TestServerToServerPortRefusesAClientWithoutAServerCertificate(t *testing.T)
 		{"a server certificate of another datacenter", p.cert(p.ca, KindServer, "dc2"), `"server.dc2.trellis" is not a certificate of server.dc1.trellis`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			serverErr, clientErr, _ := handshake(t, incoming, rawClient(tc.peer))
+			_, serverErr, clientErr := handshake(t, incoming, rawClient(tc.peer))
 			if tc.wantErr == "" {
 				if serverErr != nil || clientErr != nil {
 					t.Fatalf("refused: server %v, client %v", serverErr, clientErr)
@@ -176,7 +177,7 @@ func TestServersAuthenticateEachOther(t *testing.T) {
 	p := newPKI(t)
 	a := p.configurator(p.serverConfig(p.cert(p.ca, KindServer, "dc1")))
 	b := p.configurator(p.serverConfig(p.cert(p.ca, KindServer, "dc1")))
-	serverErr, clientErr, state := handshake(t, mustConfig(a.IncomingServerConfig()), mustConfig(b.OutgoingServerConfig()))
+	state, serverErr, clientErr := handshake(t, mustConfig(a.IncomingServerConfig()), mustConfig(b.OutgoingServerConfig()))
 	if serverErr != nil || clientErr != nil {
 		t.Fatalf("server %v, client %v", serverErr, clientErr)
 	}
@@ -215,7 +216,7 @@ func TestDialersAcceptOnlyAServerOfTheCluster(t *testing.T) {
 	} {
 		for name, dialer := range dialers {
 			t.Run(tc.name+"/"+name, func(t *testing.T) {
-				_, clientErr, _ := handshake(t, rawServer(tc.serves), dialer)
+				_, _, clientErr := handshake(t, rawServer(tc.serves), dialer)
 				if tc.wantErr == "" {
 					if clientErr != nil {
 						t.Fatalf("refused: %v", clientErr)
@@ -232,7 +233,7 @@ func TestPublicPortNeedsNoClientCertificate(t *testing.T) {
 	p := newPKI(t)
 	srv := p.configurator(p.serverConfig(p.cert(p.ca, KindServer, "dc1")))
 	agent := p.configurator(Config{CAFile: p.write("agent-ca.pem", p.ca.CertPEM)})
-	serverErr, clientErr, state := handshake(t, mustConfig(srv.IncomingPublicConfig()), agent.OutgoingClientConfig())
+	state, serverErr, clientErr := handshake(t, mustConfig(srv.IncomingPublicConfig()), agent.OutgoingClientConfig())
 	if serverErr != nil || clientErr != nil {
 		t.Fatalf("server %v, client %v", serverErr, clientErr)
 	}
@@ -242,7 +243,7 @@ func TestPublicPortNeedsNoClientCertificate(t *testing.T) {
 	// A TLS 1.2 client is refused on every port.
 	old := agent.OutgoingClientConfig()
 	old.MinVersion, old.MaxVersion = tls.VersionTLS12, tls.VersionTLS12
-	if serverErr, _, _ := handshake(t, mustConfig(srv.IncomingPublicConfig()), old); serverErr == nil || !strings.Contains(serverErr.Error(), "client offered only unsupported versions") {
+	if _, serverErr, _ := handshake(t, mustConfig(srv.IncomingPublicConfig()), old); serverErr == nil || !strings.Contains(serverErr.Error(), "client offered only unsupported versions") {
 		t.Fatalf("a TLS 1.2 client: server error %v", serverErr)
 	}
 }
@@ -318,7 +319,7 @@ func TestNewRefusesBadFiles(t *testing.T) {
 // servedSerial is the serial of the certificate srv serves now.
 func servedSerial(t *testing.T, public *tls.Config, dialer *tls.Config) *big.Int {
 	t.Helper()
-	serverErr, clientErr, state := handshake(t, public, dialer)
+	state, serverErr, clientErr := handshake(t, public, dialer)
 	if serverErr != nil || clientErr != nil {
 		t.Fatalf("server %v, client %v", serverErr, clientErr)
 	}
@@ -398,7 +399,7 @@ func TestBrokenReloadKeepsTheOldCertificate(t *testing.T) {
 				t.Fatalf("serves %v after a failed reload, want the old %v", got, good.Cert.SerialNumber)
 			}
 			// The old CA still admits the servers it signed.
-			if serverErr, _, _ := handshake(t, incoming, rawClient(peer)); serverErr != nil {
+			if _, serverErr, _ := handshake(t, incoming, rawClient(peer)); serverErr != nil {
 				t.Fatalf("the server-to-server port refused a server after a failed reload: %v", serverErr)
 			}
 		})
@@ -410,7 +411,7 @@ func TestReloadOfTheCA(t *testing.T) {
 	srv := p.configurator(p.serverConfig(p.cert(p.ca, KindServer, "dc1")))
 	incoming := mustConfig(srv.IncomingServerConfig())
 	newPeer := p.cert(p.other, KindServer, "dc1")
-	if serverErr, _, _ := handshake(t, incoming, rawClient(newPeer)); serverErr == nil {
+	if _, serverErr, _ := handshake(t, incoming, rawClient(newPeer)); serverErr == nil {
 		t.Fatal("a server of another CA was admitted")
 	}
 	// The cluster moves to the other CA: this server gets a certificate
@@ -420,7 +421,7 @@ func TestReloadOfTheCA(t *testing.T) {
 	if err := srv.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if serverErr, _, _ := handshake(t, incoming, rawClient(newPeer)); serverErr != nil {
+	if _, serverErr, _ := handshake(t, incoming, rawClient(newPeer)); serverErr != nil {
 		t.Fatalf("after the CA reload, a server of the new CA was refused: %v", serverErr)
 	}
 }
@@ -474,8 +475,32 @@ func TestCAFileOfTwoCAsAdmitsServersOfBoth(t *testing.T) {
 	srv := p.configurator(cfg)
 	incoming := mustConfig(srv.IncomingServerConfig())
 	for _, peer := range []*KeyPair{p.cert(p.ca, KindServer, "dc1"), p.cert(p.other, KindServer, "dc1")} {
-		if serverErr, clientErr, _ := handshake(t, incoming, rawClient(peer)); serverErr != nil || clientErr != nil {
+		if _, serverErr, clientErr := handshake(t, incoming, rawClient(peer)); serverErr != nil || clientErr != nil {
 			t.Fatalf("server %v, client %v", serverErr, clientErr)
 		}
+	}
+}
+
+// The in-memory material of `trellis dev` serves both ports, to a client
+// that trusts the dev CA, with the dev client certificate.
+func TestDevBundleServesTLS(t *testing.T) {
+	b, err := NewDevBundle("", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewFromBundle(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &testPKI{t: t, dir: t.TempDir()}
+	agent := p.configurator(Config{CAFile: p.write("dev-ca.pem", b.CA.CertPEM)})
+	if _, serverErr, clientErr := handshake(t, mustConfig(srv.IncomingPublicConfig()), agent.OutgoingClientConfig()); serverErr != nil || clientErr != nil {
+		t.Fatalf("public port: server %v, client %v", serverErr, clientErr)
+	}
+	if _, serverErr, clientErr := handshake(t, mustConfig(srv.IncomingServerConfig()), mustConfig(srv.OutgoingServerConfig())); serverErr != nil || clientErr != nil {
+		t.Fatalf("server port: server %v, client %v", serverErr, clientErr)
+	}
+	if _, serverErr, _ := handshake(t, mustConfig(srv.IncomingServerConfig()), rawClient(b.Client)); serverErr == nil {
+		t.Fatal("the server port admitted the dev client certificate")
 	}
 }
