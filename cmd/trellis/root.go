@@ -101,7 +101,7 @@ Flags take one dash or two: -addr and --addr are the same.`,
 		cf.register(c.PersistentFlags())
 	}
 	root.AddCommand(clients...)
-	root.AddCommand(newDevCmd(e), newServerCmd(e), newAgentCmd(e, cf), newSimCmd(e, cf), newVersionCmd(e, build), newCompletionCmd(e))
+	root.AddCommand(newDevCmd(e), newServerCmd(e), newAgentCmd(e, cf), newSimCmd(e, cf), newTLSCmd(e), newVersionCmd(e, build), newCompletionCmd(e))
 	root.InitDefaultVersionFlag() // now, so that longFlags sees -version
 	harden(root)
 	return root

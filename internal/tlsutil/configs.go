@@ -1,0 +1,113 @@
+package tlsutil
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+)
+
+// ErrNotServer is returned for a tls.Config only a server may use (one
+// that serves, or dials another server), from a Configurator that was not
+// made for a server.
+var ErrNotServer = errors.New("not a server's TLS configuration: it needs -tls-cert-file with a server certificate")
+
+// IncomingServerConfig is for the server-to-server listener: it serves the
+// server certificate and accepts only peers that present a server
+// certificate of this cluster's CA and datacenter. A client certificate of
+// the same CA is refused: agents and CLIs have no business on this port.
+func (c *Configurator) IncomingServerConfig() (*tls.Config, error) {
+	if !c.cfg.Server {
+		return nil, ErrNotServer
+	}
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: c.getCertificate,
+		// Any certificate is asked for here and verified in
+		// VerifyConnection against the CA loaded now: ClientCAs would fix
+		// the CA at the time the listener was made.
+		ClientAuth: tls.RequireAnyClientCert,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return c.verifyPeer(cs, x509.ExtKeyUsageClientAuth, c.ServerName())
+		},
+	}, nil
+}
+
+// IncomingPublicConfig is for the public ports (gRPC, HTTPS): it serves
+// the server certificate and asks for no client certificate, since
+// clients are authenticated by their ACL tokens there.
+func (c *Configurator) IncomingPublicConfig() (*tls.Config, error) {
+	if !c.cfg.Server {
+		return nil, ErrNotServer
+	}
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: c.getCertificate,
+		ClientAuth:     tls.NoClientCert,
+	}, nil
+}
+
+// OutgoingServerConfig is for a server dialing another server's
+// server-to-server port: it presents this server's certificate and accepts
+// only a peer with a server certificate of this cluster's CA and
+// datacenter, whatever address it was dialed at.
+func (c *Configurator) OutgoingServerConfig() (*tls.Config, error) {
+	if !c.cfg.Server {
+		return nil, ErrNotServer
+	}
+	return c.outgoing(), nil
+}
+
+// OutgoingClientConfig is for agents and CLIs dialing a server's public
+// port: the server must present a server certificate of this cluster's CA
+// and datacenter, whatever address it was dialed at. The process's own
+// certificate, if it has one, is presented when asked for.
+func (c *Configurator) OutgoingClientConfig() *tls.Config { return c.outgoing() }
+
+func (c *Configurator) outgoing() *tls.Config {
+	name := c.ServerName()
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		// Sent as SNI; the check that matters is in VerifyConnection.
+		ServerName:           name,
+		GetClientCertificate: c.getClientCertificate,
+		// Go's own verification would use RootCAs fixed when this config
+		// was made and the dialed host name; VerifyConnection does the
+		// whole verification instead, against the CA loaded now and the
+		// name every server of the datacenter has (servers are dialed by
+		// IP address, and a peer's address says nothing of its role).
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return c.verifyPeer(cs, x509.ExtKeyUsageServerAuth, name)
+		},
+	}
+}
+
+func (c *Configurator) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if m := c.current.Load(); m.cert != nil {
+		return m.cert, nil
+	}
+	return nil, ErrNotServer
+}
+
+func (c *Configurator) getClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	if m := c.current.Load(); m.cert != nil {
+		return m.cert, nil
+	}
+	// An empty certificate sends none; the server decides whether that
+	// is enough.
+	return &tls.Certificate{}, nil
+}
+
+// verifyPeer checks the peer's certificate chain against the CA loaded
+// now, for usage, and that it names name.
+func (c *Configurator) verifyPeer(cs tls.ConnectionState, usage x509.ExtKeyUsage, name string) error {
+	if len(cs.PeerCertificates) == 0 {
+		return fmt.Errorf("tls: peer refused: it presented no certificate; it needs one of %s", name)
+	}
+	m := c.current.Load()
+	if err := verifyLeaf(cs.PeerCertificates[0], cs.PeerCertificates[1:], m.roots, c.cfg.Now(), name, []x509.ExtKeyUsage{usage}); err != nil {
+		return fmt.Errorf("tls: peer refused: %w", err)
+	}
+	return nil
+}
