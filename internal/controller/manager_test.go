@@ -11,6 +11,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"trellis.dev/trellis/internal/acl"
 
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -529,11 +530,11 @@ func TestManagerCallsCarryItsToken(t *testing.T) {
 		svc := resource.NewService(resource.Config{
 			Backend:  inmem.NewBackend(),
 			Registry: reg,
-			Authorize: func(ctx context.Context) (resource.Authorizer, error) {
+			Authorize: func(ctx context.Context) (acl.Authorizer, error) {
 				if resource.TokenFromContext(ctx) != "controllers-token" {
-					return nil, fmt.Errorf("%w: wrong token", resource.ErrPermissionDenied)
+					return nil, fmt.Errorf("%w: wrong token", acl.ErrPermissionDenied)
 				}
-				return resource.AllowAll{}, nil
+				return acl.AllowAll{}, nil
 			},
 		})
 		leader := make(chan bool)

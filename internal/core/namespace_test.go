@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"trellis.dev/trellis/internal/acl"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -79,20 +80,20 @@ func TestRegister(t *testing.T) {
 	}
 }
 
-func newService(t *testing.T, authz resource.Authorizer) (*resource.Service, *inmem.Backend) {
+func newService(t *testing.T, authz acl.Authorizer) (*resource.Service, *inmem.Backend) {
 	r := resource.NewRegistry()
 	core.Register(r)
 	b := inmem.NewBackend()
 	return resource.NewService(resource.Config{
 		Backend:   b,
 		Registry:  r,
-		Authorize: func(context.Context) (resource.Authorizer, error) { return authz, nil },
+		Authorize: func(context.Context) (acl.Authorizer, error) { return authz, nil },
 	}), b
 }
 
 func TestBootstrap(t *testing.T) {
 	ctx := context.Background()
-	svc, b := newService(t, resource.AllowAll{})
+	svc, b := newService(t, acl.AllowAll{})
 	if err := core.Bootstrap(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
@@ -123,10 +124,10 @@ func TestBootstrap(t *testing.T) {
 	}
 }
 
-type denyOperator struct{ resource.AllowAll }
+type denyOperator struct{ acl.AllowAll }
 
-func (denyOperator) OperatorRead() error  { return resource.ErrPermissionDenied }
-func (denyOperator) OperatorWrite() error { return resource.ErrPermissionDenied }
+func (denyOperator) OperatorRead() error  { return acl.ErrPermissionDenied }
+func (denyOperator) OperatorWrite() error { return acl.ErrPermissionDenied }
 
 func TestBootstrapRefused(t *testing.T) {
 	svc, b := newService(t, denyOperator{})

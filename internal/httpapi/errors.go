@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"trellis.dev/trellis/internal/acl"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"trellis.dev/trellis/internal/httpapi/wire"
-	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -42,7 +42,7 @@ func httpError(err error) (int, wire.Error) {
 		code, body = http.StatusServiceUnavailable, wire.CodeUnavailable
 	case errors.Is(err, storage.ErrWatchTooSlow), errors.Is(err, storage.ErrIndexTooOld):
 		code, body = http.StatusGone, wire.CodeGone
-	case errors.Is(err, resource.ErrPermissionDenied):
+	case errors.Is(err, acl.ErrPermissionDenied):
 		code, body = http.StatusForbidden, wire.CodePermissionDenied
 	case errors.Is(err, context.Canceled):
 		code, body = statusClientClosed, wire.CodeCanceled

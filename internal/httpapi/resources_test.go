@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"trellis.dev/trellis/internal/acl"
 
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/resource"
@@ -259,21 +260,12 @@ func TestNoLeader(t *testing.T) {
 	mustStatus(t, e.do(http.MethodGet, nsPath+"default", ""), http.StatusOK)
 }
 
-// tokenAuthorizer lets the token "ops" do everything and refuses others,
-// through the service's real ACL call sites.
-type denyAll struct{}
-
-func (denyAll) OperatorRead() error         { return resource.ErrPermissionDenied }
-func (denyAll) OperatorWrite() error        { return resource.ErrPermissionDenied }
-func (denyAll) NamespaceRead(string) error  { return resource.ErrPermissionDenied }
-func (denyAll) NamespaceWrite(string) error { return resource.ErrPermissionDenied }
-
 func TestTokenAndPermissionDenied(t *testing.T) {
-	authorize := func(ctx context.Context) (resource.Authorizer, error) {
+	authorize := func(ctx context.Context) (acl.Authorizer, error) {
 		if resource.TokenFromContext(ctx) == "ops" {
-			return resource.AllowAll{}, nil
+			return acl.AllowAll{}, nil
 		}
-		return denyAll{}, nil
+		return acl.DenyAll{}, nil
 	}
 	e := newEnv(t, options{authorize: authorize})
 	r := e.do(http.MethodPut, nsPath+"a", `{}`)

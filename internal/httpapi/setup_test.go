@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"trellis.dev/trellis/internal/acl"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -81,7 +82,7 @@ type env struct {
 
 type options struct {
 	storeOpts []inmem.Option
-	authorize func(ctx context.Context) (resource.Authorizer, error)
+	authorize func(ctx context.Context) (acl.Authorizer, error)
 	maxBody   int64
 	debug     bool
 }

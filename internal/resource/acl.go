@@ -3,6 +3,7 @@ package resource
 import (
 	"errors"
 	"fmt"
+	"trellis.dev/trellis/internal/acl"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,19 +20,19 @@ import (
 func DefaultACLHooks(scope Scope) ACLHooks {
 	if scope == ScopeCluster {
 		return ACLHooks{
-			Read:  func(a Authorizer, _ *pbresource.ID) error { return a.OperatorRead() },
-			Write: func(a Authorizer, _ *pbresource.Resource) error { return a.OperatorWrite() },
-			List:  func(a Authorizer, _ *pbresource.Tenancy) error { return a.OperatorRead() },
+			Read:  func(a acl.Authorizer, _ *pbresource.ID) error { return a.OperatorRead() },
+			Write: func(a acl.Authorizer, _ *pbresource.Resource) error { return a.OperatorWrite() },
+			List:  func(a acl.Authorizer, _ *pbresource.Tenancy) error { return a.OperatorRead() },
 		}
 	}
 	return ACLHooks{
-		Read: func(a Authorizer, id *pbresource.ID) error {
+		Read: func(a acl.Authorizer, id *pbresource.ID) error {
 			return a.NamespaceRead(id.GetTenancy().GetNamespace())
 		},
-		Write: func(a Authorizer, res *pbresource.Resource) error {
+		Write: func(a acl.Authorizer, res *pbresource.Resource) error {
 			return a.NamespaceWrite(res.GetId().GetTenancy().GetNamespace())
 		},
-		List: func(a Authorizer, t *pbresource.Tenancy) error {
+		List: func(a acl.Authorizer, t *pbresource.Tenancy) error {
 			if t.GetNamespace() == ids.WildcardNamespace {
 				return nil
 			}
@@ -68,17 +69,17 @@ func aclError(what string, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	if errors.Is(err, ErrPermissionDenied) {
+	if errors.Is(err, acl.ErrPermissionDenied) {
 		return status.Errorf(codes.PermissionDenied, "%s: %v", what, err)
 	}
 	return fmt.Errorf("ACL hook for %s: %w", what, err)
 }
 
-func (s *Service) authorizeRead(a Authorizer, reg Registration, id *pbresource.ID) error {
+func (s *Service) authorizeRead(a acl.Authorizer, reg Registration, id *pbresource.ID) error {
 	return aclError("read "+ids.String(id), hooks(reg).Read(a, id))
 }
 
-func (s *Service) authorizeWrite(a Authorizer, reg Registration, res *pbresource.Resource) error {
+func (s *Service) authorizeWrite(a acl.Authorizer, reg Registration, res *pbresource.Resource) error {
 	err := hooks(reg).Write(a, res)
 	if err == nil {
 		return nil
@@ -86,7 +87,7 @@ func (s *Service) authorizeWrite(a Authorizer, reg Registration, res *pbresource
 	return aclError("write "+ids.String(res.GetId()), err)
 }
 
-func (s *Service) authorizeList(a Authorizer, reg Registration, t *pbresource.Tenancy) error {
+func (s *Service) authorizeList(a acl.Authorizer, reg Registration, t *pbresource.Tenancy) error {
 	what := "list " + ids.TypeString(reg.Type)
 	if ns := t.GetNamespace(); ns != "" {
 		what += " in namespace " + ns
@@ -96,7 +97,7 @@ func (s *Service) authorizeList(a Authorizer, reg Registration, t *pbresource.Te
 
 // canRead filters a listed or watched resource through its type's Read
 // hook. Only a refusal hides it; any other failure of the hook is returned.
-func (s *Service) canRead(a Authorizer, res *pbresource.Resource) (bool, error) {
+func (s *Service) canRead(a acl.Authorizer, res *pbresource.Resource) (bool, error) {
 	reg, ok := s.registry.Resolve(res.GetId().GetType())
 	if !ok {
 		// A type stored but no longer registered: only operators see it.
@@ -106,7 +107,7 @@ func (s *Service) canRead(a Authorizer, res *pbresource.Resource) (bool, error) 
 	switch {
 	case err == nil:
 		return true, nil
-	case errors.Is(err, ErrPermissionDenied) || status.Code(err) == codes.PermissionDenied:
+	case errors.Is(err, acl.ErrPermissionDenied) || status.Code(err) == codes.PermissionDenied:
 		return false, nil
 	}
 	return false, aclError("read "+ids.String(res.GetId()), err)

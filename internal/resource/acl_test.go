@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"trellis.dev/trellis/internal/acl"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,7 +37,7 @@ func TestACLCallSites(t *testing.T) {
 
 	p := &policy{deny: map[string]bool{"secret": true}, denyOperator: true}
 	var tokens []string
-	h := newHarnessWith(t, backend, withAuthorize(func(ctx context.Context) (resource.Authorizer, error) {
+	h := newHarnessWith(t, backend, withAuthorize(func(ctx context.Context) (acl.Authorizer, error) {
 		tokens = append(tokens, resource.TokenFromContext(ctx))
 		return p, nil
 	}))
@@ -170,10 +171,10 @@ func TestAuthorizeErrors(t *testing.T) {
 		msg  string
 	}{
 		{status.Error(codes.Unauthenticated, "token expired"), codes.Unauthenticated, "token expired"},
-		{errors.Join(resource.ErrPermissionDenied, errors.New("token not found")), codes.PermissionDenied, "token not found"},
+		{errors.Join(acl.ErrPermissionDenied, errors.New("token not found")), codes.PermissionDenied, "token not found"},
 		{errors.New("acl store exploded at 0xdeadbeef"), codes.Internal, "internal error"},
 	} {
-		h := newHarness(t, withAuthorize(func(context.Context) (resource.Authorizer, error) { return nil, c.err }))
+		h := newHarness(t, withAuthorize(func(context.Context) (acl.Authorizer, error) { return nil, c.err }))
 		before := h.state()
 		_, err := h.svc.Write(h.ctx, &pbresource.WriteRequest{Resource: widget(t, "", "w", "v")})
 		requireCode(t, err, c.code, c.msg)

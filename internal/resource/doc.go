@@ -10,7 +10,7 @@
 // RPCs are the API methods themselves; WatchList streams what Watch yields.
 // The caller's token is the one ContextWithToken attached or, on the gRPC
 // face, the TokenMetadataKey metadata; Config.Authorize turns it into an
-// Authorizer once per request. Every error is a gRPC status error:
+// acl.Authorizer once per request. Every error is a gRPC status error:
 //
 //	InvalidArgument     bad input; the message names the field and the reason,
 //	                    e.g. `id.name: "Foo_1" is not a valid name: ...`, or

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"trellis.dev/trellis/internal/acl"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -97,7 +98,7 @@ func (m errorMapper) toStatus(op string, err error) error {
 	switch {
 	case errors.As(err, &se):
 		return status.Error(codes.ResourceExhausted, err.Error())
-	case errors.Is(err, ErrPermissionDenied):
+	case errors.Is(err, acl.ErrPermissionDenied):
 		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, storage.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())

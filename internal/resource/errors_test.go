@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"trellis.dev/trellis/internal/acl"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,7 +26,7 @@ func TestToStatus(t *testing.T) {
 	}{
 		{NewFieldError("id.name", "bad"), codes.InvalidArgument, "id.name: bad"},
 		{fmt.Errorf("resources[2]: %w", &sizeError{size: 2 << 20}), codes.ResourceExhausted, "resources[2]: resource is 2097152 bytes encoded, over the limit of 1048576 bytes"},
-		{fmt.Errorf("x: %w", ErrPermissionDenied), codes.PermissionDenied, "x: permission denied"},
+		{fmt.Errorf("x: %w", acl.ErrPermissionDenied), codes.PermissionDenied, "x: permission denied"},
 		{fmt.Errorf("demo/v1/W/default/a: %w", storage.ErrNotFound), codes.NotFound, "demo/v1/W/default/a: resource not found"},
 		{storage.ErrCASFailure, codes.Aborted, "re-read the resource and retry"},
 		{storage.ErrWrongUID, codes.Aborted, "deleted and re-created"},

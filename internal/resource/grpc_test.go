@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"trellis.dev/trellis/internal/acl"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,7 +27,7 @@ func TestGRPC(t *testing.T) {
 		mu     sync.Mutex
 		tokens = map[string]int{}
 	)
-	h := newHarness(t, withAuthorize(func(ctx context.Context) (resource.Authorizer, error) {
+	h := newHarness(t, withAuthorize(func(ctx context.Context) (acl.Authorizer, error) {
 		mu.Lock()
 		tokens[resource.TokenFromContext(ctx)]++
 		mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"trellis.dev/trellis/internal/acl"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -75,7 +76,7 @@ type harness struct {
 type harnessOption func(*resource.Config, *harness)
 
 // withAuthorize sets the service's Authorize func.
-func withAuthorize(f func(context.Context) (resource.Authorizer, error)) harnessOption {
+func withAuthorize(f func(context.Context) (acl.Authorizer, error)) harnessOption {
 	return func(c *resource.Config, _ *harness) { c.Authorize = f }
 }
 
@@ -224,7 +225,7 @@ func (p *policy) record(call string, refuse bool) error {
 	p.calls = append(p.calls, call)
 	p.mu.Unlock()
 	if refuse {
-		return fmt.Errorf("%w: test policy refuses %s", resource.ErrPermissionDenied, call)
+		return fmt.Errorf("%w: test policy refuses %s", acl.ErrPermissionDenied, call)
 	}
 	return nil
 }
@@ -237,6 +238,8 @@ func (p *policy) NamespaceRead(ns string) error {
 func (p *policy) NamespaceWrite(ns string) error {
 	return p.record("namespace:write:"+ns, p.deny[ns])
 }
+func (p *policy) Agent() error  { return p.record("agent", p.denyOperator) }
+func (p *policy) Server() error { return p.record("server", p.denyOperator) }
 
 func (p *policy) asked(call string) bool {
 	p.mu.Lock()

@@ -3,6 +3,7 @@ package resource
 import (
 	"context"
 	"fmt"
+	"trellis.dev/trellis/internal/acl"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/ids"
@@ -96,7 +97,7 @@ func (s *Service) listByOwner(ctx context.Context, req *pbresource.ListByOwnerRe
 // filterReadable keeps the resources the caller may read. It copies the
 // slice only once something is dropped, so the common case allocates
 // nothing.
-func (s *Service) filterReadable(a Authorizer, res []*pbresource.Resource) ([]*pbresource.Resource, error) {
+func (s *Service) filterReadable(a acl.Authorizer, res []*pbresource.Resource) ([]*pbresource.Resource, error) {
 	var out []*pbresource.Resource
 	for i, r := range res {
 		ok, err := s.canRead(a, r)

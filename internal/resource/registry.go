@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"trellis.dev/trellis/internal/acl"
 
 	"google.golang.org/protobuf/proto"
 
@@ -59,11 +60,11 @@ type Registration struct {
 }
 
 // ACLHooks are the authorization hooks of a type. Each returns an error
-// wrapping ErrPermissionDenied to refuse.
+// wrapping acl.ErrPermissionDenied to refuse.
 type ACLHooks struct {
-	Read  func(Authorizer, *pbresource.ID) error
-	Write func(Authorizer, *pbresource.Resource) error
-	List  func(Authorizer, *pbresource.Tenancy) error
+	Read  func(acl.Authorizer, *pbresource.ID) error
+	Write func(acl.Authorizer, *pbresource.Resource) error
+	List  func(acl.Authorizer, *pbresource.Tenancy) error
 }
 
 // Registry holds the registered types.

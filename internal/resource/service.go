@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+	"trellis.dev/trellis/internal/acl"
 
 	"github.com/oklog/ulid/v2"
 	"google.golang.org/grpc/metadata"
@@ -23,11 +24,11 @@ type Config struct {
 	// Registry holds the types the service accepts. Required.
 	Registry *Registry
 	// Authorize returns the authorizer of the caller whose token
-	// TokenFromContext(ctx) returns. Nil allows everything (AllowAll).
-	// Refusals should wrap ErrPermissionDenied (reported as
+	// TokenFromContext(ctx) returns. Nil allows everything (acl.AllowAll).
+	// Refusals should wrap acl.ErrPermissionDenied (reported as
 	// PermissionDenied); an error that already is a gRPC status error keeps
 	// its code; any other error is reported as Internal.
-	Authorize func(ctx context.Context) (Authorizer, error)
+	Authorize func(ctx context.Context) (acl.Authorizer, error)
 	// Logger receives the internal errors that callers are not shown.
 	// Nil discards them.
 	Logger *slog.Logger
@@ -64,7 +65,7 @@ type Service struct {
 
 	backend   storage.Backend
 	registry  *Registry
-	authorize func(ctx context.Context) (Authorizer, error)
+	authorize func(ctx context.Context) (acl.Authorizer, error)
 	now       func() time.Time
 	errs      errorMapper
 
@@ -78,7 +79,7 @@ var (
 	_ storage.Watch                    = (*filteredWatch)(nil)
 )
 
-func allowAll(context.Context) (Authorizer, error) { return AllowAll{}, nil }
+func allowAll(context.Context) (acl.Authorizer, error) { return acl.AllowAll{}, nil }
 
 // NewService returns a Service. It panics when Backend or Registry is
 // missing, a programming error.
@@ -124,7 +125,7 @@ func callerContext(ctx context.Context) context.Context {
 }
 
 // authorizer resolves the caller's authorizer.
-func (s *Service) authorizer(ctx context.Context) (Authorizer, error) {
+func (s *Service) authorizer(ctx context.Context) (acl.Authorizer, error) {
 	a, err := s.authorize(callerContext(ctx))
 	if err != nil {
 		return nil, aclError("resolve the caller's token", err)

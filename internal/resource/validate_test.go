@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"trellis.dev/trellis/internal/acl"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -432,25 +433,27 @@ func TestRegistry(t *testing.T) {
 // denyAll refuses everything, naming what it refused.
 type denyAll struct{}
 
-func (denyAll) OperatorRead() error  { return ErrPermissionDenied }
-func (denyAll) OperatorWrite() error { return ErrPermissionDenied }
+func (denyAll) OperatorRead() error  { return acl.ErrPermissionDenied }
+func (denyAll) OperatorWrite() error { return acl.ErrPermissionDenied }
 func (denyAll) NamespaceRead(ns string) error {
-	return errors.Join(ErrPermissionDenied, errors.New(ns))
+	return errors.Join(acl.ErrPermissionDenied, errors.New(ns))
 }
 func (denyAll) NamespaceWrite(ns string) error {
-	return errors.Join(ErrPermissionDenied, errors.New(ns))
+	return errors.Join(acl.ErrPermissionDenied, errors.New(ns))
 }
+func (denyAll) Agent() error  { return acl.ErrPermissionDenied }
+func (denyAll) Server() error { return acl.ErrPermissionDenied }
 
 func TestDefaultACLHooks(t *testing.T) {
 	id := &pbresource.ID{Type: widgetType, Tenancy: &pbresource.Tenancy{Namespace: "team-a"}, Name: "w"}
 	ns := DefaultACLHooks(ScopeNamespace)
-	if err := ns.Read(denyAll{}, id); !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), "team-a") {
+	if err := ns.Read(denyAll{}, id); !errors.Is(err, acl.ErrPermissionDenied) || !strings.Contains(err.Error(), "team-a") {
 		t.Errorf("namespaced Read: %v", err)
 	}
-	if err := ns.Write(denyAll{}, &pbresource.Resource{Id: id}); !errors.Is(err, ErrPermissionDenied) {
+	if err := ns.Write(denyAll{}, &pbresource.Resource{Id: id}); !errors.Is(err, acl.ErrPermissionDenied) {
 		t.Errorf("namespaced Write: %v", err)
 	}
-	if err := ns.List(denyAll{}, &pbresource.Tenancy{Namespace: "team-a"}); !errors.Is(err, ErrPermissionDenied) {
+	if err := ns.List(denyAll{}, &pbresource.Tenancy{Namespace: "team-a"}); !errors.Is(err, acl.ErrPermissionDenied) {
 		t.Errorf("namespaced List: %v", err)
 	}
 	if err := ns.List(denyAll{}, &pbresource.Tenancy{Namespace: "*"}); err != nil {
@@ -461,11 +464,11 @@ func TestDefaultACLHooks(t *testing.T) {
 		t.Error("cluster hooks allowed under denyAll")
 	}
 	for _, h := range []ACLHooks{ns, cl} {
-		if h.Read(AllowAll{}, id) != nil || h.Write(AllowAll{}, &pbresource.Resource{Id: id}) != nil || h.List(AllowAll{}, &pbresource.Tenancy{}) != nil {
-			t.Error("refused under AllowAll")
+		if h.Read(acl.AllowAll{}, id) != nil || h.Write(acl.AllowAll{}, &pbresource.Resource{Id: id}) != nil || h.List(acl.AllowAll{}, &pbresource.Tenancy{}) != nil {
+			t.Error("refused under acl.AllowAll")
 		}
 	}
-	custom := hooks(Registration{Scope: ScopeCluster, ACLs: &ACLHooks{Read: func(Authorizer, *pbresource.ID) error { return nil }}})
+	custom := hooks(Registration{Scope: ScopeCluster, ACLs: &ACLHooks{Read: func(acl.Authorizer, *pbresource.ID) error { return nil }}})
 	if custom.Read(denyAll{}, id) != nil || custom.Write(denyAll{}, &pbresource.Resource{Id: id}) == nil {
 		t.Error("a type's own hook and the defaults were not combined")
 	}

@@ -2,6 +2,7 @@ package resource
 
 import (
 	"context"
+	"trellis.dev/trellis/internal/acl"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/storage"
@@ -27,7 +28,7 @@ func (s *Service) watch(ctx context.Context, req *pbresource.WatchListRequest, c
 	return &filteredWatch{svc: s, inner: w, authz: a, clone: cloneEvents}, nil
 }
 
-func (s *Service) openWatch(ctx context.Context, req *pbresource.WatchListRequest) (storage.Watch, Authorizer, error) {
+func (s *Service) openWatch(ctx context.Context, req *pbresource.WatchListRequest) (storage.Watch, acl.Authorizer, error) {
 	a, err := s.authorizer(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -52,7 +53,7 @@ func (s *Service) openWatch(ctx context.Context, req *pbresource.WatchListReques
 type filteredWatch struct {
 	svc   *Service
 	inner storage.Watch
-	authz Authorizer
+	authz acl.Authorizer
 	clone bool
 }
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"trellis.dev/trellis/internal/acl"
 
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 	"trellis.dev/trellis/internal/resource"
@@ -43,7 +44,7 @@ type Config struct {
 	Registry *resource.Registry
 	// Authorize turns the caller's token (resource.TokenFromContext) into
 	// an Authorizer; nil allows everything, until ACLs land.
-	Authorize func(ctx context.Context) (resource.Authorizer, error)
+	Authorize func(ctx context.Context) (acl.Authorizer, error)
 
 	// Request limits; zero means the defaults (httpapi.DefaultMax*,
 	// DefaultGRPCMaxRecvBytes).

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"trellis.dev/trellis/internal/acl"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -49,13 +50,13 @@ func start(t *testing.T) *running {
 	reg.Register(resource.Registration{Type: panicType, Proto: &pbcore.Namespace{}, Scope: resource.ScopeCluster,
 		Validate: func(*pbresource.Resource) error { panic("validate bug") }})
 	tokens := make(chan string, 10)
-	authorize := func(ctx context.Context) (resource.Authorizer, error) {
+	authorize := func(ctx context.Context) (acl.Authorizer, error) {
 		// Background callers (the bootstrapper, controllers) carry no
 		// token; only requests that present one are recorded.
 		if tok := resource.TokenFromContext(ctx); tok != "" {
 			tokens <- tok
 		}
-		return resource.AllowAll{}, nil
+		return acl.AllowAll{}, nil
 	}
 	srv, err := server.New(server.Config{
 		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:7702",
