@@ -44,6 +44,8 @@ func httpError(err error) (int, wire.Error) {
 		code, body = http.StatusGone, wire.CodeGone
 	case errors.Is(err, acl.ErrPermissionDenied):
 		code, body = http.StatusForbidden, wire.CodePermissionDenied
+	case errors.Is(err, acl.ErrTokenRequired):
+		code, body = http.StatusUnauthorized, wire.CodeUnauthenticated
 	case errors.Is(err, context.Canceled):
 		code, body = statusClientClosed, wire.CodeCanceled
 	case errors.Is(err, context.DeadlineExceeded):

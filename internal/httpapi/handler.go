@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"trellis.dev/trellis/internal/acl"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/scheduler"
@@ -60,6 +61,11 @@ type Config struct {
 	// Scheduler serves the daemon scheduler's operations under
 	// /v1/environments; nil leaves them out.
 	Scheduler *scheduler.Operations
+	// Authorize resolves the caller's Authorizer from the token in the
+	// context (resource.TokenFromContext), as the resource service's
+	// Config.Authorize does: every route's declared permission is checked
+	// against it. Nil allows everything (acl.AllowAll).
+	Authorize func(ctx context.Context) (acl.Authorizer, error)
 }
 
 // Handler serves the HTTP API. It is an http.Handler.
@@ -76,6 +82,9 @@ type Handler struct {
 	maxBatch int64
 	metrics  *metrics
 	mux      *http.ServeMux
+	authz    func(ctx context.Context) (acl.Authorizer, error)
+	// table is every route with its permission, in registration order.
+	table []Route
 
 	// stopping ends every watch stream when the server shuts down, since
 	// http.Server.Shutdown waits for handlers and a watch never ends alone.
@@ -100,6 +109,10 @@ func New(cfg Config) (*Handler, error) {
 		maxBody:  cfg.MaxRequestBytes,
 		maxBatch: cfg.MaxBatchBytes,
 		mux:      http.NewServeMux(),
+		authz:    cfg.Authorize,
+	}
+	if h.authz == nil {
+		h.authz = func(context.Context) (acl.Authorizer, error) { return acl.AllowAll{}, nil }
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -139,18 +152,24 @@ func (h *Handler) routes() {
 		one  = "/v1/resources/{group}/{version}/{kind}/{name}"
 		list = "/v1/resources/{group}/{version}/{kind}"
 	)
-	h.handle("GET "+one, h.read)
-	h.handle("PUT "+one, h.write)
-	h.handle("DELETE "+one, h.delete)
-	h.handle(one, methodNotAllowed("GET, PUT, DELETE"))
-	h.handle("GET "+list, h.list)
-	h.handle(list, methodNotAllowed("GET"))
-	h.handle("PUT /v1/batch", h.batch)
-	h.handle("/v1/batch", methodNotAllowed("PUT"))
-	h.handle("GET /v1/status/leader", h.leader)
-	h.handle("GET /v1/status/peers", h.peers)
-	h.handle("GET /v1/health", h.health)
-	h.handle("GET /v1/metrics", h.serveMetrics)
+	// The resource routes leave the decision to each resource's type
+	// hooks, which the resource service calls: a batch may write cluster
+	// and namespaced resources together, and a type may declare its own.
+	h.handle("GET "+one, acl.PerResource, h.read)
+	h.handle("PUT "+one, acl.PerResource, h.write)
+	h.handle("DELETE "+one, acl.PerResource, h.delete)
+	h.handle(one, acl.Public, methodNotAllowed("GET, PUT, DELETE"))
+	h.handle("GET "+list, acl.PerResource, h.list)
+	h.handle(list, acl.Public, methodNotAllowed("GET"))
+	h.handle("PUT /v1/batch", acl.PerResource, h.batch)
+	h.handle("/v1/batch", acl.Public, methodNotAllowed("PUT"))
+	// Clients find the leader and the servers without a token, and load
+	// balancers probe health without one (Consul's /v1/status is open
+	// too). Metrics describe the whole cluster: operators only.
+	h.handle("GET /v1/status/leader", acl.Public, h.leader)
+	h.handle("GET /v1/status/peers", acl.Public, h.peers)
+	h.handle("GET /v1/health", acl.Public, h.health)
+	h.handle("GET /v1/metrics", acl.OperatorRead, h.serveMetrics)
 	h.operatorRoutes()
 	if h.sched != nil {
 		h.schedulerRoutes()
@@ -158,11 +177,23 @@ func (h *Handler) routes() {
 	if h.debug {
 		h.debugRoutes()
 	}
-	h.handle("/", func(_ http.ResponseWriter, r *http.Request) error {
+	h.handle("/", acl.Public, func(_ http.ResponseWriter, r *http.Request) error {
 		return &routeError{status: http.StatusNotFound, code: wire.CodeNotFound,
 			msg: fmt.Sprintf("no such path: %s %s (see /v1/resources/{group}/{version}/{kind}[/{name}])", r.Method, r.URL.Path)}
 	})
 }
+
+// Route is one route of the API and the permission it declares.
+type Route struct {
+	// Pattern is the net/http pattern: "GET /v1/snapshot", or a path
+	// alone for a route that answers every method (405, 404).
+	Pattern    string
+	Permission acl.Permission
+}
+
+// Routes returns every route the handler serves, with its permission, in
+// the order they were registered.
+func (h *Handler) Routes() []Route { return append([]Route(nil), h.table...) }
 
 // ServeHTTP serves a request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
@@ -193,9 +224,16 @@ func methodNotAllowed(allow string) handlerFunc {
 	}
 }
 
-// handle registers fn under pattern with the layers every route has: the
-// token in the context, metrics, logs, and recovery from panics.
-func (h *Handler) handle(pattern string, fn handlerFunc) {
+// handle registers fn under pattern, needing perm, with the layers every
+// route has: the token in the context, the permission check, metrics, logs,
+// and recovery from panics. It is the only way a route is added, so
+// Routes() lists them all; a route without a declared permission is a
+// programming error.
+func (h *Handler) handle(pattern string, perm acl.Permission, fn handlerFunc) {
+	if !perm.Declared() {
+		panic(fmt.Sprintf("httpapi: route %q declares no permission", pattern))
+	}
+	h.table = append(h.table, Route{Pattern: pattern, Permission: perm})
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w, route: pattern}
@@ -218,7 +256,11 @@ func (h *Handler) handle(pattern string, fn handlerFunc) {
 			h.log.Debug("http request", "method", r.Method, "path", r.URL.Path, "route", rec.route,
 				"status", rec.statusCode(), "duration", time.Since(start))
 		}()
-		if err := fn(rec, r); err != nil {
+		err := h.authorize(r, perm)
+		if err == nil {
+			err = fn(rec, r)
+		}
+		if err != nil {
 			if rec.wroteHeader {
 				h.log.Warn("http handler failed after responding", "route", pattern, "err", err)
 				return
@@ -226,6 +268,33 @@ func (h *Handler) handle(pattern string, fn handlerFunc) {
 			h.writeError(rec, r, err)
 		}
 	})
+}
+
+// authorize checks the route's permission against the caller's
+// Authorizer, resolved once per request. Routes that need nothing, or leave
+// the decision to the resource service, resolve nothing.
+func (h *Handler) authorize(r *http.Request, perm acl.Permission) error {
+	if perm == acl.Public || perm == acl.PerResource {
+		return nil
+	}
+	a, err := h.authz(r.Context())
+	if err != nil {
+		if errors.Is(err, acl.ErrPermissionDenied) || errors.Is(err, acl.ErrTokenRequired) {
+			return err
+		}
+		return fmt.Errorf("resolving the caller's token: %w", err)
+	}
+	return acl.Check(a, perm, requestNamespace(r))
+}
+
+// requestNamespace is the namespace a request names for a namespace
+// permission: its ?namespace= query, or "default", as the scheduler's
+// operations read it.
+func requestNamespace(r *http.Request) string {
+	if ns := r.URL.Query().Get("namespace"); ns != "" {
+		return ns
+	}
+	return "default"
 }
 
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {

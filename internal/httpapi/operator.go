@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"trellis.dev/trellis/internal/acl"
 	"trellis.dev/trellis/internal/httpapi/wire"
 )
 
@@ -28,12 +29,15 @@ type Operator interface {
 // MaxSnapshotBytes bounds a snapshot upload.
 const MaxSnapshotBytes = 8 << 30
 
+// The operator routes act on the whole cluster. Saving a snapshot reveals
+// every resource of every namespace, so it needs operator:write, as
+// restoring it does.
 func (h *Handler) operatorRoutes() {
-	h.handle("GET /v1/operator/raft/peers", h.raftPeers)
-	h.handle("DELETE /v1/operator/raft/peers/{peer}", h.removePeer)
-	h.handle("GET /v1/snapshot", h.saveSnapshot)
-	h.handle("PUT /v1/snapshot", h.restoreSnapshot)
-	h.handle("/v1/snapshot", methodNotAllowed("GET, PUT"))
+	h.handle("GET /v1/operator/raft/peers", acl.OperatorRead, h.raftPeers)
+	h.handle("DELETE /v1/operator/raft/peers/{peer}", acl.OperatorWrite, h.removePeer)
+	h.handle("GET /v1/snapshot", acl.OperatorWrite, h.saveSnapshot)
+	h.handle("PUT /v1/snapshot", acl.OperatorWrite, h.restoreSnapshot)
+	h.handle("/v1/snapshot", acl.Public, methodNotAllowed("GET, PUT"))
 }
 
 func (h *Handler) operator() (Operator, error) {

@@ -9,12 +9,15 @@ import (
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/acl"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/scheduler"
 )
 
 // The daemon scheduler's operations (seed 002) under /v1/environments;
-// docs/scheduler.md is their contract.
+// docs/scheduler.md is their contract. Each needs namespace:read or
+// namespace:write on the ?namespace= it names; the resource writes it makes
+// go through the resource service's type hooks as well.
 
 func (h *Handler) schedulerRoutes() {
 	const (
@@ -23,40 +26,40 @@ func (h *Handler) schedulerRoutes() {
 		deps = env + "/deployments"
 		dep  = deps + "/{id}"
 	)
-	h.handle("POST "+envs, h.createEnvironment)
-	h.handle("GET "+envs, h.schedList("environments", func(r *http.Request, q query) ([]*pbresource.Resource, error) {
+	h.handle("POST "+envs, acl.NamespaceWrite, h.createEnvironment)
+	h.handle("GET "+envs, acl.NamespaceRead, h.schedList("environments", func(r *http.Request, q query) ([]*pbresource.Resource, error) {
 		return h.sched.ListEnvironments(r.Context(), q.namespace, q.typ)
 	}, "type"))
-	h.handle(envs, methodNotAllowed("GET, POST"))
-	h.handle("GET "+env, h.getEnvironment)
-	h.handle("PUT "+env, h.updateEnvironment)
-	h.handle("DELETE "+env, h.schedOne("environment", func(r *http.Request, ns string) (*pbresource.Resource, error) {
+	h.handle(envs, acl.Public, methodNotAllowed("GET, POST"))
+	h.handle("GET "+env, acl.NamespaceRead, h.getEnvironment)
+	h.handle("PUT "+env, acl.NamespaceWrite, h.updateEnvironment)
+	h.handle("DELETE "+env, acl.NamespaceWrite, h.schedOne("environment", func(r *http.Request, ns string) (*pbresource.Resource, error) {
 		return h.sched.DeleteEnvironment(r.Context(), ns, r.PathValue("name"))
 	}))
-	h.handle(env, methodNotAllowed("GET, PUT, DELETE"))
-	h.handle("GET "+env+"/status", h.environmentStatus)
-	h.handle("GET "+env+"/diff", h.environmentDiff)
-	h.handle("GET "+env+"/versions", h.schedList("versions", func(r *http.Request, q query) ([]*pbresource.Resource, error) {
+	h.handle(env, acl.Public, methodNotAllowed("GET, PUT, DELETE"))
+	h.handle("GET "+env+"/status", acl.NamespaceRead, h.environmentStatus)
+	h.handle("GET "+env+"/diff", acl.NamespaceRead, h.environmentDiff)
+	h.handle("GET "+env+"/versions", acl.NamespaceRead, h.schedList("versions", func(r *http.Request, q query) ([]*pbresource.Resource, error) {
 		return h.sched.Versions(r.Context(), q.namespace, r.PathValue("name"))
 	}))
-	h.handle("POST "+deps, h.schedOne("deployment", func(r *http.Request, ns string) (*pbresource.Resource, error) {
+	h.handle("POST "+deps, acl.NamespaceWrite, h.schedOne("deployment", func(r *http.Request, ns string) (*pbresource.Resource, error) {
 		v, err := h.decodeVersion(r)
 		if err != nil {
 			return nil, err
 		}
 		return h.sched.StartDeployment(r.Context(), ns, r.PathValue("name"), v)
 	}))
-	h.handle("GET "+deps, h.schedList("deployments", func(r *http.Request, q query) ([]*pbresource.Resource, error) {
+	h.handle("GET "+deps, acl.NamespaceRead, h.schedList("deployments", func(r *http.Request, q query) ([]*pbresource.Resource, error) {
 		return h.sched.ListDeployments(r.Context(), q.namespace, r.PathValue("name"))
 	}))
-	h.handle(deps, methodNotAllowed("GET, POST"))
-	h.handle("GET "+dep, h.schedOne("deployment", func(r *http.Request, ns string) (*pbresource.Resource, error) {
+	h.handle(deps, acl.Public, methodNotAllowed("GET, POST"))
+	h.handle("GET "+dep, acl.NamespaceRead, h.schedOne("deployment", func(r *http.Request, ns string) (*pbresource.Resource, error) {
 		return h.sched.GetDeployment(r.Context(), ns, r.PathValue("name"), r.PathValue("id"))
 	}))
-	h.handle("POST "+dep+"/stop", h.schedOne("deployment", func(r *http.Request, ns string) (*pbresource.Resource, error) {
+	h.handle("POST "+dep+"/stop", acl.NamespaceWrite, h.schedOne("deployment", func(r *http.Request, ns string) (*pbresource.Resource, error) {
 		return h.sched.StopDeployment(r.Context(), ns, r.PathValue("name"), r.PathValue("id"))
 	}))
-	h.handle("POST "+env+"/rollback", h.schedOne("deployment", func(r *http.Request, ns string) (*pbresource.Resource, error) {
+	h.handle("POST "+env+"/rollback", acl.NamespaceWrite, h.schedOne("deployment", func(r *http.Request, ns string) (*pbresource.Resource, error) {
 		v, err := h.decodeVersion(r)
 		if err != nil {
 			return nil, err

@@ -108,6 +108,7 @@ func newEnv(t *testing.T, o options) *env {
 		Registerer: promReg, Gatherer: promReg,
 		MaxRequestBytes: o.maxBody,
 		EnableDebug:     o.debug,
+		Authorize:       o.authorize,
 	})
 	if err != nil {
 		t.Fatal(err)

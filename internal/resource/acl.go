@@ -72,6 +72,9 @@ func aclError(what string, err error) error {
 	if errors.Is(err, acl.ErrPermissionDenied) {
 		return status.Errorf(codes.PermissionDenied, "%s: %v", what, err)
 	}
+	if errors.Is(err, acl.ErrTokenRequired) {
+		return status.Errorf(codes.Unauthenticated, "%s: %v", what, err)
+	}
 	return fmt.Errorf("ACL hook for %s: %w", what, err)
 }
 

@@ -172,6 +172,7 @@ func TestAuthorizeErrors(t *testing.T) {
 	}{
 		{status.Error(codes.Unauthenticated, "token expired"), codes.Unauthenticated, "token expired"},
 		{errors.Join(acl.ErrPermissionDenied, errors.New("token not found")), codes.PermissionDenied, "token not found"},
+		{acl.ErrTokenRequired, codes.Unauthenticated, "token is required"},
 		{errors.New("acl store exploded at 0xdeadbeef"), codes.Internal, "internal error"},
 	} {
 		h := newHarness(t, withAuthorize(func(context.Context) (acl.Authorizer, error) { return nil, c.err }))

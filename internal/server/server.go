@@ -139,6 +139,7 @@ func New(cfg Config) (_ *Server, err error) {
 		MaxBatchBytes:   cfg.MaxBatchBytes,
 		EnableDebug:     cfg.EnableDebug,
 		Scheduler:       ops,
+		Authorize:       cfg.Authorize,
 	})
 	if err != nil {
 		return nil, err
