@@ -80,10 +80,12 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.grpcMetrics = gm
+	// Every method's permission is checked before its handler runs.
+	authz := newMethodAuthorizer(cfg.Authorize)
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.GRPCMaxRecvBytes),
-		grpc.ChainUnaryInterceptor(gm.unary(), unaryInterceptor(s.log)),
-		grpc.ChainStreamInterceptor(gm.stream(), streamInterceptor(s.log, s.stopping)),
+		grpc.ChainUnaryInterceptor(gm.unary(), unaryInterceptor(s.log), authz.unary()),
+		grpc.ChainStreamInterceptor(gm.stream(), streamInterceptor(s.log, s.stopping), authz.stream()),
 	)
 
 	// Listeners first: with port 0 the Raft node must advertise the gRPC

@@ -1,0 +1,69 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pbagent "trellis.dev/trellis/api/agent/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/acl"
+	"trellis.dev/trellis/internal/resource"
+)
+
+// TestMethodAuthorizerCheck: the interceptors' decision, method by
+// method, for each thing a resolver can answer.
+func TestMethodAuthorizerCheck(t *testing.T) {
+	heartbeat := pbagent.AgentService_Heartbeat_FullMethodName
+	tests := []struct {
+		name     string
+		method   string
+		resolved acl.Authorizer
+		err      error
+		code     codes.Code
+		msg      string
+		resolves bool
+	}{
+		{name: "allowed", method: heartbeat, resolved: acl.AllowAll{}, code: codes.OK, resolves: true},
+		{name: "refused names the permission", method: heartbeat, resolved: acl.DenyAll{}, code: codes.PermissionDenied, msg: "needs agent", resolves: true},
+		{name: "undeclared method is closed", method: "/trellis.new.v1.Thing/Do", resolved: acl.AllowAll{}, code: codes.PermissionDenied, msg: "declares no permission"},
+		{name: "per-resource resolves nothing", method: pbresource.ResourceService_Read_FullMethodName, resolved: acl.DenyAll{}, code: codes.OK},
+		{name: "public resolves nothing", method: "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", resolved: acl.DenyAll{}, code: codes.OK},
+		{name: "missing token", method: heartbeat, err: acl.ErrTokenRequired, code: codes.Unauthenticated, msg: "token is required", resolves: true},
+		{name: "unknown token", method: heartbeat, err: errors.Join(acl.ErrPermissionDenied, errors.New("token not found")), code: codes.PermissionDenied, msg: "token not found", resolves: true},
+		{name: "resolver status kept", method: heartbeat, err: status.Error(codes.Unavailable, "acl store down"), code: codes.Unavailable, resolves: true},
+		{name: "resolver fault hidden", method: heartbeat, err: errors.New("secret detail 0xdead"), code: codes.Internal, msg: "internal error", resolves: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var token string
+			resolved := false
+			m := newMethodAuthorizer(func(ctx context.Context) (acl.Authorizer, error) {
+				resolved, token = true, resource.TokenFromContext(ctx)
+				return tt.resolved, tt.err
+			})
+			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(resource.TokenMetadataKey, "tok"))
+			err := m.check(ctx, tt.method)
+			if status.Code(err) != tt.code {
+				t.Fatalf("err = %v, want %v", err, tt.code)
+			}
+			if tt.msg != "" && !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("message %q lacks %q", err, tt.msg)
+			}
+			if strings.Contains(status.Convert(err).Message(), "0xdead") {
+				t.Error("an internal failure leaked its detail")
+			}
+			if resolved != tt.resolves {
+				t.Errorf("resolved = %v, want %v", resolved, tt.resolves)
+			}
+			if resolved && token != "tok" {
+				t.Errorf("the resolver saw token %q, want the metadata's", token)
+			}
+		})
+	}
+}
