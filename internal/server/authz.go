@@ -15,6 +15,7 @@ import (
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbstorage "trellis.dev/trellis/api/storage/v1"
 	"trellis.dev/trellis/internal/acl"
+	"trellis.dev/trellis/internal/httpapi"
 	"trellis.dev/trellis/internal/resource"
 )
 
@@ -142,3 +143,7 @@ func tokenContext(ctx context.Context) context.Context {
 	}
 	return ctx
 }
+
+// HTTPRoutes returns every route of the HTTP API with the permission it
+// declares (see httpapi.Handler.Routes).
+func (s *Server) HTTPRoutes() []httpapi.Route { return s.httpAPI.Routes() }
