@@ -335,3 +335,36 @@ func TestPanicIsInternalError(t *testing.T) {
 	}
 	mustStatus(t, e.do(http.MethodGet, nsPath+"default", ""), http.StatusOK)
 }
+
+// A route's own permission is checked before its handler runs: 401 when
+// the resolver wants a token and none came, 403 naming the permission when
+// the token may not, the answer when it may.
+func TestRoutePermission(t *testing.T) {
+	authorize := func(ctx context.Context) (acl.Authorizer, error) {
+		switch resource.TokenFromContext(ctx) {
+		case "":
+			return nil, acl.ErrTokenRequired
+		case "ops":
+			return acl.AllowAll{}, nil
+		}
+		return acl.DenyAll{}, nil
+	}
+	e := newEnv(t, options{authorize: authorize})
+	r := e.do(http.MethodGet, "/v1/metrics", "")
+	mustStatus(t, r, http.StatusUnauthorized)
+	if er := r.apiError(t); er.Code != wire.CodeUnauthenticated || !strings.Contains(er.Error, "token is required") {
+		t.Fatalf("no token: %+v", er)
+	}
+	r = e.do(http.MethodGet, "/v1/metrics", "", "X-Trellis-Token", "nope")
+	mustStatus(t, r, http.StatusForbidden)
+	if er := r.apiError(t); er.Code != wire.CodePermissionDenied || !strings.Contains(er.Error, "needs operator:read") {
+		t.Fatalf("refused token: %+v", er)
+	}
+	mustStatus(t, e.do(http.MethodGet, "/v1/metrics", "", "Authorization", "Bearer ops"), http.StatusOK)
+	// Public routes ask nothing.
+	mustStatus(t, e.do(http.MethodGet, "/v1/health", ""), http.StatusOK)
+	// Without an operator (in memory) the operator routes are still
+	// guarded first: a refused caller learns nothing about the server.
+	mustStatus(t, e.do(http.MethodPut, "/v1/snapshot", "x", "X-Trellis-Token", "nope"), http.StatusForbidden)
+	mustStatus(t, e.do(http.MethodPut, "/v1/snapshot", "x", "X-Trellis-Token", "ops"), http.StatusNotImplemented)
+}
