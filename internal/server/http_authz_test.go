@@ -20,7 +20,7 @@ import (
 	"trellis.dev/trellis/internal/testcluster"
 )
 
-// fullServers builds the two shapes of server, every route turned on
+// fullServers runs the two shapes of server, every route turned on
 // (debug included): in memory, and a single-server Raft cluster.
 func fullServers(t *testing.T, authorize func(context.Context) (acl.Authorizer, error)) []*server.Server {
 	t.Helper()
@@ -43,6 +43,9 @@ func fullServers(t *testing.T, authorize func(context.Context) (acl.Authorizer, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Started, so that the test's end stops them and frees their ports.
+	runServer(t, mem)
+	runServer(t, raft)
 	return []*server.Server{mem, raft}
 }
 
@@ -126,7 +129,6 @@ func TestDenyAllRefusesEveryHTTPRoute(t *testing.T) {
 		return acl.DenyAll{}, nil
 	}
 	for _, srv := range fullServers(t, authorize) {
-		runServer(t, srv)
 		base := "http://" + srv.HTTPAddr()
 		waitHealthy(t, base)
 		eventually(t, 30*time.Second, "the default namespace", func() bool {
