@@ -16,7 +16,9 @@
 // Namespaced types take ?namespace= (default "default"; "*" lists or watches
 // every namespace); cluster-scoped types refuse one. The ACL token comes
 // from X-Trellis-Token or Authorization: Bearer and travels to the resource
-// service in the context.
+// service in the context. Every route is registered with the permission it
+// needs (handle), checked before its handler runs; Handler.Routes lists
+// them.
 //
 // Design decisions:
 //

@@ -43,7 +43,9 @@ type Config struct {
 	// orchestrator types.
 	Registry *resource.Registry
 	// Authorize turns the caller's token (resource.TokenFromContext) into
-	// an Authorizer; nil allows everything, until ACLs land.
+	// an Authorizer, which every HTTP route's and gRPC method's declared
+	// permission, and every resource's type hooks, are checked against.
+	// Nil allows everything, until ACLs land.
 	Authorize func(ctx context.Context) (acl.Authorizer, error)
 
 	// Request limits; zero means the defaults (httpapi.DefaultMax*,

@@ -2,8 +2,9 @@
 // (in memory, or Raft through package cluster), the type registry with the
 // core and orchestrator types, the resource service over them, the gRPC API
 // (the ResourceService and the AgentService, and with Raft the forwarding
-// and cluster services; with a recovery interceptor and message size
-// limits) and the HTTP/JSON API (package httpapi), one Prometheus registry
+// and cluster services; with a recovery interceptor, an authorization
+// interceptor that checks each method's declared permission (authz.go), and
+// message size limits) and the HTTP/JSON API (package httpapi), one Prometheus registry
 // served at /v1/metrics, and the runnables that make up the running
 // process.
 //
