@@ -21,6 +21,7 @@ import (
 // serverFlags are the flags dev and server share.
 type serverFlags struct {
 	httpAddr, grpcAddr, raftAddr string
+	serverAddr                   string
 	dataDir                      string
 	logLevel                     string
 	enableDebug                  bool
@@ -29,8 +30,10 @@ type serverFlags struct {
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.httpAddr, "http-addr", server.DefaultHTTPAddr, "address of the HTTP/JSON API (host:port)")
-	fs.StringVar(&f.grpcAddr, "grpc-addr", server.DefaultGRPCAddr, "address of the gRPC API, which agents and other servers use (host:port)")
+	fs.StringVar(&f.grpcAddr, "grpc-addr", server.DefaultGRPCAddr, "address of the public gRPC API, which agents and tools use (host:port)")
 	fs.StringVar(&f.raftAddr, "raft-addr", server.DefaultRaftAddr, "address of Raft, which other servers dial (host:port)")
+	fs.StringVar(&f.serverAddr, "server-addr", server.DefaultServerAddr,
+		"address of the server-to-server RPCs (write forwarding, joining, heartbeat forwarding), which other servers dial and -retry-join names (host:port); only a server with -data-dir listens on it")
 	addLogLevelFlag(fs, &f.logLevel, "info")
 	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", heartbeat.DefaultTTL, "how long an instance's agent may be silent before the instance is marked down and its tasks lost")
 	fs.BoolVar(&f.enableDebug, "enable-debug", false, "serve Go's profiling endpoints at /v1/debug/pprof/ on the HTTP API (for diagnosing a server; leave off otherwise)")
@@ -79,6 +82,7 @@ It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 				HTTPAddr:     f.httpAddr,
 				GRPCAddr:     f.grpcAddr,
 				RaftAddr:     f.raftAddr,
+				ServerAddr:   f.serverAddr,
 				Logger:       log,
 				EnableDebug:  f.enableDebug,
 				HeartbeatTTL: f.heartbeatTTL,

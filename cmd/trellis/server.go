@@ -23,8 +23,12 @@ func newServerCmd(e *env) *cobra.Command {
 
 A new cluster forms once -bootstrap-expect servers have found each other:
 start each with the same -bootstrap-expect and -retry-join naming the others'
-gRPC addresses. A server restarted with its -data-dir rejoins with its data.
+server-to-server addresses (-server-addr, port 7703 by default). A server restarted with its -data-dir rejoins with its data.
 A server that should join an existing cluster takes -retry-join alone.
+
+Servers talk to each other on two ports of their own: Raft (-raft-addr) and
+the server-to-server RPCs (-server-addr: write forwarding, joining, heartbeat
+forwarding). Agents and tools use only the HTTP and public gRPC ports.
 
 When the leader dies, the others elect a new one in about a second. On slow
 networks or busy, shared machines, where a server may miss the leader's
@@ -32,11 +36,11 @@ heartbeats for half a second without anything being wrong, give every server
 the same -raft-multiplier above 1 to wait longer before electing.`,
 		Example: `  # three servers on one machine (each in its own terminal)
   trellis server -data-dir /var/lib/trellis/s1 -http-addr 127.0.0.1:7700 -grpc-addr 127.0.0.1:7701 -raft-addr 127.0.0.1:7702 \
-      -bootstrap-expect 3 -retry-join 127.0.0.1:7711 -retry-join 127.0.0.1:7721
+      -server-addr 127.0.0.1:7703 -bootstrap-expect 3 -retry-join 127.0.0.1:7713 -retry-join 127.0.0.1:7723
   trellis server -data-dir /var/lib/trellis/s2 -http-addr 127.0.0.1:7710 -grpc-addr 127.0.0.1:7711 -raft-addr 127.0.0.1:7712 \
-      -bootstrap-expect 3 -retry-join 127.0.0.1:7701 -retry-join 127.0.0.1:7721
+      -server-addr 127.0.0.1:7713 -bootstrap-expect 3 -retry-join 127.0.0.1:7703 -retry-join 127.0.0.1:7723
   trellis server -data-dir /var/lib/trellis/s3 -http-addr 127.0.0.1:7720 -grpc-addr 127.0.0.1:7721 -raft-addr 127.0.0.1:7722 \
-      -bootstrap-expect 3 -retry-join 127.0.0.1:7701 -retry-join 127.0.0.1:7711`,
+      -server-addr 127.0.0.1:7723 -bootstrap-expect 3 -retry-join 127.0.0.1:7703 -retry-join 127.0.0.1:7713`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := serverConfig(f, bootstrapExpect, retryJoin, raftMultiplier)
@@ -49,14 +53,14 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 			}
 			cfg.Logger = log
 			return runServer(cmd.Context(), cfg, func(s *server.Server) {
-				log.Info("trellis server running", "http", "http://"+s.HTTPAddr(), "grpc", s.GRPCAddr(), "raft", s.RaftAddr())
+				log.Info("trellis server running", "http", "http://"+s.HTTPAddr(), "grpc", s.GRPCAddr(), "raft", s.RaftAddr(), "server", s.ServerAddr())
 			})
 		},
 	}
 	f.register(cmd.Flags())
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "directory for the Raft log, snapshots and state (required)")
 	cmd.Flags().IntVar(&bootstrapExpect, "bootstrap-expect", 0, "number of servers to wait for before forming a new cluster (0: join an existing one)")
-	cmd.Flags().StringArrayVar(&retryJoin, "retry-join", nil, "gRPC address (host:port) of another server to join through; repeatable, retried until one answers")
+	cmd.Flags().StringArrayVar(&retryJoin, "retry-join", nil, "server-to-server address (another server's -server-addr, host:port) to join through; repeatable, retried until one answers")
 	cmd.Flags().IntVar(&raftMultiplier, "raft-multiplier", DefaultRaftMultiplier,
 		"scale Raft's failure detection, 1 to 10: a follower calls an election after 0.5-1 s times this without the leader's heartbeats. "+
 			"1 (a LAN) replaces a dead leader in about a second; raise it for slow networks or busy, shared machines, where needless elections cost more")
@@ -77,6 +81,7 @@ func serverConfig(f serverFlags, bootstrapExpect int, retryJoin []string, raftMu
 		HTTPAddr:     f.httpAddr,
 		GRPCAddr:     f.grpcAddr,
 		RaftAddr:     f.raftAddr,
+		ServerAddr:   f.serverAddr,
 		EnableDebug:  f.enableDebug,
 		HeartbeatTTL: f.heartbeatTTL,
 		Raft: &server.RaftConfig{

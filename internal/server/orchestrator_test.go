@@ -332,20 +332,20 @@ func raftCluster(t *testing.T, ttl time.Duration) []*server.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grpcAddrs := make([]string, 3)
-	for i := range grpcAddrs {
-		grpcAddrs[i] = fmt.Sprintf("127.0.0.1:%d", ports[i])
+	serverAddrs := make([]string, 3)
+	for i := range serverAddrs {
+		serverAddrs[i] = fmt.Sprintf("127.0.0.1:%d", ports[i])
 	}
 	servers := make([]*server.Server, 3)
 	for i := range servers {
 		var join []string
-		for j, a := range grpcAddrs {
+		for j, a := range serverAddrs {
 			if j != i {
 				join = append(join, a)
 			}
 		}
 		srv, err := server.New(server.Config{
-			HTTPAddr: "127.0.0.1:0", GRPCAddr: grpcAddrs[i], RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
+			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", ServerAddr: serverAddrs[i], RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
 			Raft:         &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: 3, RetryJoin: join},
 			HeartbeatTTL: ttl, Logger: testlog.Logger(t).With("server", i), ShutdownTimeout: 20 * time.Second,
 		})

@@ -10,9 +10,10 @@ import (
 )
 
 // openRaft opens this server's Raft node and cluster membership: the
-// replicated backend, the forwarding and cluster gRPC services, Raft
-// metrics, and the runnable that forms or joins the cluster (it runs after
-// the gRPC server is up, since formation talks to the other servers).
+// replicated backend, the forwarding and cluster gRPC services (on the
+// server-to-server listener), Raft metrics, and the runnable that forms or
+// joins the cluster (it runs after the gRPC servers are up, since
+// formation talks to the other servers).
 func (s *Server) openRaft(cfg *RaftConfig) error {
 	tuning := raftstore.DefaultTuning().Scaled(cfg.RaftMultiplier)
 	if cfg.SingleServer {
@@ -27,7 +28,7 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 	c, err := cluster.New(cluster.Config{
 		DataDir:         cfg.DataDir,
 		RaftAddr:        s.cfg.RaftAddr,
-		GRPCAddr:        s.grpcLn.Addr().String(),
+		ServerAddr:      s.serverLn.Addr().String(),
 		BootstrapExpect: cfg.BootstrapExpect,
 		RetryJoin:       cfg.RetryJoin,
 		Logger:          s.log.With("component", "cluster"),
@@ -36,7 +37,7 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 	if err != nil {
 		return err
 	}
-	c.RegisterGRPC(s.grpc)
+	c.RegisterGRPC(s.serverGRPC)
 	if err := s.metrics.Register(c.Backend().Metrics()); err != nil {
 		_ = c.Shutdown(context.Background())
 		return err
@@ -96,7 +97,7 @@ func (r raftStatus) RaftPeers() ([]wire.RaftPeer, error) {
 	}
 	out := make([]wire.RaftPeer, len(peers))
 	for i, p := range peers {
-		out[i] = wire.RaftPeer{ID: p.ID, RaftAddr: p.RaftAddr, GRPCAddr: p.GRPCAddr, Voter: p.Voter, Leader: p.Leader}
+		out[i] = wire.RaftPeer{ID: p.ID, RaftAddr: p.RaftAddr, ServerAddr: p.ServerAddr, Voter: p.Voter, Leader: p.Leader}
 	}
 	return out, nil
 }

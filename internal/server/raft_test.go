@@ -22,7 +22,7 @@ func startRaft(t *testing.T, dataDir string) (*client.Client, func()) {
 		t.Fatal(err)
 	}
 	srv, err := server.New(server.Config{
-		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), ServerAddr: "127.0.0.1:0",
 		Raft:            &server.RaftConfig{DataDir: dataDir, BootstrapExpect: 1, SingleServer: true},
 		ShutdownTimeout: 20 * time.Second,
 	})

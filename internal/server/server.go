@@ -39,12 +39,16 @@ type Server struct {
 	// grpcMetrics learns the registered methods when serving starts.
 	grpcMetrics *grpcMetrics
 
-	grpc     *grpc.Server
-	grpcLn   net.Listener
-	httpAPI  *httpapi.Handler
-	httpLn   net.Listener
-	stopping context.Context
-	stop     context.CancelFunc
+	grpc   *grpc.Server
+	grpcLn net.Listener
+	// serverGRPC serves the server-to-server RPCs (forwarding, cluster
+	// membership, heartbeat forwarding) on serverLn; both nil in memory.
+	serverGRPC *grpc.Server
+	serverLn   net.Listener
+	httpAPI    *httpapi.Handler
+	httpLn     net.Listener
+	stopping   context.Context
+	stop       context.CancelFunc
 
 	leadership *leadershipHub // nil when the backend does not say
 	bootstrap  *bootstrapper
@@ -80,14 +84,17 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.grpcMetrics = gm
-	s.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(cfg.GRPCMaxRecvBytes),
-		grpc.ChainUnaryInterceptor(gm.unary(), unaryInterceptor(s.log)),
-		grpc.ChainStreamInterceptor(gm.stream(), streamInterceptor(s.log, s.stopping)),
-	)
+	newGRPC := func() *grpc.Server {
+		return grpc.NewServer(
+			grpc.MaxRecvMsgSize(cfg.GRPCMaxRecvBytes),
+			grpc.ChainUnaryInterceptor(gm.unary(), unaryInterceptor(s.log)),
+			grpc.ChainStreamInterceptor(gm.stream(), streamInterceptor(s.log, s.stopping)),
+		)
+	}
+	s.grpc = newGRPC()
 
-	// Listeners first: with port 0 the Raft node must advertise the gRPC
-	// port actually bound.
+	// Listeners first: with port 0 the Raft node must advertise the
+	// server-to-server port actually bound.
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("-grpc-addr: %w", err)
 	}
@@ -96,6 +103,14 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 
 	if cfg.Raft != nil {
+		// Forwarding applies any command without the resource service's
+		// validation and ACL hooks, and membership changes the voters: a
+		// listener of their own keeps them off the public port, so that it
+		// can be closed to everything but the cluster's servers.
+		s.serverGRPC = newGRPC()
+		if s.serverLn, err = net.Listen("tcp", cfg.ServerAddr); err != nil {
+			return nil, fmt.Errorf("-server-addr: %w", err)
+		}
 		if err := s.openRaft(cfg.Raft); err != nil {
 			return nil, err
 		}
@@ -115,8 +130,8 @@ func New(cfg Config) (_ *Server, err error) {
 	// Server reflection lets grpcurl and other generic clients list and
 	// describe the services without the .proto files. It answers from
 	// the services registered when it is asked, so the ones added below
-	// and by the Raft cluster (Cluster, Forwarding) are listed too. It
-	// reveals schemas only, the same ones api/ publishes.
+	// are listed too (the server-to-server services are not on this
+	// server). It reveals schemas only, the same ones api/ publishes.
 	reflection.Register(s.grpc)
 	if l, ok := s.backend.(storage.Leadership); ok {
 		s.leadership = newLeadershipHub(l)
@@ -147,7 +162,7 @@ func New(cfg Config) (_ *Server, err error) {
 }
 
 func (s *Server) closeListeners() {
-	for _, ln := range []net.Listener{s.grpcLn, s.httpLn} {
+	for _, ln := range []net.Listener{s.grpcLn, s.serverLn, s.httpLn} {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -175,8 +190,17 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.leadership != nil {
 		g.Add("leadership", s.leadership)
 	}
-	s.grpcMetrics.register(s.grpc)
-	g.Add("grpc", RunnableFunc(s.serveGRPC))
+	if s.serverGRPC != nil {
+		s.grpcMetrics.register(s.grpc, s.serverGRPC)
+		g.Add("server-grpc", RunnableFunc(func(ctx context.Context) error {
+			return s.serveGRPC(ctx, "server-to-server grpc", s.serverGRPC, s.serverLn)
+		}))
+	} else {
+		s.grpcMetrics.register(s.grpc)
+	}
+	g.Add("grpc", RunnableFunc(func(ctx context.Context) error {
+		return s.serveGRPC(ctx, "grpc", s.grpc, s.grpcLn)
+	}))
 	for _, e := range s.extra {
 		g.Add(e.name, e.r)
 	}
@@ -195,7 +219,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	g.Add("http", RunnableFunc(s.serveHTTP))
 	s.log.Info("server starting", "http", s.HTTPAddr(), "grpc", s.GRPCAddr(), "raft", s.cfg.RaftAddr,
-		"storage", s.storageKind(), "runnables", g.Names())
+		"server", s.ServerAddr(), "storage", s.storageKind(), "runnables", g.Names())
 	err := g.Start(ctx)
 	s.closeListeners()
 	s.log.Info("server stopped", "err", err)
@@ -209,24 +233,26 @@ func (s *Server) storageKind() string {
 	return "memory"
 }
 
-func (s *Server) serveGRPC(ctx context.Context) error {
+// serveGRPC serves srv on ln until ctx ends, then stops it gracefully
+// within half the shutdown timeout.
+func (s *Server) serveGRPC(ctx context.Context, name string, srv *grpc.Server, ln net.Listener) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.grpc.Serve(s.grpcLn) }()
+	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
-		return fmt.Errorf("grpc server: %w", err)
+		return fmt.Errorf("%s server: %w", name, err)
 	case <-ctx.Done():
 	}
 	s.stop() // end watch streams, which GracefulStop would wait on
 	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	go func() { srv.GracefulStop(); close(stopped) }()
 	t := time.NewTimer(s.cfg.ShutdownTimeout / 2)
 	defer t.Stop()
 	select {
 	case <-stopped:
 	case <-t.C:
-		s.log.Warn("grpc: graceful stop timed out; closing connections")
-		s.grpc.Stop()
+		s.log.Warn(name + ": graceful stop timed out; closing connections")
+		srv.Stop()
 		<-stopped
 	}
 	<-errc
@@ -263,6 +289,15 @@ func (s *Server) HTTPAddr() string { return s.httpLn.Addr().String() }
 
 // GRPCAddr is the address the gRPC API listens on.
 func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }
+
+// ServerAddr is the address the server-to-server gRPC listener listens
+// on; "" for a server in memory, which has none.
+func (s *Server) ServerAddr() string {
+	if s.serverLn == nil {
+		return ""
+	}
+	return s.serverLn.Addr().String()
+}
 
 // RaftAddr is the Raft address the server reports.
 func (s *Server) RaftAddr() string { return s.cfg.RaftAddr }

@@ -173,11 +173,11 @@ type Health struct {
 // RaftPeer is one server of the Raft configuration
 // (GET /v1/operator/raft/peers).
 type RaftPeer struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	GRPCAddr string `json:"grpc_addr"`
-	Voter    bool   `json:"voter"`
-	Leader   bool   `json:"leader"`
+	ID         string `json:"id"`
+	RaftAddr   string `json:"raft_addr"`
+	ServerAddr string `json:"server_addr"` // the server-to-server address (-server-addr)
+	Voter      bool   `json:"voter"`
+	Leader     bool   `json:"leader"`
 }
 
 // RemovedPeer answers DELETE /v1/operator/raft/peers/{peer}.
