@@ -262,6 +262,8 @@ func TestCommandErrors(t *testing.T) {
 		{"server: no data dir", []string{"server"}, "", 2, "-data-dir: required"},
 		{"server: bad address", []string{"server", "-data-dir", dir, "-http-addr", "localhost"}, "", 2, `-http-addr: "localhost" is not host:port`},
 		{"server: bad retry-join", []string{"server", "-data-dir", dir, "-retry-join", "10.0.0.1"}, "", 2, `-retry-join: "10.0.0.1" is not host:port (for example 127.0.0.1:7703)`},
+		{"server: missing TLS file", []string{"server", "-data-dir", dir, "-tls-ca-file", filepath.Join(dir, "nope.pem"), "-tls-cert-file", "s.pem", "-tls-key-file", "k.pem"}, "", 2, "-tls-ca-file"},
+		{"server: TLS without a certificate", []string{"server", "-data-dir", dir, "-tls-ca-file", "ca.pem"}, "", 2, "-tls-cert-file: required on a server"},
 		{"server: bad bootstrap-expect", []string{"server", "-data-dir", dir, "-bootstrap-expect", "-2"}, "", 2, "-bootstrap-expect: -2"},
 		{"server: not a number", []string{"server", "-data-dir", dir, "-bootstrap-expect", "three"}, "", 2, `invalid argument "three"`},
 		{"server: raft multiplier too big", []string{"server", "-data-dir", dir, "-raft-multiplier", "11"}, "", 2, "-raft-multiplier: 11 is out of range: give an integer from 1 (a LAN) to 10"},

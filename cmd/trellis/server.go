@@ -7,6 +7,7 @@ import (
 
 	"trellis.dev/trellis/internal/server"
 	raftstore "trellis.dev/trellis/internal/storage/raft"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 func newServerCmd(e *env) *cobra.Command {
@@ -15,6 +16,7 @@ func newServerCmd(e *env) *cobra.Command {
 		bootstrapExpect int
 		retryJoin       []string
 		raftMultiplier  int
+		tlsFiles        tlsutil.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -28,7 +30,10 @@ A server that should join an existing cluster takes -retry-join alone.
 
 Servers talk to each other on two ports of their own: Raft (-raft-addr) and
 the server-to-server RPCs (-server-addr: write forwarding, joining, heartbeat
-forwarding). Agents and tools use only the HTTP and public gRPC ports.
+forwarding). Agents and tools use only the HTTP and public gRPC ports. With
+-tls-ca-file, -tls-cert-file and -tls-key-file (see trellis tls), both server
+ports accept only servers holding a server certificate of the cluster's CA,
+and the files are read again on SIGHUP.
 
 When the leader dies, the others elect a new one in about a second. On slow
 networks or busy, shared machines, where a server may miss the leader's
@@ -47,6 +52,12 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 			if err != nil {
 				return err
 			}
+			if tlsFiles.Enabled() {
+				tlsFiles.Server = true
+				if cfg.TLS, err = tlsutil.New(tlsFiles); err != nil {
+					return usageError{err}
+				}
+			}
 			log, err := f.logger(e.stderr)
 			if err != nil {
 				return err
@@ -61,6 +72,9 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "directory for the Raft log, snapshots and state (required)")
 	cmd.Flags().IntVar(&bootstrapExpect, "bootstrap-expect", 0, "number of servers to wait for before forming a new cluster (0: join an existing one)")
 	cmd.Flags().StringArrayVar(&retryJoin, "retry-join", nil, "server-to-server address (another server's -server-addr, host:port) to join through; repeatable, retried until one answers")
+	cmd.Flags().StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "the cluster CA's certificate (PEM, from `trellis tls ca create`): with -tls-cert-file and -tls-key-file, servers talk to each other (Raft and -server-addr) only over mutual TLS")
+	cmd.Flags().StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "this server's certificate (PEM, from `trellis tls cert create -server`); reloaded on SIGHUP")
+	cmd.Flags().StringVar(&tlsFiles.KeyFile, "tls-key-file", "", "the private key of -tls-cert-file (PEM); reloaded on SIGHUP")
 	cmd.Flags().IntVar(&raftMultiplier, "raft-multiplier", DefaultRaftMultiplier,
 		"scale Raft's failure detection, 1 to 10: a follower calls an election after 0.5-1 s times this without the leader's heartbeats. "+
 			"1 (a LAN) replaces a dead leader in about a second; raise it for slow networks or busy, shared machines, where needless elections cost more")

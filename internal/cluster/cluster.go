@@ -77,6 +77,7 @@ func New(cfg Config) (*Cluster, error) {
 		Tuning:            cfg.Tuning,
 		StoreOptions:      cfg.StoreOptions,
 		DialOptions:       cfg.DialOptions,
+		TLS:               cfg.RaftTLS,
 	})
 	if err != nil {
 		return nil, err

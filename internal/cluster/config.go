@@ -52,6 +52,8 @@ type Config struct {
 	// DialOptions are used for every connection to another server. The
 	// default is plaintext.
 	DialOptions []grpc.DialOption
+	// RaftTLS, when set, runs the Raft transport over mutual TLS.
+	RaftTLS *raftstore.TLS
 }
 
 // ErrInvalidConfig wraps every configuration error.

@@ -12,6 +12,7 @@ import (
 
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // Default addresses: 7700 HTTP and 7701 public gRPC (people, tools,
@@ -39,6 +40,11 @@ type Config struct {
 	// which skip the public services' validation and ACL hooks and so are
 	// never served on GRPCAddr. Only a Raft server listens on it.
 	ServerAddr string
+	// TLS, when set, secures the links between servers: the
+	// server-to-server listener and Raft accept only peers with a server
+	// certificate of the cluster's CA (mutual TLS), and this server dials
+	// them with its own. Nil: plaintext.
+	TLS *tlsutil.Configurator
 	// Raft, when set, makes the server a Raft voter with durable storage.
 	// Nil: everything in memory, this server the leader at once.
 	Raft *RaftConfig

@@ -26,6 +26,7 @@ import (
 	raftstore "trellis.dev/trellis/internal/storage/raft"
 	"trellis.dev/trellis/internal/testcluster"
 	"trellis.dev/trellis/internal/testlog"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // detectSlack is what the issue allows past the TTL to mark a dead
@@ -328,6 +329,13 @@ func TestSilentAgentIsMarkedDown(t *testing.T) {
 // cluster, and returns them once one leads.
 func raftCluster(t *testing.T, ttl time.Duration) []*server.Server {
 	t.Helper()
+	return raftClusterTLS(t, ttl, nil)
+}
+
+// raftClusterTLS is raftCluster with each server's links to the others
+// secured by tlsFor(i) (plaintext when tlsFor is nil).
+func raftClusterTLS(t *testing.T, ttl time.Duration, tlsFor func(i int) *tlsutil.Configurator) []*server.Server {
+	t.Helper()
 	ports, err := testcluster.FreePorts(6)
 	if err != nil {
 		t.Fatal(err)
@@ -344,7 +352,12 @@ func raftCluster(t *testing.T, ttl time.Duration) []*server.Server {
 				join = append(join, a)
 			}
 		}
+		var tc *tlsutil.Configurator
+		if tlsFor != nil {
+			tc = tlsFor(i)
+		}
 		srv, err := server.New(server.Config{
+			TLS:      tc,
 			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", ServerAddr: serverAddrs[i], RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
 			Raft:         &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: 3, RetryJoin: join},
 			HeartbeatTTL: ttl, Logger: testlog.Logger(t).With("server", i), ShutdownTimeout: 20 * time.Second,

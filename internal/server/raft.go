@@ -2,11 +2,16 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"trellis.dev/trellis/internal/cluster"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	raftstore "trellis.dev/trellis/internal/storage/raft"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // openRaft opens this server's Raft node and cluster membership: the
@@ -25,7 +30,29 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 	if err != nil {
 		return err
 	}
+	var dial []grpc.DialOption
+	var raftTLS *raftstore.TLS
+	if t := s.cfg.TLS; t != nil {
+		in, err := t.IncomingServerConfig()
+		if err != nil {
+			return fmt.Errorf("-tls-cert-file: %w", err)
+		}
+		out, err := t.OutgoingServerConfig()
+		if err != nil {
+			return fmt.Errorf("-tls-cert-file: %w", err)
+		}
+		dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(out))}
+		raftTLS = &raftstore.TLS{Incoming: in, Outgoing: out}
+		// The Configurator's tls.Configs read the files loaded now at
+		// every handshake, so a reload needs no new listener.
+		s.Add("tls-reload", RunnableFunc(func(ctx context.Context) error {
+			tlsutil.WatchSIGHUP(ctx, t, s.log.With("component", "tls"))
+			return nil
+		}))
+	}
 	c, err := cluster.New(cluster.Config{
+		DialOptions:     dial,
+		RaftTLS:         raftTLS,
 		DataDir:         cfg.DataDir,
 		RaftAddr:        s.cfg.RaftAddr,
 		ServerAddr:      s.serverLn.Addr().String(),

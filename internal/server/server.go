@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/reflection"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
@@ -84,12 +85,12 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.grpcMetrics = gm
-	newGRPC := func() *grpc.Server {
-		return grpc.NewServer(
+	newGRPC := func(extra ...grpc.ServerOption) *grpc.Server {
+		return grpc.NewServer(append([]grpc.ServerOption{
 			grpc.MaxRecvMsgSize(cfg.GRPCMaxRecvBytes),
 			grpc.ChainUnaryInterceptor(gm.unary(), unaryInterceptor(s.log)),
 			grpc.ChainStreamInterceptor(gm.stream(), streamInterceptor(s.log, s.stopping)),
-		)
+		}, extra...)...)
 	}
 	s.grpc = newGRPC()
 
@@ -107,7 +108,15 @@ func New(cfg Config) (_ *Server, err error) {
 		// validation and ACL hooks, and membership changes the voters: a
 		// listener of their own keeps them off the public port, so that it
 		// can be closed to everything but the cluster's servers.
-		s.serverGRPC = newGRPC()
+		opts := []grpc.ServerOption{}
+		if cfg.TLS != nil {
+			tc, err := cfg.TLS.IncomingServerConfig()
+			if err != nil {
+				return nil, fmt.Errorf("-tls-cert-file: %w", err)
+			}
+			opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+		}
+		s.serverGRPC = newGRPC(opts...)
 		if s.serverLn, err = net.Listen("tcp", cfg.ServerAddr); err != nil {
 			return nil, fmt.Errorf("-server-addr: %w", err)
 		}

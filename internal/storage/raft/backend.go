@@ -114,11 +114,20 @@ func Open(cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("%w: RaftAdvertiseAddr %q: %v", ErrInvalidConfig, cfg.RaftAdvertiseAddr, err)
 		}
 	}
-	b.trans, err = hraft.NewTCPTransportWithConfig(cfg.RaftAddr, advertise, &hraft.NetworkTransportConfig{
+	netCfg := &hraft.NetworkTransportConfig{
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  newHCLogAdapter(logger, "raft-net"),
-	})
+	}
+	if cfg.TLS != nil {
+		var stream *tlsStreamLayer
+		if stream, err = newTLSStreamLayer(cfg.RaftAddr, advertise, cfg.TLS); err == nil {
+			netCfg.Stream = stream
+			b.trans = hraft.NewNetworkTransportWithConfig(netCfg)
+		}
+	} else {
+		b.trans, err = hraft.NewTCPTransportWithConfig(cfg.RaftAddr, advertise, netCfg)
+	}
 	if err != nil {
 		b.closeStores()
 		return nil, fmt.Errorf("raft storage: listening on RaftAddr %q: %w", cfg.RaftAddr, err)

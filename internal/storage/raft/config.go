@@ -36,9 +36,12 @@ type Config struct {
 	Tuning Tuning
 	// StoreOptions configure the in-memory state store (watch buffers).
 	StoreOptions []inmem.Option
-	// DialOptions are used to dial other servers' server-to-server ports. The default
-	// is plaintext.
+	// DialOptions are used to dial other servers' server-to-server ports.
+	// The default is plaintext.
 	DialOptions []grpc.DialOption
+	// TLS, when set, runs the Raft transport over mutual TLS; nil is
+	// plaintext TCP.
+	TLS *TLS
 }
 
 // Tuning holds Raft's timings and snapshot policy. A zero field takes the
