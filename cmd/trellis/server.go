@@ -17,6 +17,7 @@ func newServerCmd(e *env) *cobra.Command {
 		retryJoin       []string
 		raftMultiplier  int
 		tlsFiles        tlsutil.Config
+		httpsAddr       string
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -33,7 +34,8 @@ the server-to-server RPCs (-server-addr: write forwarding, joining, heartbeat
 forwarding). Agents and tools use only the HTTP and public gRPC ports. With
 -tls-ca-file, -tls-cert-file and -tls-key-file (see trellis tls), both server
 ports accept only servers holding a server certificate of the cluster's CA,
-and the files are read again on SIGHUP.
+the public gRPC port serves TLS (agents then need -tls-ca-file), -https-addr
+serves the HTTP API over TLS, and the files are read again on SIGHUP.
 
 When the leader dies, the others elect a new one in about a second. On slow
 networks or busy, shared machines, where a server may miss the leader's
@@ -58,13 +60,17 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 					return usageError{err}
 				}
 			}
+			cfg.HTTPSAddr = httpsAddr
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
 			log, err := f.logger(e.stderr)
 			if err != nil {
 				return err
 			}
 			cfg.Logger = log
 			return runServer(cmd.Context(), cfg, func(s *server.Server) {
-				log.Info("trellis server running", "http", "http://"+s.HTTPAddr(), "grpc", s.GRPCAddr(), "raft", s.RaftAddr(), "server", s.ServerAddr())
+				log.Info("trellis server running", "http", "http://"+s.HTTPAddr(), "https", s.HTTPSAddr(), "grpc", s.GRPCAddr(), "raft", s.RaftAddr(), "server", s.ServerAddr())
 			})
 		},
 	}
@@ -72,6 +78,7 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "directory for the Raft log, snapshots and state (required)")
 	cmd.Flags().IntVar(&bootstrapExpect, "bootstrap-expect", 0, "number of servers to wait for before forming a new cluster (0: join an existing one)")
 	cmd.Flags().StringArrayVar(&retryJoin, "retry-join", nil, "server-to-server address (another server's -server-addr, host:port) to join through; repeatable, retried until one answers")
+	cmd.Flags().StringVar(&httpsAddr, "https-addr", "", "also serve the HTTP API over TLS on this address (host:port; needs the -tls-* files)")
 	cmd.Flags().StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "the cluster CA's certificate (PEM, from `trellis tls ca create`): with -tls-cert-file and -tls-key-file, servers talk to each other (Raft and -server-addr) only over mutual TLS")
 	cmd.Flags().StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "this server's certificate (PEM, from `trellis tls cert create -server`); reloaded on SIGHUP")
 	cmd.Flags().StringVar(&tlsFiles.KeyFile, "tls-key-file", "", "the private key of -tls-cert-file (PEM); reloaded on SIGHUP")

@@ -31,7 +31,10 @@ const (
 // Config says what server to assemble.
 type Config struct {
 	HTTPAddr string // host:port; port 0 picks a free one
-	GRPCAddr string
+	// HTTPSAddr, when set, serves the HTTP API over TLS there too (it
+	// needs TLS).
+	HTTPSAddr string
+	GRPCAddr  string
 	// RaftAddr is the address other servers reach this one's Raft on; an
 	// in-memory server reports it as the leader's address.
 	RaftAddr string
@@ -43,7 +46,8 @@ type Config struct {
 	// TLS, when set, secures the links between servers: the
 	// server-to-server listener and Raft accept only peers with a server
 	// certificate of the cluster's CA (mutual TLS), and this server dials
-	// them with its own. Nil: plaintext.
+	// them with its own. The public gRPC port and HTTPSAddr serve TLS with
+	// the server certificate and ask clients for none. Nil: plaintext.
 	TLS *tlsutil.Configurator
 	// Raft, when set, makes the server a Raft voter with durable storage.
 	// Nil: everything in memory, this server the leader at once.
@@ -133,6 +137,12 @@ func (c Config) Validate() error {
 		{"-grpc-addr", c.GRPCAddr},
 		{"-raft-addr", c.RaftAddr},
 		{"-server-addr", c.ServerAddr},
+	}
+	if c.HTTPSAddr != "" {
+		if c.TLS == nil {
+			return configError("-https-addr", "serves TLS: give -tls-ca-file, -tls-cert-file and -tls-key-file too")
+		}
+		addrs = append(addrs, struct{ flag, addr string }{"-https-addr", c.HTTPSAddr})
 	}
 	for _, a := range addrs {
 		if err := ValidateAddr(a.flag, a.addr); err != nil {

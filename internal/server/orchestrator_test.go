@@ -353,11 +353,12 @@ func raftClusterTLS(t *testing.T, ttl time.Duration, tlsFor func(i int) *tlsutil
 			}
 		}
 		var tc *tlsutil.Configurator
+		var httpsAddr string
 		if tlsFor != nil {
-			tc = tlsFor(i)
+			tc, httpsAddr = tlsFor(i), "127.0.0.1:0"
 		}
 		srv, err := server.New(server.Config{
-			TLS:      tc,
+			TLS: tc, HTTPSAddr: httpsAddr,
 			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", ServerAddr: serverAddrs[i], RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
 			Raft:         &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: 3, RetryJoin: join},
 			HeartbeatTTL: ttl, Logger: testlog.Logger(t).With("server", i), ShutdownTimeout: 20 * time.Second,

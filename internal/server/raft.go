@@ -11,7 +11,6 @@ import (
 	"trellis.dev/trellis/internal/cluster"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	raftstore "trellis.dev/trellis/internal/storage/raft"
-	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // openRaft opens this server's Raft node and cluster membership: the
@@ -43,12 +42,6 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 		}
 		dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(out))}
 		raftTLS = &raftstore.TLS{Incoming: in, Outgoing: out}
-		// The Configurator's tls.Configs read the files loaded now at
-		// every handshake, so a reload needs no new listener.
-		s.Add("tls-reload", RunnableFunc(func(ctx context.Context) error {
-			tlsutil.WatchSIGHUP(ctx, t, s.log.With("component", "tls"))
-			return nil
-		}))
 	}
 	c, err := cluster.New(cluster.Config{
 		DialOptions:     dial,

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // Server is one assembled Trellis server process: a storage backend, the
@@ -48,6 +50,7 @@ type Server struct {
 	serverLn   net.Listener
 	httpAPI    *httpapi.Handler
 	httpLn     net.Listener
+	httpsLn    net.Listener // nil without -https-addr
 	stopping   context.Context
 	stop       context.CancelFunc
 
@@ -92,7 +95,15 @@ func New(cfg Config) (_ *Server, err error) {
 			grpc.ChainStreamInterceptor(gm.stream(), streamInterceptor(s.log, s.stopping)),
 		}, extra...)...)
 	}
-	s.grpc = newGRPC()
+	var publicTLS *tls.Config
+	if cfg.TLS != nil {
+		if publicTLS, err = cfg.TLS.IncomingPublicConfig(); err != nil {
+			return nil, fmt.Errorf("-tls-cert-file: %w", err)
+		}
+		s.grpc = newGRPC(grpc.Creds(credentials.NewTLS(publicTLS)))
+	} else {
+		s.grpc = newGRPC()
+	}
 
 	// Listeners first: with port 0 the Raft node must advertise the
 	// server-to-server port actually bound.
@@ -102,7 +113,22 @@ func New(cfg Config) (_ *Server, err error) {
 	if s.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("-http-addr: %w", err)
 	}
+	if cfg.HTTPSAddr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPSAddr)
+		if err != nil {
+			return nil, fmt.Errorf("-https-addr: %w", err)
+		}
+		s.httpsLn = tls.NewListener(ln, publicTLS)
+	}
 
+	if cfg.TLS != nil {
+		// The Configurator's tls.Configs read the files loaded now at
+		// every handshake, so a reload needs no new listener.
+		s.Add("tls-reload", RunnableFunc(func(ctx context.Context) error {
+			tlsutil.WatchSIGHUP(ctx, cfg.TLS, s.log.With("component", "tls"))
+			return nil
+		}))
+	}
 	if cfg.Raft != nil {
 		// Forwarding applies any command without the resource service's
 		// validation and ACL hooks, and membership changes the voters: a
@@ -171,7 +197,7 @@ func New(cfg Config) (_ *Server, err error) {
 }
 
 func (s *Server) closeListeners() {
-	for _, ln := range []net.Listener{s.grpcLn, s.serverLn, s.httpLn} {
+	for _, ln := range []net.Listener{s.grpcLn, s.serverLn, s.httpLn, s.httpsLn} {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -226,7 +252,10 @@ func (s *Server) Start(ctx context.Context) error {
 		// and tools find "default" there from their first request.
 		g.Add("bootstrap", s.bootstrap)
 	}
-	g.Add("http", RunnableFunc(s.serveHTTP))
+	g.Add("http", RunnableFunc(func(ctx context.Context) error { return s.serveHTTP(ctx, "http", s.httpLn) }))
+	if s.httpsLn != nil {
+		g.Add("https", RunnableFunc(func(ctx context.Context) error { return s.serveHTTP(ctx, "https", s.httpsLn) }))
+	}
 	s.log.Info("server starting", "http", s.HTTPAddr(), "grpc", s.GRPCAddr(), "raft", s.cfg.RaftAddr,
 		"server", s.ServerAddr(), "storage", s.storageKind(), "runnables", g.Names())
 	err := g.Start(ctx)
@@ -268,7 +297,9 @@ func (s *Server) serveGRPC(ctx context.Context, name string, srv *grpc.Server, l
 	return nil
 }
 
-func (s *Server) serveHTTP(ctx context.Context) error {
+// serveHTTP serves the HTTP API on ln (a TLS listener for https) until
+// ctx ends.
+func (s *Server) serveHTTP(ctx context.Context, name string, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.httpAPI,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -276,17 +307,17 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(s.httpLn) }()
+	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
-		return fmt.Errorf("http server: %w", err)
+		return fmt.Errorf("%s server: %w", name, err)
 	case <-ctx.Done():
 	}
 	s.httpAPI.Shutdown() // end watch streams, which Shutdown would wait on
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout/2)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		s.log.Warn("http: graceful shutdown timed out; closing connections", "err", err)
+		s.log.Warn(name+": graceful shutdown timed out; closing connections", "err", err)
 		_ = srv.Close()
 	}
 	<-errc
@@ -295,6 +326,15 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 
 // HTTPAddr is the address the HTTP API listens on.
 func (s *Server) HTTPAddr() string { return s.httpLn.Addr().String() }
+
+// HTTPSAddr is the address the HTTP API listens on over TLS; "" without
+// -https-addr.
+func (s *Server) HTTPSAddr() string {
+	if s.httpsLn == nil {
+		return ""
+	}
+	return s.httpsLn.Addr().String()
+}
 
 // GRPCAddr is the address the gRPC API listens on.
 func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }

@@ -4,16 +4,20 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	pbcluster "trellis.dev/trellis/api/cluster/v1"
 	pbcore "trellis.dev/trellis/api/core/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/server"
 	"trellis.dev/trellis/internal/tlsutil"
@@ -37,14 +41,31 @@ func tlsCluster(t *testing.T) ([]*server.Server, *tlsutil.DevBundle) {
 	return servers, b
 }
 
+// dialTLS dials a public gRPC port over TLS as an agent given the
+// cluster's CA does.
+func dialTLS(t *testing.T, addr string, b *tlsutil.DevBundle) *grpc.ClientConn {
+	t.Helper()
+	c, err := tlsutil.NewFromBundle(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(c.OutgoingClientConfig())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
 // With TLS files, the servers form a cluster over mutual TLS (Raft and
 // the server-to-server port), elect a leader, replicate, and a write
-// through a follower is forwarded to the leader.
+// through a follower is forwarded to the leader. The public gRPC port
+// and the HTTPS port serve TLS; plaintext gRPC is refused.
 func TestTLSClusterFormsAndReplicates(t *testing.T) {
 	if testing.Short() {
 		t.Skip("forms a three-server Raft cluster")
 	}
-	servers, _ := tlsCluster(t)
+	servers, b := tlsCluster(t)
 	leader := leaderOf(t, servers)
 	var follower *server.Server
 	for _, s := range servers {
@@ -56,17 +77,37 @@ func TestTLSClusterFormsAndReplicates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := pbresource.NewResourceServiceClient(dialGRPC(t, follower.GRPCAddr()))
+	c := pbresource.NewResourceServiceClient(dialTLS(t, follower.GRPCAddr(), b))
 	waitDefaultNamespace(t, c)
 	if _, err := c.Write(context.Background(), &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: core.NamespaceID("over-tls"), Data: data}}); err != nil {
 		t.Fatalf("write through a follower: %v", err)
 	}
 	for _, s := range servers {
-		rc := pbresource.NewResourceServiceClient(dialGRPC(t, s.GRPCAddr()))
+		rc := pbresource.NewResourceServiceClient(dialTLS(t, s.GRPCAddr(), b))
 		eventually(t, 30*time.Second, "the write replicated to "+s.RaftAddr(), func() bool {
 			_, err := rc.Read(context.Background(), &pbresource.ReadRequest{Id: core.NamespaceID("over-tls")})
 			return err == nil
 		})
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	plain := pbresource.NewResourceServiceClient(dialGRPC(t, follower.GRPCAddr()))
+	if _, err := plain.Read(ctx, &pbresource.ReadRequest{Id: core.NamespaceID("over-tls")}); status.Code(err) != codes.Unavailable {
+		t.Errorf("plaintext read on the public port = %v, want Unavailable (no TLS, no connection)", err)
+	}
+	tc, err := tlsutil.NewFromBundle(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := client.New("https://"+follower.HTTPSAddr(), client.WithHTTPClient(&http.Client{
+		Transport: &http.Transport{TLSClientConfig: tc.OutgoingClientConfig()},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hc.Health(ctx); err != nil {
+		t.Errorf("health over HTTPS: %v", err)
 	}
 }
 
