@@ -16,6 +16,7 @@ import (
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 	"trellis.dev/trellis/internal/server"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // serverFlags are the flags dev and server share.
@@ -78,21 +79,11 @@ It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 			if instances < 0 || instances > 64 {
 				return usageError{fmt.Errorf("-instances: %d is not 0 to 64", instances)}
 			}
-			cfg := server.Config{
-				HTTPAddr:     f.httpAddr,
-				GRPCAddr:     f.grpcAddr,
-				RaftAddr:     f.raftAddr,
-				ServerAddr:   f.serverAddr,
-				Logger:       log,
-				EnableDebug:  f.enableDebug,
-				HeartbeatTTL: f.heartbeatTTL,
+			cfg, err := devConfig(f)
+			if err != nil {
+				return err
 			}
-			if f.dataDir != "" {
-				cfg.Raft = &server.RaftConfig{DataDir: f.dataDir, BootstrapExpect: 1, SingleServer: true}
-			}
-			if err := cfg.Validate(); err != nil {
-				return usageError{err}
-			}
+			cfg.Logger = log
 			return runDev(cmd.Context(), cfg, instances, f.dataDir, log, func(s *server.Server) { printDevBanner(e.stdout, s, instances) })
 		},
 	}
@@ -100,6 +91,37 @@ It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "keep data in this directory (a single-server Raft cluster) instead of in memory")
 	cmd.Flags().IntVar(&instances, "instances", 1, "how many local agents (instances dev-1 ... dev-N) to run; 0 for none")
 	return cmd
+}
+
+// devConfig turns dev's flags into a validated server Config.
+func devConfig(f serverFlags) (server.Config, error) {
+	cfg := server.Config{
+		HTTPAddr:     f.httpAddr,
+		GRPCAddr:     f.grpcAddr,
+		RaftAddr:     f.raftAddr,
+		ServerAddr:   f.serverAddr,
+		EnableDebug:  f.enableDebug,
+		HeartbeatTTL: f.heartbeatTTL,
+	}
+	if f.dataDir != "" {
+		cfg.Raft = &server.RaftConfig{DataDir: f.dataDir, BootstrapExpect: 1, SingleServer: true}
+		// A single server has no peer, but its server-to-server port
+		// listens all the same: certificates made in memory for this run
+		// close it to everything else. The public ports stay plaintext,
+		// for the clients of the quick start.
+		b, err := tlsutil.NewDevBundle("", time.Time{})
+		if err != nil {
+			return cfg, err
+		}
+		if cfg.TLS, err = tlsutil.NewFromBundle(b); err != nil {
+			return cfg, err
+		}
+		cfg.PublicPlaintext = true
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
 }
 
 // runDev runs the dev server and its agents until ctx ends or SIGINT or

@@ -49,6 +49,10 @@ type Config struct {
 	// them with its own. The public gRPC port and HTTPSAddr serve TLS with
 	// the server certificate and ask clients for none. Nil: plaintext.
 	TLS *tlsutil.Configurator
+	// PublicPlaintext keeps the public gRPC port plaintext even with TLS:
+	// trellis dev secures its server-to-server port with certificates it
+	// makes in memory, which no client outside the process could trust.
+	PublicPlaintext bool
 	// Raft, when set, makes the server a Raft voter with durable storage.
 	// Nil: everything in memory, this server the leader at once.
 	Raft *RaftConfig
@@ -139,7 +143,7 @@ func (c Config) Validate() error {
 		{"-server-addr", c.ServerAddr},
 	}
 	if c.HTTPSAddr != "" {
-		if c.TLS == nil {
+		if c.TLS == nil || c.PublicPlaintext {
 			return configError("-https-addr", "serves TLS: give -tls-ca-file, -tls-cert-file and -tls-key-file too")
 		}
 		addrs = append(addrs, struct{ flag, addr string }{"-https-addr", c.HTTPSAddr})

@@ -68,15 +68,22 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 	}
 	s.raft = c
 	s.backend = c.Backend()
-	s.cluster = raftStatus{c}
-	s.operator = raftStatus{c}
+	st := raftStatus{c: c, warnings: securityWarnings(s.cfg)}
+	for _, w := range st.warnings {
+		s.log.Warn(w)
+	}
+	s.cluster = st
+	s.operator = st
 	s.Add("raft", c)
 	return nil
 }
 
 // raftStatus answers the HTTP API's cluster questions from the Raft
 // cluster, with errors as gRPC status errors.
-type raftStatus struct{ c *cluster.Cluster }
+type raftStatus struct {
+	c        *cluster.Cluster
+	warnings []string // reported by Health
+}
 
 func (r raftStatus) Leader() string { return r.c.Leader() }
 
@@ -84,7 +91,7 @@ func (r raftStatus) Leader() string { return r.c.Leader() }
 // with the leader named by its Raft address.
 func (r raftStatus) Health() wire.Health {
 	bh := r.c.Backend().Health()
-	h := wire.Health{Status: "ok", Leader: r.c.Leader(), AppliedIndex: bh.Applied, LeaderIndex: bh.LeaderIndex}
+	h := wire.Health{Status: "ok", Leader: r.c.Leader(), AppliedIndex: bh.Applied, LeaderIndex: bh.LeaderIndex, Warnings: r.warnings}
 	if !bh.OK {
 		h.Status, h.Error = "unavailable", bh.Reason
 	}

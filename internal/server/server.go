@@ -96,7 +96,7 @@ func New(cfg Config) (_ *Server, err error) {
 		}, extra...)...)
 	}
 	var publicTLS *tls.Config
-	if cfg.TLS != nil {
+	if cfg.TLS != nil && !cfg.PublicPlaintext {
 		if publicTLS, err = cfg.TLS.IncomingPublicConfig(); err != nil {
 			return nil, fmt.Errorf("-tls-cert-file: %w", err)
 		}
@@ -121,9 +121,11 @@ func New(cfg Config) (_ *Server, err error) {
 		s.httpsLn = tls.NewListener(ln, publicTLS)
 	}
 
-	if cfg.TLS != nil {
+	if cfg.TLS != nil && cfg.TLS.FromFiles() {
 		// The Configurator's tls.Configs read the files loaded now at
-		// every handshake, so a reload needs no new listener.
+		// every handshake, so a reload needs no new listener. (Without
+		// files, SIGHUP keeps its default: trellis dev ends with its
+		// terminal.)
 		s.Add("tls-reload", RunnableFunc(func(ctx context.Context) error {
 			tlsutil.WatchSIGHUP(ctx, cfg.TLS, s.log.With("component", "tls"))
 			return nil

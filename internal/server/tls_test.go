@@ -3,6 +3,8 @@ package server_test
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"testing"
@@ -19,7 +21,9 @@ import (
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/core"
+	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/server"
+	"trellis.dev/trellis/internal/testcluster"
 	"trellis.dev/trellis/internal/tlsutil"
 )
 
@@ -208,4 +212,49 @@ func tlsExchange(addr string, cfg *tls.Config) error {
 		return nil // kept open without a word: not refused
 	}
 	return err
+}
+
+// trellis dev -data-dir: certificates made in memory on the
+// server-to-server port, the public ports plaintext, no warning.
+func TestDevTLSOnTheServerPortOnly(t *testing.T) {
+	b, err := tlsutil.NewDevBundle("", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := tlsutil.NewFromBundle(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports, err := testcluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), ServerAddr: "127.0.0.1:0",
+		Raft: &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: 1, SingleServer: true},
+		TLS:  tc, PublicPlaintext: true, ShutdownTimeout: 20 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runServer(t, srv)
+	waitDefaultNamespace(t, pbresource.NewResourceServiceClient(dialGRPC(t, srv.GRPCAddr())))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := pbcluster.NewClusterClient(dialGRPC(t, srv.ServerAddr())).Info(ctx, &pbcluster.InfoRequest{}); status.Code(err) != codes.Unavailable {
+		t.Errorf("plaintext Cluster.Info on the server port = %v, want Unavailable", err)
+	}
+	resp, err := http.Get("http://" + srv.HTTPAddr() + "/v1/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var h wire.Health
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	if h.Status != "ok" || len(h.Warnings) != 0 {
+		t.Errorf("health = %+v, want ok without warnings", h)
+	}
 }
