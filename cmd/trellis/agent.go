@@ -19,6 +19,7 @@ import (
 	execdriver "trellis.dev/trellis/internal/driver/exec"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // agentDrivers are the task drivers of an agent called name: exec, and
@@ -40,6 +41,7 @@ func newAgentCmd(e *env, cf *clientFlags) *cobra.Command {
 		attributes []string
 		cfg        agent.Config
 		logLevel   string
+		tlsFiles   tlsutil.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -86,6 +88,14 @@ state; 'trellis task logs' reads their logs there.`,
 			}
 			cfg.Token = cf.tokenFor(e)
 			cfg.Logger = log
+			if tlsFiles.Enabled() {
+				tc, err := tlsutil.New(tlsFiles)
+				if err != nil {
+					return usageError{err}
+				}
+				cfg.TLS = tc.OutgoingClientConfig()
+				go tlsutil.WatchSIGHUP(cmd.Context(), tc, log.With("component", "tls"))
+			}
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -112,6 +122,9 @@ state; 'trellis task logs' reads their logs there.`,
 	fs.StringArrayVar(&attributes, "attribute", nil, "an attribute of this instance, key=value; repeatable")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", agent.DefaultHTTPAddr, "address of the local API for tasks and the CLI (host:port; port 0 picks one and keeps it across restarts)")
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "address written to the Instance for the CLI to reach the local API (default: -http-addr's)")
+	fs.StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "the cluster CA's certificate (PEM): dial the servers over TLS and accept only servers of that CA (for servers started with -tls-* files)")
+	fs.StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "a client certificate of the cluster CA to present (optional; PEM); reloaded on SIGHUP")
+	fs.StringVar(&tlsFiles.KeyFile, "tls-key-file", "", "the private key of -tls-cert-file (PEM)")
 	addLogLevelFlag(fs, &logLevel, "info")
 	cf.registerToken(fs)
 	cmd.AddCommand(newAgentLeaveCmd(e))

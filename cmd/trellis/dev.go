@@ -16,11 +16,13 @@ import (
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 	"trellis.dev/trellis/internal/server"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // serverFlags are the flags dev and server share.
 type serverFlags struct {
 	httpAddr, grpcAddr, raftAddr string
+	serverAddr                   string
 	dataDir                      string
 	logLevel                     string
 	enableDebug                  bool
@@ -29,8 +31,10 @@ type serverFlags struct {
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.httpAddr, "http-addr", server.DefaultHTTPAddr, "address of the HTTP/JSON API (host:port)")
-	fs.StringVar(&f.grpcAddr, "grpc-addr", server.DefaultGRPCAddr, "address of the gRPC API, which agents and other servers use (host:port)")
+	fs.StringVar(&f.grpcAddr, "grpc-addr", server.DefaultGRPCAddr, "address of the public gRPC API, which agents and tools use (host:port)")
 	fs.StringVar(&f.raftAddr, "raft-addr", server.DefaultRaftAddr, "address of Raft, which other servers dial (host:port)")
+	fs.StringVar(&f.serverAddr, "server-addr", server.DefaultServerAddr,
+		"address of the server-to-server RPCs (write forwarding, joining, heartbeat forwarding), which other servers dial and -retry-join names (host:port); only a server with -data-dir listens on it")
 	addLogLevelFlag(fs, &f.logLevel, "info")
 	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", heartbeat.DefaultTTL, "how long an instance's agent may be silent before the instance is marked down and its tasks lost")
 	fs.BoolVar(&f.enableDebug, "enable-debug", false, "serve Go's profiling endpoints at /v1/debug/pprof/ on the HTTP API (for diagnosing a server; leave off otherwise)")
@@ -75,20 +79,11 @@ It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 			if instances < 0 || instances > 64 {
 				return usageError{fmt.Errorf("-instances: %d is not 0 to 64", instances)}
 			}
-			cfg := server.Config{
-				HTTPAddr:     f.httpAddr,
-				GRPCAddr:     f.grpcAddr,
-				RaftAddr:     f.raftAddr,
-				Logger:       log,
-				EnableDebug:  f.enableDebug,
-				HeartbeatTTL: f.heartbeatTTL,
+			cfg, err := devConfig(f)
+			if err != nil {
+				return err
 			}
-			if f.dataDir != "" {
-				cfg.Raft = &server.RaftConfig{DataDir: f.dataDir, BootstrapExpect: 1, SingleServer: true}
-			}
-			if err := cfg.Validate(); err != nil {
-				return usageError{err}
-			}
+			cfg.Logger = log
 			return runDev(cmd.Context(), cfg, instances, f.dataDir, log, func(s *server.Server) { printDevBanner(e.stdout, s, instances) })
 		},
 	}
@@ -96,6 +91,37 @@ It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "keep data in this directory (a single-server Raft cluster) instead of in memory")
 	cmd.Flags().IntVar(&instances, "instances", 1, "how many local agents (instances dev-1 ... dev-N) to run; 0 for none")
 	return cmd
+}
+
+// devConfig turns dev's flags into a validated server Config.
+func devConfig(f serverFlags) (server.Config, error) {
+	cfg := server.Config{
+		HTTPAddr:     f.httpAddr,
+		GRPCAddr:     f.grpcAddr,
+		RaftAddr:     f.raftAddr,
+		ServerAddr:   f.serverAddr,
+		EnableDebug:  f.enableDebug,
+		HeartbeatTTL: f.heartbeatTTL,
+	}
+	if f.dataDir != "" {
+		cfg.Raft = &server.RaftConfig{DataDir: f.dataDir, BootstrapExpect: 1, SingleServer: true}
+		// A single server has no peer, but its server-to-server port
+		// listens all the same: certificates made in memory for this run
+		// close it to everything else. The public ports stay plaintext,
+		// for the clients of the quick start.
+		b, err := tlsutil.NewDevBundle("", time.Time{})
+		if err != nil {
+			return cfg, err
+		}
+		if cfg.TLS, err = tlsutil.NewFromBundle(b); err != nil {
+			return cfg, err
+		}
+		cfg.PublicPlaintext = true
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
 }
 
 // runDev runs the dev server and its agents until ctx ends or SIGINT or

@@ -261,7 +261,9 @@ func TestCommandErrors(t *testing.T) {
 		{"bad address", []string{"resource", "list", "core/v1/Namespace", "-addr", "ftp://x"}, "", 2, "-addr: bad server address"},
 		{"server: no data dir", []string{"server"}, "", 2, "-data-dir: required"},
 		{"server: bad address", []string{"server", "-data-dir", dir, "-http-addr", "localhost"}, "", 2, `-http-addr: "localhost" is not host:port`},
-		{"server: bad retry-join", []string{"server", "-data-dir", dir, "-retry-join", "10.0.0.1"}, "", 2, `-retry-join: "10.0.0.1" is not host:port (for example 127.0.0.1:7701)`},
+		{"server: bad retry-join", []string{"server", "-data-dir", dir, "-retry-join", "10.0.0.1"}, "", 2, `-retry-join: "10.0.0.1" is not host:port (for example 127.0.0.1:7703)`},
+		{"server: missing TLS file", []string{"server", "-data-dir", dir, "-tls-ca-file", filepath.Join(dir, "nope.pem"), "-tls-cert-file", "s.pem", "-tls-key-file", "k.pem"}, "", 2, "-tls-ca-file"},
+		{"server: TLS without a certificate", []string{"server", "-data-dir", dir, "-tls-ca-file", "ca.pem"}, "", 2, "-tls-cert-file: required on a server"},
 		{"server: bad bootstrap-expect", []string{"server", "-data-dir", dir, "-bootstrap-expect", "-2"}, "", 2, "-bootstrap-expect: -2"},
 		{"server: not a number", []string{"server", "-data-dir", dir, "-bootstrap-expect", "three"}, "", 2, `invalid argument "three"`},
 		{"server: raft multiplier too big", []string{"server", "-data-dir", dir, "-raft-multiplier", "11"}, "", 2, "-raft-multiplier: 11 is out of range: give an integer from 1 (a LAN) to 10"},
@@ -286,10 +288,10 @@ func TestCommandErrors(t *testing.T) {
 // The contract's flags are written with one dash; two work as well.
 func TestSingleDashFlagsParse(t *testing.T) {
 	for _, args := range [][]string{
-		{"server", "-data-dir", "/d", "-http-addr", "127.0.0.1:1", "-grpc-addr", "127.0.0.1:2", "-raft-addr", "127.0.0.1:3",
-			"-bootstrap-expect", "3", "-retry-join", "10.0.0.2:7701", "-retry-join=10.0.0.3:7701"},
-		{"server", "--data-dir", "/d", "--http-addr=127.0.0.1:1", "--grpc-addr", "127.0.0.1:2", "--raft-addr", "127.0.0.1:3",
-			"--bootstrap-expect", "3", "--retry-join", "10.0.0.2:7701", "--retry-join", "10.0.0.3:7701"},
+		{"server", "-data-dir", "/d", "-http-addr", "127.0.0.1:1", "-grpc-addr", "127.0.0.1:2", "-raft-addr", "127.0.0.1:3", "-server-addr", "127.0.0.1:4",
+			"-bootstrap-expect", "3", "-retry-join", "10.0.0.2:7703", "-retry-join=10.0.0.3:7703"},
+		{"server", "--data-dir", "/d", "--http-addr=127.0.0.1:1", "--grpc-addr", "127.0.0.1:2", "--raft-addr", "127.0.0.1:3", "--server-addr=127.0.0.1:4",
+			"--bootstrap-expect", "3", "--retry-join", "10.0.0.2:7703", "--retry-join", "10.0.0.3:7703"},
 	} {
 		root := newRootCmd(testEnv("", io.Discard, io.Discard, nil))
 		cmd, rest, err := root.Find(cli.NormalizeArgs(args, longFlags(root)))
@@ -307,8 +309,8 @@ func TestSingleDashFlagsParse(t *testing.T) {
 			return f.Value.String()
 		}
 		for name, want := range map[string]string{
-			"data-dir": "/d", "http-addr": "127.0.0.1:1", "grpc-addr": "127.0.0.1:2", "raft-addr": "127.0.0.1:3",
-			"bootstrap-expect": "3", "retry-join": "[10.0.0.2:7701,10.0.0.3:7701]",
+			"data-dir": "/d", "http-addr": "127.0.0.1:1", "grpc-addr": "127.0.0.1:2", "raft-addr": "127.0.0.1:3", "server-addr": "127.0.0.1:4",
+			"bootstrap-expect": "3", "retry-join": "[10.0.0.2:7703,10.0.0.3:7703]",
 		} {
 			if got := get(name); got != want {
 				t.Errorf("%v: -%s = %q, want %q", args, name, got, want)

@@ -48,13 +48,13 @@ func newListPeersCmd(e *env, cf *clientFlags) *cobra.Command {
 				return cli.WriteValue(e.stdout, out, peers)
 			}
 			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tGRPC ADDRESS\tSTATE\tVOTER")
+			fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tSERVER ADDRESS\tSTATE\tVOTER")
 			for _, p := range peers {
 				state := "follower"
 				if p.Leader {
 					state = "leader"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", p.ID, p.RaftAddr, p.GRPCAddr, state, p.Voter)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", p.ID, p.RaftAddr, p.ServerAddr, state, p.Voter)
 			}
 			return tw.Flush()
 		},

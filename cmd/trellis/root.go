@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // env is what commands read from and write to, so tests can run them in
@@ -126,12 +128,14 @@ func longFlags(root *cobra.Command) map[string]bool {
 // clientFlags are the flags of every command that talks to a server's
 // HTTP API.
 type clientFlags struct {
-	addr  string
-	token string
+	addr   string
+	token  string
+	caFile string
 }
 
 func (f *clientFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.addr, "addr", "", "HTTP address of a Trellis server (env TRELLIS_ADDR; default "+client.DefaultAddr+")")
+	fs.StringVar(&f.addr, "addr", "", "HTTP address of a Trellis server (env TRELLIS_ADDR; default "+client.DefaultAddr+"); https://HOST:PORT for a server's -https-addr")
+	fs.StringVar(&f.caFile, "tls-ca-file", "", "the cluster CA's certificate (PEM) that an https:// server's certificate must be signed by (env TRELLIS_CACERT)")
 	f.registerToken(fs)
 }
 
@@ -154,7 +158,23 @@ func (f *clientFlags) client(e *env) (*client.Client, error) {
 	if addr == "" {
 		addr = e.getenv("TRELLIS_ADDR")
 	}
-	c, err := client.New(addr, client.WithToken(token))
+	opts := []client.Option{client.WithToken(token)}
+	caFile := f.caFile
+	if caFile == "" {
+		caFile = e.getenv("TRELLIS_CACERT")
+	}
+	if caFile != "" {
+		tc, err := tlsutil.New(tlsutil.Config{CAFile: caFile})
+		if err != nil {
+			return nil, usageError{err}
+		}
+		// Only a server of the cluster's CA is accepted, whatever address
+		// it is reached at (see tlsutil.OutgoingClientConfig).
+		opts = append(opts, client.WithHTTPClient(&http.Client{Transport: &http.Transport{
+			Proxy: http.ProxyFromEnvironment, TLSClientConfig: tc.OutgoingClientConfig(),
+		}}))
+	}
+	c, err := client.New(addr, opts...)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("-addr: %w", err)}
 	}

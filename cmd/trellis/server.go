@@ -7,6 +7,7 @@ import (
 
 	"trellis.dev/trellis/internal/server"
 	raftstore "trellis.dev/trellis/internal/storage/raft"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 func newServerCmd(e *env) *cobra.Command {
@@ -15,6 +16,8 @@ func newServerCmd(e *env) *cobra.Command {
 		bootstrapExpect int
 		retryJoin       []string
 		raftMultiplier  int
+		tlsFiles        tlsutil.Config
+		httpsAddr       string
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -23,8 +26,16 @@ func newServerCmd(e *env) *cobra.Command {
 
 A new cluster forms once -bootstrap-expect servers have found each other:
 start each with the same -bootstrap-expect and -retry-join naming the others'
-gRPC addresses. A server restarted with its -data-dir rejoins with its data.
+server-to-server addresses (-server-addr, port 7703 by default). A server restarted with its -data-dir rejoins with its data.
 A server that should join an existing cluster takes -retry-join alone.
+
+Servers talk to each other on two ports of their own: Raft (-raft-addr) and
+the server-to-server RPCs (-server-addr: write forwarding, joining, heartbeat
+forwarding). Agents and tools use only the HTTP and public gRPC ports. With
+-tls-ca-file, -tls-cert-file and -tls-key-file (see trellis tls), both server
+ports accept only servers holding a server certificate of the cluster's CA,
+the public gRPC port serves TLS (agents then need -tls-ca-file), -https-addr
+serves the HTTP API over TLS, and the files are read again on SIGHUP.
 
 When the leader dies, the others elect a new one in about a second. On slow
 networks or busy, shared machines, where a server may miss the leader's
@@ -32,16 +43,26 @@ heartbeats for half a second without anything being wrong, give every server
 the same -raft-multiplier above 1 to wait longer before electing.`,
 		Example: `  # three servers on one machine (each in its own terminal)
   trellis server -data-dir /var/lib/trellis/s1 -http-addr 127.0.0.1:7700 -grpc-addr 127.0.0.1:7701 -raft-addr 127.0.0.1:7702 \
-      -bootstrap-expect 3 -retry-join 127.0.0.1:7711 -retry-join 127.0.0.1:7721
+      -server-addr 127.0.0.1:7703 -bootstrap-expect 3 -retry-join 127.0.0.1:7713 -retry-join 127.0.0.1:7723
   trellis server -data-dir /var/lib/trellis/s2 -http-addr 127.0.0.1:7710 -grpc-addr 127.0.0.1:7711 -raft-addr 127.0.0.1:7712 \
-      -bootstrap-expect 3 -retry-join 127.0.0.1:7701 -retry-join 127.0.0.1:7721
+      -server-addr 127.0.0.1:7713 -bootstrap-expect 3 -retry-join 127.0.0.1:7703 -retry-join 127.0.0.1:7723
   trellis server -data-dir /var/lib/trellis/s3 -http-addr 127.0.0.1:7720 -grpc-addr 127.0.0.1:7721 -raft-addr 127.0.0.1:7722 \
-      -bootstrap-expect 3 -retry-join 127.0.0.1:7701 -retry-join 127.0.0.1:7711`,
+      -server-addr 127.0.0.1:7723 -bootstrap-expect 3 -retry-join 127.0.0.1:7703 -retry-join 127.0.0.1:7713`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := serverConfig(f, bootstrapExpect, retryJoin, raftMultiplier)
 			if err != nil {
 				return err
+			}
+			if tlsFiles.Enabled() {
+				tlsFiles.Server = true
+				if cfg.TLS, err = tlsutil.New(tlsFiles); err != nil {
+					return usageError{err}
+				}
+			}
+			cfg.HTTPSAddr = httpsAddr
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
 			}
 			log, err := f.logger(e.stderr)
 			if err != nil {
@@ -49,14 +70,18 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 			}
 			cfg.Logger = log
 			return runServer(cmd.Context(), cfg, func(s *server.Server) {
-				log.Info("trellis server running", "http", "http://"+s.HTTPAddr(), "grpc", s.GRPCAddr(), "raft", s.RaftAddr())
+				log.Info("trellis server running", "http", "http://"+s.HTTPAddr(), "https", s.HTTPSAddr(), "grpc", s.GRPCAddr(), "raft", s.RaftAddr(), "server", s.ServerAddr())
 			})
 		},
 	}
 	f.register(cmd.Flags())
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "directory for the Raft log, snapshots and state (required)")
 	cmd.Flags().IntVar(&bootstrapExpect, "bootstrap-expect", 0, "number of servers to wait for before forming a new cluster (0: join an existing one)")
-	cmd.Flags().StringArrayVar(&retryJoin, "retry-join", nil, "gRPC address (host:port) of another server to join through; repeatable, retried until one answers")
+	cmd.Flags().StringArrayVar(&retryJoin, "retry-join", nil, "server-to-server address (another server's -server-addr, host:port) to join through; repeatable, retried until one answers")
+	cmd.Flags().StringVar(&httpsAddr, "https-addr", "", "also serve the HTTP API over TLS on this address (host:port; needs the -tls-* files)")
+	cmd.Flags().StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "the cluster CA's certificate (PEM, from `trellis tls ca create`): with -tls-cert-file and -tls-key-file, servers talk to each other (Raft and -server-addr) only over mutual TLS")
+	cmd.Flags().StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "this server's certificate (PEM, from `trellis tls cert create -server`); reloaded on SIGHUP")
+	cmd.Flags().StringVar(&tlsFiles.KeyFile, "tls-key-file", "", "the private key of -tls-cert-file (PEM); reloaded on SIGHUP")
 	cmd.Flags().IntVar(&raftMultiplier, "raft-multiplier", DefaultRaftMultiplier,
 		"scale Raft's failure detection, 1 to 10: a follower calls an election after 0.5-1 s times this without the leader's heartbeats. "+
 			"1 (a LAN) replaces a dead leader in about a second; raise it for slow networks or busy, shared machines, where needless elections cost more")
@@ -77,6 +102,7 @@ func serverConfig(f serverFlags, bootstrapExpect int, retryJoin []string, raftMu
 		HTTPAddr:     f.httpAddr,
 		GRPCAddr:     f.grpcAddr,
 		RaftAddr:     f.raftAddr,
+		ServerAddr:   f.serverAddr,
 		EnableDebug:  f.enableDebug,
 		HeartbeatTTL: f.heartbeatTTL,
 		Raft: &server.RaftConfig{

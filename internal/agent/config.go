@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -82,6 +83,10 @@ type Config struct {
 	// DialOptions are added to those of every connection (tests count
 	// RPCs with interceptors).
 	DialOptions []grpc.DialOption
+	// TLS, when set, is how the agent dials the servers' public gRPC port
+	// (tlsutil's OutgoingClientConfig: only a server of the cluster's CA
+	// is accepted); nil dials in plaintext.
+	TLS *tls.Config
 }
 
 // Clock is the agent's time source.

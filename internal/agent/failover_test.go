@@ -22,21 +22,21 @@ import (
 // cluster, and waits until they agree on a leader.
 func startRaftCluster(t *testing.T, n int) (servers []*testServer, leader int) {
 	t.Helper()
-	ports, err := testcluster.FreePorts(3 * n)
+	ports, err := testcluster.FreePorts(4 * n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := func(i, k int) string { return fmt.Sprintf("127.0.0.1:%d", ports[3*i+k]) }
+	addr := func(i, k int) string { return fmt.Sprintf("127.0.0.1:%d", ports[4*i+k]) }
 	var https []*client.Client
 	for i := range n {
 		var join []string
 		for j := range n {
 			if j != i {
-				join = append(join, addr(j, 1))
+				join = append(join, addr(j, 3))
 			}
 		}
 		srv, err := server.New(server.Config{
-			HTTPAddr: addr(i, 0), GRPCAddr: addr(i, 1), RaftAddr: addr(i, 2),
+			HTTPAddr: addr(i, 0), GRPCAddr: addr(i, 1), RaftAddr: addr(i, 2), ServerAddr: addr(i, 3),
 			Raft:   &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: n, RetryJoin: join},
 			Logger: testlog.Logger(t).With("server", i), ShutdownTimeout: 10 * time.Second,
 		})
@@ -87,7 +87,7 @@ func startRaftCluster(t *testing.T, n int) (servers []*testServer, leader int) {
 		}
 		for _, p := range peers {
 			for i := range servers {
-				if p.Leader && p.GRPCAddr == servers[i].addr() {
+				if p.Leader && p.ServerAddr == servers[i].srv.ServerAddr() {
 					leader = i
 				}
 			}

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -27,6 +28,7 @@ import (
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/server"
 	"trellis.dev/trellis/internal/testlog"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // The harness: real in-memory servers on loopback, and a task runner over
@@ -61,8 +63,15 @@ func startServer(t *testing.T) *testServer { return startServerTTL(t, 0) }
 // default).
 func startServerTTL(t *testing.T, ttl time.Duration) *testServer {
 	t.Helper()
+	return startServerTLS(t, ttl, nil)
+}
+
+// startServerTLS starts a server whose public gRPC port serves TLS with
+// tc's certificate (plaintext when tc is nil).
+func startServerTLS(t *testing.T, ttl time.Duration, tc *tlsutil.Configurator) *testServer {
+	t.Helper()
 	srv, err := server.New(server.Config{
-		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:7702",
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:7702", TLS: tc,
 		HeartbeatTTL: ttl, Logger: testlog.Logger(t), ShutdownTimeout: 10 * time.Second,
 	})
 	if err != nil {
@@ -87,7 +96,11 @@ func startServerTTL(t *testing.T, ttl time.Duration) *testServer {
 		t.Fatal(err)
 	}
 	eventually(t, "the server is ready", func() bool { return c.Health(ctx) == nil })
-	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if tc != nil {
+		creds = credentials.NewTLS(tc.OutgoingClientConfig())
+	}
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -43,8 +44,12 @@ var errLeft = errors.New("the instance has left the cluster")
 // as far as a registered instance and an answered heartbeat: the server
 // was usable.
 func (a *Agent) runSession(ctx context.Context, addr string) (worked bool, err error) {
+	creds := insecure.NewCredentials()
+	if a.cfg.TLS != nil {
+		creds = credentials.NewTLS(a.cfg.TLS)
+	}
 	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithUnaryInterceptor(tokenUnary(a.cfg.Token)),
 		grpc.WithStreamInterceptor(tokenStream(a.cfg.Token)),
 	}, a.cfg.DialOptions...)

@@ -48,10 +48,10 @@ type Cluster struct {
 type Peer struct {
 	ID       string `json:"id"`
 	RaftAddr string `json:"raft_addr"`
-	// GRPCAddr is "" until the server has registered its addresses.
-	GRPCAddr string `json:"grpc_addr"`
-	Voter    bool   `json:"voter"`
-	Leader   bool   `json:"leader"`
+	// ServerAddr is "" until the server has registered its addresses.
+	ServerAddr string `json:"server_addr"`
+	Voter      bool   `json:"voter"`
+	Leader     bool   `json:"leader"`
 }
 
 // New opens this server's node id and Raft state and starts its Raft node.
@@ -72,16 +72,17 @@ func New(cfg Config) (*Cluster, error) {
 		DataDir:           cfg.DataDir,
 		RaftAddr:          cfg.RaftAddr,
 		RaftAdvertiseAddr: cfg.RaftAdvertiseAddr,
-		GRPCAddr:          cfg.GRPCAddr,
+		ServerAddr:        cfg.ServerAddr,
 		Logger:            logger,
 		Tuning:            cfg.Tuning,
 		StoreOptions:      cfg.StoreOptions,
 		DialOptions:       cfg.DialOptions,
+		TLS:               cfg.RaftTLS,
 	})
 	if err != nil {
 		return nil, err
 	}
-	self := peer{ID: id, RaftAddr: b.RaftAddr(), GRPCAddr: cfg.GRPCAddr, Expect: cfg.BootstrapExpect}
+	self := peer{ID: id, RaftAddr: b.RaftAddr(), ServerAddr: cfg.ServerAddr, Expect: cfg.BootstrapExpect}
 	dial := cfg.DialOptions
 	if len(dial) == 0 {
 		dial = defaultDialOptions()
@@ -107,7 +108,9 @@ func (c *Cluster) Backend() *raftstore.Backend { return c.b }
 func (c *Cluster) ID() string { return c.self.ID }
 
 // RegisterGRPC mounts the cluster service and the storage forwarding
-// service on the server's gRPC server.
+// service on the server's server-to-server gRPC server (never the public
+// one: forwarding skips validation and ACL hooks, and membership is for
+// servers only).
 func (c *Cluster) RegisterGRPC(s *grpc.Server) {
 	pbcluster.RegisterClusterServer(s, &service{c: c})
 	c.b.RegisterGRPC(s)
@@ -173,7 +176,7 @@ func (c *Cluster) Peers() ([]Peer, error) {
 	}
 	out := make([]Peer, len(members))
 	for i, m := range members {
-		out[i] = Peer{ID: m.ID, RaftAddr: m.RaftAddr, GRPCAddr: m.GRPCAddr, Voter: m.Voter, Leader: m.Leader}
+		out[i] = Peer{ID: m.ID, RaftAddr: m.RaftAddr, ServerAddr: m.ServerAddr, Voter: m.Voter, Leader: m.Leader}
 	}
 	return out, nil
 }

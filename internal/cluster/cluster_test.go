@@ -21,7 +21,7 @@ func peersAgree(s *server, ids map[string]bool) bool {
 	}
 	leaders := 0
 	for _, p := range peers {
-		if !ids[p.ID] || !p.Voter || p.GRPCAddr == "" {
+		if !ids[p.ID] || !p.Voter || p.ServerAddr == "" {
 			return false
 		}
 		if p.Leader {
@@ -198,7 +198,7 @@ func TestDevServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			peers, err := s.c.Peers()
-			if err != nil || len(peers) != 1 || !peers[0].Leader || peers[0].GRPCAddr != s.cfg.GRPCAddr {
+			if err != nil || len(peers) != 1 || !peers[0].Leader || peers[0].ServerAddr != s.cfg.ServerAddr {
 				t.Fatalf("peers %+v, %v", peers, err)
 			}
 			if !durable {

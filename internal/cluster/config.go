@@ -31,14 +31,14 @@ type Config struct {
 	// RaftAdvertiseAddr is the Raft address other servers dial, when it
 	// differs from RaftAddr (RaftAddr on 0.0.0.0).
 	RaftAdvertiseAddr string
-	// GRPCAddr is this server's gRPC address as other servers dial it
-	// (-grpc-addr). An unspecified host (0.0.0.0, ::, "") takes the host of
+	// ServerAddr is this server's server-to-server RPC address as other
+	// servers dial it (-server-addr). An unspecified host (0.0.0.0, ::, "") takes the host of
 	// the Raft address.
-	GRPCAddr string
+	ServerAddr string
 	// BootstrapExpect is how many servers form a new cluster together
 	// (-bootstrap-expect); 0 never bootstraps, only joins.
 	BootstrapExpect int
-	// RetryJoin are gRPC addresses of other servers (-retry-join), tried
+	// RetryJoin are server-to-server addresses of other servers (-retry-join), tried
 	// with backoff until this server belongs to a cluster.
 	RetryJoin []string
 	// RetryInterval is the first wait between rounds of join attempts; it
@@ -52,6 +52,8 @@ type Config struct {
 	// DialOptions are used for every connection to another server. The
 	// default is plaintext.
 	DialOptions []grpc.DialOption
+	// RaftTLS, when set, runs the Raft transport over mutual TLS.
+	RaftTLS *raftstore.TLS
 }
 
 // ErrInvalidConfig wraps every configuration error.
@@ -70,11 +72,11 @@ func (cfg Config) normalize() (Config, error) {
 	if cfg.RaftAddr == "" {
 		return cfg, fmt.Errorf("%w: RaftAddr is empty", ErrInvalidConfig)
 	}
-	grpcAddr, err := advertisedGRPC(cfg.GRPCAddr, cfg.RaftAdvertiseAddr, cfg.RaftAddr)
+	serverAddr, err := advertisedServer(cfg.ServerAddr, cfg.RaftAdvertiseAddr, cfg.RaftAddr)
 	if err != nil {
 		return cfg, err
 	}
-	cfg.GRPCAddr = grpcAddr
+	cfg.ServerAddr = serverAddr
 	for i, addr := range cfg.RetryJoin {
 		host, port, err := net.SplitHostPort(addr)
 		if err != nil || host == "" || port == "" {
@@ -94,22 +96,22 @@ func (cfg Config) normalize() (Config, error) {
 	return cfg, nil
 }
 
-// advertisedGRPC turns the gRPC listen address into one other servers can
+// advertisedServer turns the server-to-server listen address into one other servers can
 // dial: an unspecified host takes the host of the Raft address.
-func advertisedGRPC(grpcAddr, raftAdvertise, raftAddr string) (string, error) {
-	host, port, err := net.SplitHostPort(grpcAddr)
+func advertisedServer(addr, raftAdvertise, raftAddr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil || port == "" || port == "0" {
-		return "", fmt.Errorf("%w: GRPCAddr %q must be host:port with a fixed port", ErrInvalidConfig, grpcAddr)
+		return "", fmt.Errorf("%w: ServerAddr %q must be host:port with a fixed port", ErrInvalidConfig, addr)
 	}
 	if !unspecified(host) {
-		return grpcAddr, nil
+		return addr, nil
 	}
 	for _, a := range []string{raftAdvertise, raftAddr} {
 		if h, _, err := net.SplitHostPort(a); err == nil && !unspecified(h) {
 			return net.JoinHostPort(h, port), nil
 		}
 	}
-	return "", fmt.Errorf("%w: GRPCAddr %q has no host other servers can dial; give one, or a Raft address with a host", ErrInvalidConfig, grpcAddr)
+	return "", fmt.Errorf("%w: ServerAddr %q has no host other servers can dial; give one, or a Raft address with a host", ErrInvalidConfig, addr)
 }
 
 func unspecified(host string) bool {

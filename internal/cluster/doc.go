@@ -7,7 +7,7 @@
 //
 //   - A server with Raft state resumes with it: it is a member already.
 //   - A fresh server asks every retry-join address about itself over the
-//     cluster gRPC service (Info), telling it about itself in the same
+//     cluster gRPC service (Info) on its server-to-server port (-server-addr), telling it about itself in the same
 //     call, so discovery works whichever side lists the other; answers
 //     carry the fresh servers each side knows, so a ring of retry-join
 //     addresses is enough. If any answering server belongs to a cluster,
@@ -20,7 +20,7 @@
 //
 // While it runs, a server keeps its membership current: when the
 // configuration has it at an old Raft address or the server registry
-// (which followers use to reach the leader's gRPC port) lacks its current
+// (which followers use to reach the leader's server-to-server port) lacks its current
 // addresses, it asks the leader to admit it again. A server removed from
 // the configuration (RemovePeer) stays out: it is not re-added behind the
 // operator's back.

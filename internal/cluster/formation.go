@@ -13,29 +13,29 @@ import (
 
 // peer is a server as discovery knows it.
 type peer struct {
-	ID       string
-	RaftAddr string
-	GRPCAddr string
-	Expect   int
+	ID         string
+	RaftAddr   string
+	ServerAddr string
+	Expect     int
 }
 
 func (p peer) proto() *pbcluster.Server {
-	return &pbcluster.Server{Id: p.ID, RaftAddr: p.RaftAddr, GrpcAddr: p.GRPCAddr, BootstrapExpect: uint32(p.Expect)}
+	return &pbcluster.Server{Id: p.ID, RaftAddr: p.RaftAddr, ServerAddr: p.ServerAddr, BootstrapExpect: uint32(p.Expect)}
 }
 
 func peerFrom(s *pbcluster.Server) peer {
-	return peer{ID: s.GetId(), RaftAddr: s.GetRaftAddr(), GRPCAddr: s.GetGrpcAddr(), Expect: int(s.GetBootstrapExpect())}
+	return peer{ID: s.GetId(), RaftAddr: s.GetRaftAddr(), ServerAddr: s.GetServerAddr(), Expect: int(s.GetBootstrapExpect())}
 }
 
 // discovery is what a server without cluster state has learned: the other
 // servers without state (from the servers it asked, and from those that
-// asked it, transitively), and the gRPC addresses of servers that already
+// asked it, transitively), and the server-to-server addresses of servers that already
 // belong to a cluster.
 type discovery struct {
 	mu        sync.Mutex
 	self      peer
 	fresh     map[string]peer // by id, self included
-	clustered map[string]bool // gRPC addresses
+	clustered map[string]bool // server-to-server addresses
 }
 
 func newDiscovery(self peer) *discovery {
@@ -50,8 +50,8 @@ func (d *discovery) learn(other peer, hasState bool, known []*pbcluster.Server) 
 	if other.ID != "" && other.ID != d.self.ID {
 		if hasState {
 			delete(d.fresh, other.ID)
-			if other.GRPCAddr != "" {
-				d.clustered[other.GRPCAddr] = true
+			if other.ServerAddr != "" {
+				d.clustered[other.ServerAddr] = true
 			}
 		} else {
 			d.fresh[other.ID] = other
@@ -96,7 +96,7 @@ func (d *discovery) state() formationState {
 type formationState struct {
 	Self      peer
 	Fresh     []peer   // servers without state, self included
-	Clustered []string // gRPC addresses of servers in a cluster
+	Clustered []string // server-to-server addresses of servers in a cluster
 }
 
 // formationDecision is what a server without state does next: bootstrap
@@ -142,7 +142,7 @@ func decideFormation(s formationState) formationDecision {
 	slices.SortFunc(group, func(a, b peer) int { return strings.Compare(a.ID, b.ID) })
 	servers := make([]raftstore.Server, len(group))
 	for i, p := range group {
-		servers[i] = raftstore.Server{ID: p.ID, RaftAddr: p.RaftAddr, GRPCAddr: p.GRPCAddr}
+		servers[i] = raftstore.Server{ID: p.ID, RaftAddr: p.RaftAddr, ServerAddr: p.ServerAddr}
 	}
 	return formationDecision{Bootstrap: servers}
 }

@@ -58,7 +58,7 @@ type server struct {
 
 func startServer(t testing.TB, lis net.Listener, cfg Config) *server {
 	t.Helper()
-	cfg.GRPCAddr = lis.Addr().String()
+	cfg.ServerAddr = lis.Addr().String()
 	if cfg.RaftAddr == "" {
 		cfg.RaftAddr = "127.0.0.1:0"
 	}
@@ -104,7 +104,7 @@ func (s *server) restart(raftAddr string) *server {
 	if raftAddr != "" {
 		cfg.RaftAddr = raftAddr
 	}
-	return startServer(s.t, listen(s.t, s.cfg.GRPCAddr), cfg)
+	return startServer(s.t, listen(s.t, s.cfg.ServerAddr), cfg)
 }
 
 func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {

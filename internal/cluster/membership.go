@@ -69,7 +69,7 @@ func (c *Cluster) form(ctx context.Context) {
 func (c *Cluster) probe(ctx context.Context) {
 	req := &pbcluster.InfoRequest{From: c.self.proto(), Known: c.disc.knownFresh(), FromHasState: c.b.HasState()}
 	for _, addr := range c.cfg.RetryJoin {
-		if addr == c.self.GRPCAddr {
+		if addr == c.self.ServerAddr {
 			continue
 		}
 		conn, err := c.conn(addr)
@@ -87,8 +87,8 @@ func (c *Cluster) probe(ctx context.Context) {
 		if other.ID == c.self.ID {
 			continue // our own address under another name
 		}
-		if other.GRPCAddr == "" {
-			other.GRPCAddr = addr
+		if other.ServerAddr == "" {
+			other.ServerAddr = addr
 		}
 		c.disc.learn(other, resp.GetHasState(), resp.GetKnown())
 	}

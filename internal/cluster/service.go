@@ -46,7 +46,7 @@ func (s *service) Join(ctx context.Context, req *pbcluster.JoinRequest) (*pbclus
 	if err := checkServer("server", req.GetServer()); err != nil {
 		return nil, err
 	}
-	srv := raftstore.Server{ID: req.GetServer().GetId(), RaftAddr: req.GetServer().GetRaftAddr(), GRPCAddr: req.GetServer().GetGrpcAddr()}
+	srv := raftstore.Server{ID: req.GetServer().GetId(), RaftAddr: req.GetServer().GetRaftAddr(), ServerAddr: req.GetServer().GetServerAddr()}
 	if c.b.IsLeader() {
 		if err := c.joinLocal(ctx, srv); err != nil {
 			return nil, ToStatus(err)
@@ -96,8 +96,8 @@ func checkServer(field string, s *pbcluster.Server) error {
 		return status.Errorf(codes.InvalidArgument, "%s.id %q is not a node id", field, s.GetId())
 	case s.GetRaftAddr() == "":
 		return status.Errorf(codes.InvalidArgument, "%s.raft_addr is empty", field)
-	case s.GetGrpcAddr() == "":
-		return status.Errorf(codes.InvalidArgument, "%s.grpc_addr is empty", field)
+	case s.GetServerAddr() == "":
+		return status.Errorf(codes.InvalidArgument, "%s.server_addr is empty", field)
 	}
 	return nil
 }

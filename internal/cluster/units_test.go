@@ -19,12 +19,12 @@ import (
 )
 
 func TestDecideFormation(t *testing.T) {
-	a := peer{ID: "a", RaftAddr: "a:1", GRPCAddr: "a:2", Expect: 3}
-	b := peer{ID: "b", RaftAddr: "b:1", GRPCAddr: "b:2", Expect: 3}
-	c := peer{ID: "c", RaftAddr: "c:1", GRPCAddr: "c:2", Expect: 3}
-	joiner := peer{ID: "j", RaftAddr: "j:1", GRPCAddr: "j:2"}
-	odd := peer{ID: "o", RaftAddr: "o:1", GRPCAddr: "o:2", Expect: 5}
-	solo := peer{ID: "s", RaftAddr: "s:1", GRPCAddr: "s:2", Expect: 1}
+	a := peer{ID: "a", RaftAddr: "a:1", ServerAddr: "a:2", Expect: 3}
+	b := peer{ID: "b", RaftAddr: "b:1", ServerAddr: "b:2", Expect: 3}
+	c := peer{ID: "c", RaftAddr: "c:1", ServerAddr: "c:2", Expect: 3}
+	joiner := peer{ID: "j", RaftAddr: "j:1", ServerAddr: "j:2"}
+	odd := peer{ID: "o", RaftAddr: "o:1", ServerAddr: "o:2", Expect: 5}
+	solo := peer{ID: "s", RaftAddr: "s:1", ServerAddr: "s:2", Expect: 1}
 	cases := []struct {
 		name string
 		in   formationState
@@ -64,16 +64,16 @@ func TestDecideFormation(t *testing.T) {
 }
 
 func TestDiscoveryLearns(t *testing.T) {
-	self := peer{ID: "a", RaftAddr: "a:1", GRPCAddr: "a:2", Expect: 3}
+	self := peer{ID: "a", RaftAddr: "a:1", ServerAddr: "a:2", Expect: 3}
 	d := newDiscovery(self)
 	// b tells about itself and about c (transitively).
-	d.learn(peer{ID: "b", RaftAddr: "b:1", GRPCAddr: "b:2", Expect: 3}, false,
-		[]*pbcluster.Server{{Id: "c", RaftAddr: "c:1", GrpcAddr: "c:2", BootstrapExpect: 3}, {Id: "a", RaftAddr: "elsewhere"}})
+	d.learn(peer{ID: "b", RaftAddr: "b:1", ServerAddr: "b:2", Expect: 3}, false,
+		[]*pbcluster.Server{{Id: "c", RaftAddr: "c:1", ServerAddr: "c:2", BootstrapExpect: 3}, {Id: "a", RaftAddr: "elsewhere"}})
 	if got := decideFormation(d.state()); len(got.Bootstrap) != 3 || got.Bootstrap[0].RaftAddr != "a:1" {
 		t.Fatalf("after learning b and c: %+v", got)
 	}
 	// c turns out to be in a cluster already: join it instead.
-	d.learn(peer{ID: "c", RaftAddr: "c:1", GRPCAddr: "c:2", Expect: 3}, true, nil)
+	d.learn(peer{ID: "c", RaftAddr: "c:1", ServerAddr: "c:2", Expect: 3}, true, nil)
 	if got := decideFormation(d.state()); fmt.Sprint(got.JoinVia) != "[c:2]" {
 		t.Fatalf("after c reported state: %+v", got)
 	}
@@ -86,7 +86,7 @@ func TestPlanJoin(t *testing.T) {
 		{ID: "n", RaftAddr: "n:1", Voter: false},
 	}
 	rec := func(id, raft string) raftstore.Server {
-		return raftstore.Server{ID: id, RaftAddr: raft, GRPCAddr: id + ":2"}
+		return raftstore.Server{ID: id, RaftAddr: raft, ServerAddr: id + ":2"}
 	}
 	cases := []struct {
 		name  string
@@ -125,10 +125,10 @@ func TestAdvertisedGRPC(t *testing.T) {
 		{"127.0.0.1:0", "", "127.0.0.1:7702", ""},
 	}
 	for _, tc := range cases {
-		got, err := advertisedGRPC(tc.grpc, tc.adv, tc.raft)
+		got, err := advertisedServer(tc.grpc, tc.adv, tc.raft)
 		if tc.want == "" {
-			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "GRPCAddr") {
-				t.Errorf("%q: got %q, %v; want an error naming GRPCAddr", tc.grpc, got, err)
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "ServerAddr") {
+				t.Errorf("%q: got %q, %v; want an error naming ServerAddr", tc.grpc, got, err)
 			}
 			continue
 		}
@@ -139,7 +139,7 @@ func TestAdvertisedGRPC(t *testing.T) {
 }
 
 func TestConfigRefusals(t *testing.T) {
-	good := Config{RaftAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:7701"}
+	good := Config{RaftAddr: "127.0.0.1:0", ServerAddr: "127.0.0.1:7701"}
 	cases := map[string]func(*Config){
 		"BootstrapExpect": func(c *Config) { c.BootstrapExpect = -1 },
 		"NodeID":          func(c *Config) { c.NodeID = "has space" },
@@ -191,7 +191,7 @@ func TestNodeIDIsKept(t *testing.T) {
 func TestServiceRefusesBadRequests(t *testing.T) {
 	s := startServer(t, listen(t, ""), Config{BootstrapExpect: 1, Logger: testLogger(t), Tuning: raftstore.DevTuning()})
 	waitReady(t, s)
-	conn, err := grpc.NewClient(s.cfg.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(s.cfg.ServerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,11 +206,11 @@ func TestServiceRefusesBadRequests(t *testing.T) {
 	}{
 		{"join without server", func() error { _, err := client.Join(ctx, &pbcluster.JoinRequest{}); return err }, codes.InvalidArgument, "server"},
 		{"join without raft addr", func() error {
-			_, err := client.Join(ctx, &pbcluster.JoinRequest{Server: &pbcluster.Server{Id: "x", GrpcAddr: "x:1"}})
+			_, err := client.Join(ctx, &pbcluster.JoinRequest{Server: &pbcluster.Server{Id: "x", ServerAddr: "x:1"}})
 			return err
 		}, codes.InvalidArgument, "server.raft_addr"},
 		{"join with a bad id", func() error {
-			_, err := client.Join(ctx, &pbcluster.JoinRequest{Server: &pbcluster.Server{Id: "x y", RaftAddr: "x:1", GrpcAddr: "x:2"}})
+			_, err := client.Join(ctx, &pbcluster.JoinRequest{Server: &pbcluster.Server{Id: "x y", RaftAddr: "x:1", ServerAddr: "x:2"}})
 			return err
 		}, codes.InvalidArgument, "server.id"},
 		{"info from a half server", func() error {

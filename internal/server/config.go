@@ -13,13 +13,16 @@ import (
 
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
-// Default addresses (issue #2: 7700 HTTP, 7701 gRPC, 7702 Raft).
+// Default addresses: 7700 HTTP and 7701 public gRPC (people, tools,
+// agents); 7702 Raft and 7703 the server-to-server RPCs (servers only).
 const (
 	DefaultHTTPAddr        = "127.0.0.1:7700"
 	DefaultGRPCAddr        = "127.0.0.1:7701"
 	DefaultRaftAddr        = "127.0.0.1:7702"
+	DefaultServerAddr      = "127.0.0.1:7703"
 	DefaultShutdownTimeout = 15 * time.Second
 	// DefaultGRPCMaxRecvBytes admits the resource service's largest batch
 	// (resource.MaxBatchSize, 8 MiB) with room to spare.
@@ -29,10 +32,28 @@ const (
 // Config says what server to assemble.
 type Config struct {
 	HTTPAddr string // host:port; port 0 picks a free one
-	GRPCAddr string
+	// HTTPSAddr, when set, serves the HTTP API over TLS there too (it
+	// needs TLS).
+	HTTPSAddr string
+	GRPCAddr  string
 	// RaftAddr is the address other servers reach this one's Raft on; an
 	// in-memory server reports it as the leader's address.
 	RaftAddr string
+	// ServerAddr is the server-to-server gRPC listener: write forwarding,
+	// cluster membership (join, remove peer) and heartbeat forwarding,
+	// which skip the public services' validation and ACL hooks and so are
+	// never served on GRPCAddr. Only a Raft server listens on it.
+	ServerAddr string
+	// TLS, when set, secures the links between servers: the
+	// server-to-server listener and Raft accept only peers with a server
+	// certificate of the cluster's CA (mutual TLS), and this server dials
+	// them with its own. The public gRPC port and HTTPSAddr serve TLS with
+	// the server certificate and ask clients for none. Nil: plaintext.
+	TLS *tlsutil.Configurator
+	// PublicPlaintext keeps the public gRPC port plaintext even with TLS:
+	// trellis dev secures its server-to-server port with certificates it
+	// makes in memory, which no client outside the process could trust.
+	PublicPlaintext bool
 	// Raft, when set, makes the server a Raft voter with durable storage.
 	// Nil: everything in memory, this server the leader at once.
 	Raft *RaftConfig
@@ -99,6 +120,9 @@ func (c Config) withDefaults() Config {
 	if c.RaftAddr == "" {
 		c.RaftAddr = DefaultRaftAddr
 	}
+	if c.ServerAddr == "" {
+		c.ServerAddr = DefaultServerAddr
+	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
@@ -119,6 +143,13 @@ func (c Config) Validate() error {
 		{"-http-addr", c.HTTPAddr},
 		{"-grpc-addr", c.GRPCAddr},
 		{"-raft-addr", c.RaftAddr},
+		{"-server-addr", c.ServerAddr},
+	}
+	if c.HTTPSAddr != "" {
+		if c.TLS == nil || c.PublicPlaintext {
+			return configError("-https-addr", "serves TLS: give -tls-ca-file, -tls-cert-file and -tls-key-file too")
+		}
+		addrs = append(addrs, struct{ flag, addr string }{"-https-addr", c.HTTPSAddr})
 	}
 	for _, a := range addrs {
 		if err := ValidateAddr(a.flag, a.addr); err != nil {
@@ -159,7 +190,7 @@ func (r *RaftConfig) validate(raftAddr string) error {
 		}
 		host, port, _ := net.SplitHostPort(a)
 		if host == "" || port == "0" {
-			return configError("-retry-join", "%q: give the host and gRPC port of another server (for example %s)", a, ExampleAddr("-retry-join"))
+			return configError("-retry-join", "%q: give the host and server-to-server port (-server-addr) of another server (for example %s)", a, ExampleAddr("-retry-join"))
 		}
 		if seen[a] {
 			return configError("-retry-join", "%q given twice", a)
@@ -187,12 +218,14 @@ func ValidateAddr(field, addr string) error {
 
 // ExampleAddr is the address an error about field shows as an example:
 // the default address of the port that flag names. Servers join through
-// each other's gRPC port, so an example with the HTTP port would lead a
-// user to give the wrong one.
+// each other's server-to-server port, so an example with another port
+// would lead a user to give the wrong one.
 func ExampleAddr(field string) string {
 	switch field {
-	case "-grpc-addr", "-retry-join":
+	case "-grpc-addr":
 		return DefaultGRPCAddr
+	case "-server-addr", "-retry-join":
+		return DefaultServerAddr
 	case "-raft-addr":
 		return DefaultRaftAddr
 	default:

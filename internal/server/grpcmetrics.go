@@ -44,13 +44,16 @@ func newGRPCMetrics(reg prometheus.Registerer) (*grpcMetrics, error) {
 	return m, nil
 }
 
-// register records the methods srv serves. Call it once every service is
-// registered, before serving.
-func (m *grpcMetrics) register(srv *grpc.Server) {
+// register records the methods the servers serve (the public and the
+// server-to-server one). Call it once every service is registered, before
+// serving.
+func (m *grpcMetrics) register(srvs ...*grpc.Server) {
 	known := map[string]bool{}
-	for svc, info := range srv.GetServiceInfo() {
-		for _, meth := range info.Methods {
-			known["/"+svc+"/"+meth.Name] = true
+	for _, srv := range srvs {
+		for svc, info := range srv.GetServiceInfo() {
+			for _, meth := range info.Methods {
+				known["/"+svc+"/"+meth.Name] = true
+			}
 		}
 	}
 	m.known.Store(&known)

@@ -32,7 +32,7 @@ func TestMetricsServeRaftLibraryAndGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv, err := server.New(server.Config{
-		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), ServerAddr: "127.0.0.1:0",
 		Raft:            &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: 1, SingleServer: true},
 		ShutdownTimeout: 20 * time.Second,
 	})

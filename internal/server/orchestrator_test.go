@@ -26,6 +26,7 @@ import (
 	raftstore "trellis.dev/trellis/internal/storage/raft"
 	"trellis.dev/trellis/internal/testcluster"
 	"trellis.dev/trellis/internal/testlog"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // detectSlack is what the issue allows past the TTL to mark a dead
@@ -328,24 +329,37 @@ func TestSilentAgentIsMarkedDown(t *testing.T) {
 // cluster, and returns them once one leads.
 func raftCluster(t *testing.T, ttl time.Duration) []*server.Server {
 	t.Helper()
+	return raftClusterTLS(t, ttl, nil)
+}
+
+// raftClusterTLS is raftCluster with each server's links to the others
+// secured by tlsFor(i) (plaintext when tlsFor is nil).
+func raftClusterTLS(t *testing.T, ttl time.Duration, tlsFor func(i int) *tlsutil.Configurator) []*server.Server {
+	t.Helper()
 	ports, err := testcluster.FreePorts(6)
 	if err != nil {
 		t.Fatal(err)
 	}
-	grpcAddrs := make([]string, 3)
-	for i := range grpcAddrs {
-		grpcAddrs[i] = fmt.Sprintf("127.0.0.1:%d", ports[i])
+	serverAddrs := make([]string, 3)
+	for i := range serverAddrs {
+		serverAddrs[i] = fmt.Sprintf("127.0.0.1:%d", ports[i])
 	}
 	servers := make([]*server.Server, 3)
 	for i := range servers {
 		var join []string
-		for j, a := range grpcAddrs {
+		for j, a := range serverAddrs {
 			if j != i {
 				join = append(join, a)
 			}
 		}
+		var tc *tlsutil.Configurator
+		var httpsAddr string
+		if tlsFor != nil {
+			tc, httpsAddr = tlsFor(i), "127.0.0.1:0"
+		}
 		srv, err := server.New(server.Config{
-			HTTPAddr: "127.0.0.1:0", GRPCAddr: grpcAddrs[i], RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
+			TLS: tc, HTTPSAddr: httpsAddr,
+			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", ServerAddr: serverAddrs[i], RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
 			Raft:         &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: 3, RetryJoin: join},
 			HeartbeatTTL: ttl, Logger: testlog.Logger(t).With("server", i), ShutdownTimeout: 20 * time.Second,
 		})

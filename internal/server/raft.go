@@ -2,7 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"trellis.dev/trellis/internal/cluster"
 	"trellis.dev/trellis/internal/httpapi/wire"
@@ -10,9 +14,10 @@ import (
 )
 
 // openRaft opens this server's Raft node and cluster membership: the
-// replicated backend, the forwarding and cluster gRPC services, Raft
-// metrics, and the runnable that forms or joins the cluster (it runs after
-// the gRPC server is up, since formation talks to the other servers).
+// replicated backend, the forwarding and cluster gRPC services (on the
+// server-to-server listener), Raft metrics, and the runnable that forms or
+// joins the cluster (it runs after the gRPC servers are up, since
+// formation talks to the other servers).
 func (s *Server) openRaft(cfg *RaftConfig) error {
 	tuning := raftstore.DefaultTuning().Scaled(cfg.RaftMultiplier)
 	if cfg.SingleServer {
@@ -24,10 +29,26 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 	if err != nil {
 		return err
 	}
+	var dial []grpc.DialOption
+	var raftTLS *raftstore.TLS
+	if t := s.cfg.TLS; t != nil {
+		in, err := t.IncomingServerConfig()
+		if err != nil {
+			return fmt.Errorf("-tls-cert-file: %w", err)
+		}
+		out, err := t.OutgoingServerConfig()
+		if err != nil {
+			return fmt.Errorf("-tls-cert-file: %w", err)
+		}
+		dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(out))}
+		raftTLS = &raftstore.TLS{Incoming: in, Outgoing: out}
+	}
 	c, err := cluster.New(cluster.Config{
+		DialOptions:     dial,
+		RaftTLS:         raftTLS,
 		DataDir:         cfg.DataDir,
 		RaftAddr:        s.cfg.RaftAddr,
-		GRPCAddr:        s.grpcLn.Addr().String(),
+		ServerAddr:      s.serverLn.Addr().String(),
 		BootstrapExpect: cfg.BootstrapExpect,
 		RetryJoin:       cfg.RetryJoin,
 		Logger:          s.log.With("component", "cluster"),
@@ -36,7 +57,7 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 	if err != nil {
 		return err
 	}
-	c.RegisterGRPC(s.grpc)
+	c.RegisterGRPC(s.serverGRPC)
 	if err := s.metrics.Register(c.Backend().Metrics()); err != nil {
 		_ = c.Shutdown(context.Background())
 		return err
@@ -47,15 +68,22 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 	}
 	s.raft = c
 	s.backend = c.Backend()
-	s.cluster = raftStatus{c}
-	s.operator = raftStatus{c}
+	st := raftStatus{c: c, warnings: securityWarnings(s.cfg)}
+	for _, w := range st.warnings {
+		s.log.Warn(w)
+	}
+	s.cluster = st
+	s.operator = st
 	s.Add("raft", c)
 	return nil
 }
 
 // raftStatus answers the HTTP API's cluster questions from the Raft
 // cluster, with errors as gRPC status errors.
-type raftStatus struct{ c *cluster.Cluster }
+type raftStatus struct {
+	c        *cluster.Cluster
+	warnings []string // reported by Health
+}
 
 func (r raftStatus) Leader() string { return r.c.Leader() }
 
@@ -63,7 +91,7 @@ func (r raftStatus) Leader() string { return r.c.Leader() }
 // with the leader named by its Raft address.
 func (r raftStatus) Health() wire.Health {
 	bh := r.c.Backend().Health()
-	h := wire.Health{Status: "ok", Leader: r.c.Leader(), AppliedIndex: bh.Applied, LeaderIndex: bh.LeaderIndex}
+	h := wire.Health{Status: "ok", Leader: r.c.Leader(), AppliedIndex: bh.Applied, LeaderIndex: bh.LeaderIndex, Warnings: r.warnings}
 	if !bh.OK {
 		h.Status, h.Error = "unavailable", bh.Reason
 	}
@@ -96,7 +124,7 @@ func (r raftStatus) RaftPeers() ([]wire.RaftPeer, error) {
 	}
 	out := make([]wire.RaftPeer, len(peers))
 	for i, p := range peers {
-		out[i] = wire.RaftPeer{ID: p.ID, RaftAddr: p.RaftAddr, GRPCAddr: p.GRPCAddr, Voter: p.Voter, Leader: p.Leader}
+		out[i] = wire.RaftPeer{ID: p.ID, RaftAddr: p.RaftAddr, ServerAddr: p.ServerAddr, Voter: p.Voter, Leader: p.Leader}
 	}
 	return out, nil
 }

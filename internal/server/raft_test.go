@@ -3,7 +3,10 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,7 +25,7 @@ func startRaft(t *testing.T, dataDir string) (*client.Client, func()) {
 		t.Fatal(err)
 	}
 	srv, err := server.New(server.Config{
-		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), ServerAddr: "127.0.0.1:0",
 		Raft:            &server.RaftConfig{DataDir: dataDir, BootstrapExpect: 1, SingleServer: true},
 		ShutdownTimeout: 20 * time.Second,
 	})
@@ -97,5 +100,23 @@ func TestRaftServerKeepsDataAcrossRestart(t *testing.T) {
 	}
 	if err := c.RestoreSnapshot(ctx, bytes.NewReader([]byte("not a snapshot"))); !client.IsCode(err, wire.CodeInvalidArgument) {
 		t.Fatalf("restoring garbage = %v, want invalid_argument", err)
+	}
+}
+
+// A Raft server without TLS files runs, and says in every health answer
+// that its links to other servers are plaintext.
+func TestPlaintextRaftServerWarnsInHealth(t *testing.T) {
+	c, _ := startRaft(t, t.TempDir())
+	resp, err := http.Get(c.Addr() + "/v1/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var h wire.Health
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || h.Status != "ok" || !slices.Equal(h.Warnings, []string{server.WarnPlaintext}) {
+		t.Fatalf("health = %d %+v, want ok with warnings [%q]", resp.StatusCode, h, server.WarnPlaintext)
 	}
 }

@@ -8,9 +8,15 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/descriptorpb"
+
+	pbagent "trellis.dev/trellis/api/agent/v1"
+	pbcluster "trellis.dev/trellis/api/cluster/v1"
+	pbstorage "trellis.dev/trellis/api/storage/v1"
 
 	"trellis.dev/trellis/internal/server"
 	"trellis.dev/trellis/internal/testcluster"
@@ -126,15 +132,17 @@ func TestReflectionListsServices(t *testing.T) {
 	}
 }
 
-// A Raft server also serves, and lists, the services servers use between
-// themselves.
-func TestReflectionListsRaftServices(t *testing.T) {
+// A Raft server serves the services servers use between themselves
+// (forwarding, which skips validation and ACL hooks; membership; forwarded
+// heartbeats) on its server-to-server port only: the public port neither
+// lists nor serves them.
+func TestServerServicesOnlyOnServerPort(t *testing.T) {
 	ports, err := testcluster.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv, err := server.New(server.Config{
-		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), ServerAddr: "127.0.0.1:0",
 		Raft:            &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: 1, SingleServer: true},
 		ShutdownTimeout: 20 * time.Second,
 	})
@@ -142,17 +150,45 @@ func TestReflectionListsRaftServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	runServer(t, srv)
-	conn := dialGRPC(t, srv.GRPCAddr())
+	public := dialGRPC(t, srv.GRPCAddr())
+	peer := dialGRPC(t, srv.ServerAddr())
 
-	got := listServices(t, conn)
-	for _, s := range []string{
-		"trellis.resource.v1.ResourceService",
-		"trellis.agent.v1.AgentService",
-		"trellis.cluster.v1.Cluster",
-		"trellis.storage.v1.Forwarding",
-	} {
+	got := listServices(t, public)
+	for _, s := range []string{"trellis.resource.v1.ResourceService", "trellis.agent.v1.AgentService"} {
 		if !slices.Contains(got, s) {
-			t.Errorf("services = %q, missing %s", got, s)
+			t.Errorf("public services = %q, missing %s", got, s)
+		}
+	}
+	for _, s := range []string{"trellis.cluster.v1.Cluster", "trellis.storage.v1.Forwarding"} {
+		if slices.Contains(got, s) {
+			t.Errorf("public services = %q, include %s", got, s)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	calls := map[string]func(*grpc.ClientConn) error{
+		"Forwarding.Apply": func(c *grpc.ClientConn) error {
+			_, err := pbstorage.NewForwardingClient(c).Apply(ctx, &pbstorage.ApplyRequest{})
+			return err
+		},
+		"Cluster.Info": func(c *grpc.ClientConn) error {
+			_, err := pbcluster.NewClusterClient(c).Info(ctx, &pbcluster.InfoRequest{})
+			return err
+		},
+		"AgentService.ForwardHeartbeats": func(c *grpc.ClientConn) error {
+			_, err := pbagent.NewAgentServiceClient(c).ForwardHeartbeats(ctx, &pbagent.ForwardHeartbeatsRequest{})
+			return err
+		},
+	}
+	for name, call := range calls {
+		if err := call(public); status.Code(err) != codes.Unimplemented {
+			t.Errorf("%s on the public port = %v, want Unimplemented", name, err)
+		}
+		// On the server port the service answers: an empty request
+		// is refused on its merits, or served, never Unimplemented.
+		if err := call(peer); status.Code(err) == codes.Unimplemented {
+			t.Errorf("%s on the server port = %v, want it served", name, err)
 		}
 	}
 }

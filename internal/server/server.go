@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/reflection"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
@@ -21,6 +23,7 @@ import (
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // Server is one assembled Trellis server process: a storage backend, the
@@ -39,12 +42,17 @@ type Server struct {
 	// grpcMetrics learns the registered methods when serving starts.
 	grpcMetrics *grpcMetrics
 
-	grpc     *grpc.Server
-	grpcLn   net.Listener
-	httpAPI  *httpapi.Handler
-	httpLn   net.Listener
-	stopping context.Context
-	stop     context.CancelFunc
+	grpc   *grpc.Server
+	grpcLn net.Listener
+	// serverGRPC serves the server-to-server RPCs (forwarding, cluster
+	// membership, heartbeat forwarding) on serverLn; both nil in memory.
+	serverGRPC *grpc.Server
+	serverLn   net.Listener
+	httpAPI    *httpapi.Handler
+	httpLn     net.Listener
+	httpsLn    net.Listener // nil without -https-addr
+	stopping   context.Context
+	stop       context.CancelFunc
 
 	leadership *leadershipHub // nil when the backend does not say
 	bootstrap  *bootstrapper
@@ -80,24 +88,69 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.grpcMetrics = gm
-	// Every method's permission is checked before its handler runs.
+	// Every method's permission is checked before its handler runs, on
+	// the public port and the server-to-server port alike.
 	authz := newMethodAuthorizer(cfg.Authorize)
-	s.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(cfg.GRPCMaxRecvBytes),
-		grpc.ChainUnaryInterceptor(gm.unary(), unaryInterceptor(s.log), authz.unary()),
-		grpc.ChainStreamInterceptor(gm.stream(), streamInterceptor(s.log, s.stopping), authz.stream()),
-	)
+	newGRPC := func(extra ...grpc.ServerOption) *grpc.Server {
+		return grpc.NewServer(append([]grpc.ServerOption{
+			grpc.MaxRecvMsgSize(cfg.GRPCMaxRecvBytes),
+			grpc.ChainUnaryInterceptor(gm.unary(), unaryInterceptor(s.log), authz.unary()),
+			grpc.ChainStreamInterceptor(gm.stream(), streamInterceptor(s.log, s.stopping), authz.stream()),
+		}, extra...)...)
+	}
+	var publicTLS *tls.Config
+	if cfg.TLS != nil && !cfg.PublicPlaintext {
+		if publicTLS, err = cfg.TLS.IncomingPublicConfig(); err != nil {
+			return nil, fmt.Errorf("-tls-cert-file: %w", err)
+		}
+		s.grpc = newGRPC(grpc.Creds(credentials.NewTLS(publicTLS)))
+	} else {
+		s.grpc = newGRPC()
+	}
 
-	// Listeners first: with port 0 the Raft node must advertise the gRPC
-	// port actually bound.
+	// Listeners first: with port 0 the Raft node must advertise the
+	// server-to-server port actually bound.
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("-grpc-addr: %w", err)
 	}
 	if s.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("-http-addr: %w", err)
 	}
+	if cfg.HTTPSAddr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPSAddr)
+		if err != nil {
+			return nil, fmt.Errorf("-https-addr: %w", err)
+		}
+		s.httpsLn = tls.NewListener(ln, publicTLS)
+	}
 
+	if cfg.TLS != nil && cfg.TLS.FromFiles() {
+		// The Configurator's tls.Configs read the files loaded now at
+		// every handshake, so a reload needs no new listener. (Without
+		// files, SIGHUP keeps its default: trellis dev ends with its
+		// terminal.)
+		s.Add("tls-reload", RunnableFunc(func(ctx context.Context) error {
+			tlsutil.WatchSIGHUP(ctx, cfg.TLS, s.log.With("component", "tls"))
+			return nil
+		}))
+	}
 	if cfg.Raft != nil {
+		// Forwarding applies any command without the resource service's
+		// validation and ACL hooks, and membership changes the voters: a
+		// listener of their own keeps them off the public port, so that it
+		// can be closed to everything but the cluster's servers.
+		opts := []grpc.ServerOption{}
+		if cfg.TLS != nil {
+			tc, err := cfg.TLS.IncomingServerConfig()
+			if err != nil {
+				return nil, fmt.Errorf("-tls-cert-file: %w", err)
+			}
+			opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+		}
+		s.serverGRPC = newGRPC(opts...)
+		if s.serverLn, err = net.Listen("tcp", cfg.ServerAddr); err != nil {
+			return nil, fmt.Errorf("-server-addr: %w", err)
+		}
 		if err := s.openRaft(cfg.Raft); err != nil {
 			return nil, err
 		}
@@ -117,8 +170,8 @@ func New(cfg Config) (_ *Server, err error) {
 	// Server reflection lets grpcurl and other generic clients list and
 	// describe the services without the .proto files. It answers from
 	// the services registered when it is asked, so the ones added below
-	// and by the Raft cluster (Cluster, Forwarding) are listed too. It
-	// reveals schemas only, the same ones api/ publishes.
+	// are listed too (the server-to-server services are not on this
+	// server). It reveals schemas only, the same ones api/ publishes.
 	reflection.Register(s.grpc)
 	if l, ok := s.backend.(storage.Leadership); ok {
 		s.leadership = newLeadershipHub(l)
@@ -150,7 +203,7 @@ func New(cfg Config) (_ *Server, err error) {
 }
 
 func (s *Server) closeListeners() {
-	for _, ln := range []net.Listener{s.grpcLn, s.httpLn} {
+	for _, ln := range []net.Listener{s.grpcLn, s.serverLn, s.httpLn, s.httpsLn} {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -178,8 +231,17 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.leadership != nil {
 		g.Add("leadership", s.leadership)
 	}
-	s.grpcMetrics.register(s.grpc)
-	g.Add("grpc", RunnableFunc(s.serveGRPC))
+	if s.serverGRPC != nil {
+		s.grpcMetrics.register(s.grpc, s.serverGRPC)
+		g.Add("server-grpc", RunnableFunc(func(ctx context.Context) error {
+			return s.serveGRPC(ctx, "server-to-server grpc", s.serverGRPC, s.serverLn)
+		}))
+	} else {
+		s.grpcMetrics.register(s.grpc)
+	}
+	g.Add("grpc", RunnableFunc(func(ctx context.Context) error {
+		return s.serveGRPC(ctx, "grpc", s.grpc, s.grpcLn)
+	}))
 	for _, e := range s.extra {
 		g.Add(e.name, e.r)
 	}
@@ -196,9 +258,12 @@ func (s *Server) Start(ctx context.Context) error {
 		// and tools find "default" there from their first request.
 		g.Add("bootstrap", s.bootstrap)
 	}
-	g.Add("http", RunnableFunc(s.serveHTTP))
+	g.Add("http", RunnableFunc(func(ctx context.Context) error { return s.serveHTTP(ctx, "http", s.httpLn) }))
+	if s.httpsLn != nil {
+		g.Add("https", RunnableFunc(func(ctx context.Context) error { return s.serveHTTP(ctx, "https", s.httpsLn) }))
+	}
 	s.log.Info("server starting", "http", s.HTTPAddr(), "grpc", s.GRPCAddr(), "raft", s.cfg.RaftAddr,
-		"storage", s.storageKind(), "runnables", g.Names())
+		"server", s.ServerAddr(), "storage", s.storageKind(), "runnables", g.Names())
 	err := g.Start(ctx)
 	s.closeListeners()
 	s.log.Info("server stopped", "err", err)
@@ -212,31 +277,35 @@ func (s *Server) storageKind() string {
 	return "memory"
 }
 
-func (s *Server) serveGRPC(ctx context.Context) error {
+// serveGRPC serves srv on ln until ctx ends, then stops it gracefully
+// within half the shutdown timeout.
+func (s *Server) serveGRPC(ctx context.Context, name string, srv *grpc.Server, ln net.Listener) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.grpc.Serve(s.grpcLn) }()
+	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
-		return fmt.Errorf("grpc server: %w", err)
+		return fmt.Errorf("%s server: %w", name, err)
 	case <-ctx.Done():
 	}
 	s.stop() // end watch streams, which GracefulStop would wait on
 	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	go func() { srv.GracefulStop(); close(stopped) }()
 	t := time.NewTimer(s.cfg.ShutdownTimeout / 2)
 	defer t.Stop()
 	select {
 	case <-stopped:
 	case <-t.C:
-		s.log.Warn("grpc: graceful stop timed out; closing connections")
-		s.grpc.Stop()
+		s.log.Warn(name + ": graceful stop timed out; closing connections")
+		srv.Stop()
 		<-stopped
 	}
 	<-errc
 	return nil
 }
 
-func (s *Server) serveHTTP(ctx context.Context) error {
+// serveHTTP serves the HTTP API on ln (a TLS listener for https) until
+// ctx ends.
+func (s *Server) serveHTTP(ctx context.Context, name string, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.httpAPI,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -244,17 +313,17 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(s.httpLn) }()
+	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
-		return fmt.Errorf("http server: %w", err)
+		return fmt.Errorf("%s server: %w", name, err)
 	case <-ctx.Done():
 	}
 	s.httpAPI.Shutdown() // end watch streams, which Shutdown would wait on
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout/2)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		s.log.Warn("http: graceful shutdown timed out; closing connections", "err", err)
+		s.log.Warn(name+": graceful shutdown timed out; closing connections", "err", err)
 		_ = srv.Close()
 	}
 	<-errc
@@ -264,8 +333,26 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 // HTTPAddr is the address the HTTP API listens on.
 func (s *Server) HTTPAddr() string { return s.httpLn.Addr().String() }
 
+// HTTPSAddr is the address the HTTP API listens on over TLS; "" without
+// -https-addr.
+func (s *Server) HTTPSAddr() string {
+	if s.httpsLn == nil {
+		return ""
+	}
+	return s.httpsLn.Addr().String()
+}
+
 // GRPCAddr is the address the gRPC API listens on.
 func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }
+
+// ServerAddr is the address the server-to-server gRPC listener listens
+// on; "" for a server in memory, which has none.
+func (s *Server) ServerAddr() string {
+	if s.serverLn == nil {
+		return ""
+	}
+	return s.serverLn.Addr().String()
+}
 
 // RaftAddr is the Raft address the server reports.
 func (s *Server) RaftAddr() string { return s.cfg.RaftAddr }

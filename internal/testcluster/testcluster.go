@@ -39,8 +39,10 @@ type Member struct {
 	HTTPAddr string
 	GRPCAddr string
 	RaftAddr string
-	DataDir  string
-	LogPath  string
+	// ServerAddr is the server-to-server port, which -retry-join names.
+	ServerAddr string
+	DataDir    string
+	LogPath    string
 
 	process
 }
@@ -62,23 +64,24 @@ type Options struct {
 // Start launches the servers with -bootstrap-expect and -retry-join naming
 // each other, and waits until all of them agree on a leader.
 func Start(ctx context.Context, o Options) (*Cluster, error) {
-	ports, err := FreePorts(3 * o.Servers)
+	ports, err := FreePorts(4 * o.Servers)
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{}
-	var grpcAddrs []string
+	var serverAddrs []string
 	for i := range o.Servers {
-		grpcAddrs = append(grpcAddrs, fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]))
+		serverAddrs = append(serverAddrs, fmt.Sprintf("127.0.0.1:%d", ports[4*i+3]))
 	}
 	for i := range o.Servers {
 		m := &Member{
-			Name:     fmt.Sprintf("server%d", i),
-			HTTPAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i]),
-			GRPCAddr: grpcAddrs[i],
-			RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]),
-			DataDir:  filepath.Join(o.Dir, fmt.Sprintf("server%d", i)),
-			LogPath:  filepath.Join(o.Dir, fmt.Sprintf("server%d.log", i)),
+			Name:       fmt.Sprintf("server%d", i),
+			HTTPAddr:   fmt.Sprintf("127.0.0.1:%d", ports[4*i]),
+			GRPCAddr:   fmt.Sprintf("127.0.0.1:%d", ports[4*i+1]),
+			RaftAddr:   fmt.Sprintf("127.0.0.1:%d", ports[4*i+2]),
+			ServerAddr: serverAddrs[i],
+			DataDir:    filepath.Join(o.Dir, fmt.Sprintf("server%d", i)),
+			LogPath:    filepath.Join(o.Dir, fmt.Sprintf("server%d.log", i)),
 		}
 		m.process = process{name: m.Name, bin: o.Bin, logPath: m.LogPath}
 		m.args = []string{"server",
@@ -86,9 +89,10 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			"-http-addr", m.HTTPAddr,
 			"-grpc-addr", m.GRPCAddr,
 			"-raft-addr", m.RaftAddr,
+			"-server-addr", m.ServerAddr,
 			"-bootstrap-expect", strconv.Itoa(o.Servers),
 		}
-		for j, a := range grpcAddrs {
+		for j, a := range serverAddrs {
 			if j != i {
 				m.args = append(m.args, "-retry-join", a)
 			}

@@ -128,6 +128,10 @@ func withDefaults(cfg Config) Config {
 	return cfg
 }
 
+// FromFiles reports whether c was loaded from files, which Reload reads
+// again; false for a dev bundle, which has nothing to reload.
+func (c *Configurator) FromFiles() bool { return !c.static }
+
 // Reload reads the files again and, if they pass every check New makes,
 // uses them from the next handshake on. On an error the material loaded
 // before stays in use, and the error says which file was refused.

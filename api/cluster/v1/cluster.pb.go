@@ -29,7 +29,9 @@ type Server struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	RaftAddr string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
-	GrpcAddr string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	// server_addr is the server-to-server RPC address (-server-addr), the
+	// one other servers join through and forward to.
+	ServerAddr string `protobuf:"bytes,3,opt,name=server_addr,json=serverAddr,proto3" json:"server_addr,omitempty"`
 	// bootstrap_expect is the server's -bootstrap-expect (0 when unset).
 	BootstrapExpect uint32 `protobuf:"varint,4,opt,name=bootstrap_expect,json=bootstrapExpect,proto3" json:"bootstrap_expect,omitempty"`
 	unknownFields   protoimpl.UnknownFields
@@ -80,9 +82,9 @@ func (x *Server) GetRaftAddr() string {
 	return ""
 }
 
-func (x *Server) GetGrpcAddr() string {
+func (x *Server) GetServerAddr() string {
 	if x != nil {
-		return x.GrpcAddr
+		return x.ServerAddr
 	}
 	return ""
 }
@@ -420,11 +422,12 @@ var File_api_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1capi/cluster/v1/cluster.proto\x12\x12trellis.cluster.v1\"}\n" +
+	"\x1capi/cluster/v1/cluster.proto\x12\x12trellis.cluster.v1\"\x81\x01\n" +
 	"\x06Server\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
-	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
-	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12)\n" +
+	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1f\n" +
+	"\vserver_addr\x18\x03 \x01(\tR\n" +
+	"serverAddr\x12)\n" +
 	"\x10bootstrap_expect\x18\x04 \x01(\rR\x0fbootstrapExpect\"\x95\x01\n" +
 	"\vInfoRequest\x12.\n" +
 	"\x04from\x18\x01 \x01(\v2\x1a.trellis.cluster.v1.ServerR\x04from\x120\n" +

@@ -302,12 +302,14 @@ func (x *DeleteOp) GetVersion() string {
 }
 
 // Server is a cluster member's addresses, kept in the replicated server
-// registry so that any server can reach the leader's gRPC port.
+// registry so that any server can reach the leader's server-to-server RPC
+// port (-server-addr). Field 3 held the public gRPC address before that
+// port existed; its number is kept, so old log entries still decode.
 type Server struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
-	GrpcAddr      string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	ServerAddr    string                 `protobuf:"bytes,3,opt,name=server_addr,json=serverAddr,proto3" json:"server_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -356,9 +358,9 @@ func (x *Server) GetRaftAddr() string {
 	return ""
 }
 
-func (x *Server) GetGrpcAddr() string {
+func (x *Server) GetServerAddr() string {
 	if x != nil {
-		return x.GrpcAddr
+		return x.ServerAddr
 	}
 	return ""
 }
@@ -678,11 +680,12 @@ const file_api_storage_v1_raft_proto_rawDesc = "" +
 	"\tresources\x18\x01 \x03(\v2\x1d.trellis.resource.v1.ResourceR\tresources\"M\n" +
 	"\bDeleteOp\x12'\n" +
 	"\x02id\x18\x01 \x01(\v2\x17.trellis.resource.v1.IDR\x02id\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"R\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"V\n" +
 	"\x06Server\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
-	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
-	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"F\n" +
+	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1f\n" +
+	"\vserver_addr\x18\x03 \x01(\tR\n" +
+	"serverAddr\"F\n" +
 	"\x10RegisterServerOp\x122\n" +
 	"\x06server\x18\x01 \x01(\v2\x1a.trellis.storage.v1.ServerR\x06server\"$\n" +
 	"\x12DeregisterServerOp\x12\x0e\n" +

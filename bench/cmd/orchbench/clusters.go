@@ -21,6 +21,7 @@ type server struct {
 	httpAddr string // trellis only
 	grpcAddr string // trellis: gRPC API; etcd: client URL host:port
 	raftAddr string // trellis only
+	peerAddr string // trellis only: the server-to-server port, which -retry-join names
 }
 
 // startTrellis starts n `trellis server` processes forming one cluster
@@ -28,22 +29,23 @@ type server struct {
 // endpoints on so that a missed target can be profiled, and waits for an
 // agreed leader, which it returns with the servers.
 func startTrellis(ctx context.Context, ps *procs, bin string, n int) ([]*server, *server, error) {
-	ports, err := testcluster.FreePorts(3 * n)
+	ports, err := testcluster.FreePorts(4 * n)
 	if err != nil {
 		return nil, nil, err
 	}
 	var servers []*server
 	for i := range n {
 		servers = append(servers, &server{
-			httpAddr: "127.0.0.1:" + strconv.Itoa(ports[3*i]),
-			grpcAddr: "127.0.0.1:" + strconv.Itoa(ports[3*i+1]),
-			raftAddr: "127.0.0.1:" + strconv.Itoa(ports[3*i+2]),
+			httpAddr: "127.0.0.1:" + strconv.Itoa(ports[4*i]),
+			grpcAddr: "127.0.0.1:" + strconv.Itoa(ports[4*i+1]),
+			raftAddr: "127.0.0.1:" + strconv.Itoa(ports[4*i+2]),
+			peerAddr: "127.0.0.1:" + strconv.Itoa(ports[4*i+3]),
 		})
 	}
 	for i, s := range servers {
 		args := []string{"server",
 			"-data-dir", filepath.Join(ps.dir, fmt.Sprintf("server%d", i)),
-			"-http-addr", s.httpAddr, "-grpc-addr", s.grpcAddr, "-raft-addr", s.raftAddr,
+			"-http-addr", s.httpAddr, "-grpc-addr", s.grpcAddr, "-raft-addr", s.raftAddr, "-server-addr", s.peerAddr,
 			"-bootstrap-expect", strconv.Itoa(n),
 			"-enable-debug", "-log-level", "warn",
 			// Three servers and 5,000 agents saturate this machine's 2
@@ -54,7 +56,7 @@ func startTrellis(ctx context.Context, ps *procs, bin string, n int) ([]*server,
 		}
 		for j, o := range servers {
 			if j != i {
-				args = append(args, "-retry-join", o.grpcAddr)
+				args = append(args, "-retry-join", o.peerAddr)
 			}
 		}
 		p, err := ps.start(fmt.Sprintf("server%d", i), bin, args...)

@@ -168,16 +168,19 @@ type Health struct {
 	// servers only).
 	AppliedIndex uint64 `json:"applied_index,omitempty"`
 	LeaderIndex  uint64 `json:"leader_index,omitempty"`
+	// Warnings name what is unsafe about how the server runs (links
+	// between servers in plaintext) without making it unhealthy.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // RaftPeer is one server of the Raft configuration
 // (GET /v1/operator/raft/peers).
 type RaftPeer struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	GRPCAddr string `json:"grpc_addr"`
-	Voter    bool   `json:"voter"`
-	Leader   bool   `json:"leader"`
+	ID         string `json:"id"`
+	RaftAddr   string `json:"raft_addr"`
+	ServerAddr string `json:"server_addr"` // the server-to-server address (-server-addr)
+	Voter      bool   `json:"voter"`
+	Leader     bool   `json:"leader"`
 }
 
 // RemovedPeer answers DELETE /v1/operator/raft/peers/{peer}.

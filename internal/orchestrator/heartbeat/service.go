@@ -33,11 +33,13 @@ const MaxForwardBatch = 5000
 type ServiceConfig struct {
 	// Tracker keeps the heartbeats while this server leads. Required.
 	Tracker *Tracker
-	// LeaderConn returns a connection to the leader's gRPC port, failing
+	// LeaderConn returns a connection to the leader's server-to-server port
+	// (where ForwardHeartbeats is served), failing
 	// when no leader is known or this server is the leader; nil when this
 	// server is always the leader (the in-memory backend).
 	LeaderConn func() (*grpc.ClientConn, error)
-	// Self is this server's gRPC address, which answers name as the leader.
+	// Self is this server's public gRPC address, which answers name as the
+	// leader.
 	Self string
 	// LeaderChanged, when set, returns a channel closed at the next change
 	// of leader: a heartbeat held while no leader can be reached is sent

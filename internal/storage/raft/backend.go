@@ -22,9 +22,9 @@ import (
 
 // Server is a cluster member's identity and addresses.
 type Server struct {
-	ID       string
-	RaftAddr string
-	GRPCAddr string
+	ID         string
+	RaftAddr   string
+	ServerAddr string
 }
 
 // Backend is the replicated storage.Backend. See the package comment.
@@ -114,11 +114,20 @@ func Open(cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("%w: RaftAdvertiseAddr %q: %v", ErrInvalidConfig, cfg.RaftAdvertiseAddr, err)
 		}
 	}
-	b.trans, err = hraft.NewTCPTransportWithConfig(cfg.RaftAddr, advertise, &hraft.NetworkTransportConfig{
+	netCfg := &hraft.NetworkTransportConfig{
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  newHCLogAdapter(logger, "raft-net"),
-	})
+	}
+	if cfg.TLS != nil {
+		var stream *tlsStreamLayer
+		if stream, err = newTLSStreamLayer(cfg.RaftAddr, advertise, cfg.TLS); err == nil {
+			netCfg.Stream = stream
+			b.trans = hraft.NewNetworkTransportWithConfig(netCfg)
+		}
+	} else {
+		b.trans, err = hraft.NewTCPTransportWithConfig(cfg.RaftAddr, advertise, netCfg)
+	}
 	if err != nil {
 		b.closeStores()
 		return nil, fmt.Errorf("raft storage: listening on RaftAddr %q: %w", cfg.RaftAddr, err)
@@ -175,7 +184,7 @@ func Open(cfg Config) (*Backend, error) {
 	go func() { defer b.wg.Done(); b.runLeadership() }()
 	go func() { defer b.wg.Done(); b.runObserver() }()
 	go func() { defer b.wg.Done(); b.runCatchUp() }()
-	logger.Info("raft storage started", "id", cfg.ID, "raft_addr", b.raftAddr, "grpc_addr", cfg.GRPCAddr,
+	logger.Info("raft storage started", "id", cfg.ID, "raft_addr", b.raftAddr, "server_addr", cfg.ServerAddr,
 		"data_dir", cfg.DataDir, "existing_state", b.hadState)
 	return b, nil
 }
@@ -240,12 +249,12 @@ func (b *Backend) ID() string { return b.cfg.ID }
 // configured one was 0).
 func (b *Backend) RaftAddr() string { return b.raftAddr }
 
-// GRPCAddr is this server's advertised gRPC address.
-func (b *Backend) GRPCAddr() string { return b.cfg.GRPCAddr }
+// ServerAddr is this server's advertised server-to-server address.
+func (b *Backend) ServerAddr() string { return b.cfg.ServerAddr }
 
 // Self describes this server.
 func (b *Backend) Self() Server {
-	return Server{ID: b.cfg.ID, RaftAddr: b.raftAddr, GRPCAddr: b.cfg.GRPCAddr}
+	return Server{ID: b.cfg.ID, RaftAddr: b.raftAddr, ServerAddr: b.cfg.ServerAddr}
 }
 
 // Store is the local state store (read-only use: tests, diagnostics).
@@ -284,7 +293,7 @@ func (b *Backend) Leader() (id, raftAddr string) {
 }
 
 // WaitReady blocks until this server can serve every request: it is the
-// leader and caught up, or it knows a leader and that leader's gRPC address.
+// leader and caught up, or it knows a leader and that leader's server-to-server address.
 func (b *Backend) WaitReady(ctx context.Context) error {
 	for {
 		ch := b.changed.wait()

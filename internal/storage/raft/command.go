@@ -27,7 +27,7 @@ func deleteCommand(id *pbresource.ID, version string) *pbstorage.Command {
 
 func registerCommand(s Server) *pbstorage.Command {
 	return &pbstorage.Command{Op: &pbstorage.Command_RegisterServer{RegisterServer: &pbstorage.RegisterServerOp{
-		Server: &pbstorage.Server{Id: s.ID, RaftAddr: s.RaftAddr, GrpcAddr: s.GRPCAddr},
+		Server: &pbstorage.Server{Id: s.ID, RaftAddr: s.RaftAddr, ServerAddr: s.ServerAddr},
 	}}}
 }
 
@@ -79,8 +79,8 @@ func checkCommand(cmd *pbstorage.Command) error {
 		return checkID("id", op.Delete.GetId())
 	case *pbstorage.Command_RegisterServer:
 		s := op.RegisterServer.GetServer()
-		if s.GetId() == "" || s.GetRaftAddr() == "" || s.GetGrpcAddr() == "" {
-			return invalid("register_server: server id, raft_addr and grpc_addr are required")
+		if s.GetId() == "" || s.GetRaftAddr() == "" || s.GetServerAddr() == "" {
+			return invalid("register_server: server id, raft_addr and server_addr are required")
 		}
 		return nil
 	case *pbstorage.Command_DeregisterServer:

@@ -26,19 +26,22 @@ type Config struct {
 	// the listener's address and must be set when RaftAddr's host is
 	// unspecified (0.0.0.0).
 	RaftAdvertiseAddr string
-	// GRPCAddr is the address other servers dial to reach this server's
-	// gRPC port (the forwarding service). It is recorded in the replicated
+	// ServerAddr is the address other servers dial to reach this server's
+	// server-to-server gRPC port (the forwarding service). It is recorded in the replicated
 	// server registry.
-	GRPCAddr string
+	ServerAddr string
 	// Logger receives the backend's and Raft's logs. Nil discards them.
 	Logger *slog.Logger
 	// Tuning holds Raft timings and snapshot policy; zero fields default.
 	Tuning Tuning
 	// StoreOptions configure the in-memory state store (watch buffers).
 	StoreOptions []inmem.Option
-	// DialOptions are used to dial other servers' gRPC ports. The default
-	// is plaintext.
+	// DialOptions are used to dial other servers' server-to-server ports.
+	// The default is plaintext.
 	DialOptions []grpc.DialOption
+	// TLS, when set, runs the Raft transport over mutual TLS; nil is
+	// plaintext TCP.
+	TLS *TLS
 }
 
 // Tuning holds Raft's timings and snapshot policy. A zero field takes the
@@ -173,7 +176,7 @@ func (c Config) validate() error {
 			return err
 		}
 	}
-	if err := checkDialable("GRPCAddr", c.GRPCAddr); err != nil {
+	if err := checkDialable("ServerAddr", c.ServerAddr); err != nil {
 		return err
 	}
 	t := c.Tuning

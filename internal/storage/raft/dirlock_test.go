@@ -9,7 +9,7 @@ import (
 // once the first is shut down, the directory can be opened again.
 func TestDataDirInUse(t *testing.T) {
 	dir := t.TempDir()
-	cfg := Config{ID: "a", DataDir: dir, RaftAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:1", Logger: testLogger(t), Tuning: testTuning()}
+	cfg := Config{ID: "a", DataDir: dir, RaftAddr: "127.0.0.1:0", ServerAddr: "127.0.0.1:1", Logger: testLogger(t), Tuning: testTuning()}
 	first, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)

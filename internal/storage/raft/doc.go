@@ -8,8 +8,10 @@
 // A write (WriteCAS, WriteBatch, DeleteCAS) becomes one protobuf Command
 // (api/storage/v1/raft.proto), one log entry. On the leader it is handed to
 // raft.Apply; a follower forwards it to the leader's gRPC forwarding
-// service, found through the replicated server registry (id → Raft and
-// gRPC address; the leader records itself on gaining leadership, the
+// service on the leader's server-to-server port (-server-addr, never the
+// public gRPC port: forwarding skips validation and ACL hooks), found
+// through the replicated server registry (id → Raft and server-to-server
+// address; the leader records itself on gaining leadership, the
 // cluster package records the others as they join). Once committed, every
 // server's FSM applies it to its store at the entry's index, which the
 // store turns into the resource version: no clock, randomness or id

@@ -12,8 +12,8 @@ import (
 	pbstorage "trellis.dev/trellis/api/storage/v1"
 )
 
-// RegisterGRPC mounts the forwarding service on s (the server's gRPC port,
-// beside the resource service). Every server must serve it: followers
+// RegisterGRPC mounts the forwarding service on s (the server-to-server
+// gRPC server, -server-addr). Every server must serve it: followers
 // forward to whichever server leads. Set grpc.MaxRecvMsgSize on s high
 // enough for the largest write batch.
 func (b *Backend) RegisterGRPC(s *grpc.Server) {

@@ -166,7 +166,7 @@ func (f *fsm) server(id string) (Server, bool) {
 	if !ok {
 		return Server{}, false
 	}
-	return Server{ID: s.GetId(), RaftAddr: s.GetRaftAddr(), GRPCAddr: s.GetGrpcAddr()}, true
+	return Server{ID: s.GetId(), RaftAddr: s.GetRaftAddr(), ServerAddr: s.GetServerAddr()}, true
 }
 
 // serverList returns the registry ordered by id (for snapshots).

@@ -38,7 +38,7 @@ func TestFSMBatchesApplyAsOneByOne(t *testing.T) {
 		}
 		// Index 1 changes no resource, so a watch resumed from it replays
 		// every resource event.
-		add(commandLog(registerCommand(Server{ID: "s1", RaftAddr: "r1", GRPCAddr: "g1"})))
+		add(commandLog(registerCommand(Server{ID: "s1", RaftAddr: "r1", ServerAddr: "g1"})))
 		steps := rapid.IntRange(1, 120).Draw(t, "steps")
 		for range steps {
 			add(drawLog(t, one.f.store, uint64(len(logs)+1)))
@@ -142,7 +142,7 @@ func stateString(t *rapid.T, f *fsm) string {
 		t.Fatal(err)
 	}
 	for _, s := range f.serverList() {
-		out += fmt.Sprintf("server %s %s %s\n", s.GetId(), s.GetRaftAddr(), s.GetGrpcAddr())
+		out += fmt.Sprintf("server %s %s %s\n", s.GetId(), s.GetRaftAddr(), s.GetServerAddr())
 	}
 	return out
 }
@@ -226,7 +226,7 @@ func drawLog(t *rapid.T, store *inmem.Store, idx uint64) *hraft.Log {
 			return commandLog(deregisterCommand("s" + rapid.SampledFrom([]string{"1", "2"}).Draw(t, "server")))
 		}
 		s := rapid.SampledFrom([]string{"1", "2"}).Draw(t, "server")
-		return commandLog(registerCommand(Server{ID: "s" + s, RaftAddr: "r" + s, GRPCAddr: fmt.Sprint("g", idx)}))
+		return commandLog(registerCommand(Server{ID: "s" + s, RaftAddr: "r" + s, ServerAddr: fmt.Sprint("g", idx)}))
 	case 8:
 		switch rapid.IntRange(0, 2).Draw(t, "bad") {
 		case 0:

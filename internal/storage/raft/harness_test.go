@@ -60,7 +60,7 @@ func startNode(t testing.TB, id, dir, raftAddr, grpcAddr string, tuning Tuning, 
 		raftAddr = "127.0.0.1:0"
 	}
 	b, err := Open(Config{
-		ID: id, DataDir: dir, RaftAddr: raftAddr, GRPCAddr: lis.Addr().String(),
+		ID: id, DataDir: dir, RaftAddr: raftAddr, ServerAddr: lis.Addr().String(),
 		Logger: logger.With("server", id), Tuning: tuning, StoreOptions: storeOpts,
 	})
 	if err != nil {

@@ -66,7 +66,7 @@ func onLeader[T any](ctx context.Context, b *Backend,
 	}
 }
 
-// leaderConn returns a connection to the leader's gRPC port, or
+// leaderConn returns a connection to the leader's server-to-server port, or
 // ErrNotLeader when no leader (or its address) is known.
 func (b *Backend) leaderConn() (*grpc.ClientConn, error) {
 	id, _ := b.Leader()
@@ -78,12 +78,12 @@ func (b *Backend) leaderConn() (*grpc.ClientConn, error) {
 	}
 	srv, ok := b.fsm.server(id)
 	if !ok {
-		return nil, notLeader("the gRPC address of leader %s is not known yet", id)
+		return nil, notLeader("the server-to-server address of leader %s is not known yet", id)
 	}
-	return b.conns.live(srv.GRPCAddr)
+	return b.conns.live(srv.ServerAddr)
 }
 
-// LeaderConn returns a pooled connection to the leader's gRPC port, for
+// LeaderConn returns a pooled connection to the leader's server-to-server port, for
 // other leader-only services (the cluster service). It fails with
 // ErrNotLeader when this server is the leader or knows no leader.
 func (b *Backend) LeaderConn() (*grpc.ClientConn, error) {

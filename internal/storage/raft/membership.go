@@ -45,10 +45,10 @@ func (b *Backend) Bootstrap(servers []Server) error {
 type Member struct {
 	ID       string
 	RaftAddr string
-	// GRPCAddr is "" until the server's addresses are recorded.
-	GRPCAddr string
-	Voter    bool
-	Leader   bool
+	// ServerAddr is "" until the server's addresses are recorded.
+	ServerAddr string
+	Voter      bool
+	Leader     bool
 }
 
 // Members lists the latest Raft configuration known here, ordered by id.
@@ -67,7 +67,7 @@ func (b *Backend) Members() ([]Member, error) {
 			Leader:   string(s.ID) == leaderID,
 		}
 		if rec, ok := b.fsm.server(m.ID); ok {
-			m.GRPCAddr = rec.GRPCAddr
+			m.ServerAddr = rec.ServerAddr
 		}
 		out = append(out, m)
 	}

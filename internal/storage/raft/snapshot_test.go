@@ -44,7 +44,7 @@ func TestSnapshotCodecRoundTrip(t *testing.T) {
 		r.Version = strconv.Itoa(i + 1)
 		in = append(in, r)
 	}
-	servers := []*pbstorage.Server{{Id: "s1", RaftAddr: "127.0.0.1:1", GrpcAddr: "127.0.0.1:2"}}
+	servers := []*pbstorage.Server{{Id: "s1", RaftAddr: "127.0.0.1:1", ServerAddr: "127.0.0.1:2"}}
 	data := encodeSnapshot(t, in, 1234, servers)
 	var out []*pbresource.Resource
 	tr, err := readSnapshot(bytes.NewReader(data), func(r *pbresource.Resource) error { out = append(out, r); return nil })
@@ -148,7 +148,7 @@ func TestFSMSnapshotIsAtItsIndex(t *testing.T) {
 			t.Fatal(r.err)
 		}
 	}
-	apply(1501, registerCommand(Server{ID: "s1", RaftAddr: "a:1", GRPCAddr: "a:2"}))
+	apply(1501, registerCommand(Server{ID: "s1", RaftAddr: "a:1", ServerAddr: "a:2"}))
 	snap, err := f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestFSMSnapshotIsAtItsIndex(t *testing.T) {
 	// Changes after the snapshot was taken must not leak into it.
 	apply(1502, writeCommand(testResource("late")))
 	apply(1503, deleteCommand(testID("r0000"), ""))
-	apply(1504, registerCommand(Server{ID: "s2", RaftAddr: "b:1", GRPCAddr: "b:2"}))
+	apply(1504, registerCommand(Server{ID: "s2", RaftAddr: "b:1", ServerAddr: "b:2"}))
 	var sink memSink
 	if err := snap.Persist(&sink); err != nil {
 		t.Fatal(err)

@@ -140,11 +140,11 @@ func TestHCLogAdapter(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
-	good := Config{ID: "s1", RaftAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:7701"}
+	good := Config{ID: "s1", RaftAddr: "127.0.0.1:0", ServerAddr: "127.0.0.1:7701"}
 	cases := map[string]func(*Config){
 		"ID":                func(c *Config) { c.ID = "" },
 		"RaftAddr":          func(c *Config) { c.RaftAddr = "nope" },
-		"GRPCAddr":          func(c *Config) { c.GRPCAddr = "0.0.0.0:7701" },
+		"ServerAddr":        func(c *Config) { c.ServerAddr = "0.0.0.0:7701" },
 		"RaftAdvertiseAddr": func(c *Config) { c.RaftAdvertiseAddr = "10.0.0.1:0" },
 		"Tuning":            func(c *Config) { c.Tuning.HoldTimeout = -1 },
 	}

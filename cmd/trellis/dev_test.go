@@ -1,0 +1,29 @@
+package main
+
+import "testing"
+
+// trellis dev with -data-dir secures its server-to-server port with
+// certificates of its own and keeps the public ports plaintext; in memory
+// it has no such port and no TLS.
+func TestDevConfigTLS(t *testing.T) {
+	base := serverFlags{httpAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0", raftAddr: "127.0.0.1:0", serverAddr: "127.0.0.1:0"}
+	mem, err := devConfig(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem.TLS != nil || mem.Raft != nil {
+		t.Errorf("in memory: TLS %v, Raft %v; want neither", mem.TLS, mem.Raft)
+	}
+	withDir := base
+	withDir.dataDir = t.TempDir()
+	disk, err := devConfig(withDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if disk.TLS == nil || !disk.PublicPlaintext || disk.Raft == nil {
+		t.Fatalf("with -data-dir: TLS %v, PublicPlaintext %t, Raft %v; want TLS on the server port only", disk.TLS, disk.PublicPlaintext, disk.Raft)
+	}
+	if disk.TLS.FromFiles() {
+		t.Error("dev's certificates come from files; want made in memory")
+	}
+}
