@@ -61,8 +61,15 @@ func TestEveryGRPCMethodDeclaresAPermission(t *testing.T) {
 
 	perms := server.MethodPermissions()
 	served := map[string]bool{}
+	var grpcs []*grpc.Server
 	for _, srv := range []*server.Server{mem, raft} {
-		for svc, info := range srv.GRPC().GetServiceInfo() {
+		grpcs = append(grpcs, srv.GRPC())
+		if g := srv.ServerGRPC(); g != nil {
+			grpcs = append(grpcs, g)
+		}
+	}
+	for _, g := range grpcs {
+		for svc, info := range g.GetServiceInfo() {
 			for _, m := range info.Methods {
 				full := "/" + svc + "/" + m.Name
 				served[full] = true
@@ -107,8 +114,10 @@ func TestDenyAllRefusesEveryService(t *testing.T) {
 	denied := metadata.AppendToOutgoingContext(ctx, resource.TokenMetadataKey, "nope")
 
 	agent := pbagent.NewAgentServiceClient(conn)
-	fwd := pbstorage.NewForwardingClient(conn)
-	cl := pbcluster.NewClusterClient(conn)
+	// Forwarding and Cluster are served on the server-to-server port only.
+	serverConn := dialGRPC(t, srv.ServerAddr())
+	fwd := pbstorage.NewForwardingClient(serverConn)
+	cl := pbcluster.NewClusterClient(serverConn)
 	calls := []struct {
 		method string
 		need   string

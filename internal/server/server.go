@@ -386,3 +386,7 @@ func (s *Server) Metrics() *prometheus.Registry { return s.metrics }
 
 // GRPC is the gRPC server: register services on it before Start.
 func (s *Server) GRPC() *grpc.Server { return s.grpc }
+
+// ServerGRPC is the server-to-server gRPC server (forwarding, membership,
+// forwarded heartbeats); nil on a server without Raft.
+func (s *Server) ServerGRPC() *grpc.Server { return s.serverGRPC }
