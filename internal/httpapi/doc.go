@@ -1,6 +1,6 @@
 // Package httpapi is Trellis's HTTP/JSON API: the face of the resource
 // service for people, the CLI, the UI and outside tools. Its paths, JSON
-// shapes and status codes are a contract (issue #2 item 7):
+// shapes and status codes are a contract:
 //
 //	PUT    /v1/resources/{group}/{version}/{kind}/{name}  write (body: wire.WriteRequest; "version" makes it a CAS)
 //	GET    /v1/resources/{group}/{version}/{kind}/{name}  read (?consistent=1 for a strong read)
