@@ -299,9 +299,9 @@ func (h *Hub) Subscribe(ctx context.Context, instance string, minIndex uint64) (
 		if h.ready && h.index >= minIndex {
 			break
 		}
-		ready, index := h.readyCh, h.index
+		isReady, ready, index := h.ready, h.readyCh, h.index
 		h.mu.Unlock()
-		if !h.isReady() {
+		if !isReady {
 			select {
 			case <-ready:
 			case <-ctx.Done():
@@ -341,12 +341,6 @@ func (h *Hub) Subscribe(ctx context.Context, instance string, minIndex uint64) (
 	}
 	set[s] = struct{}{}
 	return snap, h.index, s, nil
-}
-
-func (h *Hub) isReady() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.ready
 }
 
 // behind is the error for a view at index that did not reach minIndex.
