@@ -99,7 +99,7 @@ func (h *harness) placeOf(name, instance, ref string) {
 // is left out (the agent reads it itself). A stream that does not ask
 // gets tasks only.
 func TestStreamCarriesEachDefinitionOnce(t *testing.T) {
-	h := newHarness(t, 0)
+	h := newHarness(t)
 	h.registerDefinition("web", 1)
 	h.registerDefinition("web", 2)
 	h.placeOf("t1", "i-1", "web:1")

@@ -2,13 +2,10 @@ package assignments
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -16,6 +13,7 @@ import (
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/core"
+	"trellis.dev/trellis/internal/fanout"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage/inmem"
@@ -29,7 +27,7 @@ type harness struct {
 	hub *Hub
 }
 
-func newHarness(t *testing.T, buffer int) *harness {
+func newHarness(t *testing.T) *harness {
 	t.Helper()
 	reg := resource.NewRegistry()
 	core.Register(reg)
@@ -39,9 +37,6 @@ func newHarness(t *testing.T, buffer int) *harness {
 		t.Fatal(err)
 	}
 	hub := NewHub(svc, testlog.Logger(t))
-	if buffer > 0 {
-		hub.buffer = buffer
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- hub.Start(ctx) }()
@@ -74,9 +69,7 @@ func (h *harness) caughtUp(version string) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		h.hub.mu.Lock()
-		at := h.hub.index
-		h.hub.mu.Unlock()
+		at := h.hub.fan.Index()
 		if at >= want {
 			return
 		}
@@ -94,7 +87,7 @@ func (h *harness) remove(name string) {
 	}
 }
 
-func (h *harness) subscribe(instance string) ([]*pbresource.Resource, *Subscription) {
+func (h *harness) subscribe(instance string) ([]*pbresource.Resource, *fanout.Subscription[string]) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -107,7 +100,7 @@ func (h *harness) subscribe(instance string) ([]*pbresource.Resource, *Subscript
 }
 
 // next reads the subscription's next event, with a deadline.
-func next(t *testing.T, sub *Subscription) (*pbresource.WatchEvent, error) {
+func next(t *testing.T, sub *fanout.Subscription[string]) (*pbresource.WatchEvent, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -125,7 +118,7 @@ func names(rs []*pbresource.Resource) map[string]bool {
 // Each subscriber gets its own instance's tasks only: a snapshot, then the
 // changes, in order.
 func TestSubscribersSeeTheirInstanceOnly(t *testing.T) {
-	h := newHarness(t, 0)
+	h := newHarness(t)
 	h.place("a1", "i-1")
 	h.place("b1", "i-2")
 	h.place("a2", "i-1")
@@ -154,76 +147,11 @@ func TestSubscribersSeeTheirInstanceOnly(t *testing.T) {
 	}
 }
 
-// A task deleted and placed again under the same name on another instance
-// leaves the first instance's stream and enters the second's.
-func TestTaskPlacedAgainElsewhere(t *testing.T) {
-	h := newHarness(t, 0)
-	h.place("t", "i-1")
-	_, sub1 := h.subscribe("i-1")
-	_, sub2 := h.subscribe("i-2")
-	h.remove("t")
-	h.place("t", "i-2")
-	if ev, err := next(t, sub1); err != nil || ev.GetOp() != pbresource.WatchEvent_OP_DELETE {
-		t.Fatalf("i-1: %v, %v; want the delete", ev, err)
-	}
-	if ev, err := next(t, sub2); err != nil || ev.GetOp() != pbresource.WatchEvent_OP_UPSERT || ev.GetResource().GetId().GetName() != "t" {
-		t.Fatalf("i-2: %v, %v; want the upsert", ev, err)
-	}
-}
-
-// A subscriber that does not keep up is ended with OutOfRange after the
-// events it had, not allowed to hold the hub up.
-func TestSlowSubscriberIsEnded(t *testing.T) {
-	h := newHarness(t, 2)
-	_, slow := h.subscribe("i-1")
-	_, other := h.subscribe("i-2")
-	for _, n := range []string{"a", "b", "c", "d"} {
-		h.place(n, "i-1")
-	}
-	h.place("z", "i-2")
-	if ev, err := next(t, other); err != nil || ev.GetResource().GetId().GetName() != "z" {
-		t.Fatalf("the other subscriber: %v, %v", ev, err)
-	}
-	var got []string
-	for {
-		ev, err := next(t, slow)
-		if err != nil {
-			if !errors.Is(err, ErrFellBehind) || !resource.NeedsRelist(err) {
-				t.Fatalf("ended with %v, want ErrFellBehind (OutOfRange)", err)
-			}
-			break
-		}
-		got = append(got, ev.GetResource().GetId().GetName())
-	}
-	if len(got) != 2 || got[0] != "a" || got[1] != "b" {
-		t.Fatalf("events before the end: %v, want the first two in order", got)
-	}
-}
-
-// When the hub lists again, every subscriber is told to start over, and a
-// new subscription sees the listing.
-func TestResetEndsSubscribers(t *testing.T) {
-	h := newHarness(t, 0)
-	h.place("a", "i-1")
-	_, sub := h.subscribe("i-1")
-	h.hub.reset()
-	if _, err := next(t, sub); !errors.Is(err, ErrRestarting) || !resource.NeedsRelist(err) {
-		t.Fatalf("after a reset: %v, want ErrRestarting (OutOfRange)", err)
-	}
-	// The hub is not ready until its next listing; its watch still runs,
-	// so a reset alone leaves it waiting. Feed it a fresh snapshot the way
-	// its watch would after starting over.
-	h.hub.apply(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_END_OF_SNAPSHOT})
-	if snap, _ := h.subscribe("i-1"); len(snap) != 0 {
-		t.Fatalf("snapshot after a reset with nothing listed again: %v", snap)
-	}
-}
-
 // An agent's own report is not streamed back to it: it has the change from
 // its write. A change by anyone else (a stop asked for, the servers
 // marking the task LOST) is.
 func TestAgentReportsAreNotEchoed(t *testing.T) {
-	h := newHarness(t, 0)
+	h := newHarness(t)
 	h.place("t", "i-1")
 	_, sub := h.subscribe("i-1")
 	edit := func(f func(*pborch.Task)) {
@@ -266,61 +194,28 @@ func TestAgentReportsAreNotEchoed(t *testing.T) {
 	}
 }
 
-// TestSubscribeNeverShowsAnOlderView: a subscriber that has seen index N
-// gets a snapshot as of N or later. Writes of other types move the hub's
-// index too (the store's progress marks), so a hub whose view is current
-// serves it at once; a view that cannot reach N in time is refused, as
-// Unavailable (this server is behind) or DataLoss (the cluster never
-// committed N).
-func TestSubscribeNeverShowsAnOlderView(t *testing.T) {
-	h := newHarness(t, 0)
-	h.place("t1", "i1")
-	// A write of another type: no task event, but the view is current as
-	// of its index.
-	nsData, _ := anypb.New(&pbcore.Namespace{})
-	ns, err := h.api.Write(context.Background(), &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: &pbresource.ID{Type: core.NamespaceType, Name: "other"}, Data: nsData}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen, _ := strconv.ParseUint(ns.GetResource().GetVersion(), 10, 64)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	snap, index, sub, err := h.hub.Subscribe(ctx, "i1", seen)
-	if err != nil {
-		t.Fatalf("subscribe from the current index %d: %v", seen, err)
-	}
-	sub.Close()
-	if index < seen || len(snap) != 1 {
-		t.Fatalf("snapshot at index %d with %d tasks; want at least %d with t1", index, len(snap), seen)
-	}
-
-	h.hub.minIndexWait = 50 * time.Millisecond
-	_, _, _, err = h.hub.Subscribe(ctx, "i1", seen+1000)
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("subscribe from an index the view has not reached: %v; want Unavailable", err)
-	}
-	h.hub.SetClusterIndex(func(context.Context) (uint64, error) { return seen, nil })
-	_, _, _, err = h.hub.Subscribe(ctx, "i1", seen+1000)
-	if status.Code(err) != codes.DataLoss {
-		t.Fatalf("subscribe from an index the cluster never committed: %v; want DataLoss", err)
-	}
-
-	// A subscriber that waits gets its snapshot once the view gets there.
-	h.hub.minIndexWait = 10 * time.Second
-	type result struct {
-		index uint64
-		err   error
-	}
-	got := make(chan result, 1)
-	go func() {
-		_, index, sub, err := h.hub.Subscribe(ctx, "i1", seen+1)
-		if err == nil {
-			sub.Close()
-		}
-		got <- result{index, err}
-	}()
-	h.place("t2", "i2")
-	if r := <-got; r.err != nil || r.index < seen+1 {
-		t.Fatalf("subscribe that waited: index %d, %v", r.index, r.err)
+// A task is streamed to the instance it is placed on; an unplaced task,
+// or one whose data does not decode, to nobody.
+func TestKeyOfTask(t *testing.T) {
+	placed, _ := anypb.New(&pborch.Task{TaskDefinition: "web:1", Instance: "i-1", StartedBy: "test"})
+	unplaced, _ := anypb.New(&pborch.Task{TaskDefinition: "web:1", StartedBy: "test"})
+	other, _ := anypb.New(&pbcore.Namespace{})
+	for _, tc := range []struct {
+		name string
+		data *anypb.Any
+		want string
+		ok   bool
+	}{
+		{"placed", placed, "i-1", true},
+		{"not placed", unplaced, "", false},
+		{"not a task", other, "", false},
+		{"no data", nil, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := keyOfTask(taskOf(&pbresource.Resource{Id: orchestrator.TaskID("default", "t"), Data: tc.data}))
+			if got != tc.want || ok != tc.ok {
+				t.Fatalf("key = %q, %v; want %q, %v", got, ok, tc.want, tc.ok)
+			}
+		})
 	}
 }

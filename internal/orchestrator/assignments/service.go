@@ -12,7 +12,7 @@ import (
 // WatchTasks serves AgentService.WatchTasks from the hub: the instance's
 // tasks, END_OF_SNAPSHOT, then their changes; with with_definitions, each
 // task definition they use before the first of its tasks. The snapshot is
-// never older than min_index (see Hub.Subscribe).
+// never older than min_index (see fanout.Fanout.Subscribe).
 func (h *Hub) WatchTasks(req *pbagent.WatchTasksRequest, stream pbagent.AgentService_WatchTasksServer) error {
 	if err := resource.ValidateName("instance", req.GetInstance()); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
