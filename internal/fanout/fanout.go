@@ -135,7 +135,7 @@ func (f *Fanout[K]) Start(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		f.log.Info("watch ended; listing again", "err", err)
+		f.log.Info("watch ended; listing again", "kind", f.cfg.Request.GetType().GetKind(), "err", err)
 		f.reset()
 		t := time.NewTimer(retryWait)
 		select {
