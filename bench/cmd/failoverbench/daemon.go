@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"trellis.dev/trellis/bench/internal/report"
 
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/httpapi/wire"
@@ -99,9 +100,9 @@ func (b *bench) daemonCell(ctx context.Context) (*daemonResult, error) {
 		}
 		r.runs = append(r.runs, run)
 		if run.killed != "" {
-			fmt.Fprintf(b.progress, "failoverbench: daemon: deployment %d, leader %s killed: both whole %s after the kill (%s in all)\n", i+1, run.killed, round(run.afterKill), round(run.took))
+			fmt.Fprintf(b.progress, "failoverbench: daemon: deployment %d, leader %s killed: both whole %s after the kill (%s in all)\n", i+1, run.killed, report.Round(run.afterKill), report.Round(run.took))
 		} else {
-			fmt.Fprintf(b.progress, "failoverbench: daemon: deployment %d, no kill: both whole after %s\n", i+1, round(run.took))
+			fmt.Fprintf(b.progress, "failoverbench: daemon: deployment %d, no kill: both whole after %s\n", i+1, report.Round(run.took))
 		}
 	}
 	return r, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"trellis.dev/trellis/bench/internal/report"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -28,17 +29,6 @@ func summarize(ds []time.Duration) dist {
 	return dist{n: len(s), p50: s[(len(s)+1)/2-1], min: s[0], max: s[len(s)-1]}
 }
 
-func round(d time.Duration) time.Duration {
-	switch {
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond)
-	case d >= time.Millisecond:
-		return d.Round(100 * time.Microsecond)
-	default:
-		return d.Round(time.Microsecond)
-	}
-}
-
 func met(ok bool) string {
 	if ok {
 		return "met"
@@ -54,14 +44,14 @@ func (b *bench) reportWrites(r *writesResult) bool {
 	fmt.Fprintf(w, "| kill | leader | survivors agree on a new leader | first write acknowledged | writes of unknown outcome |\n|---|---|---|---|---|\n")
 	var elected, first []time.Duration
 	for i, k := range r.kills {
-		fmt.Fprintf(w, "| %d | %s | %s | %s | %d |\n", i+1, k.leader, round(k.elected), round(k.firstWrite), k.unknown)
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %d |\n", i+1, k.leader, report.Round(k.elected), report.Round(k.firstWrite), k.unknown)
 		elected = append(elected, k.elected)
 		first = append(first, k.firstWrite)
 	}
 	e, f := summarize(elected), summarize(first)
 	fmt.Fprintf(w, "\n| | p50 | max |\n|---|---|---|\n")
-	fmt.Fprintf(w, "| kill → new leader agreed | %s | %s |\n", round(e.p50), round(e.max))
-	fmt.Fprintf(w, "| **kill → first acknowledged write** | **%s** | **%s** |\n\n", round(f.p50), round(f.max))
+	fmt.Fprintf(w, "| kill → new leader agreed | %s | %s |\n", report.Round(e.p50), report.Round(e.max))
+	fmt.Fprintf(w, "| **kill → first acknowledged write** | **%s** | **%s** |\n\n", report.Round(f.p50), report.Round(f.max))
 	fmt.Fprintf(w, "Target: p50 and max ≤ %s: %s. Leader changes that no kill caused: %d.\n\n", failoverTarget, met(f.p50 <= failoverTarget && f.max <= failoverTarget), r.unprompted)
 	fmt.Fprintf(w, "No acknowledged write lost: %d writes acknowledged, %d of unknown outcome; the history of %d operations (with strong reads of every key at the end, through every server) is ", r.acked, r.unknown, r.ops)
 	switch r.check {
@@ -85,17 +75,17 @@ func (b *bench) reportDaemon(r *daemonResult) {
 	var plain, killed, after []time.Duration
 	for i, run := range r.runs {
 		if run.killed == "" {
-			fmt.Fprintf(w, "| %d | – | %s | – |\n", i+1, round(run.took))
+			fmt.Fprintf(w, "| %d | – | %s | – |\n", i+1, report.Round(run.took))
 			plain = append(plain, run.took)
 			continue
 		}
-		fmt.Fprintf(w, "| %d | %s | %s | %s |\n", i+1, run.killed, round(run.took), round(run.afterKill))
+		fmt.Fprintf(w, "| %d | %s | %s | %s |\n", i+1, run.killed, report.Round(run.took), report.Round(run.afterKill))
 		killed = append(killed, run.took)
 		after = append(after, run.afterKill)
 	}
 	p, k, a := summarize(plain), summarize(killed), summarize(after)
 	fmt.Fprintf(w, "\n| | p50 | max |\n|---|---|---|\n")
-	fmt.Fprintf(w, "| deployment, no kill: start → both whole | %s | %s |\n", round(p.p50), round(p.max))
-	fmt.Fprintf(w, "| deployment, leader killed: start → both whole | %s | %s |\n", round(k.p50), round(k.max))
-	fmt.Fprintf(w, "| **leader killed → both whole** | **%s** | **%s** |\n\n", round(a.p50), round(a.max))
+	fmt.Fprintf(w, "| deployment, no kill: start → both whole | %s | %s |\n", report.Round(p.p50), report.Round(p.max))
+	fmt.Fprintf(w, "| deployment, leader killed: start → both whole | %s | %s |\n", report.Round(k.p50), report.Round(k.max))
+	fmt.Fprintf(w, "| **leader killed → both whole** | **%s** | **%s** |\n\n", report.Round(a.p50), report.Round(a.max))
 }

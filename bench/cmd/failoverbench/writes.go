@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"trellis.dev/trellis/bench/internal/report"
 
 	"github.com/anishathalye/porcupine"
 
@@ -217,7 +218,7 @@ func (b *bench) writesCell(ctx context.Context) (*writesResult, error) {
 		k.unknown = int(w.unknown.Load() - unknown0)
 		r.kills = append(r.kills, k)
 		fmt.Fprintf(b.progress, "failoverbench: kill %d of %s: new leader agreed after %s, first write acknowledged after %s\n",
-			i+1, leader.Name, round(k.elected), round(k.firstWrite))
+			i+1, leader.Name, report.Round(k.elected), report.Round(k.firstWrite))
 		if err := leader.Start(); err != nil {
 			return nil, err
 		}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+	"trellis.dev/trellis/bench/internal/report"
 
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/testcluster"
@@ -113,7 +114,7 @@ func (b *bench) trellisDaemon(ctx context.Context) (*daemonResult, error) {
 		return nil, fmt.Errorf("sim: %w (log: %s)", err, sim.log)
 	}
 	r.register = time.Since(t0)
-	fmt.Fprintf(b.progress, "daemon: %d instances ready in %s; settling %s\n", b.daemonInstances, round(r.register), b.settle)
+	fmt.Fprintf(b.progress, "daemon: %d instances ready in %s; settling %s\n", b.daemonInstances, report.Round(r.register), b.settle)
 	if err := pause(ctx, b.settle); err != nil {
 		return nil, err
 	}
@@ -313,7 +314,7 @@ func (b *bench) timeDeployment(ctx context.Context, sc *client.Client, dw *deplo
 		return run, fmt.Errorf("%s: completed, but the environment says %q, not %d active of %d", label, st.GetSummary(), want, want)
 	}
 	fmt.Fprintf(b.progress, "daemon: %s: %s (%.0f placements/s; batch size %d; answered in %s; in progress %s by the leader's clock; CPU %s; %s)\n",
-		label, round(run.took), run.perSec(), run.batchSize, round(run.accepted), round(run.serverSpan), run.cpuSummary(), run.disruption())
+		label, report.Round(run.took), run.perSec(), run.batchSize, report.Round(run.accepted), report.Round(run.serverSpan), run.cpuSummary(), run.disruption())
 	return run, nil
 }
 

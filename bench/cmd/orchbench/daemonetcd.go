@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"trellis.dev/trellis/bench/internal/report"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
@@ -101,7 +102,7 @@ func (b *bench) etcdDaemon(ctx context.Context, sizes []int) ([]etcdDeployRun, e
 		}
 		runs = append(runs, run)
 		fmt.Fprintf(b.progress, "etcd: the store work of a deployment to %d instances in %s (%.0f/s; CPU: members %.1f s, clients %.1f s)\n",
-			n, round(took), run.perSec(), run.members.Seconds(), run.client.Seconds())
+			n, report.Round(took), run.perSec(), run.members.Seconds(), run.client.Seconds())
 	}
 	return runs, nil
 }

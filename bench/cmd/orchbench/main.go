@@ -39,6 +39,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"trellis.dev/trellis/bench/internal/report"
 	"trellis.dev/trellis/internal/testcluster"
 )
 
@@ -130,16 +131,13 @@ func run() int {
 		return 1
 	}
 	b.dir = dir
-	b.out, b.progress = os.Stdout, os.Stderr
-	if *outPath != "" {
-		f, err := os.Create(*outPath)
-		if err != nil {
-			log.Print(err)
-			return 1
-		}
-		defer f.Close()
-		b.out = io.MultiWriter(os.Stdout, f)
+	out, closeOut, err := report.Output(*outPath)
+	if err != nil {
+		log.Print(err)
+		return 1
 	}
+	defer closeOut()
+	b.out, b.progress = out, os.Stderr
 
 	failed := false
 	defer func() {

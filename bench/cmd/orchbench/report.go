@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"trellis.dev/trellis/bench/internal/report"
 )
 
 // dist is the summary of a set of durations.
@@ -26,17 +27,6 @@ func summarize(ds []time.Duration) dist {
 		return s[max(0, min(i, len(s)-1))]
 	}
 	return dist{n: len(s), p50: rank(0.50), p99: rank(0.99), min: s[0], max: s[len(s)-1]}
-}
-
-func round(d time.Duration) time.Duration {
-	switch {
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond)
-	case d >= time.Millisecond:
-		return d.Round(10 * time.Microsecond)
-	default:
-		return d.Round(time.Microsecond)
-	}
 }
 
 func ratio(a, b time.Duration) string {
@@ -69,7 +59,7 @@ func (b *bench) reportStart(r *startResult) {
 	for _, m := range r.modes {
 		ts, es := summarize(m.lat), summarize(m.exec)
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", m.label, ts.n,
-			round(ts.p50), round(ts.p99), round(ts.max), round(es.p50), round(es.p99), ratio(ts.p50, es.p50), ratio(ts.p99, es.p99))
+			report.Round(ts.p50), report.Round(ts.p99), report.Round(ts.max), report.Round(es.p50), report.Round(es.p99), ratio(ts.p50, es.p50), ratio(ts.p99, es.p99))
 		p50, p99 = max(p50, ts.p50), max(p99, ts.p99)
 	}
 	fmt.Fprintf(w, "\nWhere the time goes, from the RUNNING report's own timestamps (p50 · p99; every process is on this machine, one clock): "+
@@ -80,12 +70,12 @@ func (b *bench) reportStart(r *startResult) {
 	fmt.Fprintf(w, "| placement | learn and start | save and batch | write and watch | Task write | agent CPU per task | server CPU per task |\n|---|---|---|---|---|---|---|\n")
 	for _, m := range r.modes {
 		a, c, d, wr := summarize(m.phases.start), summarize(m.phases.collect), summarize(m.phases.write), summarize(m.writes)
-		fmt.Fprintf(w, "| %s | %s · %s | %s · %s | %s · %s | %s · %s | %s | %s |\n", m.label, round(a.p50), round(a.p99), round(c.p50), round(c.p99),
-			round(d.p50), round(d.p99), round(wr.p50), round(wr.p99), round(m.agentCPU), round(m.serverCPU))
+		fmt.Fprintf(w, "| %s | %s · %s | %s · %s | %s · %s | %s · %s | %s | %s |\n", m.label, report.Round(a.p50), report.Round(a.p99), report.Round(c.p50), report.Round(c.p99),
+			report.Round(d.p50), report.Round(d.p99), report.Round(wr.p50), report.Round(wr.p99), report.Round(m.agentCPU), report.Round(m.serverCPU))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "Targets: p50 ≤ 50 ms: %s (worst %s); p99 ≤ 200 ms: %s (worst %s).\n\n",
-		met(p50 <= 50*time.Millisecond), round(p50), met(p99 <= 200*time.Millisecond), round(p99))
+		met(p50 <= 50*time.Millisecond), report.Round(p50), met(p99 <= 200*time.Millisecond), report.Round(p99))
 }
 
 func (b *bench) reportFleet(tr, er *fleetResult) {
@@ -96,7 +86,7 @@ func (b *bench) reportFleet(tr, er *fleetResult) {
 		"(TTL %d s, a key on each) kept alive by etcd's client from this process, the clients spread over the members. "+
 		"Every instance registered (Trellis %s, etcd %s), then %s of rest, then CPU (utime+stime from /proc over %s) and resident size "+
 		"(sampled every %s: at the end, and the highest).\n\n",
-		b.instances, b.instances, leaseTTL, round(tr.register), round(er.register), b.settle, round(tr.win.elapsed), rssSample)
+		b.instances, b.instances, leaseTTL, report.Round(tr.register), report.Round(er.register), b.settle, report.Round(tr.win.elapsed), rssSample)
 	fmt.Fprintf(w, "| system | process | role | CPU (cores) | RSS | RSS max |\n|---|---|---|---|---|---|\n")
 	for _, r := range []*fleetResult{tr, er} {
 		for _, u := range r.win.procs {
@@ -125,7 +115,7 @@ func (b *bench) reportFleet(tr, er *fleetResult) {
 		fmt.Fprintf(w, "| %d | %s | %s |\n", i+1, at(tr.detect, i), at(er.detect, i))
 	}
 	td, ed := summarize(tr.detect), summarize(er.detect)
-	fmt.Fprintf(w, "\nWorst: Trellis %s, etcd %s (%s). Target ≤ TTL + 2 s = 12 s: %s.\n\n", round(td.max), round(ed.max), ratio(td.max, ed.max), met(td.max <= 12*time.Second))
+	fmt.Fprintf(w, "\nWorst: Trellis %s, etcd %s (%s). Target ≤ TTL + 2 s = 12 s: %s.\n\n", report.Round(td.max), report.Round(ed.max), ratio(td.max, ed.max), met(td.max <= 12*time.Second))
 }
 
 func note(s, who string) string {
@@ -139,7 +129,7 @@ func at(ds []time.Duration, i int) string {
 	if i >= len(ds) {
 		return "–"
 	}
-	return round(ds[i]).String()
+	return report.Round(ds[i]).String()
 }
 
 func leaderOf(w *window) usage {

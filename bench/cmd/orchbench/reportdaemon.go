@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"time"
+	"trellis.dev/trellis/bench/internal/report"
 )
 
 // The daemon scheduler's targets (issue 4).
@@ -24,17 +25,17 @@ func (b *bench) reportDaemon(r *daemonResult, er []etcdDeployRun) {
 		"Peer: etcd 3.4, 3 members, doing the raw store work of the same deployment (n creates in transactions of %d, each followed at once by "+
 		"the task's RUNNING report, a conditional put from one of n concurrent clients spread over the members), while %d leases are kept alive "+
 		"(the fleet cell's peer for heartbeating instances); no scheduling, a floor.\n\n",
-		r.instances, daemonZones, round(r.register), b.daemonBatch, r.instances)
+		r.instances, daemonZones, report.Round(r.register), b.daemonBatch, r.instances)
 
 	fmt.Fprintf(w, "### Fresh deployment\n\n")
 	fmt.Fprintf(w, "| deployment | instances | Trellis | placements/s | in progress (leader's clock) | etcd, store work only | Trellis / etcd |\n|---|---|---|---|---|---|---|\n")
 	for i, d := range append(append([]deployRun{}, r.fresh...), r.third) {
 		peer, rt := "–", "–"
 		if i < len(er) && i < len(r.fresh) {
-			peer = fmt.Sprintf("%s (%.0f/s)", round(er[i].took), er[i].perSec())
+			peer = fmt.Sprintf("%s (%.0f/s)", report.Round(er[i].took), er[i].perSec())
 			rt = ratio(d.took, er[i].took)
 		}
-		fmt.Fprintf(w, "| %s | %d | **%s** | %.0f | %s | %s | %s |\n", d.label, d.total, round(d.took), d.perSec(), round(d.serverSpan), peer, rt)
+		fmt.Fprintf(w, "| %s | %d | **%s** | %.0f | %s | %s | %s |\n", d.label, d.total, report.Round(d.took), d.perSec(), report.Round(d.serverSpan), peer, rt)
 	}
 	fmt.Fprintf(w, "\nCPU used during each deployment (utime+stime from /proc; the machine has 2 cores), and instances marked down "+
 		"for missed heartbeats (TTL 10 s) while it ran, seen on a watch:\n\n")
@@ -48,7 +49,7 @@ func (b *bench) reportDaemon(r *daemonResult, er []etcdDeployRun) {
 	if n := len(r.fresh); n > 0 {
 		big := r.fresh[n-1]
 		fmt.Fprintf(w, "\nTarget: %d instances in ≤ %s: %s (%s, %.2f× the target); ≥ %.0f placements/s: %s (%.0f/s).\n\n",
-			big.total, targetFresh, met(big.took <= targetFresh), round(big.took), big.took.Seconds()/targetFresh.Seconds(),
+			big.total, targetFresh, met(big.took <= targetFresh), report.Round(big.took), big.took.Seconds()/targetFresh.Seconds(),
 			targetPlacements, met(big.perSec() >= targetPlacements), big.perSec())
 	}
 
@@ -58,8 +59,8 @@ func (b *bench) reportDaemon(r *daemonResult, er []etcdDeployRun) {
 	fmt.Fprintf(w, "### Rolling update\n\n")
 	fmt.Fprintf(w, "%s: %d instances in batches of %d (%d batches), each waiting %s healthy before the next. "+
 		"Total **%s**; minus %d × %s of health wait = %s; **%s of scheduler overhead per batch** (in progress by the leader's clock: %s).\n\n",
-		ro.label, ro.total, ro.batchSize, nb, b.minHealthy, round(ro.took), nb, b.minHealthy, round(ro.took-time.Duration(nb)*b.minHealthy),
-		round(extra), round(ro.serverSpan))
+		ro.label, ro.total, ro.batchSize, nb, b.minHealthy, report.Round(ro.took), nb, b.minHealthy, report.Round(ro.took-time.Duration(nb)*b.minHealthy),
+		report.Round(extra), report.Round(ro.serverSpan))
 	fmt.Fprintf(w, "Target ≤ %s per batch: %s (%.2f× the target).\n\n", targetBatchExtra, met(extra <= targetBatchExtra), extra.Seconds()/targetBatchExtra.Seconds())
 
 	js, rs := summarize(r.joins), summarize(r.repairs)
@@ -70,8 +71,8 @@ func (b *bench) reportDaemon(r *daemonResult, er []etcdDeployRun) {
 		"the agent's clock, the same machine) → a task started after it seen RUNNING on the same instance. The first death per instance counts.\n\n",
 		len(r.joins), joinStartRate, joinExitAfter)
 	fmt.Fprintf(w, "| event | samples | p50 | p99 | max |\n|---|---|---|---|---|\n")
-	fmt.Fprintf(w, "| instance joins → task RUNNING | %d | %s | **%s** | %s |\n", js.n, round(js.p50), round(js.p99), round(js.max))
-	fmt.Fprintf(w, "| task dies → replacement RUNNING | %d | %s | **%s** | %s |\n\n", rs.n, round(rs.p50), round(rs.p99), round(rs.max))
+	fmt.Fprintf(w, "| instance joins → task RUNNING | %d | %s | **%s** | %s |\n", js.n, report.Round(js.p50), report.Round(js.p99), report.Round(js.max))
+	fmt.Fprintf(w, "| task dies → replacement RUNNING | %d | %s | **%s** | %s |\n\n", rs.n, report.Round(rs.p50), report.Round(rs.p99), report.Round(rs.max))
 	fmt.Fprintf(w, "Instances marked down for missed heartbeats over the whole cell: %d.\n\n", r.downs)
 	fmt.Fprintf(w, "Targets p99 ≤ %s: joins %s (%.2f×), replacements %s (%.2f×).\n\n", targetReactionP99,
 		met(js.p99 <= targetReactionP99), js.p99.Seconds()/targetReactionP99.Seconds(), met(rs.p99 <= targetReactionP99), rs.p99.Seconds()/targetReactionP99.Seconds())
@@ -79,7 +80,7 @@ func (b *bench) reportDaemon(r *daemonResult, er []etcdDeployRun) {
 	fmt.Fprintf(w, "### Leader CPU at rest\n\n")
 	fmt.Fprintf(w, "CPU (utime+stime from /proc over %s) and RSS with the %d instances heartbeating, before any environment exists "+
 		"(the baseline, same run) and after the three environments are deployed and active (%d + %d + %d tasks), %s of rest after the last deployment.\n\n",
-		round(r.active.elapsed), r.instances, r.rolling.total, r.fresh[len(r.fresh)-1].total, r.third.total, b.settle)
+		report.Round(r.active.elapsed), r.instances, r.rolling.total, r.fresh[len(r.fresh)-1].total, r.third.total, b.settle)
 	fmt.Fprintf(w, "| process | role | no environment: CPU · RSS | 3 active environments: CPU · RSS |\n|---|---|---|---|\n")
 	for i, u := range r.active.procs {
 		fmt.Fprintf(w, "| %s | %s | %.3f · %s | %.3f · %s |\n", u.label, u.role, r.idle.procs[i].cores, mb(r.idle.procs[i].rss), u.cores, mb(u.rss))

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"trellis.dev/trellis/bench/internal/report"
 
 	"trellis.dev/trellis/internal/testcluster"
 )
@@ -298,7 +299,7 @@ func (b *bench) taskStart(ctx context.Context) (*startResult, error) {
 		if mode.exec, err = execLatencies(dir, b.runID, b.tasks, m.size, b.burst); err != nil {
 			return nil, fmt.Errorf("os/exec: %w", err)
 		}
-		fmt.Fprintf(b.progress, "start: %s: p50 %s\n", m.label, round(summarize(mode.lat).p50))
+		fmt.Fprintf(b.progress, "start: %s: p50 %s\n", m.label, report.Round(summarize(mode.lat).p50))
 		r.modes = append(r.modes, mode)
 	}
 	r.load[1] = testcluster.LoadAvg()

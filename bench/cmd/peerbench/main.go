@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strings"
 	"time"
+	"trellis.dev/trellis/bench/internal/report"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -40,15 +41,11 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 
-	var w io.Writer = os.Stdout
-	if *out != "" {
-		f, err := os.Create(*out)
-		if err != nil {
-			log.Fatal(err)
-		}
-		defer f.Close()
-		w = io.MultiWriter(os.Stdout, f)
+	w, closeOut, err := report.Output(*out)
+	if err != nil {
+		log.Fatal(err)
 	}
+	defer closeOut()
 	b := &bench{ctx: ctx, trellis: *trellisBin, etcd: *etcdBin, dir: dir, dur: *dur, out: w, extra: strings.Fields(*extra)}
 	fmt.Fprintf(w, "# peerbench %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	if *etcdBin != "" {
@@ -156,7 +153,7 @@ func (b *bench) writes(n int, batches bool) {
 		for _, sys := range []string{"trellis HTTP", "trellis gRPC", "etcd"} {
 			key := map[string]string{"trellis HTTP": "http", "trellis gRPC": "grpc", "etcd": "etcd"}[sys]
 			r := res[fmt.Sprintf("%s/%d", key, conc)]
-			fmt.Fprintf(b.out, "| %d | %s | %.0f/s | %s | %s | %d | %.2f× | %s |\n", conc, sys, r.throughput(), round(r.p50), round(r.p99), r.errors, r.throughput()/etcd.throughput(), r.cpuPerOp.Round(time.Microsecond))
+			fmt.Fprintf(b.out, "| %d | %s | %.0f/s | %s | %s | %d | %.2f× | %s |\n", conc, sys, r.throughput(), report.Round(r.p50), report.Round(r.p99), r.errors, r.throughput()/etcd.throughput(), r.cpuPerOp.Round(time.Microsecond))
 		}
 	}
 	if batches {
@@ -186,7 +183,7 @@ func (b *bench) fanout() {
 	if err != nil {
 		b.fatal("etcd fan-out: %v", err)
 	}
-	fmt.Fprintf(b.out, "| system | p50 | p99 |\n|---|---|---|\n| trellis | %s | %s |\n| etcd | %s | %s |\n\n", round(tr.p50), round(tr.p99), round(er.p50), round(er.p99))
+	fmt.Fprintf(b.out, "| system | p50 | p99 |\n|---|---|---|\n| trellis | %s | %s |\n| etcd | %s | %s |\n\n", report.Round(tr.p50), report.Round(tr.p99), report.Round(er.p50), report.Round(er.p99))
 }
 
 // rss loads 100,000 resources into one server run with GOGC=gogc ("" for

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"trellis.dev/trellis/bench/internal/report"
 )
 
 // result is what one workload cell measured.
@@ -19,7 +20,7 @@ type result struct {
 func (r result) throughput() float64 { return float64(r.ops) / r.elapsed.Seconds() }
 
 func (r result) String() string {
-	return fmt.Sprintf("%9.0f ops/s  p50 %7s  p99 %7s  errors %d", r.throughput(), round(r.p50), round(r.p99), r.errors)
+	return fmt.Sprintf("%9.0f ops/s  p50 %7s  p99 %7s  errors %d", r.throughput(), report.Round(r.p50), report.Round(r.p99), r.errors)
 }
 
 func percentile(sorted []time.Duration, p float64) time.Duration {
@@ -33,15 +34,4 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 func summarize(lat []time.Duration, errors int, elapsed time.Duration) result {
 	slices.Sort(lat)
 	return result{ops: len(lat), errors: errors, elapsed: elapsed, p50: percentile(lat, 0.50), p99: percentile(lat, 0.99)}
-}
-
-func round(d time.Duration) time.Duration {
-	switch {
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond)
-	case d >= time.Millisecond:
-		return d.Round(10 * time.Microsecond)
-	default:
-		return d.Round(time.Microsecond)
-	}
 }
