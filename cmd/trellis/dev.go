@@ -93,9 +93,9 @@ It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 	return cmd
 }
 
-// devConfig turns dev's flags into a validated server Config.
-func devConfig(f serverFlags) (server.Config, error) {
-	cfg := server.Config{
+// config is the server Config of the flags dev and server share.
+func (f serverFlags) config() server.Config {
+	return server.Config{
 		HTTPAddr:     f.httpAddr,
 		GRPCAddr:     f.grpcAddr,
 		RaftAddr:     f.raftAddr,
@@ -103,6 +103,11 @@ func devConfig(f serverFlags) (server.Config, error) {
 		EnableDebug:  f.enableDebug,
 		HeartbeatTTL: f.heartbeatTTL,
 	}
+}
+
+// devConfig turns dev's flags into a validated server Config.
+func devConfig(f serverFlags) (server.Config, error) {
+	cfg := f.config()
 	if f.dataDir != "" {
 		cfg.Raft = &server.RaftConfig{DataDir: f.dataDir, BootstrapExpect: 1, SingleServer: true}
 		// A single server has no peer, but its server-to-server port

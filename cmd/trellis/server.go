@@ -98,19 +98,12 @@ func serverConfig(f serverFlags, bootstrapExpect int, retryJoin []string, raftMu
 		return server.Config{}, usageError{fmt.Errorf("-raft-multiplier: %d is out of range: give an integer from 1 (a LAN) to %d (slow networks, busy machines)",
 			raftMultiplier, raftstore.MaxRaftMultiplier)}
 	}
-	cfg := server.Config{
-		HTTPAddr:     f.httpAddr,
-		GRPCAddr:     f.grpcAddr,
-		RaftAddr:     f.raftAddr,
-		ServerAddr:   f.serverAddr,
-		EnableDebug:  f.enableDebug,
-		HeartbeatTTL: f.heartbeatTTL,
-		Raft: &server.RaftConfig{
-			DataDir:         f.dataDir,
-			BootstrapExpect: bootstrapExpect,
-			RetryJoin:       retryJoin,
-			RaftMultiplier:  raftMultiplier,
-		},
+	cfg := f.config()
+	cfg.Raft = &server.RaftConfig{
+		DataDir:         f.dataDir,
+		BootstrapExpect: bootstrapExpect,
+		RetryJoin:       retryJoin,
+		RaftMultiplier:  raftMultiplier,
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError{err}
