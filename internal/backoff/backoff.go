@@ -32,6 +32,10 @@ type Policy struct {
 	Max  time.Duration
 }
 
+// Poll paces a wait for a state that nothing notifies (an applied index,
+// a view's index): checked after 1 ms at first, doubling to every 50 ms.
+var Poll = Policy{Base: time.Millisecond, Max: 50 * time.Millisecond}
+
 // Ceiling is the un-jittered delay after failures consecutive failures
 // (failures < 1 counts as the first): Base·2^(failures-1), capped at Max.
 // It does not overflow however many failures there were.

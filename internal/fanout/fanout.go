@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/backoff"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -304,7 +305,7 @@ type Subscription[K comparable] struct {
 // committed minIndex (its servers lost their state).
 func (f *Fanout[K]) Subscribe(ctx context.Context, key K, minIndex uint64) ([]*pbresource.Resource, uint64, *Subscription[K], error) {
 	var deadline <-chan time.Time
-	poll := time.Millisecond
+	poll := backoff.Waiter{Policy: backoff.Poll}
 	for {
 		f.mu.Lock()
 		if f.stopped {
@@ -331,8 +332,7 @@ func (f *Fanout[K]) Subscribe(ctx context.Context, key K, minIndex uint64) ([]*p
 			defer t.Stop()
 			deadline = t.C
 		}
-		t := time.NewTimer(poll)
-		poll = min(poll*2, 50*time.Millisecond)
+		t := time.NewTimer(poll.Next())
 		select {
 		case <-t.C:
 		case <-deadline:

@@ -3,6 +3,8 @@ package raft
 import (
 	"errors"
 	"time"
+
+	"trellis.dev/trellis/internal/backoff"
 )
 
 // Why pollUntil ended, when cond did not come to hold.
@@ -17,10 +19,9 @@ var (
 // fires. Raft has no notification for its applied index, and these waits
 // are rare (a lagging or restarted server), so polling costs nothing.
 func (b *Backend) pollUntil(cond func() bool, deadline <-chan time.Time, done <-chan struct{}) error {
-	poll := time.Millisecond
+	poll := backoff.Waiter{Policy: backoff.Poll}
 	for !cond() {
-		t := time.NewTimer(poll)
-		poll = min(poll*2, 50*time.Millisecond)
+		t := time.NewTimer(poll.Next())
 		select {
 		case <-t.C:
 		case <-deadline:
