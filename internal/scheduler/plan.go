@@ -295,7 +295,7 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 				ip.State = StateStarting
 				p.Unavailable++
 				if cur.Healthy && !cur.HealthySince.IsZero() {
-					p.Recheck = earliest(p.Recheck, cur.HealthySince.Add(target.Rollout.MinHealthyTime))
+					p.Recheck = Earliest(p.Recheck, cur.HealthySince.Add(target.Rollout.MinHealthyTime))
 				}
 			}
 		case !target.Replace:
@@ -345,7 +345,8 @@ func betterCurrent(a, b *TaskView, taskdef string) bool {
 	return a.Seq > b.Seq
 }
 
-func earliest(a, b time.Time) time.Time {
+// Earliest is the earlier of a and b, b when a is zero.
+func Earliest(a, b time.Time) time.Time {
 	if a.IsZero() || b.Before(a) {
 		return b
 	}
