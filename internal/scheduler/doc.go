@@ -8,9 +8,10 @@
 // validate.go, names.go), how stored resources are built and read
 // (resources.go, reads.go), and the decisions, pure functions over plain
 // values: which instances an instance group selects (group.go, match.go),
-// what to place, replace or stop on each instance (plan.go), how a
-// deployment progresses (progress.go) and what an environment's state is
-// (state.go).
+// what to place, replace or stop on each instance (decide.go, which
+// plan.go asks for every instance as it walks the instances and tasks),
+// how a deployment progresses (progress.go) and what an environment's
+// state is (state.go).
 //
 // Below it, package controllers holds the controller that runs on the
 // leader: it reads the store, calls the decisions, and applies their
