@@ -2,7 +2,6 @@ package inmem
 
 import (
 	"fmt"
-	"strconv"
 	"unsafe"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
@@ -26,7 +25,7 @@ func (tx *Tx) checkCompares(compares []*pbresource.Compare) error {
 		} else {
 			var stored *pbresource.Resource
 			if stored, err = tx.lookup(nameKey(c.GetId())); err == nil {
-				err = comparePoint(c, stored)
+				err = storage.ComparePoint(c, stored)
 			}
 		}
 		if err != nil {
@@ -36,83 +35,32 @@ func (tx *Tx) checkCompares(compares []*pbresource.Compare) error {
 	return nil
 }
 
-// comparePoint decides a compare on one name against what is stored
-// there (nil: nothing). It is pure.
-func comparePoint(c *pbresource.Compare, stored *pbresource.Resource) error {
-	uid := c.GetId().GetUid()
-	switch c.GetOp() {
-	case pbresource.Compare_OP_VERSION, pbresource.Compare_OP_EXISTS:
-		if stored == nil {
-			return fmt.Errorf("%w: it does not exist", storage.ErrCompareFailed)
-		}
-		if uid != "" && uid != stored.GetId().GetUid() {
-			return fmt.Errorf("%w: it has uid %s, not %s: it was deleted and re-created", storage.ErrCompareFailed, stored.GetId().GetUid(), uid)
-		}
-		if c.GetOp() == pbresource.Compare_OP_VERSION && stored.GetVersion() != c.GetVersion() {
-			return fmt.Errorf("%w: it is at version %s, not %s", storage.ErrCompareFailed, stored.GetVersion(), c.GetVersion())
-		}
-		return nil
-	case pbresource.Compare_OP_ABSENT:
-		if stored != nil {
-			return fmt.Errorf("%w: it exists (version %s)", storage.ErrCompareFailed, stored.GetVersion())
-		}
-		return nil
-	}
-	return fmt.Errorf("%w: unknown compare op %v", storage.ErrCompareFailed, c.GetOp())
-}
-
-// checkNothingNewer checks that no resource of the compare's type in its
-// tenancy, whose name begins with its id's name, is stored at a version
-// later than the compare's. When several are, it names the first by name,
-// so that every server, whatever its grouping of entries, says the same.
+// checkNothingNewer checks an OP_NOTHING_NEWER compare against the
+// group's state: what it stored before, less the names the group changed,
+// and what the group wrote.
 func (tx *Tx) checkNothingNewer(c *pbresource.Compare) error {
-	limit, err := compareVersion(c.GetVersion())
-	if err != nil {
-		return err
-	}
 	id := c.GetId()
 	typ, tenancy, prefix := id.GetType(), id.GetTenancy(), id.GetName()
-	var first *pbresource.Resource
-	consider := func(res *pbresource.Resource) {
-		if v, _ := strconv.ParseUint(res.GetVersion(), 10, 64); v <= limit {
-			return
-		}
-		if first == nil || string(nameKey(res.GetId())) < string(nameKey(first.GetId())) {
-			first = res
-		}
-	}
-	before, err := list(tx.before, typ, tenancy, prefix)
+	inRange, err := list(tx.before, typ, tenancy, prefix)
 	if err != nil {
 		return err
 	}
-	for _, res := range before {
-		key := nameKey(res.GetId())
-		if _, changed := tx.written[unsafe.String(unsafe.SliceData(key), len(key))]; !changed {
-			consider(res) // the group's own changes are looked at below
+	if len(tx.written) > 0 {
+		kept := inRange[:0:0]
+		for _, res := range inRange {
+			key := nameKey(res.GetId())
+			if _, changed := tx.written[unsafe.String(unsafe.SliceData(key), len(key))]; !changed {
+				kept = append(kept, res)
+			}
 		}
-	}
-	for _, res := range tx.written {
-		if res != nil && storage.Matches(res, typ, tenancy, prefix) {
-			consider(res)
+		for _, res := range tx.written {
+			if res != nil && storage.Matches(res, typ, tenancy, prefix) {
+				kept = append(kept, res)
+			}
 		}
+		inRange = kept
 	}
-	if first != nil {
-		return fmt.Errorf("%w: %s was written at version %s, after %d", storage.ErrCompareFailed, ids.String(first.GetId()), first.GetVersion(), limit)
-	}
-	return nil
-}
-
-// compareVersion parses the version of an OP_NOTHING_NEWER compare: a
-// store index, or empty for 0 (nothing may be stored at all).
-func compareVersion(v string) (uint64, error) {
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: version %q is not a store version", storage.ErrCompareFailed, v)
-	}
-	return n, nil
+	return storage.CompareNothingNewer(c, inRange)
 }
 
 // compareError names the compare of a batch that did not hold.
