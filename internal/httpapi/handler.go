@@ -15,7 +15,7 @@ import (
 	"trellis.dev/trellis/internal/acl"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/scheduler"
+	"trellis.dev/trellis/internal/scheduler/operations"
 )
 
 // Request body limits. A resource may be up to 1 MiB; its envelope (name,
@@ -60,7 +60,7 @@ type Config struct {
 	EnableDebug bool
 	// Scheduler serves the daemon scheduler's operations under
 	// /v1/environments; nil leaves them out.
-	Scheduler *scheduler.Operations
+	Scheduler *operations.Operations
 	// Routes are the routes of the server's modules (module.Parts.Routes),
 	// served beside the API's own, each checked against the permission it
 	// declares, with its request body limited to MaxRequestBytes. New
@@ -79,7 +79,7 @@ type Handler struct {
 	reg      *resource.Registry
 	cluster  ClusterStatus
 	op       Operator
-	sched    *scheduler.Operations
+	sched    *operations.Operations
 	debug    bool
 	gatherer prometheus.Gatherer
 	log      *slog.Logger
