@@ -37,7 +37,11 @@ type Deps struct {
 	// Leadership returns a new subscription to this server's leadership
 	// (each part that follows it needs its own).
 	Leadership func() storage.Leadership
-	// Logger is the server's logger, already naming the module.
+	// Cache is the controllers' shared decoded cache, which the controller
+	// manager's informers keep: a controller that declares
+	// controller.Controller.Cached reads it (see controller.Cache).
+	Cache *controller.Cache
+	// Logger is the server's logger; a module names its components.
 	Logger *slog.Logger
 	// Metrics is the process's Prometheus registry, served at /v1/metrics.
 	Metrics prometheus.Registerer

@@ -29,14 +29,15 @@ var methodPermissions = map[string]acl.Permission{
 	// The resource service checks each resource against its type's ACL
 	// hooks (namespace read/write for namespaced types, operator for
 	// cluster-scoped ones), which is where the namespace is known.
-	pbresource.ResourceService_Read_FullMethodName:        acl.PerResource,
-	pbresource.ResourceService_Write_FullMethodName:       acl.PerResource,
-	pbresource.ResourceService_WriteBatch_FullMethodName:  acl.PerResource,
-	pbresource.ResourceService_WriteStatus_FullMethodName: acl.PerResource,
-	pbresource.ResourceService_List_FullMethodName:        acl.PerResource,
-	pbresource.ResourceService_ListByOwner_FullMethodName: acl.PerResource,
-	pbresource.ResourceService_Delete_FullMethodName:      acl.PerResource,
-	pbresource.ResourceService_WatchList_FullMethodName:   acl.PerResource,
+	pbresource.ResourceService_Read_FullMethodName:          acl.PerResource,
+	pbresource.ResourceService_Write_FullMethodName:         acl.PerResource,
+	pbresource.ResourceService_WriteBatch_FullMethodName:    acl.PerResource,
+	pbresource.ResourceService_WriteStatus_FullMethodName:   acl.PerResource,
+	pbresource.ResourceService_WriteStatuses_FullMethodName: acl.PerResource,
+	pbresource.ResourceService_List_FullMethodName:          acl.PerResource,
+	pbresource.ResourceService_ListByOwner_FullMethodName:   acl.PerResource,
+	pbresource.ResourceService_Delete_FullMethodName:        acl.PerResource,
+	pbresource.ResourceService_WatchList_FullMethodName:     acl.PerResource,
 
 	// Raw storage skips validation and the type hooks: servers only.
 	pbstorage.Forwarding_Apply_FullMethodName:     acl.Server,

@@ -113,6 +113,7 @@ func (s *Server) moduleDeps() module.Deps {
 	d := module.Deps{
 		API:      s.api,
 		Registry: s.registry,
+		Cache:    s.ControllerCache(),
 		Logger:   s.log,
 		Metrics:  s.metrics,
 		Cluster:  module.Cluster{GRPCAddr: s.GRPCAddr(), ServerAddr: s.ServerAddr()},

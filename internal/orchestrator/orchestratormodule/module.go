@@ -83,6 +83,7 @@ func (m orchestratorModule) Setup(d module.Deps) (module.Parts, error) {
 	ctls, err := controllers.Controllers(controllers.Config{
 		API:     d.API,
 		Tracker: tracker,
+		Cache:   d.Cache,
 		Logger:  d.Logger.With("component", "orchestrator"),
 	})
 	if err != nil {
