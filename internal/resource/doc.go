@@ -67,21 +67,70 @@
 // WriteBatch validates every member as Write does and applies all of them
 // in one Backend.WriteBatch: all or none. Its reads are per member but
 // eventual, so placing thousands of resources costs no round trip beyond
-// the batch itself. One weakness: a member identical to its stored copy is
-// confirmed by a strong read and left out of the batch, so it is checked
-// just before the batch is applied rather than atomically with it.
+// the batch itself. A member identical to its stored copy is confirmed by
+// a strong read and left out of the writes; when the batch writes
+// anything, a compare that the member is still at the version read goes
+// with it, so the whole answer is of one state.
 //
-// WriteStatus sets one key of status (a controller's name), optionally as a
-// CAS, bumps the version and never the generation; observed_generation may
-// not exceed the generation. An identical status is not written again.
+// A batch may carry compares (pbresource.Compare, etcd's Txn compares):
+// a resource is at a version, a name is free, a resource exists, nothing
+// of a type in a namespace was written since a version. The backend checks
+// them in the same atomic step as the writes; each is authorized as a read
+// of what it looks at, and a failed one is named (compares[i], Aborted).
+// A member may name as its owner another member without the owner's uid:
+// the batch gives it the uid, the new one when it creates the owner.
+//
+// # Status
+//
+// Status is what the controllers and agents report, kept apart from data,
+// which is the user's intent: one entry per key (its owner's name), each
+// {observed_generation, conditions, data}. data is a typed payload: the
+// type's Registration declares, per key, the message it takes
+// (Registration.Statuses) and a hook to validate it; a payload under a key
+// that declares none, or of another message, is refused ("status.data:
+// ..."), and the payload is stored in canonical encoding, like data.
+//
+// WriteStatus sets one key's entry, bumps the version and never the
+// generation, and changes neither data nor metadata; observed_generation
+// may not exceed the generation. An identical entry is not written again.
+// With a version it is a CAS. Without one it applies to whatever is stored:
+// a key has one owner, who competes with nobody for it, so a concurrent
+// write of the data (a user's) is no reason to fail; the service reads
+// again and retries, as an upsert does. So users' writes and controllers'
+// reports of one resource never make each other fail, and generation
+// counts the user's changes alone.
+//
+// WriteStatuses applies many entries, each as WriteStatus would, in one
+// Backend.WriteBatch: one Raft entry for an agent's report of a thousand
+// tasks. Unlike WriteBatch it is not all or none, since what an entry
+// meets in the store concerns it alone:
+//
+//   - bad input in any member (its id, key, conditions or payload), one
+//     resource named by two members, a member over the limits, or a
+//     refusal of the ACL hook fail the request: nothing is written, and
+//     the error names the member ("statuses[3].status.data: ...");
+//   - a member whose resource is gone, whose version or uid is stale, or
+//     whose observed_generation is ahead fails alone: its result carries
+//     the error WriteStatus would have returned, and the others are
+//     written (StatusResult reads a result as WriteStatus's answer);
+//   - a storage batch that meets a concurrent write is planned again on a
+//     strong read, as an upsert is: a member with a version then fails as
+//     stale, one without is written. The written resources are split into
+//     storage batches of at most MaxBatchSize, which changes no outcome as
+//     no member depends on another.
+//
+// It takes at most MaxBatchMembers members and MaxBatchSize encoded bytes.
 //
 // # Tenancy
 //
 // DefaultNamespace always exists. Any other namespace must be stored as a
-// core/v1/Namespace before resources are written into it, and a Namespace
-// can be deleted only when no registered namespaced type has resources in
-// it. Neither check is atomic with the write it guards: a write racing the
-// deletion of its namespace can land in a namespace that is then gone.
+// core/v1/Namespace before resources are written into it (or be created
+// by the same batch), and a Namespace can be deleted only when no
+// registered namespaced type has resources in it. The first check goes
+// with the write, as a compare that the Namespace exists, so a write never
+// lands in a namespace deleted after it was checked. The second is not
+// atomic with the delete: a write applied between the emptiness check and
+// the delete leaves its resource in a namespace that is then gone.
 //
 // # ACLs
 //
@@ -96,7 +145,8 @@
 //
 // A resource may name an owner: one incarnation (uid included) of another
 // resource. The service does not delete owned resources when their owner
-// is deleted, and does not check that the owner exists when writing. The
+// is deleted, and does not check that the owner exists when writing (but
+// see WriteBatch: an owner may be created with what it owns). The
 // controller runtime's owner reaper does that: it deletes every resource
 // whose owner is no longer stored with that uid. So a resource written with
 // an owner that does not exist will be reaped.
