@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+
 	"trellis.dev/trellis/internal/agent"
 )
 
