@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 	"trellis.dev/trellis/internal/agent"
 )
 
