@@ -127,6 +127,9 @@ type Lookup interface {
 	// Referencing returns the ids (uid cleared) of the managed resources
 	// whose Controller.References name id (by type, namespace and name).
 	Referencing(id *pbresource.ID) []*pbresource.ID
+	// Cache is the Manager's cache: the types of Controller.Cached, with
+	// their indexes, holding the event being mapped already.
+	Cache() *Cache
 }
 
 // Watch declares a type a controller watches and how its changes map to
@@ -167,6 +170,11 @@ type Controller struct {
 	// to. The Manager keeps the reverse index that Lookup.Referencing and
 	// MapReferencing read. Needs a ManagedType.
 	References func(*pbresource.Resource) []*pbresource.ID
+	// Cached declares the types the controller reads from the Manager's
+	// Cache, and the indexes it looks them up by; see Cache for what a
+	// reader may assume. Its workers start each term once these types are
+	// listed into the cache.
+	Cached []CachedType
 	// Reconciler converges one resource. Required.
 	Reconciler Reconciler
 	// ResyncPeriod, when positive, is how often every resource of every
@@ -249,6 +257,9 @@ func (c *Controller) validate() error {
 			return bad(field+".Type", key+" is watched twice")
 		}
 		seen[key] = true
+	}
+	if err := validateCached(c.Cached, bad); err != nil {
+		return err
 	}
 	if c.ResyncPeriod < 0 {
 		return bad("ResyncPeriod", "negative")

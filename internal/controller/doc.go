@@ -25,7 +25,23 @@
 //     record, deletions included.
 //   - Mappers are pure. A Mapper runs on the watch's path and does no I/O;
 //     references between resources are looked up in a reverse index the
-//     Manager keeps from Controller.References (MapReferencing).
+//     Manager keeps from Controller.References (MapReferencing), and
+//     anything else in the Cache.
+//   - An opt-in decoded cache with named indexes (Cache). A controller
+//     declares in Controller.Cached the types it reads and the indexes it
+//     looks them up by (every type has one by owner); the Manager's
+//     informer of such a type keeps its resources, data decoded once and
+//     shared read-only by every reader, and applies each event to the
+//     cache before any mapper sees it, so that a reconcile sees at least
+//     the change that caused it. A controller's workers start once its
+//     cached types are listed whole. Only declared types are kept (a
+//     decoded task costs about 1.5 KB beside its 0.85 KB resource;
+//     BenchmarkCacheMemory); finding one instance's tasks among 5,000 is
+//     about 25 µs by index against 2 ms scanning the cache and 40 ms
+//     listing and decoding them from the store (BenchmarkCacheLookup).
+//     The cache is the leader's, like everything here: the assignments
+//     hub, which serves agents on every server, keeps its own index in a
+//     fan-out (internal/fanout).
 //   - One queue per controller, with the rules of a Kubernetes work queue:
 //     dedupe of queued requests, never one request on two workers, changes
 //     during a run queue it again, per-request exponential backoff with

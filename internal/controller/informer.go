@@ -38,6 +38,9 @@ type informer struct {
 	metrics *metrics
 	// handlers are set before run and called on run's goroutine.
 	handlers []func(Event)
+	// cache, when the type is cached, gets every event before the
+	// handlers, and is marked synced once the first list is in.
+	cache *typeCache
 
 	mu   sync.Mutex
 	seen seenSet
@@ -207,6 +210,9 @@ func (in *informer) consume(ctx context.Context, w storage.Watch, since uint64) 
 			if listing {
 				in.replace(fresh)
 				listing, fresh = false, nil
+				if in.cache != nil {
+					in.cache.markSynced()
+				}
 			}
 			complete = lastSeen
 		}
@@ -274,6 +280,9 @@ func (in *informer) replace(fresh map[slot]*pbresource.Resource) {
 }
 
 func (in *informer) dispatch(ev Event) {
+	if in.cache != nil {
+		in.cache.apply(ev)
+	}
 	for _, h := range in.handlers {
 		h(ev)
 	}

@@ -26,6 +26,9 @@ type Config struct {
 	// Token, when set, is the ACL token the Manager's own calls (watches,
 	// resync lists) and every Reconcile's context carry.
 	Token string
+	// Cache is where the Manager's watches keep the types the controllers
+	// declare in Controller.Cached; nil makes a new one (Manager.Cache).
+	Cache *Cache
 	// Registerer receives the controller metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Logger; nil discards.
@@ -67,8 +70,14 @@ func NewManager(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller manager: %w", err)
 	}
+	if cfg.Cache == nil {
+		cfg.Cache = NewCache()
+	}
 	return &Manager{cfg: cfg, logger: logger, metrics: m}, nil
 }
+
+// Cache returns the cache the Manager's watches feed.
+func (m *Manager) Cache() *Cache { return m.cfg.Cache }
 
 // Register adds a controller. Its declaration is checked (errors wrap
 // ErrInvalidController and name the field) and its defaults filled.
@@ -85,6 +94,9 @@ func (m *Manager) Register(c Controller) error {
 		if other.Name == c.Name {
 			return fmt.Errorf("%w: %s", ErrDuplicateController, c.Name)
 		}
+	}
+	if err := m.cfg.Cache.Declare(c.Cached...); err != nil {
+		return fmt.Errorf("%w %s: Cached: %w", ErrInvalidController, c.Name, err)
 	}
 	m.controllers = append(m.controllers, c)
 	return nil
@@ -145,12 +157,22 @@ func (m *Manager) startTerm(ctx context.Context, controllers []Controller) (stop
 	ctx, cancel := context.WithCancel(ctx)
 	informers := make(map[string]*informer)
 	var order []*informer
+	// The cached types get an informer each, which applies every event to
+	// the cache before any handler maps it.
+	m.cfg.Cache.reset()
+	for _, tc := range m.cfg.Cache.cachedTypes() {
+		in := newInformer(m.cfg.Client, tc.typ, m.logger, m.metrics)
+		in.cache = tc
+		informers[ids.TypeString(tc.typ)] = in
+		order = append(order, in)
+	}
 	runners := make([]*runner, 0, len(controllers))
 	for _, c := range controllers {
 		if c.OnStart != nil {
 			c.OnStart()
 		}
 		r := newRunner(c, m.cfg.Client, m.logger, m.metrics)
+		r.cache = m.cfg.Cache
 		for _, w := range c.watches() {
 			k := ids.TypeString(w.Type)
 			in := informers[k]
@@ -170,6 +192,11 @@ func (m *Manager) startTerm(ctx context.Context, controllers []Controller) (stop
 		stopped[i] = make(chan struct{})
 		wg.Go(func() {
 			defer close(stopped[i])
+			// A controller that reads the cache starts once what it reads
+			// is listed whole; its queue fills meanwhile.
+			if !m.cfg.Cache.waitSynced(ctx, r.ctl.Cached) {
+				return
+			}
 			r.run(ctx)
 		})
 	}

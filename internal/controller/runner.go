@@ -23,6 +23,7 @@ type runner struct {
 	metrics *metrics
 	queue   *queue
 	refs    *refIndex // nil without Controller.References
+	cache   *Cache
 }
 
 func newRunner(ctl Controller, client resource.API, logger *slog.Logger, m *metrics) *runner {

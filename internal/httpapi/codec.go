@@ -78,13 +78,34 @@ func toWire(reg *resource.Registry, res *pbresource.Resource) *wire.Resource {
 		out.Owner = &owner
 	}
 	for key, st := range res.GetStatus() {
-		b, err := marshalOpts.Marshal(st)
-		if err != nil {
-			b, _ = json.Marshal(map[string]string{"error": err.Error()})
-		}
-		out.Status[key] = b
+		out.Status[key] = statusToJSON(st)
 	}
 	return out
+}
+
+// statusToJSON renders one status entry as protojson does: its payload
+// (data) an Any with its "@type" beside the payload's fields, since the
+// key, unlike a URL's type, does not say what it holds. A payload whose
+// message this process does not know is shown by its type alone.
+func statusToJSON(st *pbresource.Status) json.RawMessage {
+	b, err := marshalOpts.Marshal(st)
+	if err == nil {
+		return b
+	}
+	if st.GetData() != nil {
+		bare := &pbresource.Status{ObservedGeneration: st.GetObservedGeneration(), Conditions: st.GetConditions()}
+		if b, err := marshalOpts.Marshal(bare); err == nil {
+			var fields map[string]json.RawMessage
+			if json.Unmarshal(b, &fields) == nil {
+				fields["data"], _ = json.Marshal(map[string]string{"@type": st.GetData().GetTypeUrl()})
+				if b, err := json.Marshal(fields); err == nil {
+					return b
+				}
+			}
+		}
+	}
+	b, _ = json.Marshal(map[string]string{"error": err.Error()})
+	return b
 }
 
 func dataToJSON(reg *resource.Registry, res *pbresource.Resource) json.RawMessage {

@@ -15,7 +15,7 @@ import (
 	"trellis.dev/trellis/internal/acl"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/scheduler"
+	"trellis.dev/trellis/internal/scheduler/operations"
 )
 
 // Request body limits. A resource may be up to 1 MiB; its envelope (name,
@@ -60,7 +60,7 @@ type Config struct {
 	EnableDebug bool
 	// Scheduler serves the daemon scheduler's operations under
 	// /v1/environments; nil leaves them out.
-	Scheduler *scheduler.Operations
+	Scheduler *operations.Operations
 	// Authorize resolves the caller's Authorizer from the token in the
 	// context (resource.TokenFromContext), as the resource service's
 	// Config.Authorize does: every route's declared permission is checked
@@ -74,7 +74,7 @@ type Handler struct {
 	reg      *resource.Registry
 	cluster  ClusterStatus
 	op       Operator
-	sched    *scheduler.Operations
+	sched    *operations.Operations
 	debug    bool
 	gatherer prometheus.Gatherer
 	log      *slog.Logger

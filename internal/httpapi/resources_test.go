@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"trellis.dev/trellis/internal/acl"
 
+	"google.golang.org/protobuf/types/known/anypb"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/resource"
 )
@@ -367,4 +371,32 @@ func TestRoutePermission(t *testing.T) {
 	// guarded first: a refused caller learns nothing about the server.
 	mustStatus(t, e.do(http.MethodPut, "/v1/snapshot", "x", "X-Trellis-Token", "nope"), http.StatusForbidden)
 	mustStatus(t, e.do(http.MethodPut, "/v1/snapshot", "x", "X-Trellis-Token", "ops"), http.StatusNotImplemented)
+}
+
+// TestStatusPayloadShowsItsType: a status entry's typed payload is shown
+// with its "@type", beside observed_generation and conditions.
+func TestStatusPayloadShowsItsType(t *testing.T) {
+	e := newEnv(t, options{})
+	mustStatus(t, e.do(http.MethodPut, "/v1/resources/test/v1/Probe/p1", `{"data":{}}`), http.StatusOK)
+	payload, err := anypb.New(&pbresource.Condition{Type: "Reachable", State: pbresource.State_STATE_TRUE})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := &pbresource.ID{Type: probeType, Name: "p1"}
+	if _, err := e.api.WriteStatus(context.Background(), &pbresource.WriteStatusRequest{Id: id, Key: "prober", Status: &pbresource.Status{ObservedGeneration: 1, Data: payload}}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do(http.MethodGet, "/v1/resources/test/v1/Probe/p1", "")
+	mustStatus(t, r, http.StatusOK)
+	var got wire.Resource
+	r.json(t, &got)
+	want := `{"observed_generation":"1","data":{"@type":"type.googleapis.com/trellis.resource.v1.Condition","type":"Reachable","state":"STATE_TRUE"}}`
+	var a, b any
+	if err := json.Unmarshal(got.Status["prober"], &a); err != nil {
+		t.Fatal(err)
+	}
+	_ = json.Unmarshal([]byte(want), &b)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("status %s, want %s", got.Status["prober"], want)
+	}
 }

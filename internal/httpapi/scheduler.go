@@ -11,7 +11,7 @@ import (
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
 	"trellis.dev/trellis/internal/acl"
 	"trellis.dev/trellis/internal/httpapi/wire"
-	"trellis.dev/trellis/internal/scheduler"
+	"trellis.dev/trellis/internal/scheduler/operations"
 )
 
 // The daemon scheduler's operations (seed 002) under /v1/environments;
@@ -78,22 +78,22 @@ type specBody struct {
 	Role           string          `json:"role"`
 }
 
-func (h *Handler) decodeSpec(r *http.Request) (scheduler.Spec, error) {
+func (h *Handler) decodeSpec(r *http.Request) (operations.Spec, error) {
 	var b specBody
 	if err := decodeJSON(http.MaxBytesReader(nil, r.Body, h.maxBody), &b); err != nil {
-		return scheduler.Spec{}, err
+		return operations.Spec{}, err
 	}
-	spec := scheduler.Spec{Name: b.Name, Type: b.Type, TaskDefinition: b.TaskDefinition, Role: b.Role}
+	spec := operations.Spec{Name: b.Name, Type: b.Type, TaskDefinition: b.TaskDefinition, Role: b.Role}
 	if len(b.InstanceGroup) > 0 && string(b.InstanceGroup) != "null" {
 		spec.InstanceGroup = &pbscheduler.InstanceGroup{}
 		if err := unmarshalOpts.Unmarshal(b.InstanceGroup, spec.InstanceGroup); err != nil {
-			return scheduler.Spec{}, inputError("instance_group", "%s", cleanProtoError(err))
+			return operations.Spec{}, inputError("instance_group", "%s", cleanProtoError(err))
 		}
 	}
 	if len(b.Deployment) > 0 && string(b.Deployment) != "null" {
 		spec.Deployment = &pbscheduler.DeploymentConfig{}
 		if err := unmarshalOpts.Unmarshal(b.Deployment, spec.Deployment); err != nil {
-			return scheduler.Spec{}, inputError("deployment", "%s", cleanProtoError(err))
+			return operations.Spec{}, inputError("deployment", "%s", cleanProtoError(err))
 		}
 	}
 	return spec, nil

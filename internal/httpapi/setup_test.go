@@ -78,6 +78,7 @@ type env struct {
 	backend  *noLeader
 	cluster  *cluster
 	registry *prometheus.Registry
+	api      resource.API
 }
 
 type options struct {
@@ -91,7 +92,10 @@ func newEnv(t *testing.T, o options) *env {
 	t.Helper()
 	reg := resource.NewRegistry()
 	core.Register(reg)
-	reg.Register(resource.Registration{Type: probeType, Proto: &pbresource.Status{}, Scope: resource.ScopeNamespace})
+	reg.Register(resource.Registration{
+		Type: probeType, Proto: &pbresource.Status{}, Scope: resource.ScopeNamespace,
+		Statuses: map[string]resource.StatusPayload{"prober": {Proto: &pbresource.Condition{}}},
+	})
 	reg.Register(resource.Registration{
 		Type: panicType, Proto: &pbresource.Status{}, Scope: resource.ScopeNamespace,
 		Validate: func(*pbresource.Resource) error { panic("validate hook bug") },
@@ -118,7 +122,7 @@ func newEnv(t *testing.T, o options) *env {
 		h.Shutdown()
 		srv.Close()
 	})
-	return &env{t: t, url: srv.URL, handler: h, backend: backend, cluster: cl, registry: promReg}
+	return &env{t: t, url: srv.URL, handler: h, backend: backend, cluster: cl, registry: promReg, api: svc}
 }
 
 // response is a finished HTTP exchange.

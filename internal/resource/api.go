@@ -20,6 +20,7 @@ type API interface {
 	Write(context.Context, *pbresource.WriteRequest) (*pbresource.WriteResponse, error)
 	WriteBatch(context.Context, *pbresource.WriteBatchRequest) (*pbresource.WriteBatchResponse, error)
 	WriteStatus(context.Context, *pbresource.WriteStatusRequest) (*pbresource.WriteStatusResponse, error)
+	WriteStatuses(context.Context, *pbresource.WriteStatusesRequest) (*pbresource.WriteStatusesResponse, error)
 	List(context.Context, *pbresource.ListRequest) (*pbresource.ListResponse, error)
 	ListByOwner(context.Context, *pbresource.ListByOwnerRequest) (*pbresource.ListByOwnerResponse, error)
 	Delete(context.Context, *pbresource.DeleteRequest) (*pbresource.DeleteResponse, error)

@@ -71,9 +71,46 @@
 // confirmed by a strong read and left out of the batch, so it is checked
 // just before the batch is applied rather than atomically with it.
 //
-// WriteStatus sets one key of status (a controller's name), optionally as a
-// CAS, bumps the version and never the generation; observed_generation may
-// not exceed the generation. An identical status is not written again.
+// # Status
+//
+// Status is what the controllers and agents report, kept apart from data,
+// which is the user's intent: one entry per key (its owner's name), each
+// {observed_generation, conditions, data}. data is a typed payload: the
+// type's Registration declares, per key, the message it takes
+// (Registration.Statuses) and a hook to validate it; a payload under a key
+// that declares none, or of another message, is refused ("status.data:
+// ..."), and the payload is stored in canonical encoding, like data.
+//
+// WriteStatus sets one key's entry, bumps the version and never the
+// generation, and changes neither data nor metadata; observed_generation
+// may not exceed the generation. An identical entry is not written again.
+// With a version it is a CAS. Without one it applies to whatever is stored:
+// a key has one owner, who competes with nobody for it, so a concurrent
+// write of the data (a user's) is no reason to fail; the service reads
+// again and retries, as an upsert does. So users' writes and controllers'
+// reports of one resource never make each other fail, and generation
+// counts the user's changes alone.
+//
+// WriteStatuses applies many entries, each as WriteStatus would, in one
+// Backend.WriteBatch: one Raft entry for an agent's report of a thousand
+// tasks. Unlike WriteBatch it is not all or none, since what an entry
+// meets in the store concerns it alone:
+//
+//   - bad input in any member (its id, key, conditions or payload), one
+//     resource named by two members, a member over the limits, or a
+//     refusal of the ACL hook fail the request: nothing is written, and
+//     the error names the member ("statuses[3].status.data: ...");
+//   - a member whose resource is gone, whose version or uid is stale, or
+//     whose observed_generation is ahead fails alone: its result carries
+//     the error WriteStatus would have returned, and the others are
+//     written (StatusResult reads a result as WriteStatus's answer);
+//   - a storage batch that meets a concurrent write is planned again on a
+//     strong read, as an upsert is: a member with a version then fails as
+//     stale, one without is written. The written resources are split into
+//     storage batches of at most MaxBatchSize, which changes no outcome as
+//     no member depends on another.
+//
+// It takes at most MaxBatchMembers members and MaxBatchSize encoded bytes.
 //
 // # Tenancy
 //

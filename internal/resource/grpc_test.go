@@ -90,6 +90,12 @@ func TestGRPC(t *testing.T) {
 	if _, err := client.WriteStatus(ctx, &pbresource.WriteStatusRequest{Id: wrote.GetResource().GetId(), Key: "ctrl", Status: &pbresource.Status{ObservedGeneration: 1}}); err != nil {
 		t.Fatal(err)
 	}
+	statuses, err := client.WriteStatuses(ctx, &pbresource.WriteStatusesRequest{Statuses: []*pbresource.WriteStatusRequest{
+		progress(t, wrote.GetResource().GetId(), "", 5), progress(t, widgetID("", "nope"), "", 1),
+	}})
+	if err != nil || progressOf(t, statuses.GetResults()[0].GetResource()) != 5 || codes.Code(statuses.GetResults()[1].GetError().GetCode()) != codes.NotFound {
+		t.Fatalf("write statuses: %v, %v", statuses, err)
+	}
 	batch, err := client.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: batchOf(t, "", 3, "v")})
 	if err != nil || len(batch.GetResources()) != 3 {
 		t.Fatalf("batch: %v, %v", batch, err)
@@ -124,7 +130,7 @@ func TestGRPC(t *testing.T) {
 	// Every call, stream included, reached Authorize with the metadata token.
 	mu.Lock()
 	defer mu.Unlock()
-	if len(tokens) != 1 || tokens["grpc-token"] != 11 {
+	if len(tokens) != 1 || tokens["grpc-token"] != 12 {
 		t.Fatalf("Authorize saw tokens %v, want only grpc-token on every call", tokens)
 	}
 }

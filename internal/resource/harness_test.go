@@ -23,8 +23,8 @@ import (
 	"trellis.dev/trellis/internal/storage/inmem"
 )
 
-// The test types: Widget (namespaced, with Mutate and Validate hooks),
-// Gizmo (namespaced, no hooks), Gadget (cluster-scoped), and core's
+// The test types: Widget (namespaced, with Mutate and Validate hooks, and
+// a status key "progress" that takes an Int64Value, never negative), Gizmo (namespaced, no hooks), Gadget (cluster-scoped), and core's
 // Namespace.
 var (
 	widgetType = &pbresource.Type{Group: "demo", GroupVersion: "v1", Kind: "Widget"}
@@ -58,6 +58,14 @@ func registerTestTypes(r *resource.Registry) {
 				return resource.NewFieldError("data.value", "must not be %q", v.GetValue())
 			}
 			return nil
+		},
+		Statuses: map[string]resource.StatusPayload{
+			"progress": {Proto: &wrapperspb.Int64Value{}, Validate: func(m proto.Message) error {
+				if v := m.(*wrapperspb.Int64Value).GetValue(); v < 0 {
+					return resource.NewFieldError("value", "must not be negative (got %d)", v)
+				}
+				return nil
+			}},
 		},
 	})
 	r.Register(resource.Registration{Type: gizmoType, Proto: &wrapperspb.BoolValue{}, Scope: resource.ScopeNamespace})

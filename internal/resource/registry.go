@@ -53,10 +53,30 @@ type Registration struct {
 	// write for namespaced types, operator read and write for
 	// cluster-scoped ones.
 	ACLs *ACLHooks
+	// Statuses declares, by status key, the typed payload (Status.data)
+	// that key takes: the state the controller or agent owning the key
+	// reports. WriteStatus refuses a payload under a key not declared here,
+	// or of another message. A key may carry conditions whether or not it
+	// is declared.
+	Statuses map[string]StatusPayload
 
 	// dataTypeURL is the type URL of the data the service stores, set by
 	// Register so that a write does not build it.
 	dataTypeURL string
+}
+
+// StatusPayload declares the payload one status key takes.
+type StatusPayload struct {
+	// Proto is an empty message of the payload.
+	Proto proto.Message
+	// Validate, when set, checks a decoded payload before it is written.
+	// Its error should be a FieldError whose field is a path in the
+	// payload ("health"); the service reports it under "status.data". It
+	// must be pure: it may run again when a write is retried.
+	Validate func(proto.Message) error
+
+	// typeURL is the payload's type URL, set by Register.
+	typeURL string
 }
 
 // ACLHooks are the authorization hooks of a type. Each returns an error
@@ -95,14 +115,29 @@ func (r *Registry) Register(reg Registration) {
 	if reg.Proto == nil {
 		panic(fmt.Sprintf("resource: %s registered without a proto message", ids.TypeString(reg.Type)))
 	}
+	if len(reg.Statuses) > 0 {
+		statuses := make(map[string]StatusPayload, len(reg.Statuses))
+		for k, p := range reg.Statuses {
+			if err := ValidateQualifiedName("key", k); err != nil || p.Proto == nil {
+				panic(fmt.Sprintf("resource: %s declares status key %q without a valid name and a proto message", ids.TypeString(reg.Type), k))
+			}
+			p.typeURL = typeURLOf(p.Proto)
+			statuses[k] = p
+		}
+		reg.Statuses = statuses
+	}
 	key := keyOf(reg.Type)
-	reg.dataTypeURL = "type.googleapis.com/" + string(reg.Proto.ProtoReflect().Descriptor().FullName())
+	reg.dataTypeURL = typeURLOf(reg.Proto)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.types[key]; ok {
 		panic(fmt.Sprintf("resource: %s registered twice", ids.TypeString(reg.Type)))
 	}
 	r.types[key] = reg
+}
+
+func typeURLOf(m proto.Message) string {
+	return "type.googleapis.com/" + string(m.ProtoReflect().Descriptor().FullName())
 }
 
 // Resolve returns the registration of a type.

@@ -6,8 +6,11 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/resource"
 )
 
 func TestWriteStatus(t *testing.T) {
@@ -86,5 +89,87 @@ func TestWriteStatus(t *testing.T) {
 	}
 	if !proto.Equal(h.stored(res.GetId()), current) {
 		t.Fatal("refused status writes changed the resource")
+	}
+}
+
+// TestWriteStatusPayload: a key's typed payload is checked against the
+// type's declaration and its hook, stored in canonical encoding, and kept
+// by writes of the data, which move the generation while status writes
+// do not.
+func TestWriteStatusPayload(t *testing.T) {
+	h := newHarness(t)
+	res := h.write(widget(t, "", "web", "v1"))
+	payload := func(v int64) *pbresource.Status {
+		return &pbresource.Status{ObservedGeneration: 1, Data: anyOf(t, wrapperspb.Int64(v))}
+	}
+	out, err := h.svc.WriteStatus(h.ctx, &pbresource.WriteStatusRequest{Id: res.GetId(), Key: "progress", Status: payload(7)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &wrapperspb.Int64Value{}
+	if err := out.GetResource().GetStatus()["progress"].GetData().UnmarshalTo(got); err != nil || got.GetValue() != 7 {
+		t.Fatalf("stored payload %v (%v), want 7", got, err)
+	}
+	if out.GetResource().GetGeneration() != 1 {
+		t.Fatalf("a status write moved the generation to %d", out.GetResource().GetGeneration())
+	}
+
+	// A payload encoded another way (a different type URL prefix) is the
+	// same payload: nothing is written.
+	before := h.state()
+	other := payload(7)
+	other.Data.TypeUrl = "example.com/google.protobuf.Int64Value"
+	if _, err := h.svc.WriteStatus(h.ctx, &pbresource.WriteStatusRequest{Id: res.GetId(), Key: "progress", Status: other}); err != nil {
+		t.Fatal(err)
+	}
+	h.requireUnchanged(before)
+
+	// A change of the data moves the generation and keeps the payload.
+	upd := h.write(widget(t, "", "web", "v2"))
+	if upd.GetGeneration() != 2 || !proto.Equal(upd.GetStatus()["progress"], out.GetResource().GetStatus()["progress"]) {
+		t.Fatalf("data write: generation %d, status %v", upd.GetGeneration(), upd.GetStatus())
+	}
+
+	cases := []struct {
+		name string
+		key  string
+		st   *pbresource.Status
+		want string
+	}{
+		{"undeclared key", "health", payload(1), `status.data: status key "health" of demo/v1/Widget takes no data (it declares data for progress)`},
+		{"wrong message", "progress", &pbresource.Status{Data: anyOf(t, wrapperspb.String("7"))}, `status.data: has type "type.googleapis.com/google.protobuf.StringValue"; status key "progress" of demo/v1/Widget takes a google.protobuf.Int64Value`},
+		{"does not decode", "progress", &pbresource.Status{Data: &anypb.Any{TypeUrl: "type.googleapis.com/google.protobuf.Int64Value", Value: []byte{0xff}}}, "status.data: does not decode as google.protobuf.Int64Value"},
+		{"hook refuses", "progress", payload(-1), "status.data.value: must not be negative (got -1)"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := h.state()
+			_, err := h.svc.WriteStatus(h.ctx, &pbresource.WriteStatusRequest{Id: res.GetId(), Key: c.key, Status: c.st})
+			requireCode(t, err, codes.InvalidArgument, c.want)
+			h.requireUnchanged(before)
+		})
+	}
+
+	// A type that declares nothing takes no data under any key.
+	g := h.write(gizmo(t, "", "g"))
+	_, err = h.svc.WriteStatus(h.ctx, &pbresource.WriteStatusRequest{Id: g.GetId(), Key: "progress", Status: payload(1)})
+	requireCode(t, err, codes.InvalidArgument, `status.data: status key "progress" of demo/v1/Gizmo takes no data (it declares no status data)`)
+}
+
+// TestRegisterRefusesBadStatusDeclarations: a status key must be a valid
+// key and name its message.
+func TestRegisterRefusesBadStatusDeclarations(t *testing.T) {
+	for name, decl := range map[string]map[string]resource.StatusPayload{
+		"no proto": {"progress": {}},
+		"bad key":  {"my key": {Proto: &wrapperspb.Int64Value{}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("Register accepted the declaration")
+				}
+			}()
+			resource.NewRegistry().Register(resource.Registration{Type: gizmoType, Proto: &wrapperspb.BoolValue{}, Statuses: decl})
+		})
 	}
 }

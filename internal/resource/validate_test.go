@@ -347,10 +347,10 @@ func TestPlanStatus(t *testing.T) {
 		Generation: 2,
 		Status:     map[string]*pbresource.Status{"other": {ObservedGeneration: 1}},
 	}
-	req := func(og uint64, version string) *pbresource.WriteStatusRequest {
-		return &pbresource.WriteStatusRequest{Id: id, Key: "ctrl", Version: version, Status: &pbresource.Status{ObservedGeneration: og}}
+	req := func(og uint64, version string) *statusEntry {
+		return &statusEntry{id: id, key: "ctrl", version: version, status: &pbresource.Status{ObservedGeneration: og}}
 	}
-	w, err := planStatus(req(2, ""), id, stored)
+	w, err := planStatus(req(2, ""), stored)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,14 +360,14 @@ func TestPlanStatus(t *testing.T) {
 	if len(stored.Status) != 1 {
 		t.Fatal("planStatus changed the stored resource's status map")
 	}
-	if _, err := planStatus(req(3, ""), id, stored); err == nil || !strings.Contains(err.Error(), "status.observed_generation: 3 is ahead of the resource's generation 2") {
+	if _, err := planStatus(req(3, ""), stored); err == nil || !strings.Contains(err.Error(), "status.observed_generation: 3 is ahead of the resource's generation 2") {
 		t.Fatalf("ahead: got %v", err)
 	}
-	if _, err := planStatus(req(1, "8"), id, stored); status.Code(err) != codes.Aborted {
+	if _, err := planStatus(req(1, "8"), stored); status.Code(err) != codes.Aborted {
 		t.Fatalf("stale: got %v", err)
 	}
-	same := &pbresource.WriteStatusRequest{Id: id, Key: "other", Status: &pbresource.Status{ObservedGeneration: 1}}
-	if w, err := planStatus(same, id, stored); err != nil || w != nil {
+	same := &statusEntry{id: id, key: "other", status: &pbresource.Status{ObservedGeneration: 1}}
+	if w, err := planStatus(same, stored); err != nil || w != nil {
 		t.Fatalf("identical status: got %v, %v; want no write", w, err)
 	}
 }

@@ -196,6 +196,7 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 	p.BatchSize = target.Rollout.BatchSize(p.Matching)
 
 	var replaceable []int // indexes into p.Instances of healthy old tasks
+	var mine []*TaskView  // the instance's tasks; one buffer for the walk
 	ii, ti := 0, 0
 	for ii < len(ins) || ti < len(order) {
 		// The next instance name, from either list.
@@ -214,104 +215,26 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 			in, matches = &instances[ins[ii]], match[ins[ii]] // a duplicate name: the last wins
 			ii++
 		}
-		first := ti
+		mine = mine[:0]
 		for ti < len(order) && tasks[order[ti]].Instance == name {
+			mine = append(mine, &tasks[order[ti]])
 			ti++
 		}
-		group := order[first:ti] // this instance's tasks, by seq
-
-		var lastSeq int64
-		var latest, best, stopping *TaskView
-		currents := 0
-		for _, k := range group {
-			t := &tasks[k]
-			lastSeq, latest = t.Seq, t
-			switch {
-			case t.Stopping():
-				stopping = t // the newest
-			case t.Live():
-				currents++
-				if best == nil || betterCurrent(t, best, target.TaskDefinition) {
-					best = t
-				}
-			}
+		d := DecideInstance(target, name, in, matches, mine, now)
+		p.Stops = append(p.Stops, d.Stops...)
+		if d.Place != nil {
+			p.Places = append(p.Places, *d.Place)
 		}
-		ip := InstancePlan{Instance: name, Latest: latest}
-		ip.Matches = matches
-		if !ip.Matches {
-			if in != nil && in.Status == orchestrator.InstanceDown {
-				// Its agent may come back with the task running.
-				ip.Current = best
-				p.Instances = append(p.Instances, ip)
-				continue
-			}
-			reason := ReasonNoLongerMatches
-			switch {
-			case in == nil:
-				reason = ReasonInstanceGone
-			case in.Status == orchestrator.InstanceLeft:
-				reason = ReasonInstanceLeft
-			case in.Status == orchestrator.InstanceDraining:
-				reason = ReasonDraining
-			}
-			for _, k := range group {
-				if t := &tasks[k]; t.Live() && !t.Stopping() {
-					p.Stops = append(p.Stops, Stop{Task: t.Name, Reason: reason})
-				}
-			}
-			if currents > 0 || stopping != nil {
-				ip.State = StateStopping
-			}
-			p.Instances = append(p.Instances, ip)
-			continue
-		}
-
-		// Keep the best live task; stop any other.
-		if currents > 1 {
-			for _, k := range group {
-				if t := &tasks[k]; t != best && t.Live() && !t.Stopping() {
-					p.Stops = append(p.Stops, Stop{Task: t.Name, Reason: ReasonDuplicate})
-				}
-			}
-		}
-		if best == nil {
+		if d.Unavailable {
 			p.Unavailable++
-			pl := Placement{Instance: name, Seq: lastSeq + 1, Repair: latest != nil && latest.Died()}
-			if stopping != nil {
-				pl.Replaces = stopping.Name
-			}
-			p.Places = append(p.Places, pl)
-			ip.State = StateStarting
-			p.Instances = append(p.Instances, ip)
-			continue
 		}
-		cur := best
-		ip.Current = cur
-		switch {
-		case cur.TaskDefinition == target.TaskDefinition:
-			if cur.HealthyFor(target.Rollout.MinHealthyTime, now) {
-				ip.State = StateComplete
-			} else {
-				ip.State = StateStarting
-				p.Unavailable++
-				if cur.Healthy && !cur.HealthySince.IsZero() {
-					p.Recheck = earliest(p.Recheck, cur.HealthySince.Add(target.Rollout.MinHealthyTime))
-				}
-			}
-		case !target.Replace:
-			ip.State = StateOutdated
-			if !cur.Healthy {
-				p.Unavailable++
-			}
-		case !cur.Healthy:
-			// Unavailable already: replacing it costs nothing.
-			p.Unavailable++
-			p.replace(&ip)
-		default:
-			ip.State = StatePending
+		if !d.Recheck.IsZero() {
+			p.Recheck = Earliest(p.Recheck, d.Recheck)
+		}
+		if d.Replaceable {
 			replaceable = append(replaceable, len(p.Instances))
 		}
-		p.Instances = append(p.Instances, ip)
+		p.Instances = append(p.Instances, d.Instance)
 	}
 	budget := p.BatchSize - p.Unavailable
 	for _, i := range replaceable {
@@ -333,19 +256,8 @@ func (p *Plan) replace(ip *InstancePlan) {
 	ip.State = StateStarting
 }
 
-// betterCurrent reports whether live task a is a better one to keep than
-// b: of the target's task definition, then healthy, then the newer.
-func betterCurrent(a, b *TaskView, taskdef string) bool {
-	if (a.TaskDefinition == taskdef) != (b.TaskDefinition == taskdef) {
-		return a.TaskDefinition == taskdef
-	}
-	if a.Healthy != b.Healthy {
-		return a.Healthy
-	}
-	return a.Seq > b.Seq
-}
-
-func earliest(a, b time.Time) time.Time {
+// Earliest is the earlier of a and b, b when a is zero.
+func Earliest(a, b time.Time) time.Time {
 	if a.IsZero() || b.Before(a) {
 		return b
 	}

@@ -60,7 +60,7 @@ func UserProgress(d DeploymentView, plan Plan, r Rollout, now time.Time) Progres
 				state, task, reason = StateFailed, t.Name, why
 				failures = append(failures, fmt.Sprintf("task %s on instance %s %s", t.Name, ip.Instance, why))
 			} else if t.Live() && !t.HealthyFor(r.MinHealthyTime, now) {
-				pr.Recheck = earliest(pr.Recheck, t.CreatedAt.Add(r.HealthyDeadline))
+				pr.Recheck = Earliest(pr.Recheck, t.CreatedAt.Add(r.HealthyDeadline))
 			}
 		}
 		switch state {
@@ -84,7 +84,7 @@ func UserProgress(d DeploymentView, plan Plan, r Rollout, now time.Time) Progres
 func MonitorProgress(d DeploymentView, tasks []TaskView, r Rollout, now time.Time) Progress {
 	var pr Progress
 	var failures []string
-	for _, t := range latestTasks(tasks) {
+	for _, t := range LatestTasks(tasks) {
 		if t.Deployment != d.ID || (t.Desired != "RUNNING" && !t.Died()) {
 			continue
 		}
@@ -99,7 +99,7 @@ func MonitorProgress(d DeploymentView, tasks []TaskView, r Rollout, now time.Tim
 			pr.Failed++
 			failures = append(failures, fmt.Sprintf("task %s on instance %s %s", t.Name, t.Instance, why))
 		} else if t.Live() {
-			pr.Recheck = earliest(pr.Recheck, t.CreatedAt.Add(r.HealthyDeadline))
+			pr.Recheck = Earliest(pr.Recheck, t.CreatedAt.Add(r.HealthyDeadline))
 		}
 		pr.Instances = append(pr.Instances, &pbscheduler.InstanceProgress{Instance: t.Instance, State: state, Task: t.Name, Reason: reason})
 	}
@@ -133,7 +133,7 @@ func (pr *Progress) decide(d DeploymentView, failures []string, r Rollout, now t
 			pr.Reason = fmt.Sprintf("no task became healthy for %s (progress_deadline); %d/%d complete", r.ProgressDeadline, pr.Complete, pr.Total)
 			return
 		}
-		pr.Recheck = earliest(pr.Recheck, deadline)
+		pr.Recheck = Earliest(pr.Recheck, deadline)
 	}
 }
 
@@ -196,8 +196,8 @@ func failedTask(t TaskView, r Rollout, now time.Time) (bool, string) {
 	return false, ""
 }
 
-// latestTasks returns each instance's task with the highest seq.
-func latestTasks(tasks []TaskView) map[string]TaskView {
+// LatestTasks returns each instance's task with the highest seq.
+func LatestTasks(tasks []TaskView) map[string]TaskView {
 	out := map[string]TaskView{}
 	for _, t := range tasks {
 		if cur, ok := out[t.Instance]; !ok || t.Seq > cur.Seq {

@@ -33,7 +33,7 @@ func TestStateHealthWords(t *testing.T) {
 		if tk.DesiredStatus == "" {
 			tk.DesiredStatus = orchestrator.StatusRunning
 		}
-		v := taskView("ls", &pbresource.Resource{Id: &pbresource.ID{Name: TaskName("ls", "i1", 1)}}, tk)
+		v := TaskViewOf("ls", &pbresource.Resource{Id: &pbresource.ID{Name: TaskName("ls", "i1", 1)}}, tk)
 		st := State(groupOf(t), []InstanceView{ready("i1")}, []TaskView{v}, nil)
 		if got := st.GetInstances()[0]; got.GetState() != tc.state || got.GetHealth() != tc.word {
 			t.Errorf("%s: state %q health %q, want %q %q", tc.name, got.GetState(), got.GetHealth(), tc.state, tc.word)

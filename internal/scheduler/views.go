@@ -18,8 +18,8 @@ func TaskHealthy(t *pborch.Task) bool {
 	return t.GetDesiredStatus() == orchestrator.StatusRunning && orchestrator.TaskHealth(t) == orchestrator.TaskHealthy
 }
 
-// taskView turns a stored task of environment env into what a plan reads.
-func taskView(env string, res *pbresource.Resource, t *pborch.Task) TaskView {
+// TaskViewOf turns a stored task of environment env into what a plan reads.
+func TaskViewOf(env string, res *pbresource.Resource, t *pborch.Task) TaskView {
 	v := TaskView{
 		Name:           res.GetId().GetName(),
 		Instance:       t.GetInstance(),
@@ -42,8 +42,8 @@ func taskView(env string, res *pbresource.Resource, t *pborch.Task) TaskView {
 	return v
 }
 
-// instanceView turns a stored instance into what a plan reads.
-func instanceView(res *pbresource.Resource) (InstanceView, bool) {
+// InstanceViewOf turns a stored instance into what a plan reads.
+func InstanceViewOf(res *pbresource.Resource) (InstanceView, bool) {
 	in, err := resource.DecodeData[*pborch.Instance](res)
 	if err != nil {
 		return InstanceView{}, false

@@ -40,7 +40,7 @@ func TestHealthySince(t *testing.T) {
 			func() *pborch.Task { tk := running(); tk.StartedAt = nil; return tk }(), 300 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := taskView("env", &pbresource.Resource{Id: &pbresource.ID{Name: "env-x-1"}}, tc.task)
+			v := TaskViewOf("env", &pbresource.Resource{Id: &pbresource.ID{Name: "env-x-1"}}, tc.task)
 			if !v.Healthy {
 				t.Fatal("the task is not healthy")
 			}

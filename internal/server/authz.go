@@ -27,14 +27,15 @@ var methodPermissions = map[string]acl.Permission{
 	// The resource service checks each resource against its type's ACL
 	// hooks (namespace read/write for namespaced types, operator for
 	// cluster-scoped ones), which is where the namespace is known.
-	pbresource.ResourceService_Read_FullMethodName:        acl.PerResource,
-	pbresource.ResourceService_Write_FullMethodName:       acl.PerResource,
-	pbresource.ResourceService_WriteBatch_FullMethodName:  acl.PerResource,
-	pbresource.ResourceService_WriteStatus_FullMethodName: acl.PerResource,
-	pbresource.ResourceService_List_FullMethodName:        acl.PerResource,
-	pbresource.ResourceService_ListByOwner_FullMethodName: acl.PerResource,
-	pbresource.ResourceService_Delete_FullMethodName:      acl.PerResource,
-	pbresource.ResourceService_WatchList_FullMethodName:   acl.PerResource,
+	pbresource.ResourceService_Read_FullMethodName:          acl.PerResource,
+	pbresource.ResourceService_Write_FullMethodName:         acl.PerResource,
+	pbresource.ResourceService_WriteBatch_FullMethodName:    acl.PerResource,
+	pbresource.ResourceService_WriteStatus_FullMethodName:   acl.PerResource,
+	pbresource.ResourceService_WriteStatuses_FullMethodName: acl.PerResource,
+	pbresource.ResourceService_List_FullMethodName:          acl.PerResource,
+	pbresource.ResourceService_ListByOwner_FullMethodName:   acl.PerResource,
+	pbresource.ResourceService_Delete_FullMethodName:        acl.PerResource,
+	pbresource.ResourceService_WatchList_FullMethodName:     acl.PerResource,
 
 	pbagent.AgentService_Heartbeat_FullMethodName:       acl.Agent,
 	pbagent.AgentService_HeartbeatStream_FullMethodName: acl.Agent,

@@ -17,12 +17,23 @@ func (s *Server) AddController(c controller.Controller) {
 	s.controllers = append(s.controllers, c)
 }
 
+// ControllerCache is the cache the controller manager's watches keep (see
+// controller.Cache): a controller that declares Controller.Cached reads it
+// through the cache given here to its constructor.
+func (s *Server) ControllerCache() *controller.Cache {
+	if s.controllerCache == nil {
+		s.controllerCache = controller.NewCache()
+	}
+	return s.controllerCache
+}
+
 // newControllerManager builds the manager at Start, once every type is
 // registered: the reaper watches the registry's types as they are then.
 func (s *Server) newControllerManager() (*controller.Manager, error) {
 	mgr, err := controller.NewManager(controller.Config{
 		Client:     s.api,
 		Leadership: s.leadership.Subscribe(),
+		Cache:      s.ControllerCache(),
 		Registerer: s.metrics,
 		Logger:     s.log.With("component", "controllers"),
 	})

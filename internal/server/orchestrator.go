@@ -57,6 +57,7 @@ func (s *Server) addOrchestrator() error {
 	ctls, err := controllers.Controllers(controllers.Config{
 		API:     s.api,
 		Tracker: tracker,
+		Cache:   s.ControllerCache(),
 		Logger:  s.log.With("component", "orchestrator"),
 	})
 	if err != nil {

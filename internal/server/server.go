@@ -59,9 +59,10 @@ type Server struct {
 
 	// extra runnables run between the gRPC server (first up, last down)
 	// and the HTTP server (last up, first down).
-	extra       []namedRunnable
-	controllers []controller.Controller
-	started     bool
+	extra           []namedRunnable
+	controllers     []controller.Controller
+	controllerCache *controller.Cache // made by ControllerCache
+	started         bool
 }
 
 // New assembles a server and binds its listeners (so that port 0 resolves

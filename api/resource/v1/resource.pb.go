@@ -406,8 +406,13 @@ type Status struct {
 	// observed_generation is the generation the controller acted on.
 	ObservedGeneration uint64       `protobuf:"varint,1,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`
 	Conditions         []*Condition `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// data is the typed state the controller (or agent) owning this key
+	// reports: a message its type's registration declares for the key (for
+	// an Environment, "scheduler" takes a scheduler.v1.EnvironmentStatus).
+	// A key that declares none takes no data.
+	Data          *anypb.Any `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Status) Reset() {
@@ -450,6 +455,13 @@ func (x *Status) GetObservedGeneration() uint64 {
 func (x *Status) GetConditions() []*Condition {
 	if x != nil {
 		return x.Conditions
+	}
+	return nil
+}
+
+func (x *Status) GetData() *anypb.Any {
+	if x != nil {
+		return x.Data
 	}
 	return nil
 }
@@ -981,6 +993,210 @@ func (x *WriteStatusResponse) GetResource() *Resource {
 	return nil
 }
 
+// WriteStatusesRequest writes many status entries in one storage batch
+// (one Raft entry when nothing conflicts). Bad input in any member (a
+// field, an undeclared key, a payload of the wrong type, one resource
+// named twice) and a permission refusal write nothing; what a member meets
+// in the store (its resource gone, a version conflict) fails only that
+// member, in its result.
+type WriteStatusesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Statuses      []*WriteStatusRequest  `protobuf:"bytes,1,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteStatusesRequest) Reset() {
+	*x = WriteStatusesRequest{}
+	mi := &file_api_resource_v1_resource_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteStatusesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteStatusesRequest) ProtoMessage() {}
+
+func (x *WriteStatusesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_resource_v1_resource_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteStatusesRequest.ProtoReflect.Descriptor instead.
+func (*WriteStatusesRequest) Descriptor() ([]byte, []int) {
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WriteStatusesRequest) GetStatuses() []*WriteStatusRequest {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+type WriteStatusesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results has one entry per member of the request, in its order.
+	Results       []*WriteStatusResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteStatusesResponse) Reset() {
+	*x = WriteStatusesResponse{}
+	mi := &file_api_resource_v1_resource_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteStatusesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteStatusesResponse) ProtoMessage() {}
+
+func (x *WriteStatusesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_resource_v1_resource_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteStatusesResponse.ProtoReflect.Descriptor instead.
+func (*WriteStatusesResponse) Descriptor() ([]byte, []int) {
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *WriteStatusesResponse) GetResults() []*WriteStatusResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// WriteStatusResult is one member's outcome: the resource as stored after
+// it, or the error that member alone met.
+type WriteStatusResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Resource      *Resource              `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	Error         *MemberError           `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteStatusResult) Reset() {
+	*x = WriteStatusResult{}
+	mi := &file_api_resource_v1_resource_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteStatusResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteStatusResult) ProtoMessage() {}
+
+func (x *WriteStatusResult) ProtoReflect() protoreflect.Message {
+	mi := &file_api_resource_v1_resource_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteStatusResult.ProtoReflect.Descriptor instead.
+func (*WriteStatusResult) Descriptor() ([]byte, []int) {
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *WriteStatusResult) GetResource() *Resource {
+	if x != nil {
+		return x.Resource
+	}
+	return nil
+}
+
+func (x *WriteStatusResult) GetError() *MemberError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// MemberError is the error WriteStatus would have returned for the member:
+// a gRPC status code (NOT_FOUND, ABORTED, INVALID_ARGUMENT,
+// RESOURCE_EXHAUSTED) and its message.
+type MemberError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberError) Reset() {
+	*x = MemberError{}
+	mi := &file_api_resource_v1_resource_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberError) ProtoMessage() {}
+
+func (x *MemberError) ProtoReflect() protoreflect.Message {
+	mi := &file_api_resource_v1_resource_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberError.ProtoReflect.Descriptor instead.
+func (*MemberError) Descriptor() ([]byte, []int) {
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *MemberError) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *MemberError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type ListRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  *Type                  `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
@@ -994,7 +1210,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[15]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1222,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[15]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1235,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{15}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListRequest) GetType() *Type {
@@ -1059,7 +1275,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[16]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1287,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[16]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1300,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{16}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListResponse) GetResources() []*Resource {
@@ -1103,7 +1319,7 @@ type ListByOwnerRequest struct {
 
 func (x *ListByOwnerRequest) Reset() {
 	*x = ListByOwnerRequest{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[17]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1331,7 @@ func (x *ListByOwnerRequest) String() string {
 func (*ListByOwnerRequest) ProtoMessage() {}
 
 func (x *ListByOwnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[17]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1344,7 @@ func (x *ListByOwnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListByOwnerRequest.ProtoReflect.Descriptor instead.
 func (*ListByOwnerRequest) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{17}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListByOwnerRequest) GetOwner() *ID {
@@ -1147,7 +1363,7 @@ type ListByOwnerResponse struct {
 
 func (x *ListByOwnerResponse) Reset() {
 	*x = ListByOwnerResponse{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[18]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1375,7 @@ func (x *ListByOwnerResponse) String() string {
 func (*ListByOwnerResponse) ProtoMessage() {}
 
 func (x *ListByOwnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[18]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1388,7 @@ func (x *ListByOwnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListByOwnerResponse.ProtoReflect.Descriptor instead.
 func (*ListByOwnerResponse) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{18}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListByOwnerResponse) GetResources() []*Resource {
@@ -1193,7 +1409,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[19]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1421,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[19]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1434,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{19}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteRequest) GetId() *ID {
@@ -1243,7 +1459,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[20]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1471,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[20]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1484,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{20}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{24}
 }
 
 type WatchListRequest struct {
@@ -1285,7 +1501,7 @@ type WatchListRequest struct {
 
 func (x *WatchListRequest) Reset() {
 	*x = WatchListRequest{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[21]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1513,7 @@ func (x *WatchListRequest) String() string {
 func (*WatchListRequest) ProtoMessage() {}
 
 func (x *WatchListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[21]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1526,7 @@ func (x *WatchListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchListRequest.ProtoReflect.Descriptor instead.
 func (*WatchListRequest) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{21}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchListRequest) GetType() *Type {
@@ -1372,12 +1588,13 @@ const file_api_resource_v1_resource_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aV\n" +
 	"\vStatusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
-	"\x05value\x18\x02 \x01(\v2\x1b.trellis.resource.v1.StatusR\x05value:\x028\x01\"y\n" +
+	"\x05value\x18\x02 \x01(\v2\x1b.trellis.resource.v1.StatusR\x05value:\x028\x01\"\xa3\x01\n" +
 	"\x06Status\x12/\n" +
 	"\x13observed_generation\x18\x01 \x01(\x04R\x12observedGeneration\x12>\n" +
 	"\n" +
 	"conditions\x18\x02 \x03(\v2\x1e.trellis.resource.v1.ConditionR\n" +
-	"conditions\"\xb8\x01\n" +
+	"conditions\x12(\n" +
+	"\x04data\x18\x03 \x01(\v2\x14.google.protobuf.AnyR\x04data\"\xb8\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x120\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1a.trellis.resource.v1.StateR\x05state\x12\x16\n" +
@@ -1415,7 +1632,17 @@ const file_api_resource_v1_resource_proto_rawDesc = "" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x123\n" +
 	"\x06status\x18\x04 \x01(\v2\x1b.trellis.resource.v1.StatusR\x06status\"P\n" +
 	"\x13WriteStatusResponse\x129\n" +
-	"\bresource\x18\x01 \x01(\v2\x1d.trellis.resource.v1.ResourceR\bresource\"\xb5\x01\n" +
+	"\bresource\x18\x01 \x01(\v2\x1d.trellis.resource.v1.ResourceR\bresource\"[\n" +
+	"\x14WriteStatusesRequest\x12C\n" +
+	"\bstatuses\x18\x01 \x03(\v2'.trellis.resource.v1.WriteStatusRequestR\bstatuses\"Y\n" +
+	"\x15WriteStatusesResponse\x12@\n" +
+	"\aresults\x18\x01 \x03(\v2&.trellis.resource.v1.WriteStatusResultR\aresults\"\x86\x01\n" +
+	"\x11WriteStatusResult\x129\n" +
+	"\bresource\x18\x01 \x01(\v2\x1d.trellis.resource.v1.ResourceR\bresource\x126\n" +
+	"\x05error\x18\x02 \x01(\v2 .trellis.resource.v1.MemberErrorR\x05error\";\n" +
+	"\vMemberError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xb5\x01\n" +
 	"\vListRequest\x12-\n" +
 	"\x04type\x18\x01 \x01(\v2\x19.trellis.resource.v1.TypeR\x04type\x126\n" +
 	"\atenancy\x18\x02 \x01(\v2\x1c.trellis.resource.v1.TenancyR\atenancy\x12\x1f\n" +
@@ -1445,13 +1672,14 @@ const file_api_resource_v1_resource_proto_rawDesc = "" +
 	"\rSTATE_UNKNOWN\x10\x00\x12\x0e\n" +
 	"\n" +
 	"STATE_TRUE\x10\x01\x12\x0f\n" +
-	"\vSTATE_FALSE\x10\x022\xc8\x05\n" +
+	"\vSTATE_FALSE\x10\x022\xb0\x06\n" +
 	"\x0fResourceService\x12K\n" +
 	"\x04Read\x12 .trellis.resource.v1.ReadRequest\x1a!.trellis.resource.v1.ReadResponse\x12N\n" +
 	"\x05Write\x12!.trellis.resource.v1.WriteRequest\x1a\".trellis.resource.v1.WriteResponse\x12]\n" +
 	"\n" +
 	"WriteBatch\x12&.trellis.resource.v1.WriteBatchRequest\x1a'.trellis.resource.v1.WriteBatchResponse\x12`\n" +
-	"\vWriteStatus\x12'.trellis.resource.v1.WriteStatusRequest\x1a(.trellis.resource.v1.WriteStatusResponse\x12K\n" +
+	"\vWriteStatus\x12'.trellis.resource.v1.WriteStatusRequest\x1a(.trellis.resource.v1.WriteStatusResponse\x12f\n" +
+	"\rWriteStatuses\x12).trellis.resource.v1.WriteStatusesRequest\x1a*.trellis.resource.v1.WriteStatusesResponse\x12K\n" +
 	"\x04List\x12 .trellis.resource.v1.ListRequest\x1a!.trellis.resource.v1.ListResponse\x12`\n" +
 	"\vListByOwner\x12'.trellis.resource.v1.ListByOwnerRequest\x1a(.trellis.resource.v1.ListByOwnerResponse\x12Q\n" +
 	"\x06Delete\x12\".trellis.resource.v1.DeleteRequest\x1a#.trellis.resource.v1.DeleteResponse\x12U\n" +
@@ -1470,88 +1698,99 @@ func file_api_resource_v1_resource_proto_rawDescGZIP() []byte {
 }
 
 var file_api_resource_v1_resource_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_resource_v1_resource_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_api_resource_v1_resource_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_api_resource_v1_resource_proto_goTypes = []any{
-	(State)(0),                  // 0: trellis.resource.v1.State
-	(WatchEvent_Op)(0),          // 1: trellis.resource.v1.WatchEvent.Op
-	(*Type)(nil),                // 2: trellis.resource.v1.Type
-	(*Tenancy)(nil),             // 3: trellis.resource.v1.Tenancy
-	(*ID)(nil),                  // 4: trellis.resource.v1.ID
-	(*Resource)(nil),            // 5: trellis.resource.v1.Resource
-	(*Status)(nil),              // 6: trellis.resource.v1.Status
-	(*Condition)(nil),           // 7: trellis.resource.v1.Condition
-	(*WatchEvent)(nil),          // 8: trellis.resource.v1.WatchEvent
-	(*ReadRequest)(nil),         // 9: trellis.resource.v1.ReadRequest
-	(*ReadResponse)(nil),        // 10: trellis.resource.v1.ReadResponse
-	(*WriteRequest)(nil),        // 11: trellis.resource.v1.WriteRequest
-	(*WriteResponse)(nil),       // 12: trellis.resource.v1.WriteResponse
-	(*WriteBatchRequest)(nil),   // 13: trellis.resource.v1.WriteBatchRequest
-	(*WriteBatchResponse)(nil),  // 14: trellis.resource.v1.WriteBatchResponse
-	(*WriteStatusRequest)(nil),  // 15: trellis.resource.v1.WriteStatusRequest
-	(*WriteStatusResponse)(nil), // 16: trellis.resource.v1.WriteStatusResponse
-	(*ListRequest)(nil),         // 17: trellis.resource.v1.ListRequest
-	(*ListResponse)(nil),        // 18: trellis.resource.v1.ListResponse
-	(*ListByOwnerRequest)(nil),  // 19: trellis.resource.v1.ListByOwnerRequest
-	(*ListByOwnerResponse)(nil), // 20: trellis.resource.v1.ListByOwnerResponse
-	(*DeleteRequest)(nil),       // 21: trellis.resource.v1.DeleteRequest
-	(*DeleteResponse)(nil),      // 22: trellis.resource.v1.DeleteResponse
-	(*WatchListRequest)(nil),    // 23: trellis.resource.v1.WatchListRequest
-	nil,                         // 24: trellis.resource.v1.Resource.MetadataEntry
-	nil,                         // 25: trellis.resource.v1.Resource.StatusEntry
-	(*anypb.Any)(nil),           // 26: google.protobuf.Any
+	(State)(0),                    // 0: trellis.resource.v1.State
+	(WatchEvent_Op)(0),            // 1: trellis.resource.v1.WatchEvent.Op
+	(*Type)(nil),                  // 2: trellis.resource.v1.Type
+	(*Tenancy)(nil),               // 3: trellis.resource.v1.Tenancy
+	(*ID)(nil),                    // 4: trellis.resource.v1.ID
+	(*Resource)(nil),              // 5: trellis.resource.v1.Resource
+	(*Status)(nil),                // 6: trellis.resource.v1.Status
+	(*Condition)(nil),             // 7: trellis.resource.v1.Condition
+	(*WatchEvent)(nil),            // 8: trellis.resource.v1.WatchEvent
+	(*ReadRequest)(nil),           // 9: trellis.resource.v1.ReadRequest
+	(*ReadResponse)(nil),          // 10: trellis.resource.v1.ReadResponse
+	(*WriteRequest)(nil),          // 11: trellis.resource.v1.WriteRequest
+	(*WriteResponse)(nil),         // 12: trellis.resource.v1.WriteResponse
+	(*WriteBatchRequest)(nil),     // 13: trellis.resource.v1.WriteBatchRequest
+	(*WriteBatchResponse)(nil),    // 14: trellis.resource.v1.WriteBatchResponse
+	(*WriteStatusRequest)(nil),    // 15: trellis.resource.v1.WriteStatusRequest
+	(*WriteStatusResponse)(nil),   // 16: trellis.resource.v1.WriteStatusResponse
+	(*WriteStatusesRequest)(nil),  // 17: trellis.resource.v1.WriteStatusesRequest
+	(*WriteStatusesResponse)(nil), // 18: trellis.resource.v1.WriteStatusesResponse
+	(*WriteStatusResult)(nil),     // 19: trellis.resource.v1.WriteStatusResult
+	(*MemberError)(nil),           // 20: trellis.resource.v1.MemberError
+	(*ListRequest)(nil),           // 21: trellis.resource.v1.ListRequest
+	(*ListResponse)(nil),          // 22: trellis.resource.v1.ListResponse
+	(*ListByOwnerRequest)(nil),    // 23: trellis.resource.v1.ListByOwnerRequest
+	(*ListByOwnerResponse)(nil),   // 24: trellis.resource.v1.ListByOwnerResponse
+	(*DeleteRequest)(nil),         // 25: trellis.resource.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 26: trellis.resource.v1.DeleteResponse
+	(*WatchListRequest)(nil),      // 27: trellis.resource.v1.WatchListRequest
+	nil,                           // 28: trellis.resource.v1.Resource.MetadataEntry
+	nil,                           // 29: trellis.resource.v1.Resource.StatusEntry
+	(*anypb.Any)(nil),             // 30: google.protobuf.Any
 }
 var file_api_resource_v1_resource_proto_depIdxs = []int32{
 	2,  // 0: trellis.resource.v1.ID.type:type_name -> trellis.resource.v1.Type
 	3,  // 1: trellis.resource.v1.ID.tenancy:type_name -> trellis.resource.v1.Tenancy
 	4,  // 2: trellis.resource.v1.Resource.id:type_name -> trellis.resource.v1.ID
 	4,  // 3: trellis.resource.v1.Resource.owner:type_name -> trellis.resource.v1.ID
-	24, // 4: trellis.resource.v1.Resource.metadata:type_name -> trellis.resource.v1.Resource.MetadataEntry
-	26, // 5: trellis.resource.v1.Resource.data:type_name -> google.protobuf.Any
-	25, // 6: trellis.resource.v1.Resource.status:type_name -> trellis.resource.v1.Resource.StatusEntry
+	28, // 4: trellis.resource.v1.Resource.metadata:type_name -> trellis.resource.v1.Resource.MetadataEntry
+	30, // 5: trellis.resource.v1.Resource.data:type_name -> google.protobuf.Any
+	29, // 6: trellis.resource.v1.Resource.status:type_name -> trellis.resource.v1.Resource.StatusEntry
 	7,  // 7: trellis.resource.v1.Status.conditions:type_name -> trellis.resource.v1.Condition
-	0,  // 8: trellis.resource.v1.Condition.state:type_name -> trellis.resource.v1.State
-	4,  // 9: trellis.resource.v1.Condition.resource:type_name -> trellis.resource.v1.ID
-	1,  // 10: trellis.resource.v1.WatchEvent.op:type_name -> trellis.resource.v1.WatchEvent.Op
-	5,  // 11: trellis.resource.v1.WatchEvent.resource:type_name -> trellis.resource.v1.Resource
-	4,  // 12: trellis.resource.v1.ReadRequest.id:type_name -> trellis.resource.v1.ID
-	5,  // 13: trellis.resource.v1.ReadResponse.resource:type_name -> trellis.resource.v1.Resource
-	5,  // 14: trellis.resource.v1.WriteRequest.resource:type_name -> trellis.resource.v1.Resource
-	5,  // 15: trellis.resource.v1.WriteResponse.resource:type_name -> trellis.resource.v1.Resource
-	5,  // 16: trellis.resource.v1.WriteBatchRequest.resources:type_name -> trellis.resource.v1.Resource
-	5,  // 17: trellis.resource.v1.WriteBatchResponse.resources:type_name -> trellis.resource.v1.Resource
-	4,  // 18: trellis.resource.v1.WriteStatusRequest.id:type_name -> trellis.resource.v1.ID
-	6,  // 19: trellis.resource.v1.WriteStatusRequest.status:type_name -> trellis.resource.v1.Status
-	5,  // 20: trellis.resource.v1.WriteStatusResponse.resource:type_name -> trellis.resource.v1.Resource
-	2,  // 21: trellis.resource.v1.ListRequest.type:type_name -> trellis.resource.v1.Type
-	3,  // 22: trellis.resource.v1.ListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
-	5,  // 23: trellis.resource.v1.ListResponse.resources:type_name -> trellis.resource.v1.Resource
-	4,  // 24: trellis.resource.v1.ListByOwnerRequest.owner:type_name -> trellis.resource.v1.ID
-	5,  // 25: trellis.resource.v1.ListByOwnerResponse.resources:type_name -> trellis.resource.v1.Resource
-	4,  // 26: trellis.resource.v1.DeleteRequest.id:type_name -> trellis.resource.v1.ID
-	2,  // 27: trellis.resource.v1.WatchListRequest.type:type_name -> trellis.resource.v1.Type
-	3,  // 28: trellis.resource.v1.WatchListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
-	6,  // 29: trellis.resource.v1.Resource.StatusEntry.value:type_name -> trellis.resource.v1.Status
-	9,  // 30: trellis.resource.v1.ResourceService.Read:input_type -> trellis.resource.v1.ReadRequest
-	11, // 31: trellis.resource.v1.ResourceService.Write:input_type -> trellis.resource.v1.WriteRequest
-	13, // 32: trellis.resource.v1.ResourceService.WriteBatch:input_type -> trellis.resource.v1.WriteBatchRequest
-	15, // 33: trellis.resource.v1.ResourceService.WriteStatus:input_type -> trellis.resource.v1.WriteStatusRequest
-	17, // 34: trellis.resource.v1.ResourceService.List:input_type -> trellis.resource.v1.ListRequest
-	19, // 35: trellis.resource.v1.ResourceService.ListByOwner:input_type -> trellis.resource.v1.ListByOwnerRequest
-	21, // 36: trellis.resource.v1.ResourceService.Delete:input_type -> trellis.resource.v1.DeleteRequest
-	23, // 37: trellis.resource.v1.ResourceService.WatchList:input_type -> trellis.resource.v1.WatchListRequest
-	10, // 38: trellis.resource.v1.ResourceService.Read:output_type -> trellis.resource.v1.ReadResponse
-	12, // 39: trellis.resource.v1.ResourceService.Write:output_type -> trellis.resource.v1.WriteResponse
-	14, // 40: trellis.resource.v1.ResourceService.WriteBatch:output_type -> trellis.resource.v1.WriteBatchResponse
-	16, // 41: trellis.resource.v1.ResourceService.WriteStatus:output_type -> trellis.resource.v1.WriteStatusResponse
-	18, // 42: trellis.resource.v1.ResourceService.List:output_type -> trellis.resource.v1.ListResponse
-	20, // 43: trellis.resource.v1.ResourceService.ListByOwner:output_type -> trellis.resource.v1.ListByOwnerResponse
-	22, // 44: trellis.resource.v1.ResourceService.Delete:output_type -> trellis.resource.v1.DeleteResponse
-	8,  // 45: trellis.resource.v1.ResourceService.WatchList:output_type -> trellis.resource.v1.WatchEvent
-	38, // [38:46] is the sub-list for method output_type
-	30, // [30:38] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	30, // 8: trellis.resource.v1.Status.data:type_name -> google.protobuf.Any
+	0,  // 9: trellis.resource.v1.Condition.state:type_name -> trellis.resource.v1.State
+	4,  // 10: trellis.resource.v1.Condition.resource:type_name -> trellis.resource.v1.ID
+	1,  // 11: trellis.resource.v1.WatchEvent.op:type_name -> trellis.resource.v1.WatchEvent.Op
+	5,  // 12: trellis.resource.v1.WatchEvent.resource:type_name -> trellis.resource.v1.Resource
+	4,  // 13: trellis.resource.v1.ReadRequest.id:type_name -> trellis.resource.v1.ID
+	5,  // 14: trellis.resource.v1.ReadResponse.resource:type_name -> trellis.resource.v1.Resource
+	5,  // 15: trellis.resource.v1.WriteRequest.resource:type_name -> trellis.resource.v1.Resource
+	5,  // 16: trellis.resource.v1.WriteResponse.resource:type_name -> trellis.resource.v1.Resource
+	5,  // 17: trellis.resource.v1.WriteBatchRequest.resources:type_name -> trellis.resource.v1.Resource
+	5,  // 18: trellis.resource.v1.WriteBatchResponse.resources:type_name -> trellis.resource.v1.Resource
+	4,  // 19: trellis.resource.v1.WriteStatusRequest.id:type_name -> trellis.resource.v1.ID
+	6,  // 20: trellis.resource.v1.WriteStatusRequest.status:type_name -> trellis.resource.v1.Status
+	5,  // 21: trellis.resource.v1.WriteStatusResponse.resource:type_name -> trellis.resource.v1.Resource
+	15, // 22: trellis.resource.v1.WriteStatusesRequest.statuses:type_name -> trellis.resource.v1.WriteStatusRequest
+	19, // 23: trellis.resource.v1.WriteStatusesResponse.results:type_name -> trellis.resource.v1.WriteStatusResult
+	5,  // 24: trellis.resource.v1.WriteStatusResult.resource:type_name -> trellis.resource.v1.Resource
+	20, // 25: trellis.resource.v1.WriteStatusResult.error:type_name -> trellis.resource.v1.MemberError
+	2,  // 26: trellis.resource.v1.ListRequest.type:type_name -> trellis.resource.v1.Type
+	3,  // 27: trellis.resource.v1.ListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
+	5,  // 28: trellis.resource.v1.ListResponse.resources:type_name -> trellis.resource.v1.Resource
+	4,  // 29: trellis.resource.v1.ListByOwnerRequest.owner:type_name -> trellis.resource.v1.ID
+	5,  // 30: trellis.resource.v1.ListByOwnerResponse.resources:type_name -> trellis.resource.v1.Resource
+	4,  // 31: trellis.resource.v1.DeleteRequest.id:type_name -> trellis.resource.v1.ID
+	2,  // 32: trellis.resource.v1.WatchListRequest.type:type_name -> trellis.resource.v1.Type
+	3,  // 33: trellis.resource.v1.WatchListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
+	6,  // 34: trellis.resource.v1.Resource.StatusEntry.value:type_name -> trellis.resource.v1.Status
+	9,  // 35: trellis.resource.v1.ResourceService.Read:input_type -> trellis.resource.v1.ReadRequest
+	11, // 36: trellis.resource.v1.ResourceService.Write:input_type -> trellis.resource.v1.WriteRequest
+	13, // 37: trellis.resource.v1.ResourceService.WriteBatch:input_type -> trellis.resource.v1.WriteBatchRequest
+	15, // 38: trellis.resource.v1.ResourceService.WriteStatus:input_type -> trellis.resource.v1.WriteStatusRequest
+	17, // 39: trellis.resource.v1.ResourceService.WriteStatuses:input_type -> trellis.resource.v1.WriteStatusesRequest
+	21, // 40: trellis.resource.v1.ResourceService.List:input_type -> trellis.resource.v1.ListRequest
+	23, // 41: trellis.resource.v1.ResourceService.ListByOwner:input_type -> trellis.resource.v1.ListByOwnerRequest
+	25, // 42: trellis.resource.v1.ResourceService.Delete:input_type -> trellis.resource.v1.DeleteRequest
+	27, // 43: trellis.resource.v1.ResourceService.WatchList:input_type -> trellis.resource.v1.WatchListRequest
+	10, // 44: trellis.resource.v1.ResourceService.Read:output_type -> trellis.resource.v1.ReadResponse
+	12, // 45: trellis.resource.v1.ResourceService.Write:output_type -> trellis.resource.v1.WriteResponse
+	14, // 46: trellis.resource.v1.ResourceService.WriteBatch:output_type -> trellis.resource.v1.WriteBatchResponse
+	16, // 47: trellis.resource.v1.ResourceService.WriteStatus:output_type -> trellis.resource.v1.WriteStatusResponse
+	18, // 48: trellis.resource.v1.ResourceService.WriteStatuses:output_type -> trellis.resource.v1.WriteStatusesResponse
+	22, // 49: trellis.resource.v1.ResourceService.List:output_type -> trellis.resource.v1.ListResponse
+	24, // 50: trellis.resource.v1.ResourceService.ListByOwner:output_type -> trellis.resource.v1.ListByOwnerResponse
+	26, // 51: trellis.resource.v1.ResourceService.Delete:output_type -> trellis.resource.v1.DeleteResponse
+	8,  // 52: trellis.resource.v1.ResourceService.WatchList:output_type -> trellis.resource.v1.WatchEvent
+	44, // [44:53] is the sub-list for method output_type
+	35, // [35:44] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_api_resource_v1_resource_proto_init() }
@@ -1565,7 +1804,7 @@ func file_api_resource_v1_resource_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_resource_v1_resource_proto_rawDesc), len(file_api_resource_v1_resource_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,14 +23,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ResourceService_Read_FullMethodName        = "/trellis.resource.v1.ResourceService/Read"
-	ResourceService_Write_FullMethodName       = "/trellis.resource.v1.ResourceService/Write"
-	ResourceService_WriteBatch_FullMethodName  = "/trellis.resource.v1.ResourceService/WriteBatch"
-	ResourceService_WriteStatus_FullMethodName = "/trellis.resource.v1.ResourceService/WriteStatus"
-	ResourceService_List_FullMethodName        = "/trellis.resource.v1.ResourceService/List"
-	ResourceService_ListByOwner_FullMethodName = "/trellis.resource.v1.ResourceService/ListByOwner"
-	ResourceService_Delete_FullMethodName      = "/trellis.resource.v1.ResourceService/Delete"
-	ResourceService_WatchList_FullMethodName   = "/trellis.resource.v1.ResourceService/WatchList"
+	ResourceService_Read_FullMethodName          = "/trellis.resource.v1.ResourceService/Read"
+	ResourceService_Write_FullMethodName         = "/trellis.resource.v1.ResourceService/Write"
+	ResourceService_WriteBatch_FullMethodName    = "/trellis.resource.v1.ResourceService/WriteBatch"
+	ResourceService_WriteStatus_FullMethodName   = "/trellis.resource.v1.ResourceService/WriteStatus"
+	ResourceService_WriteStatuses_FullMethodName = "/trellis.resource.v1.ResourceService/WriteStatuses"
+	ResourceService_List_FullMethodName          = "/trellis.resource.v1.ResourceService/List"
+	ResourceService_ListByOwner_FullMethodName   = "/trellis.resource.v1.ResourceService/ListByOwner"
+	ResourceService_Delete_FullMethodName        = "/trellis.resource.v1.ResourceService/Delete"
+	ResourceService_WatchList_FullMethodName     = "/trellis.resource.v1.ResourceService/WatchList"
 )
 
 // ResourceServiceClient is the client API for ResourceService service.
@@ -41,6 +42,7 @@ type ResourceServiceClient interface {
 	Write(ctx context.Context, in *WriteRequest, opts ...grpc.CallOption) (*WriteResponse, error)
 	WriteBatch(ctx context.Context, in *WriteBatchRequest, opts ...grpc.CallOption) (*WriteBatchResponse, error)
 	WriteStatus(ctx context.Context, in *WriteStatusRequest, opts ...grpc.CallOption) (*WriteStatusResponse, error)
+	WriteStatuses(ctx context.Context, in *WriteStatusesRequest, opts ...grpc.CallOption) (*WriteStatusesResponse, error)
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	ListByOwner(ctx context.Context, in *ListByOwnerRequest, opts ...grpc.CallOption) (*ListByOwnerResponse, error)
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
@@ -89,6 +91,16 @@ func (c *resourceServiceClient) WriteStatus(ctx context.Context, in *WriteStatus
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(WriteStatusResponse)
 	err := c.cc.Invoke(ctx, ResourceService_WriteStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *resourceServiceClient) WriteStatuses(ctx context.Context, in *WriteStatusesRequest, opts ...grpc.CallOption) (*WriteStatusesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WriteStatusesResponse)
+	err := c.cc.Invoke(ctx, ResourceService_WriteStatuses_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -152,6 +164,7 @@ type ResourceServiceServer interface {
 	Write(context.Context, *WriteRequest) (*WriteResponse, error)
 	WriteBatch(context.Context, *WriteBatchRequest) (*WriteBatchResponse, error)
 	WriteStatus(context.Context, *WriteStatusRequest) (*WriteStatusResponse, error)
+	WriteStatuses(context.Context, *WriteStatusesRequest) (*WriteStatusesResponse, error)
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	ListByOwner(context.Context, *ListByOwnerRequest) (*ListByOwnerResponse, error)
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
@@ -177,6 +190,9 @@ func (UnimplementedResourceServiceServer) WriteBatch(context.Context, *WriteBatc
 }
 func (UnimplementedResourceServiceServer) WriteStatus(context.Context, *WriteStatusRequest) (*WriteStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WriteStatus not implemented")
+}
+func (UnimplementedResourceServiceServer) WriteStatuses(context.Context, *WriteStatusesRequest) (*WriteStatusesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WriteStatuses not implemented")
 }
 func (UnimplementedResourceServiceServer) List(context.Context, *ListRequest) (*ListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method List not implemented")
@@ -283,6 +299,24 @@ func _ResourceService_WriteStatus_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ResourceService_WriteStatuses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WriteStatusesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResourceServiceServer).WriteStatuses(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResourceService_WriteStatuses_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResourceServiceServer).WriteStatuses(ctx, req.(*WriteStatusesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ResourceService_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListRequest)
 	if err := dec(in); err != nil {
@@ -370,6 +404,10 @@ var ResourceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WriteStatus",
 			Handler:    _ResourceService_WriteStatus_Handler,
+		},
+		{
+			MethodName: "WriteStatuses",
+			Handler:    _ResourceService_WriteStatuses_Handler,
 		},
 		{
 			MethodName: "List",

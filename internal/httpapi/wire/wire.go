@@ -54,7 +54,9 @@ type ID struct {
 
 // Resource is a stored resource as the API returns it. Data is the plain
 // JSON form of the type's message (no "@type"); Status maps a controller
-// name to its status object ({"observed_generation":"N","conditions":[...]}).
+// name to its status object ({"observed_generation":"N","conditions":[...],
+// "data":{"@type":"type.googleapis.com/...",...}}), whose data is the typed
+// payload the key declares, with its "@type" as protojson writes an Any.
 type Resource struct {
 	ID         ID                         `json:"id"`
 	Owner      *ID                        `json:"owner,omitempty"`

@@ -1,6 +1,7 @@
 package controllers_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/orchestrator/controllers"
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 )
 
@@ -181,7 +183,7 @@ func TestTasksOfLeftAndRemovedInstances(t *testing.T) {
 	}
 }
 
-// A task deleted while its deletion went unseen is dropped from the index
+// A task deleted while its deletion is not in the cache yet is skipped
 // when read, without failing the reconcile.
 func TestDeletedTaskIsDroppedFromTheIndex(t *testing.T) {
 	e := newEnv(t)
@@ -259,14 +261,17 @@ func TestDeadlineVerdictsAskTheTrackerAlone(t *testing.T) {
 	}
 }
 
-// The task controller judges an instance when a live task lands on it, not
-// on every report of that task: the verdict depends only on which live
-// tasks an instance has.
+// The task controller's mapper is a pure function of the event and the
+// cache: a live task asks for a verdict on its instance only when the
+// cache has that instance not ready nor draining. A task placed on a live
+// instance, and every report of it, asks for nothing: the verdict on a
+// live instance is that its agent reports its tasks, and when it goes
+// down its own change asks. A task that ended never asks.
 func TestTaskReportsDoNotAskForTheirInstanceAgain(t *testing.T) {
 	e := newEnv(t)
 	e.setLeader(true)
 	e.register("i-1", "s1", false)
-	mapped := func(name, instance, status string) int {
+	write := func(name, instance, status string) *pbresource.Resource {
 		id := orchestrator.TaskID("default", name)
 		res := &pbresource.Resource{Id: id}
 		if cur, err := e.api.Read(e.ctx, &pbresource.ReadRequest{Id: id}); err == nil {
@@ -277,29 +282,44 @@ func TestTaskReportsDoNotAskForTheirInstanceAgain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(e.tasks.Watches[0].Map(controller.Event{Resource: out.GetResource()}, nil))
+		return out.GetResource()
 	}
-	if n := mapped("t1", "i-1", "PENDING"); n != 1 {
-		t.Fatalf("a task placed asks for %d verdicts, want 1", n)
+	mapped := func(name, instance, status string) int {
+		return len(e.watched(e.tasks, controller.Event{Resource: write(name, instance, status)}))
+	}
+	if n := mapped("t1", "i-1", "PENDING"); n != 0 {
+		t.Fatalf("a task placed on a ready instance asks for %d verdicts, want none", n)
 	}
 	if n := mapped("t1", "i-1", "RUNNING"); n != 0 {
-		t.Fatalf("a report of a placed task asks for %d verdicts, want none", n)
+		t.Fatalf("a report of a task on a ready instance asks for %d verdicts, want none", n)
+	}
+	e.register("i-1", "s1", true)
+	if n := mapped("t1", "i-1", "RUNNING"); n != 0 {
+		t.Fatalf("a report of a task on a draining instance asks for %d verdicts, want none", n)
+	}
+	e.writeInstance("i-1", func(in *pborch.Instance) { in.Status = orchestrator.InstanceDown })
+	if n := mapped("t1", "i-1", "RUNNING"); n != 1 {
+		t.Fatalf("a live task on a down instance asks for %d verdicts, want 1", n)
 	}
 	if n := mapped("t1", "i-1", "STOPPED"); n != 0 {
 		t.Fatalf("a task that ended asks for %d verdicts, want none", n)
 	}
-	// Deleted and created again under the same name: another task.
+	// Deleted and created again under the same name, on an instance never
+	// registered: another task, which asks.
 	if _, err := e.api.Delete(e.ctx, deleteTask("t1")); err != nil {
 		t.Fatal(err)
 	}
-	if n := mapped("t1", "i-1", "PENDING"); n != 1 {
-		t.Fatalf("a new incarnation on the same instance asks for %d verdicts, want 1", n)
-	}
-	if _, err := e.api.Delete(e.ctx, deleteTask("t1")); err != nil {
-		t.Fatal(err)
+	if reqs := e.watched(e.tasks, controller.Event{Resource: &pbresource.Resource{Id: orchestrator.TaskID("default", "t1")}, Deleted: true}); len(reqs) != 0 {
+		t.Fatalf("a deletion asks for %d verdicts, want none", len(reqs))
 	}
 	if n := mapped("t1", "i-2", "PENDING"); n != 1 {
-		t.Fatalf("a new incarnation on another instance asks for %d verdicts, want 1", n)
+		t.Fatalf("a task on an unknown instance asks for %d verdicts, want 1", n)
+	}
+	// A resync maps what it listed from the store, which the cache may not
+	// have taken yet: the mapper decodes it itself.
+	ahead := write("t2", "i-1", "RUNNING")
+	if reqs := e.tasks.Watches[0].Map(controller.Event{Resource: ahead}, controller.CacheLookup(e.cache)); len(reqs) != 1 || reqs[0].ID.GetName() != "i-1" {
+		t.Fatalf("a resync's live task on a down instance asks for %v, want i-1", reqs)
 	}
 }
 
@@ -318,5 +338,65 @@ func TestNewTermReadsInstancesAgain(t *testing.T) {
 	e.requeuedAfter(e.reconcileInstance("i-1"))
 	if got := e.reads.instanceReads(); got != 2 {
 		t.Fatalf("reads after a new term = %d, want 2", got)
+	}
+}
+
+// Under the Manager, whose watches feed the cache: tasks placed on a
+// ready instance (which ask for no verdict) are lost when the instance
+// goes down, and a task placed on it once it is down is lost too.
+func TestTaskControllerUnderTheManager(t *testing.T) {
+	e := newEnv(t)
+	e.setLeader(true)
+	lead := make(leadership, 1)
+	mgr, err := controller.NewManager(controller.Config{Client: e.api, Leadership: lead, Cache: controller.NewCache(controller.CheckReadOnly())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := controllers.TaskController(controllers.Config{API: e.api, Tracker: e.tracker, Cache: mgr.Cache()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mgr.Register(tasks); err != nil {
+		t.Fatal(err)
+	}
+	e.register("i-1", "s1", false)
+	e.place("before", "i-1", "RUNNING")
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		if err := mgr.Cache().Verify(); err != nil {
+			t.Error(err)
+		}
+	})
+	lead <- true
+	waitFor(t, "the cache to list the tasks", func() bool { return len(mgr.Cache().List(orchestrator.TaskType)) == 1 })
+	e.place("after", "i-1", "PENDING")
+	waitFor(t, "the cache to hold the second task", func() bool { return len(mgr.Cache().List(orchestrator.TaskType)) == 2 })
+	if got := e.task("after").GetLastStatus(); got != "PENDING" {
+		t.Fatalf("a task on a ready instance = %q, want PENDING", got)
+	}
+
+	e.writeInstance("i-1", func(in *pborch.Instance) { in.Status = orchestrator.InstanceDown })
+	for _, name := range []string{"before", "after"} {
+		waitFor(t, name+" lost", func() bool { return e.task(name).GetLastStatus() == orchestrator.StatusLost })
+	}
+	e.place("late", "i-1", "PENDING")
+	waitFor(t, "late lost", func() bool { return e.task("late").GetLastStatus() == orchestrator.StatusLost })
+}
+
+// waitFor waits until cond holds, failing the test after 10 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

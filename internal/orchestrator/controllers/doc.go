@@ -12,12 +12,16 @@
 //   - The task controller marks LOST every live task (not STOPPED, not
 //     LOST) of an instance that is down, has left or is not stored, with
 //     the reason ("instance web-3 down: no heartbeat for 10s"), in one
-//     WriteBatch per instance (each member a compare-and-swap). It runs
-//     when an instance changes, when a live task on it changes, and every
-//     TaskResync for every instance and task in the store: a full
-//     reconciliation that repairs what a missed event or a leader that
-//     died between the two writes left behind. Ended tasks are kept
-//     whatever became of their instance; the scheduler cleans them up.
+//     WriteBatch per instance (each member a compare-and-swap). It finds
+//     an instance's tasks in the controllers' cache
+//     (orchestrator.TasksByInstance) and reads each candidate from the
+//     store before deciding. It runs when an instance changes, when a
+//     live task changes while the cache has its instance not ready nor
+//     draining, and every TaskResync for every instance and task in the
+//     store: a full reconciliation that repairs what a missed event or a
+//     leader that died between the two writes left behind. Ended tasks
+//     are kept whatever became of their instance; the scheduler cleans
+//     them up.
 //
 // Together: a dead instance is down within TTL plus the time of one
 // write after its last heartbeat, and its tasks LOST the moment the task

@@ -48,8 +48,9 @@ func (l leadership) LeaderCh() <-chan bool { return l }
 
 // env runs the controllers' reconcilers by hand over the real resource
 // service on the in-memory backend, with a heartbeat tracker on a fake
-// clock. The task controller's watch is fed by the test, as the Manager's
-// would be, through its mapper.
+// clock. The watches are fed by the test, as the Manager's would be: each
+// write the test makes goes to the controllers' cache, then through the
+// mapper.
 type env struct {
 	t         *testing.T
 	ctx       context.Context
@@ -58,6 +59,7 @@ type env struct {
 	clock     *fakeClock
 	lead      leadership
 	tracker   *heartbeat.Tracker
+	cache     *controller.Cache
 	instances controller.Controller
 	tasks     controller.Controller
 }
@@ -86,14 +88,30 @@ func newEnv(t *testing.T) *env {
 	go func() { defer close(done); _ = e.tracker.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	e.reads = &countingReads{API: e.api}
-	cfg := controllers.Config{API: e.reads, Tracker: e.tracker}
+	e.cache = controller.NewCache(controller.CheckReadOnly())
+	cfg := controllers.Config{API: e.reads, Tracker: e.tracker, Cache: e.cache}
 	if e.instances, err = controllers.InstanceController(cfg); err != nil {
 		t.Fatal(err)
 	}
 	if e.tasks, err = controllers.TaskController(cfg); err != nil {
 		t.Fatal(err)
 	}
+	if err := e.cache.Declare(e.tasks.Cached...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.cache.Verify(); err != nil {
+			t.Error(err)
+		}
+	})
 	return e
+}
+
+// watched hands an event to the cache, then to the mapper, as the
+// Manager's watch does, and returns what the mapper asked for.
+func (e *env) watched(c controller.Controller, ev controller.Event) []controller.Request {
+	e.cache.Apply(ev)
+	return c.Watches[0].Map(ev, controller.CacheLookup(e.cache))
 }
 
 func (e *env) setLeader(v bool) {
@@ -132,7 +150,7 @@ func (e *env) writeInstance(name string, edit func(*pborch.Instance)) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.instances.Watches[0].Map(controller.Event{Resource: out.GetResource()}, nil)
+	e.watched(e.instances, controller.Event{Resource: out.GetResource()})
 }
 
 func (e *env) instance(name string) *pborch.Instance {
@@ -165,7 +183,7 @@ func (e *env) place(name, instance, lastStatus string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.tasks.Watches[0].Map(controller.Event{Resource: out.GetResource()}, nil)
+	e.watched(e.tasks, controller.Event{Resource: out.GetResource()})
 }
 
 func (e *env) task(name string) *pborch.Task {

@@ -45,6 +45,10 @@ type Config struct {
 	// Tracker keeps the heartbeats; its TTL is the one in stop reasons.
 	// Required.
 	Tracker *heartbeat.Tracker
+	// Cache is the controller manager's cache (controller.Config.Cache),
+	// where the task controller finds the tasks of an instance. Required by
+	// the task controller.
+	Cache *controller.Cache
 	// TaskResync is how often the task controller reconciles every
 	// instance and every task from the store (DefaultTaskResync when zero).
 	TaskResync time.Duration

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -25,24 +26,33 @@ const maxBatch = 500
 // TaskController marks LOST the live tasks of instances that are down,
 // have left or are gone. Its requests are instances, not tasks: what
 // becomes of a task follows from its instance, and the tasks of one
-// instance are written in one batch. It reconciles an instance when the
-// instance changes and when a live task lands on it (not on each report
-// of that task); every TaskResync it reconciles every instance and every
-// task from the store, which repairs whatever a missed report or a
-// leader's crash between two writes left wrong.
+// instance are written in one batch. It finds an instance's tasks in the
+// controllers' cache (orchestrator.TasksByInstance). It reconciles an
+// instance when the instance changes, and when a live task changes while
+// its instance is not ready or draining in the cache (not on each report
+// of a task on a live instance); every TaskResync it reconciles every
+// instance and every task from the store, which repairs whatever a missed
+// report or a leader's crash between two writes left wrong.
 func TaskController(cfg Config) (controller.Controller, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return controller.Controller{}, err
 	}
+	if cfg.Cache == nil {
+		return controller.Controller{}, errors.New("orchestrator controllers: Config.Cache is required by the task controller")
+	}
 	r := &taskReconciler{
-		api: cfg.API, ttl: cfg.Tracker.TTL(), now: cfg.Tracker.Now, index: newPlacements(),
+		api: cfg.API, ttl: cfg.Tracker.TTL(), now: cfg.Tracker.Now, cache: cfg.Cache,
 		log: cfg.Logger.With("controller", TaskControllerName),
 	}
 	return controller.Controller{
-		Name:         TaskControllerName,
-		ManagedType:  orchestrator.InstanceType,
-		Watches:      []controller.Watch{{Type: orchestrator.TaskType, Map: r.mapTask}},
+		Name:        TaskControllerName,
+		ManagedType: orchestrator.InstanceType,
+		Watches:     []controller.Watch{{Type: orchestrator.TaskType, Map: mapTask}},
+		Cached: []controller.CachedType{
+			{Type: orchestrator.TaskType, Indexes: []*controller.Index{orchestrator.TasksByInstance}},
+			{Type: orchestrator.InstanceType},
+		},
 		Reconciler:   r,
 		ResyncPeriod: cfg.TaskResync,
 		Workers:      2,
@@ -53,41 +63,49 @@ type taskReconciler struct {
 	api   resource.API
 	ttl   time.Duration
 	now   func() time.Time
-	index *placements
+	cache *controller.Cache
 	log   *slog.Logger
 }
 
-// mapTask keeps the index of live tasks by instance and maps a live task
-// to its instance. The index is why this mapper is not pure: the store has
-// no index of tasks by instance, and listing every task to find one
-// instance's would cost the leader O(all tasks) for each instance that
-// goes down. It is fed by the Manager's task watch (a full list at every
-// gain of leadership and every resync, then each change), and the
-// reconciler reads every task it names, so an entry the watch never saw
-// deleted is dropped when it is read.
-func (r *taskReconciler) mapTask(ev controller.Event, _ controller.Lookup) []controller.Request {
-	id := ev.Resource.GetId()
-	if id == nil {
+// mapTask maps a live, placed task to its instance, unless the cache has
+// that instance ready or draining: the verdict on a live instance is that
+// its tasks are its agent's to report, so a task placed there, or a report
+// of one, has nothing to judge. When such an instance goes down, its own
+// change maps to it, and the cache, which takes every event before it is
+// mapped, already holds the task: whichever of the two changes the cache
+// takes last, its mapping sees the other.
+func mapTask(ev controller.Event, look controller.Lookup) []controller.Request {
+	if ev.Deleted || ev.Resource.GetId() == nil {
 		return nil
 	}
-	key := taskKey(id)
-	if ev.Deleted {
-		r.index.remove(key)
+	t := taskOf(ev.Resource, look.Cache())
+	if t == nil || !orchestrator.TaskLive(t.GetLastStatus()) || t.GetInstance() == "" {
 		return nil
 	}
-	t, err := resource.DecodeData[*pborch.Task](ev.Resource)
-	if err != nil || !orchestrator.TaskLive(t.GetLastStatus()) || t.GetInstance() == "" {
-		r.index.remove(key)
-		return nil
-	}
-	if !r.index.set(key, id, t.GetInstance()) {
-		// A report of a task already indexed on this instance: the verdict
-		// on the instance depends on which live tasks it has, not on their
-		// states, so there is nothing new to judge. (A run that failed is
-		// retried by its own requeue; the instance's changes map here too.)
-		return nil
+	if o := look.Cache().Get(orchestrator.InstanceID(t.GetInstance())); o != nil {
+		if in, ok := controller.Decoded[*pborch.Instance](o); ok {
+			switch in.GetStatus() {
+			case orchestrator.InstanceReady, orchestrator.InstanceDraining:
+				return nil
+			}
+		}
 	}
 	return []controller.Request{{ID: orchestrator.InstanceID(t.GetInstance())}}
+}
+
+// taskOf is a task's data: the cache's, decoded already, when the cache
+// holds this very resource (the watch's events), else decoded here (a
+// resync's list may be ahead of the cache). Nil when it does not decode.
+func taskOf(res *pbresource.Resource, cache *controller.Cache) *pborch.Task {
+	if o := cache.Get(res.GetId()); o != nil && o.Resource == res {
+		t, _ := controller.Decoded[*pborch.Task](o)
+		return t
+	}
+	t, err := resource.DecodeData[*pborch.Task](res)
+	if err != nil {
+		return nil
+	}
+	return t
 }
 
 func (r *taskReconciler) Reconcile(ctx context.Context, req controller.Request) error {
@@ -110,17 +128,22 @@ func (r *taskReconciler) Reconcile(ctx context.Context, req controller.Request) 
 		instances[name] = InstanceState{Status: in.GetStatus()}
 	}
 
-	ids := r.index.on(name)
-	if len(ids) == 0 {
-		return nil
-	}
-	stored := make(map[string]*pbresource.Resource, len(ids))
-	states := make([]TaskState, 0, len(ids))
-	for _, id := range ids {
+	// The cache names the candidates: the tasks on this instance that were
+	// live when it last saw them (one that ended and was revived since is
+	// mapped here again by the change that revived it). Each is read from
+	// the store, and the decision and its compare-and-swap are on what was
+	// read: a deletion or a report the cache has not taken yet is not
+	// overwritten, nor does it fail the batch.
+	stored := map[string]*pbresource.Resource{}
+	var states []TaskState
+	for _, o := range r.cache.ByIndex(orchestrator.TaskType, orchestrator.TasksByInstance.Name, name) {
+		if t, ok := controller.Decoded[*pborch.Task](o); !ok || !orchestrator.TaskLive(t.GetLastStatus()) {
+			continue
+		}
+		id := o.Resource.GetId()
 		key := taskKey(id)
-		resp, err := r.api.Read(ctx, &pbresource.ReadRequest{Id: id})
+		resp, err := r.api.Read(ctx, &pbresource.ReadRequest{Id: &pbresource.ID{Type: id.GetType(), Tenancy: id.GetTenancy(), Name: id.GetName()}})
 		if status.Code(err) == codes.NotFound {
-			r.index.remove(key)
 			continue
 		}
 		if err != nil {
@@ -132,7 +155,7 @@ func (r *taskReconciler) Reconcile(ctx context.Context, req controller.Request) 
 			continue
 		}
 		if t.GetInstance() != name {
-			// Not on this instance (any more): the index followed an old copy.
+			// Not on this instance: another incarnation, elsewhere.
 			continue
 		}
 		stored[key] = resp.GetResource()
@@ -168,9 +191,6 @@ func (r *taskReconciler) Reconcile(ctx context.Context, req controller.Request) 
 		batch := writes[start:min(start+maxBatch, len(writes))]
 		if _, err := r.api.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: batch}); err != nil {
 			return fmt.Errorf("marking %d tasks of instance %s lost: %w", len(batch), name, err)
-		}
-		for _, res := range batch {
-			r.index.remove(taskKey(res.GetId()))
 		}
 	}
 	r.log.Warn("tasks lost with their instance", "instance", name, "tasks", len(writes), "reason", lost[0].Reason)

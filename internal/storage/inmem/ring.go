@@ -87,7 +87,7 @@ func resourceBytes(res *pbresource.Resource) int {
 		n += entry + len(k) + len(v)
 	}
 	for k, st := range res.GetStatus() {
-		n += entry + len(k)
+		n += entry + len(k) + len(st.GetData().GetValue())
 		for _, c := range st.GetConditions() {
 			n += entry + len(c.GetType()) + len(c.GetReason()) + len(c.GetMessage())
 		}

@@ -1,4 +1,4 @@
-package scheduler_test
+package controllers_test
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/scheduler"
+	"trellis.dev/trellis/internal/scheduler/schedulertest"
 )
 
 // BenchmarkReconcileSteady5000 is one reconcile of an environment whose
@@ -13,24 +14,24 @@ import (
 // every change once deployed (reading the world and planning).
 func BenchmarkReconcileSteady5000(b *testing.B) {
 	t := &testing.T{}
-	h := newHarness(t)
-	h.t = t
+	h := schedulertest.New(t)
+	h.T = t
 	for i := range 5000 {
-		h.instance(fmt.Sprintf("i%04d", i), map[string]string{"role": "logger"})
+		h.Instance(fmt.Sprintf("i%04d", i), map[string]string{"role": "logger"})
 	}
-	td := h.taskdef("ls", 1)
-	if _, err := h.ops.CreateEnvironment(h.ctx, "default", spec("ls", td, 75, "", "role=logger")); err != nil {
+	td := h.TaskDefinition("ls", 1)
+	if _, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("ls", td, 75, "", "role=logger")); err != nil {
 		b.Fatal(err)
 	}
-	h.deploy("ls", "")
-	h.settle("ls")
-	if n := len(h.live()); n != 5000 {
+	h.Deploy("ls", "")
+	h.Settle("ls")
+	if n := len(h.Live()); n != 5000 {
 		b.Fatalf("%d live tasks", n)
 	}
 	req := controller.Request{ID: scheduler.EnvironmentID("default", "ls")}
 	b.ResetTimer()
 	for b.Loop() {
-		if err := h.ctl.Reconciler.Reconcile(h.ctx, req); err != nil {
+		if err := h.Ctl.Reconciler.Reconcile(h.Ctx, req); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package scheduler
+package controllers
 
 import (
 	"slices"
@@ -11,6 +11,7 @@ import (
 	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/scheduler"
 )
 
 // cache holds the instances and every environment's tasks, decoded, so
@@ -34,7 +35,7 @@ type cache struct {
 	// (nil then): every run plans over them, and instances change far
 	// less often than runs happen. It is shared with the runs, which only
 	// read it; a change makes a new slice.
-	sorted []InstanceView
+	sorted []scheduler.InstanceView
 	// generation counts instance changes; matches keeps, per environment,
 	// which instances matched the instance group of its version at a
 	// generation.
@@ -55,11 +56,11 @@ type cache struct {
 type matchMemo struct {
 	generation uint64
 	version    string
-	matching   Matching
+	matching   scheduler.Matching
 }
 
 type cachedInstance struct {
-	view    InstanceView
+	view    scheduler.InstanceView
 	version uint64
 	gone    bool
 }
@@ -92,7 +93,7 @@ func (c *cache) observeInstance(res *pbresource.Resource, deleted bool) {
 		c.instances[name] = cachedInstance{version: v, gone: true}
 		return
 	}
-	view, ok := instanceView(res)
+	view, ok := scheduler.InstanceViewOf(res)
 	if !ok {
 		return
 	}
@@ -102,7 +103,7 @@ func (c *cache) observeInstance(res *pbresource.Resource, deleted bool) {
 // observeTask records a change of a task owned by an environment.
 func (c *cache) observeTask(res *pbresource.Resource, deleted bool) {
 	owner := res.GetOwner()
-	if owner == nil || !ids.SameType(owner.GetType(), EnvironmentType) {
+	if owner == nil || !ids.SameType(owner.GetType(), scheduler.EnvironmentType) {
 		return
 	}
 	key, name, v := envKey(owner), res.GetId().GetName(), versionOf(res)
@@ -126,14 +127,14 @@ func (c *cache) observeTask(res *pbresource.Resource, deleted bool) {
 	if err != nil {
 		return
 	}
-	tasks[name] = &storedTask{res: res, t: t, view: taskView(owner.GetName(), res, t)}
+	tasks[name] = &storedTask{res: res, t: t, view: scheduler.TaskViewOf(owner.GetName(), res, t)}
 }
 
 // written records what a reconcile wrote (the store's answers), before
 // its watch brings it.
 func (c *cache) written(out []*pbresource.Resource) {
 	for _, res := range out {
-		if ids.SameType(res.GetId().GetType(), EnvironmentType) {
+		if ids.SameType(res.GetId().GetType(), scheduler.EnvironmentType) {
 			continue
 		}
 		if ids.SameType(res.GetId().GetType(), orchestrator.TaskType) {
@@ -216,7 +217,7 @@ func (c *cache) primeTasks(key string, owned []*storedTask) {
 // snapshot returns the instances, sorted by name (empty when never
 // primed; the caller must not modify the slice), and the environment's
 // tasks (nil, false when never primed).
-func (c *cache) snapshot(key string) ([]InstanceView, bool, []*storedTask, bool) {
+func (c *cache) snapshot(key string) ([]scheduler.InstanceView, bool, []*storedTask, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ins := c.sortedLocked()
@@ -227,15 +228,15 @@ func (c *cache) snapshot(key string) ([]InstanceView, bool, []*storedTask, bool)
 	return ins, c.instancesPrimed, tasks, c.primed[key]
 }
 
-func (c *cache) sortedLocked() []InstanceView {
+func (c *cache) sortedLocked() []scheduler.InstanceView {
 	if c.sorted == nil {
-		c.sorted = make([]InstanceView, 0, len(c.instances))
+		c.sorted = make([]scheduler.InstanceView, 0, len(c.instances))
 		for _, in := range c.instances {
 			if !in.gone {
 				c.sorted = append(c.sorted, in.view)
 			}
 		}
-		slices.SortFunc(c.sorted, func(a, b InstanceView) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(c.sorted, func(a, b scheduler.InstanceView) int { return strings.Compare(a.Name, b.Name) })
 	}
 	return c.sorted
 }
@@ -245,13 +246,13 @@ func (c *cache) sortedLocked() []InstanceView {
 // or the environment moved to another version: runs outnumber both by
 // far, and matching thousands of instances was most of a run's work. The
 // caller must not modify what it returns.
-func (c *cache) matching(key, version string, group Group) Matching {
+func (c *cache) matching(key, version string, group scheduler.Group) scheduler.Matching {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if m, ok := c.matches[key]; ok && m.generation == c.generation && m.version == version {
 		return m.matching
 	}
-	m := Match(c.sortedLocked(), group)
+	m := scheduler.Match(c.sortedLocked(), group)
 	c.matches[key] = matchMemo{generation: c.generation, version: version, matching: m}
 	return m
 }

@@ -1,4 +1,4 @@
-package scheduler_test
+package operations_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/scheduler/schedulertest"
 )
 
 // laggingAPI is the resource API as a Raft follower serves it: writes and
@@ -84,24 +85,24 @@ func (l *laggingAPI) ListByOwner(ctx context.Context, req *pbresource.ListByOwne
 // that what was just written does not exist (the fault test met "version
 // ... is not a version of environment" on a 3-server cluster).
 func TestOperationsOnALaggingFollower(t *testing.T) {
-	h := newHarness(t)
-	fleet(h)
-	lag := &laggingAPI{API: h.api, unseen: map[string]bool{}}
-	h.ops.API = lag
-	td := h.taskdef("ls", 1)
+	h := schedulertest.New(t)
+	h.Fleet()
+	lag := &laggingAPI{API: h.API, unseen: map[string]bool{}}
+	h.Ops.API = lag
+	td := h.TaskDefinition("ls", 1)
 	lag.hide(orchestrator.TaskDefinitionID("default", "ls", 1))
 
-	created, err := h.ops.CreateEnvironment(h.ctx, "default", spec("ls", td, 75, ""))
+	created, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("ls", td, 75, ""))
 	if err != nil {
 		t.Fatalf("creating an environment of a task definition just registered: %v", err)
 	}
-	if _, err := h.ops.StartDeployment(h.ctx, "default", "ls", ""); err != nil {
+	if _, err := h.Ops.StartDeployment(h.Ctx, "default", "ls", ""); err != nil {
 		t.Fatalf("deploying the version just created: %v", err)
 	}
-	if _, err := h.ops.StartDeployment(h.ctx, "default", "ls", created.Version); err != nil {
+	if _, err := h.Ops.StartDeployment(h.Ctx, "default", "ls", created.Version); err != nil {
 		t.Fatalf("deploying the version just created, by its uuid: %v", err)
 	}
-	if _, err := h.ops.Diff(h.ctx, "default", "ls", created.Version); err != nil {
+	if _, err := h.Ops.Diff(h.Ctx, "default", "ls", created.Version); err != nil {
 		t.Fatalf("the diff of the version just created: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package scheduler
+package controllers
 
 import (
 	"slices"
@@ -11,6 +11,7 @@ import (
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
 	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/scheduler"
 )
 
 func taskRes(t *testing.T, name string, version uint64) *pbresource.Resource {
@@ -20,7 +21,7 @@ func taskRes(t *testing.T, name string, version uint64) *pbresource.Resource {
 	}
 	return &pbresource.Resource{
 		Id:      orchestrator.TaskID("default", name),
-		Owner:   EnvironmentID("default", "ls"),
+		Owner:   scheduler.EnvironmentID("default", "ls"),
 		Version: strconv.FormatUint(version, 10),
 		Data:    data,
 	}
@@ -28,7 +29,7 @@ func taskRes(t *testing.T, name string, version uint64) *pbresource.Resource {
 
 func stored(t *testing.T, name string, version uint64) *storedTask {
 	res := taskRes(t, name, version)
-	return &storedTask{res: res, view: TaskView{Name: name}}
+	return &storedTask{res: res, view: scheduler.TaskView{Name: name}}
 }
 
 // TestCachePrimingKeepsWhatTheWatchesSaw: events that arrive while an
@@ -87,22 +88,22 @@ func TestCacheMatchingFollowsInstancesAndVersions(t *testing.T) {
 		return &pbresource.Resource{Id: orchestrator.InstanceID(name), Version: strconv.FormatUint(v, 10), Data: data}
 	}
 	c.primeInstances([]*pbresource.Resource{in("i1", 1, "log"), in("i2", 2, "web"), in("i3", 3, "log")})
-	logs, err := ParseGroup("g", &pbscheduler.InstanceGroup{Cluster: "default", Attributes: []string{"role=log"}})
+	logs, err := scheduler.ParseGroup("g", &pbscheduler.InstanceGroup{Cluster: "default", Attributes: []string{"role=log"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	webs, err := ParseGroup("g", &pbscheduler.InstanceGroup{Cluster: "default", Attributes: []string{"role=web"}})
+	webs, err := scheduler.ParseGroup("g", &pbscheduler.InstanceGroup{Cluster: "default", Attributes: []string{"role=web"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := func(m Matching) []string {
+	names := func(m scheduler.Matching) []string {
 		var out []string
 		for _, in := range m.Selected {
 			out = append(out, in.Name)
 		}
 		return out
 	}
-	check := func(what string, m Matching, want ...string) {
+	check := func(what string, m scheduler.Matching, want ...string) {
 		t.Helper()
 		if got := names(m); !slices.Equal(got, want) {
 			t.Fatalf("%s: selected %v, want %v", what, got, want)

@@ -1,0 +1,566 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
+)
+
+// Cache holds, for the types the controllers of a Manager declare in
+// Controller.Cached, every resource the Manager's watches have seen, with
+// its data decoded once, and named indexes over them. Controllers read it
+// instead of listing and decoding from the store: a mapper looks up what
+// an event concerns (the tasks on an instance) and stays a pure function
+// of the event and the cache; a reconciler reads what it decides on.
+//
+// What a reader may assume:
+//
+//   - Every event of a cached type is applied to the cache before any
+//     mapper sees it. So when a mapper runs, the cache already holds the
+//     event it is given; and when Reconcile runs for a request, the cache
+//     holds every event that caused the request to be queued, and maybe
+//     later ones. It is never older than the cause, but it is no snapshot:
+//     it may move during a Reconcile, and two types move independently.
+//   - A controller's workers start, each term, only once every type it
+//     caches has been listed whole into the cache (synced). Before that,
+//     and while this server does not lead, the cache may be empty or hold
+//     an earlier term's view.
+//   - It lags the store: a reconciler's own write is not in it until the
+//     watch brings it back, and a request mapped by a resync (a list from
+//     the store) may name a change the cache has not seen yet. Writes must
+//     therefore stay compare-and-swap on the version read: a stale read
+//     fails its write, and the retry reads again.
+//
+// Objects are shared, not copied: every reader gets the same *Object, its
+// Resource and its Data. They must never be modified; clone them
+// (proto.Clone) before editing one to write it back. NewCache with
+// CheckReadOnly catches a reader that does (tests turn it on).
+//
+// Only declared types are cached: the owner reaper follows every type,
+// and a decoded copy of the whole store would double the leader's memory.
+type Cache struct {
+	checkReadOnly bool
+
+	// mu guards types and fed. Declarations happen before the cache is
+	// fed; after that types is only read.
+	mu    sync.RWMutex
+	types map[typeKey]*typeCache
+	fed   bool
+}
+
+// Object is a resource as the Cache holds it: as stored, and its data
+// decoded. Shared by every reader: never modify it, nor its Resource, nor
+// its Data.
+type Object struct {
+	Resource *pbresource.Resource
+	// Data is Resource.Data decoded; nil when it does not decode, and then
+	// DecodeErr says why.
+	Data      proto.Message
+	DecodeErr error
+}
+
+// Decoded returns the object's data as a T; false when it is absent or of
+// another type. The message is shared: never modify it.
+func Decoded[T proto.Message](o *Object) (T, bool) {
+	t, ok := o.Data.(T)
+	return t, ok
+}
+
+// Index names a way to look resources of a type up: Keys returns the keys
+// a resource is filed under (none: it is not in the index). Keys must be
+// a pure function of the object: the cache calls it again on the old
+// object to take it out of the index.
+//
+// An index is declared by its pointer: two controllers that declare the
+// same *Index share it; two different Indexes of one name on one type are
+// refused. A domain declares the indexes its controllers share as package
+// variables (orchestrator.TasksByInstance).
+type Index struct {
+	Name string
+	Keys func(*Object) []string
+}
+
+// CachedType declares a type a controller reads from the Cache, with the
+// indexes it looks it up by (the built-in IndexOwner needs no declaring).
+type CachedType struct {
+	Type    *pbresource.Type
+	Indexes []*Index
+}
+
+// IndexOwner is the built-in index of every cached type: a resource is
+// filed under OwnerKey of its owner (not at all when it has none).
+const IndexOwner = "owner"
+
+// OwnerKey is the key of an owner in IndexOwner: its type, namespace and
+// name (not its uid: the owned resources of any incarnation).
+func OwnerKey(id *pbresource.ID) string {
+	return ids.TypeString(id.GetType()) + "/" + id.GetTenancy().GetNamespace() + "/" + id.GetName()
+}
+
+var ownerIndex = &Index{Name: IndexOwner, Keys: func(o *Object) []string {
+	if owner := o.Resource.GetOwner(); owner != nil {
+		return []string{OwnerKey(owner)}
+	}
+	return nil
+}}
+
+// CacheOption configures a Cache.
+type CacheOption func(*Cache)
+
+// CheckReadOnly makes the cache keep a private copy of every object and
+// panic, naming it, when an object it replaces or removes (or that Verify
+// looks at) no longer equals its copy: a reader modified a shared object.
+// It doubles the cache's memory and costs a comparison per change; for
+// tests.
+func CheckReadOnly() CacheOption { return func(c *Cache) { c.checkReadOnly = true } }
+
+// NewCache returns an empty cache. A Manager makes its own when its Config
+// has none; give it one to hand the same cache to the controllers'
+// constructors.
+func NewCache(opts ...CacheOption) *Cache {
+	c := &Cache{types: make(map[typeKey]*typeCache)}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// typeKey identifies a type without building a string.
+type typeKey struct{ group, version, kind string }
+
+func typeKeyOf(t *pbresource.Type) typeKey {
+	return typeKey{t.GetGroup(), t.GetGroupVersion(), t.GetKind()}
+}
+
+// typeCache is the cache of one type.
+type typeCache struct {
+	typ           *pbresource.Type
+	indexes       []*Index // ownerIndex first
+	checkReadOnly bool
+
+	mu      sync.RWMutex
+	objects map[slot]*Object
+	// byIndex[i] files the objects under indexes[i]'s keys.
+	byIndex []map[string]map[slot]*Object
+	// frozen holds the private copies of CheckReadOnly.
+	frozen map[slot]*Object
+	// synced is closed once a term's watch has listed the type whole.
+	synced     chan struct{}
+	syncedOnce *sync.Once
+}
+
+// validateCached checks a controller's Cached declarations; bad names the
+// field.
+func validateCached(cached []CachedType, bad func(field, reason string) error) error {
+	seen := map[typeKey]bool{}
+	for i, ct := range cached {
+		field := fmt.Sprintf("Cached[%d]", i)
+		if !fullType(ct.Type) {
+			return bad(field+".Type", "needs group, group_version and kind")
+		}
+		if seen[typeKeyOf(ct.Type)] {
+			return bad(field+".Type", ids.TypeString(ct.Type)+" is cached twice")
+		}
+		seen[typeKeyOf(ct.Type)] = true
+		names := map[string]bool{}
+		for j, x := range ct.Indexes {
+			f := fmt.Sprintf("%s.Indexes[%d]", field, j)
+			switch {
+			case x == nil:
+				return bad(f, "nil")
+			case x.Name == "":
+				return bad(f+".Name", "required")
+			case x.Name == IndexOwner:
+				return bad(f+".Name", "owner is built in")
+			case x.Keys == nil:
+				return bad(f+".Keys", "required")
+			case names[x.Name]:
+				return bad(f+".Name", x.Name+" is declared twice")
+			}
+			names[x.Name] = true
+		}
+	}
+	return nil
+}
+
+// ErrCacheInUse is returned by Declare once the cache has been fed.
+var ErrCacheInUse = errors.New("controller cache: types are declared before the cache is fed")
+
+// Declare adds cached types and their indexes, all or none. Manager.Register
+// declares each controller's Cached; a test harness that drives mappers by
+// hand declares them itself. An index of the same name as one already
+// declared on the type must be the same *Index. Declaring is refused once
+// the cache has been fed (ErrCacheInUse).
+func (c *Cache) Declare(cached ...CachedType) error {
+	if err := validateCached(cached, func(field, reason string) error {
+		return fmt.Errorf("%s: %s", field, reason)
+	}); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fed {
+		return ErrCacheInUse
+	}
+	for _, ct := range cached {
+		tc := c.types[typeKeyOf(ct.Type)]
+		if tc == nil {
+			continue
+		}
+		for _, x := range ct.Indexes {
+			for _, have := range tc.indexes {
+				if have.Name == x.Name && have != x {
+					return fmt.Errorf("index %s of %s is already declared as another Index", x.Name, ids.TypeString(ct.Type))
+				}
+			}
+		}
+	}
+	for _, ct := range cached {
+		k := typeKeyOf(ct.Type)
+		tc := c.types[k]
+		if tc == nil {
+			tc = &typeCache{typ: ct.Type, indexes: []*Index{ownerIndex}, checkReadOnly: c.checkReadOnly}
+			c.types[k] = tc
+		}
+		for _, x := range ct.Indexes {
+			if !slices.Contains(tc.indexes, x) {
+				tc.indexes = append(tc.indexes, x)
+			}
+		}
+		tc.resetLocked()
+	}
+	return nil
+}
+
+// typeOf returns the cache of a type, nil when it is not cached.
+func (c *Cache) typeOf(t *pbresource.Type) *typeCache {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.types[typeKeyOf(t)]
+}
+
+// mustType returns the cache of a type, panicking when no controller
+// declared it: reading an undeclared type is a programming error that
+// every test of the reader finds.
+func (c *Cache) mustType(t *pbresource.Type) *typeCache {
+	tc := c.typeOf(t)
+	if tc == nil {
+		panic("controller cache: type " + ids.TypeString(t) + " is not cached: declare it in Controller.Cached")
+	}
+	return tc
+}
+
+func (c *Cache) markFed() {
+	c.mu.RLock()
+	fed := c.fed
+	c.mu.RUnlock()
+	if !fed {
+		c.mu.Lock()
+		c.fed = true
+		c.mu.Unlock()
+	}
+}
+
+// cachedTypes returns every declared type.
+func (c *Cache) cachedTypes() []*typeCache {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]*typeCache, 0, len(c.types))
+	for _, tc := range c.types {
+		out = append(out, tc)
+	}
+	return out
+}
+
+// Get returns the cached resource of id's type, namespace and name (and
+// uid, when id has one); nil when there is none. It panics when the type
+// is not cached.
+func (c *Cache) Get(id *pbresource.ID) *Object {
+	tc := c.mustType(id.GetType())
+	tc.mu.RLock()
+	defer tc.mu.RUnlock()
+	o := tc.objects[slotOf(id)]
+	if o == nil || (id.GetUid() != "" && o.Resource.GetId().GetUid() != id.GetUid()) {
+		return nil
+	}
+	return o
+}
+
+// List returns every cached resource of a type, ordered by namespace and
+// name. It panics when the type is not cached.
+func (c *Cache) List(typ *pbresource.Type) []*Object {
+	tc := c.mustType(typ)
+	tc.mu.RLock()
+	out := make([]*Object, 0, len(tc.objects))
+	for _, o := range tc.objects {
+		out = append(out, o)
+	}
+	tc.mu.RUnlock()
+	sortObjects(out)
+	return out
+}
+
+// ByIndex returns the cached resources of a type filed under key in the
+// named index, ordered by namespace and name. It costs the size of the
+// answer, not of the type. It panics when the type is not cached or the
+// index not declared on it.
+func (c *Cache) ByIndex(typ *pbresource.Type, index, key string) []*Object {
+	tc := c.mustType(typ)
+	tc.mu.RLock()
+	i := tc.indexOf(index)
+	if i < 0 {
+		tc.mu.RUnlock()
+		panic("controller cache: index " + index + " is not declared on " + ids.TypeString(typ))
+	}
+	set := tc.byIndex[i][key]
+	out := make([]*Object, 0, len(set))
+	for _, o := range set {
+		out = append(out, o)
+	}
+	tc.mu.RUnlock()
+	sortObjects(out)
+	return out
+}
+
+// Synced reports whether the current term's watch of typ has listed it
+// whole into the cache (false when it is not cached).
+func (c *Cache) Synced(typ *pbresource.Type) bool {
+	tc := c.typeOf(typ)
+	if tc == nil {
+		return false
+	}
+	select {
+	case <-tc.syncedCh():
+		return true
+	default:
+		return false
+	}
+}
+
+// Apply records an event of a cached type (others are ignored): an upsert
+// replaces what is cached under its name, a delete removes it when it is
+// the same incarnation. An upsert of the same incarnation at an older
+// version than the cached one is ignored, so that the cache never goes
+// back. The Manager's watches call it for every event before mapping it; a
+// test harness that drives a controller's mappers by hand calls it the
+// same way. A reconciler may also Apply the store's answer to its own
+// write, so that its next run sees the write before the watch brings it
+// back: an upsert is never rolled back by an older one still on its way,
+// but a deletion applied by hand may be, for a moment, until the watch
+// brings the deletion too.
+func (c *Cache) Apply(ev Event) {
+	id := ev.Resource.GetId()
+	if id == nil {
+		return
+	}
+	tc := c.typeOf(id.GetType())
+	if tc == nil {
+		return
+	}
+	c.markFed()
+	tc.apply(ev)
+}
+
+// Verify checks, under CheckReadOnly, that no cached object has been
+// modified, and returns an error naming the first that has (nil without
+// CheckReadOnly).
+func (c *Cache) Verify() error {
+	if !c.checkReadOnly {
+		return nil
+	}
+	for _, tc := range c.cachedTypes() {
+		tc.mu.RLock()
+		for k, o := range tc.objects {
+			if err := tc.checkFrozenLocked(k, o); err != nil {
+				tc.mu.RUnlock()
+				return err
+			}
+		}
+		tc.mu.RUnlock()
+	}
+	return nil
+}
+
+// reset empties every type for a new term: its watches list afresh.
+func (c *Cache) reset() {
+	c.markFed()
+	for _, tc := range c.cachedTypes() {
+		tc.mu.Lock()
+		tc.resetLocked()
+		tc.mu.Unlock()
+	}
+}
+
+// waitSynced waits until every type of cached is synced, or ctx ends
+// (false).
+func (c *Cache) waitSynced(ctx context.Context, cached []CachedType) bool {
+	for _, ct := range cached {
+		select {
+		case <-c.mustType(ct.Type).syncedCh():
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+func (tc *typeCache) resetLocked() {
+	tc.objects = make(map[slot]*Object)
+	tc.byIndex = make([]map[string]map[slot]*Object, len(tc.indexes))
+	for i := range tc.byIndex {
+		tc.byIndex[i] = make(map[string]map[slot]*Object)
+	}
+	tc.frozen = nil
+	tc.synced = make(chan struct{})
+	tc.syncedOnce = new(sync.Once)
+}
+
+func (tc *typeCache) syncedCh() <-chan struct{} {
+	tc.mu.RLock()
+	defer tc.mu.RUnlock()
+	return tc.synced
+}
+
+// markSynced says the term's watch has listed the type whole.
+func (tc *typeCache) markSynced() {
+	tc.mu.RLock()
+	ch, once := tc.synced, tc.syncedOnce
+	tc.mu.RUnlock()
+	once.Do(func() { close(ch) })
+}
+
+func (tc *typeCache) indexOf(name string) int {
+	for i, x := range tc.indexes {
+		if x.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func (tc *typeCache) apply(ev Event) {
+	k := slotOf(ev.Resource.GetId())
+	var o *Object
+	if !ev.Deleted {
+		// Decoded outside the lock: readers are not held up by it.
+		o = newObject(ev.Resource)
+	}
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	old := tc.objects[k]
+	sameIncarnation := old != nil && old.Resource.GetId().GetUid() == ev.Resource.GetId().GetUid()
+	if ev.Deleted {
+		if !sameIncarnation {
+			return
+		}
+	} else if sameIncarnation && olderVersion(ev.Resource.GetVersion(), old.Resource.GetVersion()) {
+		return
+	}
+	if old != nil {
+		if tc.checkReadOnly {
+			if err := tc.checkFrozenLocked(k, old); err != nil {
+				panic(err.Error())
+			}
+			delete(tc.frozen, k)
+		}
+		for i, x := range tc.indexes {
+			for _, key := range x.Keys(old) {
+				set := tc.byIndex[i][key]
+				delete(set, k)
+				if len(set) == 0 {
+					delete(tc.byIndex[i], key)
+				}
+			}
+		}
+		delete(tc.objects, k)
+	}
+	if o == nil {
+		return
+	}
+	tc.objects[k] = o
+	for i, x := range tc.indexes {
+		for _, key := range x.Keys(o) {
+			set := tc.byIndex[i][key]
+			if set == nil {
+				set = make(map[slot]*Object)
+				tc.byIndex[i][key] = set
+			}
+			set[k] = o
+		}
+	}
+	if tc.checkReadOnly {
+		if tc.frozen == nil {
+			tc.frozen = make(map[slot]*Object)
+		}
+		f := &Object{Resource: proto.Clone(o.Resource).(*pbresource.Resource), DecodeErr: o.DecodeErr}
+		if o.Data != nil {
+			f.Data = proto.Clone(o.Data)
+		}
+		tc.frozen[k] = f
+	}
+}
+
+// errModified is what CheckReadOnly reports.
+var errModified = errors.New("controller cache: a cached object was modified by a reader (objects are shared: clone before editing)")
+
+func (tc *typeCache) checkFrozenLocked(k slot, o *Object) error {
+	f := tc.frozen[k]
+	if f == nil {
+		return nil
+	}
+	if !proto.Equal(f.Resource, o.Resource) || !proto.Equal(f.Data, o.Data) {
+		return fmt.Errorf("%w: %s %s/%s", errModified, ids.TypeString(tc.typ), k.namespace, k.name)
+	}
+	return nil
+}
+
+// newObject decodes a resource's data.
+func newObject(res *pbresource.Resource) *Object {
+	o := &Object{Resource: res}
+	if res.GetData() == nil {
+		o.DecodeErr = errors.New("no data")
+		return o
+	}
+	o.Data, o.DecodeErr = res.GetData().UnmarshalNew()
+	return o
+}
+
+// olderVersion reports whether version a is older than b. Versions are
+// the store's decimal indexes; anything else is taken as not older.
+func olderVersion(a, b string) bool {
+	va, err1 := strconv.ParseUint(a, 10, 64)
+	vb, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 == nil && err2 == nil && va < vb
+}
+
+func sortObjects(list []*Object) {
+	slices.SortFunc(list, func(a, b *Object) int {
+		ia, ib := a.Resource.GetId(), b.Resource.GetId()
+		if c := strings.Compare(ia.GetTenancy().GetNamespace(), ib.GetTenancy().GetNamespace()); c != 0 {
+			return c
+		}
+		return strings.Compare(ia.GetName(), ib.GetName())
+	})
+}
+
+// Cache implements Lookup: the Manager's cache, for the controller's
+// mappers.
+func (r *runner) Cache() *Cache { return r.cache }
+
+// CacheLookup is a Lookup over a cache alone (no References), for a test
+// harness that drives a controller's mappers by hand.
+func CacheLookup(c *Cache) Lookup { return cacheLookup{c} }
+
+type cacheLookup struct{ c *Cache }
+
+func (l cacheLookup) Referencing(*pbresource.ID) []*pbresource.ID { return nil }
+func (l cacheLookup) Cache() *Cache                               { return l.c }

@@ -1,0 +1,134 @@
+package controllers
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/ids"
+	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/scheduler"
+)
+
+// ControllerName is the daemon scheduler's controller.
+const ControllerName = "daemon-scheduler"
+
+// Tunables of the controller.
+const (
+	// writeChunk bounds the members of one WriteBatch.
+	writeChunk = 1000
+	// keepDeployments is how many finished deployments an environment
+	// keeps.
+	keepDeployments = 50
+	// maxDeletes bounds the old tasks and deployments one reconcile
+	// deletes.
+	maxDeletes = 200
+	// DefaultResync is how often every environment is reconciled even
+	// when nothing changed.
+	DefaultResync = time.Minute
+)
+
+// Config is what the controller needs.
+type Config struct {
+	API    resource.API
+	Logger *slog.Logger
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+	// Resync is the full resync period (DefaultResync when zero).
+	Resync time.Duration
+}
+
+// Controller returns the daemon scheduler's controller. Its requests are
+// environments; it watches their deployments and tasks (owned by them)
+// and every instance (an instance change may change what matches).
+func Controller(cfg Config) controller.Controller {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Resync == 0 {
+		cfg.Resync = DefaultResync
+	}
+	r := &reconciler{api: cfg.API, now: cfg.Now, log: cfg.Logger.With("controller", ControllerName), envs: map[string]*pbresource.ID{}, cache: newCache(), notBefore: map[string]time.Time{}}
+	return controller.Controller{
+		Name:        ControllerName,
+		ManagedType: scheduler.EnvironmentType,
+		Watches: []controller.Watch{
+			{Type: scheduler.EnvironmentType, Map: r.mapEnvironment},
+			{Type: scheduler.DeploymentType, Map: controller.MapOwner},
+			{Type: orchestrator.TaskType, Map: r.mapTask},
+			{Type: orchestrator.InstanceType, Map: r.mapInstance},
+		},
+		Reconciler:   r,
+		ResyncPeriod: cfg.Resync,
+		Workers:      4,
+		OnStart:      r.startTerm,
+	}
+}
+
+type reconciler struct {
+	api resource.API
+	now func() time.Time
+	log *slog.Logger
+
+	mu   sync.Mutex
+	envs map[string]*pbresource.ID // every environment, for mapInstance
+
+	cache *cache
+	// notBefore is, per environment, when its next run may start.
+	notBefore map[string]time.Time
+}
+
+func (r *reconciler) mapEnvironment(ev controller.Event, look controller.Lookup) []controller.Request {
+	id := ev.Resource.GetId()
+	key := ids.String(id)
+	r.mu.Lock()
+	if ev.Deleted {
+		delete(r.envs, key)
+		delete(r.notBefore, envKey(id))
+		r.cache.forgetEnvironment(envKey(id))
+	} else {
+		c := proto.Clone(id).(*pbresource.ID)
+		c.Uid = ""
+		r.envs[key] = c
+	}
+	r.mu.Unlock()
+	return controller.MapSelf(ev, look)
+}
+
+// startTerm forgets what an earlier term cached: while another server
+// led, tasks and instances changed and were deleted without this
+// server's watches seeing it. The cache is primed again at first use.
+func (r *reconciler) startTerm() {
+	r.cache.reset()
+	r.mu.Lock()
+	r.notBefore = map[string]time.Time{}
+	r.mu.Unlock()
+}
+
+// mapTask keeps the cache of tasks and maps a task to its environment.
+func (r *reconciler) mapTask(ev controller.Event, look controller.Lookup) []controller.Request {
+	r.cache.observeTask(ev.Resource, ev.Deleted)
+	return controller.MapOwner(ev, look)
+}
+
+// mapInstance keeps the cache of instances and asks for every
+// environment: whether an instance matches is the reconciler's to decide,
+// and environments are few.
+func (r *reconciler) mapInstance(ev controller.Event, _ controller.Lookup) []controller.Request {
+	r.cache.observeInstance(ev.Resource, ev.Deleted)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]controller.Request, 0, len(r.envs))
+	for _, id := range r.envs {
+		out = append(out, controller.Request{ID: id})
+	}
+	return out
+}

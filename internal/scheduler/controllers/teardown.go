@@ -1,0 +1,100 @@
+package controllers
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/scheduler"
+)
+
+// teardown stops an environment that is being deleted: its deployments
+// end, its tasks are asked to stop, and once none runs on a live
+// instance the environment is deleted (its versions, deployments and
+// tasks with it, by the owner reaper).
+func (r *reconciler) teardown(ctx context.Context, st *envState) error {
+	now := r.now()
+	var writes []*pbresource.Resource
+	for _, d := range st.deployments {
+		if scheduler.DeploymentDone(d.Data.GetStatus()) {
+			continue
+		}
+		w, err := scheduler.WithDeployment(d.Res, func(x *pbscheduler.Deployment) {
+			x.Status, x.StatusReason, x.EndTime = scheduler.StatusStopped, "the environment is being deleted", timestamppb.New(now)
+			if d.Data.GetStatus() == scheduler.StatusPending {
+				x.Status = scheduler.StatusCanceled
+			}
+		})
+		if err != nil {
+			return err
+		}
+		writes = append(writes, w)
+	}
+	ready := map[string]bool{}
+	for _, in := range st.instances {
+		ready[in.Name] = in.Status == orchestrator.InstanceReady || in.Status == orchestrator.InstanceDraining
+	}
+	waiting := 0
+	for _, t := range st.tasks {
+		if !t.view.Live() {
+			continue
+		}
+		if ready[t.view.Instance] {
+			waiting++
+		}
+		if t.view.Desired == orchestrator.StatusStopped {
+			continue
+		}
+		next := proto.Clone(t.t).(*pborch.Task)
+		next.DesiredStatus = orchestrator.StatusStopped
+		next.StopReason = "the environment " + st.res.GetId().GetName() + " is being deleted"
+		w, err := scheduler.WithData(t.res, next)
+		if err != nil {
+			return err
+		}
+		writes = append(writes, w)
+	}
+	if len(writes) > 0 {
+		return r.writeAll(ctx, writes)
+	}
+	if waiting > 0 {
+		return nil // their reports will bring us back
+	}
+	_, err := r.api.Delete(ctx, &pbresource.DeleteRequest{Id: st.res.GetId(), Version: st.res.GetVersion()})
+	if err != nil {
+		return err
+	}
+	r.log.Info("environment deleted", "environment", st.res.GetId().GetName())
+	return r.dropGuardIfLast(ctx, st.res.GetId().GetTenancy().GetNamespace())
+}
+
+// dropGuardIfLast deletes the namespace's EnvironmentGuard once no
+// environment is left in it, so that it does not keep the namespace from
+// being deleted. The delete is a compare-and-swap on the guard read: a
+// create that read it meanwhile either lands first (and the delete fails,
+// keeping the guard) or fails its own write and starts over.
+func (r *reconciler) dropGuardIfLast(ctx context.Context, ns string) error {
+	guard, err := r.api.Read(ctx, &pbresource.ReadRequest{Id: scheduler.GuardID(ns), Consistent: true})
+	if status.Code(err) == codes.NotFound {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	envs, err := r.api.List(ctx, &pbresource.ListRequest{Type: scheduler.EnvironmentType, Tenancy: &pbresource.Tenancy{Namespace: ns}, Consistent: true})
+	if err != nil || len(envs.GetResources()) > 0 {
+		return err
+	}
+	_, err = r.api.Delete(ctx, &pbresource.DeleteRequest{Id: guard.GetResource().GetId(), Version: guard.GetResource().GetVersion()})
+	if status.Code(err) == codes.Aborted || status.Code(err) == codes.NotFound {
+		return nil // a create or update wrote it meanwhile: it stays
+	}
+	return err
+}

@@ -1,0 +1,171 @@
+package operations
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/scheduler"
+)
+
+// StartDeployment asks for version (a uuid or number; "" for the latest)
+// to be deployed: a pending user deployment, which cancels any other
+// pending one and starts once none is in progress. A version that is not
+// the latest is stale and refused with a conflict: roll back to deploy an
+// older one.
+func (o *Operations) StartDeployment(ctx context.Context, ns, name, version string) (*pbresource.Resource, error) {
+	res, env, err := o.readEnvironment(ctx, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	uuid, ver, err := o.resolveVersion(ctx, res, env, version)
+	if err != nil {
+		return nil, err
+	}
+	if uuid != env.GetLatestVersion() {
+		return nil, status.Errorf(codes.Aborted, "version: %s (number %d) is stale: environment %s has changed since, its latest version is number %d (%s); deploy that, or roll back to this one with `trellis rollback %s --version %d`",
+			uuid, ver.GetNumber(), name, env.GetVersionCount(), env.GetLatestVersion(), name, ver.GetNumber())
+	}
+	return o.newUserDeployment(ctx, res, env, uuid, ver, "")
+}
+
+// RollbackDeployment deploys version, or when it is "" the version
+// deployed before the one in place.
+func (o *Operations) RollbackDeployment(ctx context.Context, ns, name, version string) (*pbresource.Resource, error) {
+	res, env, err := o.readEnvironment(ctx, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	if version == "" {
+		prev, err := o.previousVersion(ctx, res, env)
+		if err != nil {
+			return nil, err
+		}
+		version = prev
+	}
+	uuid, ver, err := o.resolveVersion(ctx, res, env, version)
+	if err != nil {
+		return nil, err
+	}
+	return o.newUserDeployment(ctx, res, env, uuid, ver, "user")
+}
+
+func (o *Operations) newUserDeployment(ctx context.Context, res *pbresource.Resource, env *pbscheduler.Environment, uuid string, ver *pbscheduler.EnvironmentVersion, rollbackOf string) (*pbresource.Resource, error) {
+	name, ns := res.GetId().GetName(), res.GetId().GetTenancy().GetNamespace()
+	if env.GetDeleting() {
+		return nil, status.Errorf(codes.FailedPrecondition, "environment %s is being deleted", name)
+	}
+	if _, _, err := o.taskDefinition(ctx, ns, "version", ver.GetTaskDefinition()); err != nil {
+		return nil, err
+	}
+	deps, err := o.deployments(ctx, res)
+	if err != nil {
+		return nil, err
+	}
+	now := o.now()
+	id, err := scheduler.NewDeploymentID(now)
+	if err != nil {
+		return nil, err
+	}
+	var writes []*pbresource.Resource
+	for _, d := range deps {
+		if d.Data.GetType() == scheduler.DeploymentUser && d.Data.GetStatus() == scheduler.StatusPending {
+			w, err := scheduler.WithDeployment(d.Res, func(x *pbscheduler.Deployment) {
+				x.Status, x.StatusReason, x.EndTime = scheduler.StatusCanceled, "replaced by deployment "+id, timestamppb.New(now)
+			})
+			if err != nil {
+				return nil, err
+			}
+			writes = append(writes, w)
+		}
+	}
+	d := &pbscheduler.Deployment{
+		Environment: name, Version: uuid, VersionNumber: ver.GetNumber(), TaskDefinition: ver.GetTaskDefinition(),
+		Type: scheduler.DeploymentUser, Status: scheduler.StatusPending, CreatedAt: timestamppb.New(now), RollbackOf: rollbackOf,
+	}
+	dr, err := scheduler.NewResource(scheduler.DeploymentID(ns, id), res.GetId(), d)
+	if err != nil {
+		return nil, err
+	}
+	dr.Version = resource.CreateOnly
+	// The environment rides along unchanged, at the version read: a
+	// concurrent update or delete fails this batch.
+	envGuard := &pbresource.Resource{Id: res.GetId(), Owner: res.GetOwner(), Version: res.GetVersion(), Metadata: res.GetMetadata(), Data: res.GetData()}
+	out, err := o.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: append([]*pbresource.Resource{dr, envGuard}, writes...)})
+	if err != nil {
+		return nil, conflictf(err, "environment %s changed while the deployment was being made; retry", name)
+	}
+	return out.GetResources()[0], nil
+}
+
+// StopDeployment halts a pending or in-progress deployment: tasks it
+// started stay, and the environment becomes inactive.
+func (o *Operations) StopDeployment(ctx context.Context, ns, name, id string) (*pbresource.Resource, error) {
+	res, env, err := o.readEnvironment(ctx, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	dr, d, err := o.readDeployment(ctx, ns, name, id)
+	if err != nil {
+		return nil, err
+	}
+	if scheduler.DeploymentDone(d.GetStatus()) {
+		return nil, status.Errorf(codes.FailedPrecondition, "deployment %s is %s already: only a pending or in-progress deployment can be stopped", id, d.GetStatus())
+	}
+	now := timestamppb.New(o.now())
+	next := proto.Clone(d).(*pbscheduler.Deployment)
+	next.Status, next.StatusReason, next.EndTime = scheduler.StatusStopped, "stopped by a user", now
+	if d.GetStatus() == scheduler.StatusPending {
+		next.Status = scheduler.StatusCanceled
+	}
+	dw, err := scheduler.WithData(dr, next)
+	if err != nil {
+		return nil, err
+	}
+	writes := []*pbresource.Resource{dw}
+	if d.GetStatus() == scheduler.StatusInProgress {
+		e := proto.Clone(env).(*pbscheduler.Environment)
+		e.Status, e.UpdatedAt = scheduler.EnvInactive, now
+		if e.ActiveDeployment == id {
+			e.ActiveDeployment = ""
+		}
+		ew, err := scheduler.WithData(res, e)
+		if err != nil {
+			return nil, err
+		}
+		writes = append(writes, ew)
+	}
+	out, err := o.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: writes})
+	if err != nil {
+		return nil, conflictf(err, "deployment %s changed while it was being stopped; retry", id)
+	}
+	return out.GetResources()[0], nil
+}
+
+// GetDeployment returns one deployment of an environment.
+func (o *Operations) GetDeployment(ctx context.Context, ns, name, id string) (*pbresource.Resource, error) {
+	res, _, err := o.readDeployment(ctx, ns, name, id)
+	return res, err
+}
+
+// ListDeployments lists an environment's deployments, latest first.
+func (o *Operations) ListDeployments(ctx context.Context, ns, name string) ([]*pbresource.Resource, error) {
+	res, _, err := o.readEnvironment(ctx, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	out, err := o.owned(ctx, res, scheduler.DeploymentType)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b *pbresource.Resource) int { return strings.Compare(b.GetId().GetName(), a.GetId().GetName()) })
+	return out, nil
+}

@@ -1,0 +1,208 @@
+package operations_test
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/scheduler"
+	"trellis.dev/trellis/internal/scheduler/operations"
+	"trellis.dev/trellis/internal/scheduler/schedulertest"
+)
+
+// TestOperationsRefuseBadInput checks each refusal the issue names: a
+// clear message, and nothing written.
+func TestOperationsRefuseBadInput(t *testing.T) {
+	h := schedulertest.New(t)
+	h.Fleet()
+	td := h.TaskDefinition("ls", 1)
+	h.TaskDefinition("other", 1)
+	if _, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("ls", td, 75, "", "role=logger")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("web", "other:1", 75, "", "role=web")); err != nil {
+		t.Fatal(err)
+	}
+	webVersion := h.Env("web").GetLatestVersion()
+	before := h.Fingerprint()
+
+	mhp := func(p int32) operations.Spec {
+		s := schedulertest.Spec("x", td, 0, "")
+		s.Deployment.MinHealthyPercent = proto.Int32(p)
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		call func() error
+		code codes.Code
+		want string
+	}{
+		{"unknown task definition", func() error {
+			_, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("x", "nope:3", 75, ""))
+			return err
+		}, codes.InvalidArgument, "task_definition: task definition nope:3 is not registered"},
+		{"no revision", func() error {
+			_, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("x", "ls", 75, ""))
+			return err
+		}, codes.InvalidArgument, "task_definition: \"ls\" names no revision"},
+		{"empty filter", func() error {
+			_, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("x", "other:1", 75, "", ""))
+			return err
+		}, codes.InvalidArgument, "instance_group.attributes[0]: is empty"},
+		{"malformed filter", func() error {
+			_, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("x", "other:1", 75, "", "role=web", "zone in a,b"))
+			return err
+		}, codes.InvalidArgument, "instance_group.attributes[1]: \"zone in a,b\": the values must be in parentheses"},
+		{"min_healthy_percent over 100", func() error {
+			_, err := h.Ops.CreateEnvironment(h.Ctx, "default", mhp(101))
+			return err
+		}, codes.InvalidArgument, "deployment.min_healthy_percent: must be from 0 to 100 (got 101)"},
+		{"min_healthy_percent under 0", func() error {
+			_, err := h.Ops.CreateEnvironment(h.Ctx, "default", mhp(-1))
+			return err
+		}, codes.InvalidArgument, "deployment.min_healthy_percent: must be from 0 to 100 (got -1)"},
+		{"bad duration", func() error {
+			_, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("x", "other:1", 75, "soon", "role=x"))
+			return err
+		}, codes.InvalidArgument, "deployment.min_healthy_time: \"soon\" is not a duration"},
+		{"overlapping daemons of one task definition", func() error {
+			_, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("x", td, 75, "", "zone=a"))
+			return err
+		}, codes.InvalidArgument, "instance_group: can overlap the instance group of environment ls"},
+		{"an existing name", func() error {
+			_, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("ls", "other:1", 75, "", "role=nobody"))
+			return err
+		}, codes.AlreadyExists, "environment ls already exists"},
+		{"a version of another environment", func() error {
+			_, err := h.Ops.StartDeployment(h.Ctx, "default", "ls", webVersion)
+			return err
+		}, codes.InvalidArgument, "is a version of environment web, not of ls"},
+		{"a version number that does not exist", func() error {
+			_, err := h.Ops.StartDeployment(h.Ctx, "default", "ls", "7")
+			return err
+		}, codes.InvalidArgument, "environment ls has no version number 7"},
+		{"rollback with no earlier version", func() error {
+			_, err := h.Ops.RollbackDeployment(h.Ctx, "default", "ls", "")
+			return err
+		}, codes.FailedPrecondition, "there is no earlier version to roll back to"},
+		{"update without a task definition", func() error {
+			_, err := h.Ops.UpdateEnvironment(h.Ctx, "default", "ls", operations.Spec{InstanceGroup: &pbscheduler.InstanceGroup{}})
+			return err
+		}, codes.InvalidArgument, "task_definition: is required"},
+		{"an unknown environment", func() error {
+			_, err := h.Ops.StartDeployment(h.Ctx, "default", "nope", "")
+			return err
+		}, codes.NotFound, "environment nope not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			schedulertest.RequireCode(t, tc.call(), tc.code, tc.want)
+			if h.Fingerprint() != before {
+				t.Fatal("a refused operation wrote something")
+			}
+		})
+	}
+}
+
+func TestStaleVersionIsAConflict(t *testing.T) {
+	h := schedulertest.New(t)
+	h.Fleet()
+	v1, v2 := h.TaskDefinition("ls", 1), h.TaskDefinition("ls", 2)
+	created, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("ls", v1, 75, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	updated, err := h.Ops.UpdateEnvironment(h.Ctx, "default", "ls", operations.Spec{TaskDefinition: v2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := h.Ops.UpdateEnvironment(h.Ctx, "default", "ls", operations.Spec{TaskDefinition: v2})
+	if err != nil || !again.Unchanged || again.Version != updated.Version {
+		t.Fatalf("an unchanged update: %+v, %v; want the same version, unchanged", again, err)
+	}
+	_, err = h.Ops.StartDeployment(h.Ctx, "default", "ls", created.Version)
+	schedulertest.RequireCode(t, err, codes.Aborted, "is stale")
+	if _, err := h.Ops.StartDeployment(h.Ctx, "default", "ls", "2"); err != nil {
+		t.Fatalf("deploying the latest by number: %v", err)
+	}
+	// A newer StartDeployment cancels the pending one.
+	second, err := h.Ops.StartDeployment(h.Ctx, "default", "ls", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := h.DeploymentsOf("ls")
+	if len(deps) != 2 || deps[1].GetStatus() != scheduler.StatusCanceled || deps[0].GetStatus() != scheduler.StatusPending {
+		t.Fatalf("deployments %v, want the first canceled and the second pending", deps)
+	}
+	_ = second
+}
+
+// Two overlapping environments of one task definition, created at once:
+// the second to write finds the first when it checks again, and is
+// refused. Without the guard both checks passed before either wrote.
+func TestConcurrentOverlappingCreatesCannotBothPass(t *testing.T) {
+	h := schedulertest.New(t)
+	h.Fleet()
+	td := h.TaskDefinition("ls", 1)
+	other := &operations.Operations{API: h.API, Now: h.Clock.Now}
+	slipIn := &writeHook{API: h.API}
+	h.Ops.API = slipIn
+	var otherErr error
+	ran := false
+	slipIn.before = func() {
+		if ran {
+			return
+		}
+		ran = true
+		// Between the first create's checks and its write, another one
+		// of an overlapping group runs whole.
+		_, otherErr = other.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("b", td, 75, "", "role=logger"))
+	}
+	_, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("a", td, 75, "", "zone=a"))
+	if otherErr != nil {
+		t.Fatalf("the create that went first: %v", otherErr)
+	}
+	schedulertest.RequireCode(t, err, codes.InvalidArgument, "can overlap the instance group of environment b")
+	if _, err := h.Ops.GetEnvironment(h.Ctx, "default", "a"); status.Code(err) != codes.NotFound {
+		t.Fatalf("the refused environment: %v, want NotFound", err)
+	}
+
+	// Updates are guarded the same way.
+	slipIn.before = nil
+	if _, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("c", td, 75, "", "role=web")); err != nil {
+		t.Fatal(err)
+	}
+	ran = false
+	slipIn.before = func() {
+		if ran {
+			return
+		}
+		ran = true
+		_, otherErr = other.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("d", td, 75, "", "role=cache"))
+	}
+	_, err = h.Ops.UpdateEnvironment(h.Ctx, "default", "c", operations.Spec{TaskDefinition: td, InstanceGroup: &pbscheduler.InstanceGroup{Attributes: []string{"role in (web,cache)"}}})
+	if otherErr != nil {
+		t.Fatalf("the create that went first: %v", otherErr)
+	}
+	schedulertest.RequireCode(t, err, codes.InvalidArgument, "can overlap the instance group of environment d")
+}
+
+// writeHook runs before, when set, ahead of each WriteBatch: an
+// operation's checks are all done by then, so a concurrent operation run
+// there slips in between the checks and the write.
+type writeHook struct {
+	resource.API
+	before func()
+}
+
+func (w *writeHook) WriteBatch(ctx context.Context, req *pbresource.WriteBatchRequest) (*pbresource.WriteBatchResponse, error) {
+	if w.before != nil {
+		w.before()
+	}
+	return w.API.WriteBatch(ctx, req)
+}
