@@ -32,7 +32,7 @@ func (h *Handler) debugRoutes() {
 }
 
 // serve adapts a plain handler, which writes its own errors.
-func serve(fn http.HandlerFunc) handlerFunc {
+func serve(fn http.HandlerFunc) HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		fn(w, r)
 		return nil

@@ -61,6 +61,11 @@ type Config struct {
 	// Scheduler serves the daemon scheduler's operations under
 	// /v1/environments; nil leaves them out.
 	Scheduler *operations.Operations
+	// Routes are the routes of the server's modules (module.Parts.Routes),
+	// served beside the API's own, each checked against the permission it
+	// declares, with its request body limited to MaxRequestBytes. New
+	// refuses one that declares no permission or conflicts with another.
+	Routes []Route
 	// Authorize resolves the caller's Authorizer from the token in the
 	// context (resource.TokenFromContext), as the resource service's
 	// Config.Authorize does: every route's declared permission is checked
@@ -143,11 +148,15 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h.metrics = m
 	h.stopping, h.stop = context.WithCancel(context.Background())
-	h.routes()
+	if err := h.routes(cfg.Routes); err != nil {
+		return nil, err
+	}
 	return h, nil
 }
 
-func (h *Handler) routes() {
+// routes registers the API's own routes and the modules' (extra), in the
+// order Routes lists them.
+func (h *Handler) routes(extra []Route) error {
 	const (
 		one  = "/v1/resources/{group}/{version}/{kind}/{name}"
 		list = "/v1/resources/{group}/{version}/{kind}"
@@ -158,11 +167,11 @@ func (h *Handler) routes() {
 	h.handle("GET "+one, acl.PerResource, h.read)
 	h.handle("PUT "+one, acl.PerResource, h.write)
 	h.handle("DELETE "+one, acl.PerResource, h.delete)
-	h.handle(one, acl.Public, methodNotAllowed("GET, PUT, DELETE"))
+	h.handle(one, acl.Public, MethodNotAllowed("GET, PUT, DELETE"))
 	h.handle("GET "+list, acl.PerResource, h.list)
-	h.handle(list, acl.Public, methodNotAllowed("GET"))
+	h.handle(list, acl.Public, MethodNotAllowed("GET"))
 	h.handle("PUT /v1/batch", acl.PerResource, h.batch)
-	h.handle("/v1/batch", acl.Public, methodNotAllowed("PUT"))
+	h.handle("/v1/batch", acl.Public, MethodNotAllowed("PUT"))
 	// Clients find the leader and the servers without a token, and load
 	// balancers probe health without one (Consul's /v1/status is open
 	// too). Metrics describe the whole cluster: operators only.
@@ -174,6 +183,14 @@ func (h *Handler) routes() {
 	if h.sched != nil {
 		h.schedulerRoutes()
 	}
+	for _, r := range extra {
+		if r.Handler == nil {
+			return fmt.Errorf("httpapi: route %q has no handler", r.Pattern)
+		}
+		if err := h.register(r.Pattern, r.Permission, h.limitBody(r.Handler)); err != nil {
+			return err
+		}
+	}
 	if h.debug {
 		h.debugRoutes()
 	}
@@ -181,6 +198,16 @@ func (h *Handler) routes() {
 		return &routeError{status: http.StatusNotFound, code: wire.CodeNotFound,
 			msg: fmt.Sprintf("no such path: %s %s (see /v1/resources/{group}/{version}/{kind}[/{name}])", r.Method, r.URL.Path)}
 	})
+	return nil
+}
+
+// limitBody holds a module route's request body to the resource limit,
+// which it would otherwise have to know to apply.
+func (h *Handler) limitBody(fn HandlerFunc) HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		r.Body = http.MaxBytesReader(w, r.Body, h.maxBody)
+		return fn(w, r)
+	}
 }
 
 // Route is one route of the API and the permission it declares.
@@ -189,6 +216,9 @@ type Route struct {
 	// alone for a route that answers every method (405, 404).
 	Pattern    string
 	Permission acl.Permission
+	// Handler serves the route: set on a module's routes (Config.Routes);
+	// nil in the table Routes returns.
+	Handler HandlerFunc
 }
 
 // Routes returns every route the handler serves, with its permission, in
@@ -203,9 +233,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 // arrive later are still served.
 func (h *Handler) Shutdown() { h.stop() }
 
-// handlerFunc is a route's handler; an error it returns becomes the JSON
-// error response (unless it has already written a response).
-type handlerFunc func(http.ResponseWriter, *http.Request) error
+// HandlerFunc is a route's handler; an error it returns becomes the JSON
+// error response (unless it has already written a response): see
+// WriteError for how errors map to statuses.
+type HandlerFunc func(http.ResponseWriter, *http.Request) error
 
 // routeError is a refusal by the router itself.
 type routeError struct {
@@ -217,24 +248,54 @@ type routeError struct {
 
 func (e *routeError) Error() string { return e.msg }
 
-func methodNotAllowed(allow string) handlerFunc {
+// handlerFunc and methodNotAllowed are the names the scheduler's routes
+// use, until they move to the scheduler's module.
+type handlerFunc = HandlerFunc
+
+func methodNotAllowed(allow string) HandlerFunc { return MethodNotAllowed(allow) }
+
+// MethodNotAllowed answers 405 naming the methods a path allows (allow:
+// "GET, POST"). A module registers it, as acl.Public, on the bare path of
+// its routes, as the API does on its own.
+func MethodNotAllowed(allow string) HandlerFunc {
 	return func(_ http.ResponseWriter, r *http.Request) error {
 		return &routeError{status: http.StatusMethodNotAllowed, code: wire.CodeMethodNotAllowed, allow: allow,
 			msg: fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow)}
 	}
 }
 
-// handle registers fn under pattern, needing perm, with the layers every
+// handle registers one of the API's own routes (see register); a route
+// without a declared permission is a programming error.
+func (h *Handler) handle(pattern string, perm acl.Permission, fn HandlerFunc) {
+	if err := h.register(pattern, perm, fn); err != nil {
+		panic(err.Error())
+	}
+}
+
+// register registers fn under pattern, needing perm, with the layers every
 // route has: the token in the context, the permission check, metrics, logs,
 // and recovery from panics. It is the only way a route is added, so
-// Routes() lists them all; a route without a declared permission is a
-// programming error.
-func (h *Handler) handle(pattern string, perm acl.Permission, fn handlerFunc) {
+// Routes() lists them all. It refuses a route that declares no permission
+// and one whose pattern conflicts with a registered one.
+func (h *Handler) register(pattern string, perm acl.Permission, fn HandlerFunc) (err error) {
 	if !perm.Declared() {
-		panic(fmt.Sprintf("httpapi: route %q declares no permission", pattern))
+		return fmt.Errorf("httpapi: route %q declares no permission", pattern)
 	}
+	// ServeMux panics on a pattern that conflicts with another; a module's
+	// route that does is refused instead, naming both.
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("httpapi: route %q: %v", pattern, p)
+		}
+	}()
+	h.mux.HandleFunc(pattern, h.wrap(pattern, perm, fn))
 	h.table = append(h.table, Route{Pattern: pattern, Permission: perm})
-	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	return nil
+}
+
+// wrap is fn with the layers of register.
+func (h *Handler) wrap(pattern string, perm acl.Permission, fn HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w, route: pattern}
 		r = r.WithContext(resource.ContextWithToken(r.Context(), tokenFrom(r)))
@@ -267,7 +328,7 @@ func (h *Handler) handle(pattern string, perm acl.Permission, fn handlerFunc) {
 			}
 			h.writeError(rec, r, err)
 		}
-	})
+	}
 }
 
 // authorize checks the route's permission against the caller's

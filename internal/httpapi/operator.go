@@ -37,7 +37,7 @@ func (h *Handler) operatorRoutes() {
 	h.handle("DELETE /v1/operator/raft/peers/{peer}", acl.OperatorWrite, h.removePeer)
 	h.handle("GET /v1/snapshot", acl.OperatorWrite, h.saveSnapshot)
 	h.handle("PUT /v1/snapshot", acl.OperatorWrite, h.restoreSnapshot)
-	h.handle("/v1/snapshot", acl.Public, methodNotAllowed("GET, PUT"))
+	h.handle("/v1/snapshot", acl.Public, MethodNotAllowed("GET, PUT"))
 }
 
 func (h *Handler) operator() (Operator, error) {

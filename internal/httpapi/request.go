@@ -250,27 +250,7 @@ func parseQuery(values url.Values, allowed ...string) (query, error) {
 // parseQueryValues is parseQuery's reading of each parameter.
 func parseQueryValues(values url.Values, allowed ...string) (query, error) {
 	var q query
-	allow := make(map[string]bool, len(allowed))
-	for _, a := range allowed {
-		allow[a] = true
-	}
-	keys := make([]string, 0, len(values))
-	for k := range values {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !allow[k] {
-			if len(allowed) == 0 {
-				return q, inputError("query", "unknown parameter %q (this path takes none)", k)
-			}
-			return q, inputError("query", "unknown parameter %q (this path takes: %s)", k, strings.Join(allowed, ", "))
-		}
-		vs := values[k]
-		if len(vs) > 1 {
-			return q, inputError(k, "given %d times; give it once", len(vs))
-		}
-		v := vs[0]
+	err := eachParam(values, allowed, func(k, v string) error {
 		var err error
 		switch k {
 		case "namespace":
@@ -293,11 +273,39 @@ func parseQueryValues(values url.Values, allowed ...string) (query, error) {
 				err = inputError(k, "must be a non-negative integer, got %q", v)
 			}
 		}
-		if err != nil {
-			return q, err
+		return err
+	})
+	return q, err
+}
+
+// eachParam calls fn with each query parameter in name order, refusing
+// one not named in allowed, or given more than once, as it comes to it.
+func eachParam(values url.Values, allowed []string, fn func(name, value string) error) error {
+	allow := make(map[string]bool, len(allowed))
+	for _, a := range allowed {
+		allow[a] = true
+	}
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !allow[k] {
+			if len(allowed) == 0 {
+				return inputError("query", "unknown parameter %q (this path takes none)", k)
+			}
+			return inputError("query", "unknown parameter %q (this path takes: %s)", k, strings.Join(allowed, ", "))
+		}
+		vs := values[k]
+		if len(vs) > 1 {
+			return inputError(k, "given %d times; give it once", len(vs))
+		}
+		if err := fn(k, vs[0]); err != nil {
+			return err
 		}
 	}
-	return q, nil
+	return nil
 }
 
 // parseFlag reads a boolean parameter; a bare "?watch" counts as true.

@@ -86,6 +86,7 @@ type options struct {
 	authorize func(ctx context.Context) (acl.Authorizer, error)
 	maxBody   int64
 	debug     bool
+	routes    []httpapi.Route
 }
 
 func newEnv(t *testing.T, o options) *env {
@@ -113,6 +114,7 @@ func newEnv(t *testing.T, o options) *env {
 		MaxRequestBytes: o.maxBody,
 		EnableDebug:     o.debug,
 		Authorize:       o.authorize,
+		Routes:          o.routes,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -256,9 +256,11 @@ func (p *Plan) replace(ip *InstancePlan) {
 	ip.State = StateStarting
 }
 
-// Earliest is the earlier of a and b, b when a is zero.
+// Earliest is the earlier of a and b, where a zero time means "none":
+// the other wins. Every recheck starts zero and is narrowed by the
+// deadlines met on the way; a step with none must not clear the others.
 func Earliest(a, b time.Time) time.Time {
-	if a.IsZero() || b.Before(a) {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
 		return b
 	}
 	return a

@@ -450,3 +450,14 @@ func TestPlanProperties(t *testing.T) {
 		}
 	})
 }
+
+func TestEarliest(t *testing.T) {
+	a, b := t0, t0.Add(time.Second)
+	for _, tc := range []struct{ x, y, want time.Time }{
+		{a, b, a}, {b, a, a}, {time.Time{}, b, b}, {b, time.Time{}, b}, {time.Time{}, time.Time{}, time.Time{}},
+	} {
+		if got := Earliest(tc.x, tc.y); !got.Equal(tc.want) {
+			t.Errorf("Earliest(%v, %v) = %v, want %v", tc.x, tc.y, got, tc.want)
+		}
+	}
+}

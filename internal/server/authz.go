@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	pbagent "trellis.dev/trellis/api/agent/v1"
 	pbcluster "trellis.dev/trellis/api/cluster/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbstorage "trellis.dev/trellis/api/storage/v1"
@@ -19,10 +20,11 @@ import (
 	"trellis.dev/trellis/internal/resource"
 )
 
-// methodPermissions is the permission every gRPC method needs, the one
-// table the interceptors read. A method missing from it is refused
-// (fail closed); TestEveryGRPCMethodDeclaresAPermission walks the served
-// methods to keep it complete.
+// methodPermissions is the permission every gRPC method of the server's
+// own services needs; each module adds its methods' (module.Service), and
+// the result is the one table the interceptors read. A method missing from
+// it is refused (fail closed); TestEveryGRPCMethodDeclaresAPermission
+// walks the served methods to keep it complete.
 var methodPermissions = map[string]acl.Permission{
 	// The resource service checks each resource against its type's ACL
 	// hooks (namespace read/write for namespaced types, operator for
@@ -36,12 +38,6 @@ var methodPermissions = map[string]acl.Permission{
 	pbresource.ResourceService_ListByOwner_FullMethodName:   acl.PerResource,
 	pbresource.ResourceService_Delete_FullMethodName:        acl.PerResource,
 	pbresource.ResourceService_WatchList_FullMethodName:     acl.PerResource,
-
-	pbagent.AgentService_Heartbeat_FullMethodName:       acl.Agent,
-	pbagent.AgentService_HeartbeatStream_FullMethodName: acl.Agent,
-	pbagent.AgentService_WatchTasks_FullMethodName:      acl.Agent,
-	// A follower forwards its agents' heartbeats to the leader.
-	pbagent.AgentService_ForwardHeartbeats_FullMethodName: acl.Server,
 
 	// Raw storage skips validation and the type hooks: servers only.
 	pbstorage.Forwarding_Apply_FullMethodName:     acl.Server,
@@ -62,15 +58,9 @@ var methodPermissions = map[string]acl.Permission{
 }
 
 // MethodPermissions returns a copy of the permission every gRPC method of
-// the servers declares, keyed by full method name
+// the server declares, its own and its modules', keyed by full method name
 // ("/trellis.agent.v1.AgentService/Heartbeat").
-func MethodPermissions() map[string]acl.Permission {
-	out := make(map[string]acl.Permission, len(methodPermissions))
-	for m, p := range methodPermissions {
-		out[m] = p
-	}
-	return out
-}
+func (s *Server) MethodPermissions() map[string]acl.Permission { return maps.Clone(s.authz.perms) }
 
 // methodAuthorizer checks a call's method permission against the caller's
 // Authorizer, resolved from the x-trellis-token metadata.
@@ -83,7 +73,20 @@ func newMethodAuthorizer(resolve func(ctx context.Context) (acl.Authorizer, erro
 	if resolve == nil {
 		resolve = func(context.Context) (acl.Authorizer, error) { return acl.AllowAll{}, nil }
 	}
-	return &methodAuthorizer{perms: methodPermissions, resolve: resolve}
+	return &methodAuthorizer{perms: maps.Clone(methodPermissions), resolve: resolve}
+}
+
+// add adds methods' permissions to the table, before the server serves.
+// A method already there with another permission is refused: one method
+// has one permission, on every port.
+func (m *methodAuthorizer) add(perms map[string]acl.Permission) error {
+	for _, method := range slices.Sorted(maps.Keys(perms)) {
+		if p, ok := m.perms[method]; ok && p != perms[method] {
+			return fmt.Errorf("gRPC method %s declares %v, and already %v", method, perms[method], p)
+		}
+	}
+	maps.Copy(m.perms, perms)
+	return nil
 }
 
 // check returns nil or a gRPC status error: PermissionDenied naming the

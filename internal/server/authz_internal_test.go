@@ -47,6 +47,10 @@ func TestMethodAuthorizerCheck(t *testing.T) {
 				resolved, token = true, resource.TokenFromContext(ctx)
 				return tt.resolved, tt.err
 			})
+			// As the orchestrator's module declares it.
+			if err := m.add(map[string]acl.Permission{heartbeat: acl.Agent}); err != nil {
+				t.Fatal(err)
+			}
 			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(resource.TokenMetadataKey, "tok"))
 			err := m.check(ctx, tt.method)
 			if status.Code(err) != tt.code {
@@ -65,5 +69,30 @@ func TestMethodAuthorizerCheck(t *testing.T) {
 				t.Errorf("the resolver saw token %q, want the metadata's", token)
 			}
 		})
+	}
+}
+
+// One method has one permission on every port: a module may declare a
+// method the table holds only with the permission it already has.
+func TestMethodAuthorizerAdd(t *testing.T) {
+	m := newMethodAuthorizer(nil)
+	heartbeat := pbagent.AgentService_Heartbeat_FullMethodName
+	if err := m.add(map[string]acl.Permission{heartbeat: acl.Agent}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.add(map[string]acl.Permission{heartbeat: acl.Agent}); err != nil {
+		t.Errorf("the same permission again: %v", err)
+	}
+	if err := m.add(map[string]acl.Permission{heartbeat: acl.Public}); err == nil || !strings.Contains(err.Error(), "declares public, and already agent") {
+		t.Errorf("another permission: %v", err)
+	}
+	if err := m.add(map[string]acl.Permission{pbresource.ResourceService_Write_FullMethodName: acl.Public}); err == nil {
+		t.Error("a module reopened a method of the server's own")
+	}
+	if m.perms[heartbeat] != acl.Agent || m.perms[pbresource.ResourceService_Write_FullMethodName] != acl.PerResource {
+		t.Errorf("a refused add changed the table: %v", m.perms)
+	}
+	if methodPermissions[heartbeat] != acl.Undeclared {
+		t.Error("add changed the server's own table, which every server shares")
 	}
 }

@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"trellis.dev/trellis/internal/acl"
 
+	"trellis.dev/trellis/internal/acl"
+	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
-	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/tlsutil"
 )
 
@@ -60,9 +60,9 @@ type Config struct {
 
 	Logger          *slog.Logger
 	ShutdownTimeout time.Duration
-	// Registry holds the resource types served; nil means the core and
-	// orchestrator types.
-	Registry *resource.Registry
+	// Modules are the domains the server serves, each its types and its
+	// parts (internal/module); nil means DefaultModules, with HeartbeatTTL.
+	Modules []module.Module
 	// Authorize turns the caller's token (resource.TokenFromContext) into
 	// an Authorizer, which every HTTP route's and gRPC method's declared
 	// permission, and every resource's type hooks, are checked against.
@@ -79,7 +79,9 @@ type Config struct {
 	EnableDebug bool
 
 	// HeartbeatTTL: an instance whose agent is silent this long is marked
-	// down (heartbeat.DefaultTTL, 10 s, when zero).
+	// down (heartbeat.DefaultTTL, 10 s, when zero). It configures the
+	// orchestrator of the default modules; a Config that names its Modules
+	// configures their orchestrator itself.
 	HeartbeatTTL time.Duration
 }
 

@@ -1,15 +1,21 @@
 // Package server assembles a Trellis server process: a storage backend
-// (in memory, or Raft through package cluster), the type registry with the
-// core and orchestrator types, the resource service over them, the gRPC API
-// (the ResourceService and the AgentService, and with Raft the forwarding
-// and cluster services; with a recovery interceptor, an authorization
-// interceptor that checks each method's declared permission (authz.go), and
-// message size limits) and the HTTP/JSON API (package httpapi), one Prometheus registry
-// served at /v1/metrics, and the runnables that make up the running
-// process.
+// (in memory, or Raft through package cluster), the type registry, the
+// resource service over it, the gRPC API (the ResourceService, and with
+// Raft the forwarding and cluster services; with a recovery interceptor,
+// an authorization interceptor that checks each method's declared
+// permission (authz.go), and message size limits) and the HTTP/JSON API
+// (package httpapi), one Prometheus registry served at /v1/metrics, and
+// the runnables that make up the running process. The domains (the
+// orchestrator, the scheduler) are modules (package module) the server
+// composes: Config.Modules, DefaultModules in modules.go.
 //
 // Design decisions:
 //
+//   - The server knows no domain. Each module registers its types, then
+//     gives its parts (controllers, gRPC services, HTTP routes,
+//     runnables), which the server wires where its own go; a module's
+//     gRPC methods join the one permission table the interceptors read.
+//     A part that declares no permission fails New.
 //   - Every long-lived part is a Runnable whose Start(ctx) blocks until ctx
 //     ends. A Group starts them in order, waiting for those that say when
 //     they are ready (Readier), and stops them one at a time in reverse

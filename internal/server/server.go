@@ -41,6 +41,8 @@ type Server struct {
 	metrics  *prometheus.Registry
 	// grpcMetrics learns the registered methods when serving starts.
 	grpcMetrics *grpcMetrics
+	// authz checks every gRPC method's permission, on both ports.
+	authz *methodAuthorizer
 
 	grpc   *grpc.Server
 	grpcLn net.Listener
@@ -72,7 +74,7 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: cfg.Logger, registry: cfg.Registry, metrics: prometheus.NewRegistry()}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: prometheus.NewRegistry()}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -80,8 +82,12 @@ func New(cfg Config) (_ *Server, err error) {
 		}
 	}()
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if s.registry == nil {
-		s.registry = Types()
+	mods := cfg.Modules
+	if mods == nil {
+		mods = defaultModules(cfg.HeartbeatTTL)
+	}
+	if s.registry, err = registryOf(mods); err != nil {
+		return nil, err
 	}
 
 	gm, err := newGRPCMetrics(s.metrics)
@@ -91,7 +97,8 @@ func New(cfg Config) (_ *Server, err error) {
 	s.grpcMetrics = gm
 	// Every method's permission is checked before its handler runs, on
 	// the public port and the server-to-server port alike.
-	authz := newMethodAuthorizer(cfg.Authorize)
+	s.authz = newMethodAuthorizer(cfg.Authorize)
+	authz := s.authz
 	newGRPC := func(extra ...grpc.ServerOption) *grpc.Server {
 		return grpc.NewServer(append([]grpc.ServerOption{
 			grpc.MaxRecvMsgSize(cfg.GRPCMaxRecvBytes),
@@ -178,7 +185,8 @@ func New(cfg Config) (_ *Server, err error) {
 		s.leadership = newLeadershipHub(l)
 		s.bootstrap = newBootstrapper(s.api, s.leadership.Subscribe(), s.log.With("component", "bootstrap"))
 	}
-	if err := s.addOrchestrator(); err != nil {
+	routes, err := s.setupModules(mods)
+	if err != nil {
 		return nil, err
 	}
 	ops := s.addScheduler()
@@ -195,6 +203,7 @@ func New(cfg Config) (_ *Server, err error) {
 		MaxBatchBytes:   cfg.MaxBatchBytes,
 		EnableDebug:     cfg.EnableDebug,
 		Scheduler:       ops,
+		Routes:          routes,
 		Authorize:       cfg.Authorize,
 	})
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/httpapi/wire"
+	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/server"
 )
@@ -45,10 +46,11 @@ type running struct {
 
 func start(t *testing.T) *running {
 	t.Helper()
-	reg := resource.NewRegistry()
-	core.Register(reg)
-	reg.Register(resource.Registration{Type: panicType, Proto: &pbcore.Namespace{}, Scope: resource.ScopeCluster,
-		Validate: func(*pbresource.Resource) error { panic("validate bug") }})
+	// The core and a type whose Validate hook panics; nothing else.
+	panicking := typesModule{name: "panicking", register: func(reg *resource.Registry) {
+		reg.Register(resource.Registration{Type: panicType, Proto: &pbcore.Namespace{}, Scope: resource.ScopeCluster,
+			Validate: func(*pbresource.Resource) error { panic("validate bug") }})
+	}}
 	tokens := make(chan string, 10)
 	authorize := func(ctx context.Context) (acl.Authorizer, error) {
 		// Background callers (the bootstrapper, controllers) carry no
@@ -60,7 +62,7 @@ func start(t *testing.T) *running {
 	}
 	srv, err := server.New(server.Config{
 		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:7702",
-		Registry: reg, Authorize: authorize, ShutdownTimeout: 10 * time.Second,
+		Modules: []module.Module{core.Module(), panicking}, Authorize: authorize, ShutdownTimeout: 10 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

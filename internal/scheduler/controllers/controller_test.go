@@ -576,3 +576,23 @@ func TestDeploymentOfManyWriteBatches(t *testing.T) {
 		t.Fatalf("deployment %s %d/%d, want completed %d/%d", d.GetStatus(), d.GetComplete(), d.GetTotal(), n, n)
 	}
 }
+
+// TestDeploymentRunsAgainAtItsDeadline: while the tasks a deployment
+// placed are not healthy, the reconciler asks to run again when their
+// healthy_deadline passes, and that run fails the deployment, without
+// waiting for another change or the resync.
+func TestDeploymentRunsAgainAtItsDeadline(t *testing.T) {
+	h := schedulertest.New(t)
+	h.Fleet()
+	h.CreateLoggers("ls", 1)
+	id := h.Deploy("ls", "")
+	h.Reconcile("ls") // places on the three loggers; no agent starts them
+	if h.Requeue <= 0 || h.Requeue > time.Minute {
+		t.Fatalf("with its tasks pending, the reconciler asked to run again after %v, want by their healthy_deadline (1m)", h.Requeue)
+	}
+	h.Clock.Advance(h.Requeue)
+	h.Reconcile("ls")
+	if d := h.Deployment("ls", id); d.GetStatus() != scheduler.StatusUnhealthy {
+		t.Fatalf("deployment %s after its healthy_deadline, want %s", d.GetStatus(), scheduler.StatusUnhealthy)
+	}
+}

@@ -1,0 +1,106 @@
+package module
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"trellis.dev/trellis/internal/acl"
+	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/httpapi"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/storage"
+)
+
+// Module is one domain as the server serves it.
+type Module interface {
+	// Name names the module in errors and logs ("orchestrator").
+	Name() string
+	// Register adds the module's resource types to r. It is also how the
+	// CLI learns the types, to check spec files before sending them, so it
+	// must do nothing else.
+	Register(r *resource.Registry)
+	// Setup builds what the server runs for the module. It is called
+	// once, after every module of the server has registered its types.
+	Setup(d Deps) (Parts, error)
+}
+
+// Deps is what a module may use of the server that composes it.
+type Deps struct {
+	// API is the resource service, in process: every read and write a
+	// module makes goes through it (and its validation and hooks).
+	API resource.API
+	// Registry holds the types of every module of the server.
+	Registry *resource.Registry
+	// Leadership returns a new subscription to this server's leadership
+	// (each part that follows it needs its own).
+	Leadership func() storage.Leadership
+	// Cache is the controllers' shared decoded cache, which the controller
+	// manager's informers keep: a controller that declares
+	// controller.Controller.Cached reads it (see controller.Cache).
+	Cache *controller.Cache
+	// Logger is the server's logger; a module names its components.
+	Logger *slog.Logger
+	// Metrics is the process's Prometheus registry, served at /v1/metrics.
+	Metrics prometheus.Registerer
+	// Cluster holds what a module may know of the cluster.
+	Cluster Cluster
+}
+
+// Cluster is what a module may know of the cluster the server is part of.
+type Cluster struct {
+	// GRPCAddr is the address the public gRPC server listens on.
+	GRPCAddr string
+	// ServerAddr is the address of this server's server-to-server port,
+	// which other servers reach it at; "" in memory, where there is none.
+	ServerAddr string
+	// LeaderConn returns a connection to the leader's server-to-server
+	// port (pooled: do not close it); nil in memory, where this server
+	// always leads.
+	LeaderConn func() (*grpc.ClientConn, error)
+	// LeaderChanged returns a channel closed at the next change of leader
+	// or of leadership; nil in memory.
+	LeaderChanged func() <-chan struct{}
+	// LeaderIndex asks the leader for its applied index (the cluster's
+	// read index); nil in memory, where the local index is the cluster's.
+	LeaderIndex func(ctx context.Context) (uint64, error)
+}
+
+// Parts is what the server runs for a module. Every field may be empty.
+type Parts struct {
+	// Controllers run on this server while it leads.
+	Controllers []controller.Controller
+	// PublicServices are served on the public gRPC port (agents, clients).
+	PublicServices []Service
+	// ServerServices are served on the server-to-server port, to the
+	// cluster's servers only; a server in memory has no such port and
+	// serves none of them.
+	ServerServices []Service
+	// Routes are added to the HTTP API, each checked against the
+	// permission it declares.
+	Routes []httpapi.Route
+	// Runnables are the module's long-lived parts.
+	Runnables []Runnable
+}
+
+// Service is a gRPC service and the permission each of its methods needs.
+type Service struct {
+	Desc *grpc.ServiceDesc
+	Impl any
+	// Permissions maps each method's name, as in the .proto ("Heartbeat"),
+	// to the permission a caller needs. Every method of Desc must be here.
+	Permissions map[string]acl.Permission
+}
+
+// Runnable is a long-lived part: Start blocks until ctx ends (then it
+// stops and returns nil) or the part fails. A runnable that takes time to
+// come up may also have Ready() <-chan struct{}; the server waits for it
+// before it starts the next.
+type Runnable struct {
+	Name string
+	Run  interface {
+		Start(ctx context.Context) error
+	}
+}

@@ -1,0 +1,42 @@
+package orchestratormodule
+
+import (
+	"context"
+
+	pbagent "trellis.dev/trellis/api/agent/v1"
+	"trellis.dev/trellis/internal/orchestrator/assignments"
+	"trellis.dev/trellis/internal/orchestrator/heartbeat"
+)
+
+// agentService is the public AgentService: heartbeats and the per-instance
+// task streams, each served by its own part. ForwardHeartbeats is not
+// among them: it takes batches on other servers' word, so it is served
+// only on the server-to-server port (forwardedHeartbeats).
+type agentService struct {
+	pbagent.UnimplementedAgentServiceServer
+	heartbeats  *heartbeat.Service
+	assignments *assignments.Hub
+}
+
+func (a agentService) Heartbeat(ctx context.Context, req *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error) {
+	return a.heartbeats.Heartbeat(ctx, req)
+}
+
+func (a agentService) HeartbeatStream(stream pbagent.AgentService_HeartbeatStreamServer) error {
+	return a.heartbeats.HeartbeatStream(stream)
+}
+
+func (a agentService) WatchTasks(req *pbagent.WatchTasksRequest, stream pbagent.AgentService_WatchTasksServer) error {
+	return a.assignments.WatchTasks(req, stream)
+}
+
+// forwardedHeartbeats is the AgentService of the server-to-server port:
+// only the batches followers forward to the leader.
+type forwardedHeartbeats struct {
+	pbagent.UnimplementedAgentServiceServer
+	heartbeats *heartbeat.Service
+}
+
+func (f forwardedHeartbeats) ForwardHeartbeats(ctx context.Context, req *pbagent.ForwardHeartbeatsRequest) (*pbagent.ForwardHeartbeatsResponse, error) {
+	return f.heartbeats.ForwardHeartbeats(ctx, req)
+}

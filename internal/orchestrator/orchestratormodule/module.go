@@ -1,0 +1,113 @@
+// Package orchestratormodule is the orchestrator as a module of the server
+// (internal/module): its types, the instance and task controllers, the
+// heartbeat tracker and forwarder, the assignments hub, and the
+// AgentService that agents call, with the permission of each method.
+package orchestratormodule
+
+import (
+	"errors"
+	"time"
+
+	pbagent "trellis.dev/trellis/api/agent/v1"
+	"trellis.dev/trellis/internal/acl"
+	"trellis.dev/trellis/internal/module"
+	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/orchestrator/assignments"
+	"trellis.dev/trellis/internal/orchestrator/controllers"
+	"trellis.dev/trellis/internal/orchestrator/heartbeat"
+	"trellis.dev/trellis/internal/resource"
+)
+
+// Config configures the orchestrator's module.
+type Config struct {
+	// HeartbeatTTL: an instance whose agent is silent this long is marked
+	// down (heartbeat.DefaultTTL, 10 s, when zero; at least
+	// heartbeat.MinTTL).
+	HeartbeatTTL time.Duration
+}
+
+// New returns the orchestrator's module.
+func New(cfg Config) module.Module { return orchestratorModule{cfg: cfg} }
+
+type orchestratorModule struct{ cfg Config }
+
+func (orchestratorModule) Name() string { return "orchestrator" }
+
+func (orchestratorModule) Register(r *resource.Registry) { orchestrator.Register(r) }
+
+// agentPermissions is what each AgentService method needs. The agent's own
+// calls need agent; ForwardHeartbeats takes batches on another server's
+// word, so it needs server, and is served on the server-to-server port
+// only.
+var agentPermissions = map[string]acl.Permission{
+	"Heartbeat":         acl.Agent,
+	"HeartbeatStream":   acl.Agent,
+	"WatchTasks":        acl.Agent,
+	"ForwardHeartbeats": acl.Server,
+}
+
+// Setup builds the orchestrator's server side: the AgentService on the
+// public gRPC server (its ForwardHeartbeats on the server-to-server one),
+// the heartbeat tracker (active while this server leads) and the instance
+// and task controllers.
+func (m orchestratorModule) Setup(d module.Deps) (module.Parts, error) {
+	if d.Leadership == nil {
+		return module.Parts{}, errors.New("needs a backend that knows whether this server leads")
+	}
+	tracker, err := heartbeat.NewTracker(heartbeat.Config{
+		TTL:        m.cfg.HeartbeatTTL,
+		Instances:  d.API,
+		Leadership: d.Leadership(),
+		Registerer: d.Metrics,
+		Logger:     d.Logger.With("component", "heartbeat"),
+	})
+	if err != nil {
+		return module.Parts{}, err
+	}
+	// A follower forwards heartbeats over the Raft backend's pooled
+	// connection to the leader's server-to-server port; in memory this
+	// server always leads (LeaderConn is nil).
+	svc, err := heartbeat.NewService(heartbeat.ServiceConfig{
+		Tracker:       tracker,
+		LeaderConn:    d.Cluster.LeaderConn,
+		LeaderChanged: d.Cluster.LeaderChanged,
+		Self:          advertisedPublic(d.Cluster.GRPCAddr, d.Cluster.ServerAddr),
+	})
+	if err != nil {
+		return module.Parts{}, err
+	}
+	hub := assignments.NewHub(d.API, d.Logger.With("component", "assignments"))
+	if d.Cluster.LeaderIndex != nil {
+		hub.SetClusterIndex(d.Cluster.LeaderIndex)
+	}
+	ctls, err := controllers.Controllers(controllers.Config{
+		API:     d.API,
+		Tracker: tracker,
+		Cache:   d.Cache,
+		Logger:  d.Logger.With("component", "orchestrator"),
+	})
+	if err != nil {
+		return module.Parts{}, err
+	}
+	return module.Parts{
+		Controllers: ctls,
+		PublicServices: []module.Service{{
+			Desc: &pbagent.AgentService_ServiceDesc, Impl: agentService{heartbeats: svc, assignments: hub},
+			Permissions: agentPermissions,
+		}},
+		ServerServices: []module.Service{{
+			Desc: &pbagent.AgentService_ServiceDesc, Impl: forwardedHeartbeats{heartbeats: svc},
+			Permissions: agentPermissions,
+		}},
+		Runnables: []module.Runnable{
+			{Name: "heartbeats", Run: tracker},
+			// The forwarder starts after the gRPC servers and stops before
+			// them (runnables stop in reverse): a heartbeat arriving once
+			// it has stopped is answered Unavailable at once, and one in a
+			// batch under way gets its answer, or Unavailable when the
+			// call is cut short.
+			{Name: "heartbeat-forwarder", Run: svc},
+			{Name: "assignments", Run: hub},
+		},
+	}, nil
+}

@@ -1,0 +1,167 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"trellis.dev/trellis/internal/core"
+	"trellis.dev/trellis/internal/httpapi"
+	"trellis.dev/trellis/internal/module"
+	"trellis.dev/trellis/internal/orchestrator/orchestratormodule"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/scheduler"
+)
+
+// DefaultModules are the domains a server serves unless its Config names
+// others: the core (namespaces), the orchestrator and the daemon
+// scheduler. This list is the one place a domain is added.
+func DefaultModules() []module.Module { return defaultModules(0) }
+
+// defaultModules is DefaultModules with the orchestrator's heartbeat TTL
+// (Config.HeartbeatTTL).
+func defaultModules(heartbeatTTL time.Duration) []module.Module {
+	return []module.Module{
+		core.Module(),
+		orchestratormodule.New(orchestratormodule.Config{HeartbeatTTL: heartbeatTTL}),
+		schedulerTypes{},
+	}
+}
+
+// schedulerTypes registers the scheduler's types; the server wires the
+// rest of it by hand (addScheduler) until it has a module of its own.
+type schedulerTypes struct{}
+
+func (schedulerTypes) Name() string                            { return "scheduler" }
+func (schedulerTypes) Register(r *resource.Registry)           { scheduler.Register(r) }
+func (schedulerTypes) Setup(module.Deps) (module.Parts, error) { return module.Parts{}, nil }
+
+// Types returns a registry of the types of the default modules. The CLI
+// uses it to check a spec file against the same types and hooks as the
+// server before it sends anything.
+func Types() *resource.Registry {
+	r, err := registryOf(DefaultModules())
+	if err != nil {
+		panic(err) // the default modules are this package's own list
+	}
+	return r
+}
+
+// registryOf registers the types of every module in a new registry,
+// refusing modules without a name of their own and types registered twice
+// (which the registry answers with a panic).
+func registryOf(mods []module.Module) (_ *resource.Registry, err error) {
+	seen := map[string]bool{}
+	for _, m := range mods {
+		if name := m.Name(); name == "" || seen[name] {
+			return nil, fmt.Errorf("%w: module %q: every module needs a name of its own", ErrConfig, name)
+		}
+		seen[m.Name()] = true
+	}
+	r := resource.NewRegistry()
+	for _, m := range mods {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("%w: module %s: %v", ErrConfig, m.Name(), p)
+				}
+			}()
+			m.Register(r)
+		}()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// setupModules builds each module's parts, in the order of the list, and
+// wires them into the server: controllers, gRPC services (with their
+// methods' permissions added to the table the interceptors read),
+// runnables; it returns the HTTP routes, for the handler. A module that
+// fails, or whose parts declare no permission for a route or a method,
+// fails the server before anything is served.
+func (s *Server) setupModules(mods []module.Module) ([]httpapi.Route, error) {
+	var routes []httpapi.Route
+	for _, m := range mods {
+		name := m.Name()
+		parts, err := m.Setup(s.moduleDeps())
+		if err == nil {
+			err = parts.Check()
+		}
+		if err == nil {
+			err = s.addServices(parts)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("module %s: %w", name, err)
+		}
+		for _, c := range parts.Controllers {
+			s.AddController(c)
+		}
+		for _, r := range parts.Runnables {
+			s.Add(r.Name, r.Run)
+		}
+		routes = append(routes, parts.Routes...)
+	}
+	return routes, nil
+}
+
+// moduleDeps is what a module may use of this server.
+func (s *Server) moduleDeps() module.Deps {
+	d := module.Deps{
+		API:      s.api,
+		Registry: s.registry,
+		Cache:    s.ControllerCache(),
+		Logger:   s.log,
+		Metrics:  s.metrics,
+		Cluster:  module.Cluster{GRPCAddr: s.GRPCAddr(), ServerAddr: s.ServerAddr()},
+	}
+	if s.leadership != nil {
+		d.Leadership = s.leadership.Subscribe
+	}
+	if s.raft != nil {
+		b := s.raft.Backend()
+		d.Cluster.LeaderConn = b.LeaderConn
+		d.Cluster.LeaderChanged = b.Changed
+		d.Cluster.LeaderIndex = b.LeaderIndex
+	}
+	return d
+}
+
+// errDuplicateService refuses a second registration of a gRPC service on
+// one server, which grpc.Server would answer with a panic.
+var errDuplicateService = errors.New("is registered twice on one port")
+
+// addServices registers a module's gRPC services: the public ones on the
+// public port, the server ones on the server-to-server port (a server in
+// memory has none, and serves none of them), after their permissions
+// join the table.
+func (s *Server) addServices(p module.Parts) error {
+	for _, on := range []struct {
+		list   []module.Service
+		server *grpc.Server
+	}{
+		{p.PublicServices, s.grpc},
+		{p.ServerServices, s.serverGRPC},
+	} {
+		if on.server == nil {
+			continue
+		}
+		for _, svc := range on.list {
+			if _, ok := on.server.GetServiceInfo()[svc.Desc.ServiceName]; ok {
+				return fmt.Errorf("gRPC service %s %w", svc.Desc.ServiceName, errDuplicateService)
+			}
+			perms, err := svc.FullPermissions()
+			if err != nil {
+				return err
+			}
+			if err := s.authz.add(perms); err != nil {
+				return err
+			}
+			on.server.RegisterService(svc.Desc, svc.Impl)
+		}
+	}
+	return nil
+}
