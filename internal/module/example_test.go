@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"strings"
+	"testing"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -78,4 +81,29 @@ func greet(api resource.API) controller.Reconciler {
 		}
 		return err
 	})
+}
+
+// docs/architecture.md quotes greeter as its example of a domain: the
+// quote must stay the code this file compiles and runs.
+func TestArchitectureDocQuotesTheExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "## Adding a domain")
+	if !ok {
+		t.Fatal(`docs/architecture.md has no "## Adding a domain"`)
+	}
+	_, rest, ok = strings.Cut(rest, "```go\n")
+	quote, _, closed := strings.Cut(rest, "```")
+	if !ok || !closed {
+		t.Fatal(`"Adding a domain" quotes no Go code`)
+	}
+	if !strings.Contains(string(src), quote) {
+		t.Errorf("the quote in docs/architecture.md is not in example_test.go:\n%s", quote)
+	}
 }
