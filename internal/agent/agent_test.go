@@ -19,6 +19,7 @@ import (
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/agent/tasks"
 	"trellis.dev/trellis/internal/driver"
 	"trellis.dev/trellis/internal/orchestrator"
 )
@@ -163,7 +164,7 @@ func TestAssignmentsArriveByWatch(t *testing.T) {
 	// Desired STOPPED stops it.
 	srv.editTask(t, "default", "t1", func(tk *pborch.Task) { tk.DesiredStatus = orchestrator.StatusStopped })
 	tk = srv.waitTask(t, "default", "t1", "stops", lastStatus(orchestrator.StatusStopped))
-	if tk.GetStopReason() != reasonDesiredStopped || tk.GetStoppedAt() == nil {
+	if tk.GetStopReason() != tasks.ReasonDesiredStopped || tk.GetStoppedAt() == nil {
 		t.Errorf("stop reason %q stopped_at %v", tk.GetStopReason(), tk.GetStoppedAt())
 	}
 	if c := tk.GetContainers(); c[0].GetStatus() != orchestrator.StatusStopped || c[0].GetExitCode() != 128+int32(syscall.SIGTERM) {
@@ -214,7 +215,7 @@ func TestReportsAreBatchedAndMergedOnConflict(t *testing.T) {
 	}
 	eventually(t, "the first report is held", func() bool { return counts.held.Load() == 1 })
 	eventually(t, "every task runs on the agent", func() bool {
-		return a.countTasks(func(e *task) bool { return e.snap.Status == orchestrator.StatusRunning }) == n
+		return a.countTasks(func(e tasks.TaskView) bool { return e.Status == orchestrator.StatusRunning }) == n
 	})
 
 	// Meanwhile someone labels every task: the held batch is stale now.
@@ -227,7 +228,7 @@ func TestReportsAreBatchedAndMergedOnConflict(t *testing.T) {
 		}
 	}
 	eventually(t, "the agent has seen the labels", func() bool {
-		return a.countTasks(func(e *task) bool { return e.res.GetMetadata()["team"] == "blue" }) == n
+		return a.countTasks(func(e tasks.TaskView) bool { return e.Metadata["team"] == "blue" }) == n
 	})
 	counts.release()
 
@@ -248,11 +249,9 @@ func TestReportsAreBatchedAndMergedOnConflict(t *testing.T) {
 	}
 }
 
-func (a *Agent) countTasks(cond func(*task) bool) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+func (a *Agent) countTasks(cond func(tasks.TaskView) bool) int {
 	n := 0
-	for _, e := range a.tasks {
+	for _, e := range a.tasks.Tasks() {
 		if cond(e) {
 			n++
 		}
@@ -314,12 +313,14 @@ func TestKilledAgentLosesNoReport(t *testing.T) {
 	// reaches the store.
 	counts.hold()
 	uid := res.GetId().GetUid()
-	if err := os.WriteFile(filepath.Join(taskDir(cfg.DataDir, uid), "go"), nil, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(tasks.TaskDir(cfg.DataDir, uid), "go"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the stop is saved locally", func() bool {
-		b, err := os.ReadFile(stateDir{cfg.DataDir}.recordPath(uid))
-		var r record
+		b, err := os.ReadFile(tasks.RecordPath(cfg.DataDir, uid))
+		var r struct {
+			Done bool `json:"done"`
+		}
 		return err == nil && json.Unmarshal(b, &r) == nil && r.Done
 	})
 	eventually(t, "a report is held", func() bool { return counts.held.Load() == 1 })
@@ -391,21 +392,13 @@ func TestLostTasksAreReadoptedAfterRepairsRanOut(t *testing.T) {
 			tk.LastStatus, tk.StopReason = orchestrator.StatusLost, "instance down"
 		})
 	}
-	for range maxRepairs {
+	for range tasks.MaxRepairs {
 		lose()
 		srv.waitTask(t, "default", "t1", "is re-adopted", lastStatus(orchestrator.StatusRunning))
 	}
 	lose()
 	eventually(t, "the agent has seen the task lost once more", func() bool {
-		n := 0
-		a.mu.Lock()
-		for _, e := range a.tasks {
-			if e.stored.GetLastStatus() == orchestrator.StatusLost {
-				n++
-			}
-		}
-		a.mu.Unlock()
-		return n == 1
+		return a.countTasks(func(e tasks.TaskView) bool { return e.StoredStatus == orchestrator.StatusLost }) == 1
 	})
 
 	// The servers forget the session, as when they marked the instance
@@ -458,7 +451,7 @@ func TestMetadataEndpoint(t *testing.T) {
 	srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
 
 	// The task reads the URI from its environment.
-	uri := readFileEventually(t, filepath.Join(taskDir(cfg.DataDir, res.GetId().GetUid()), "uri"))
+	uri := readFileEventually(t, filepath.Join(tasks.TaskDir(cfg.DataDir, res.GetId().GetUid()), "uri"))
 	if !strings.HasPrefix(uri, "http://"+a.HTTPAddr()+"/v1/metadata/") {
 		t.Fatalf("TRELLIS_TASK_METADATA_URI = %q", uri)
 	}
@@ -552,7 +545,7 @@ func TestLeave(t *testing.T) {
 	}
 	for _, name := range []string{"t1", "t2"} {
 		tk := srv.waitTask(t, "default", name, "stops", lastStatus(orchestrator.StatusStopped))
-		if tk.GetStopReason() != reasonLeaving {
+		if tk.GetStopReason() != tasks.ReasonLeaving {
 			t.Errorf("%s: stop reason %q", name, tk.GetStopReason())
 		}
 	}
@@ -686,5 +679,5 @@ func TestViewIndexCoversOwnReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the agent's view covers its report", func() bool { return a.viewIndex.Load() >= stored })
+	eventually(t, "the agent's view covers its report", func() bool { return a.session.ViewIndex() >= stored })
 }

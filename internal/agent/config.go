@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"trellis.dev/trellis/internal/agent/session"
 	"trellis.dev/trellis/internal/driver"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
@@ -23,9 +24,6 @@ const (
 	DefaultReportDelay = 10 * time.Millisecond
 	DefaultBackoffMin  = 100 * time.Millisecond
 	DefaultBackoffMax  = 10 * time.Second
-	// DefaultTTL is the heartbeat TTL assumed until a server says: the
-	// first heartbeat goes out at once anyway.
-	DefaultTTL = 10 * time.Second
 	// DefaultRPCTimeout bounds each unary call to a server, so that a server
 	// that stopped answering (not refusing) is given up on.
 	DefaultRPCTimeout = 10 * time.Second
@@ -89,12 +87,6 @@ type Config struct {
 	TLS *tls.Config
 }
 
-// Clock is the agent's time source.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
 // SystemClock is the real clock.
 type SystemClock struct{}
 
@@ -142,7 +134,7 @@ func (c Config) Validate() error {
 		if err := orchestrator.ValidateAttributeKey("-attribute", k); err != nil {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
-		if BuiltinAttribute(k) {
+		if session.BuiltinAttribute(k) {
 			return configError("-attribute", "%q is a built-in attribute, which the agent sets itself", k)
 		}
 		if len(v) > orchestrator.MaxAttributeValueLength {

@@ -5,13 +5,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"slices"
-	"sort"
-	"time"
 
 	"trellis.dev/trellis/internal/driver"
 	"trellis.dev/trellis/internal/httpapi/wire"
-	"trellis.dev/trellis/internal/orchestrator"
 )
 
 // The local API. It listens on loopback by default: its callers are the
@@ -36,72 +32,13 @@ func (a *Agent) handler() http.Handler {
 	return mux
 }
 
-// TaskMetadata is what a task reads at TRELLIS_TASK_METADATA_URI: its own
-// state and its containers', as the agent knows it now (fresher than the
-// store).
-type TaskMetadata struct {
-	Namespace      string `json:"namespace"`
-	Name           string `json:"name"`
-	UID            string `json:"uid"`
-	TaskDefinition string `json:"task_definition"`
-	Instance       string `json:"instance"`
-	// DesiredStatus is RUNNING or STOPPED; LastStatus PENDING, RUNNING or
-	// STOPPED.
-	DesiredStatus string            `json:"desired_status"`
-	LastStatus    string            `json:"last_status"`
-	Health        string            `json:"health"`
-	StopReason    string            `json:"stop_reason,omitempty"`
-	StartedAt     time.Time         `json:"started_at,omitzero"`
-	StoppingAt    time.Time         `json:"stopping_at,omitzero"`
-	StoppedAt     time.Time         `json:"stopped_at,omitzero"`
-	Containers    []ContainerStatus `json:"containers"`
-}
-
 func (a *Agent) serveMetadata(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	e := a.tokens[r.PathValue("token")]
-	var md TaskMetadata
-	if e != nil {
-		md = a.metadataLocked(e)
-	}
-	a.mu.Unlock()
-	if e == nil {
+	md, ok := a.tasks.Metadata(r.PathValue("token"))
+	if !ok {
 		writeError(w, http.StatusNotFound, wire.CodeNotFound, "no task has this metadata token")
 		return
 	}
 	writeJSON(w, http.StatusOK, md)
-}
-
-func (a *Agent) metadataLocked(e *task) TaskMetadata {
-	s := e.snap
-	md := TaskMetadata{
-		Namespace:      e.namespace,
-		Name:           e.name,
-		UID:            e.uid,
-		TaskDefinition: orchestrator.TaskDefinitionRef(e.def.GetFamily(), e.def.GetRevision()),
-		Instance:       a.cfg.Name,
-		DesiredStatus:  e.stored.GetDesiredStatus(),
-		LastStatus:     s.Status,
-		Health:         s.Health,
-		StopReason:     s.StopReason,
-		StartedAt:      s.StartedAt,
-		StoppingAt:     s.StoppingAt,
-		StoppedAt:      s.StoppedAt,
-		Containers:     slices.Clone(s.Containers),
-	}
-	if md.LastStatus == "" {
-		md.LastStatus = orchestrator.StatusPending
-	}
-	if md.Health == "" {
-		md.Health = orchestrator.HealthUnknown
-	}
-	if e.stopReason != "" || e.deleted {
-		md.DesiredStatus = orchestrator.StatusStopped
-	}
-	if md.Containers == nil {
-		md.Containers = []ContainerStatus{}
-	}
-	return md
 }
 
 func (a *Agent) serveLogs(w http.ResponseWriter, r *http.Request) {
@@ -125,26 +62,9 @@ func (a *Agent) serveLogs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidArgument, "follow: give 1 or 0")
 		return
 	}
-	a.mu.Lock()
-	e := a.byName[key]
-	var runner TaskRunner
-	known := false
-	if e != nil {
-		runner = e.runner
-		for _, c := range e.def.GetContainers() {
-			known = known || c.GetName() == container
-		}
-	}
-	a.mu.Unlock()
-	switch {
-	case e == nil:
-		writeError(w, http.StatusNotFound, wire.CodeNotFound, "task "+key+" is not on instance "+a.cfg.Name+" (or stopped long ago)")
-		return
-	case runner == nil:
-		writeError(w, http.StatusNotFound, wire.CodeNotFound, "task "+key+" has not started on instance "+a.cfg.Name)
-		return
-	case !known:
-		writeError(w, http.StatusNotFound, wire.CodeNotFound, "task "+key+" has no container "+container)
+	runner, err := a.tasks.LogRunner(r.PathValue("namespace"), r.PathValue("name"), container)
+	if err != nil {
+		writeError(w, http.StatusNotFound, wire.CodeNotFound, err.Error())
 		return
 	}
 	rc, err := runner.Logs(r.Context(), container, stream, follow)
@@ -207,21 +127,13 @@ type SelfTask struct {
 }
 
 func (a *Agent) serveSelf(w http.ResponseWriter, _ *http.Request) {
-	a.mu.Lock()
 	s := Self{
-		Name: a.cfg.Name, Cluster: a.cfg.Cluster, Address: a.address, Session: a.session,
-		Server: a.Server(), Leaving: a.leaving, Tasks: []SelfTask{},
+		Name: a.cfg.Name, Cluster: a.cfg.Cluster, Address: a.address, Session: a.Session(),
+		Server: a.Server(), Leaving: a.tasks.Leaving(), Tasks: []SelfTask{},
 	}
-	for _, e := range a.tasks {
-		s.Tasks = append(s.Tasks, SelfTask{Namespace: e.namespace, Name: e.name, UID: e.uid, Phase: e.phase.String(), Status: e.snap.Status})
+	for _, t := range a.tasks.Tasks() {
+		s.Tasks = append(s.Tasks, SelfTask{Namespace: t.Namespace, Name: t.Name, UID: t.UID, Phase: t.Phase, Status: t.Status})
 	}
-	a.mu.Unlock()
-	sort.Slice(s.Tasks, func(i, j int) bool {
-		if s.Tasks[i].Namespace != s.Tasks[j].Namespace {
-			return s.Tasks[i].Namespace < s.Tasks[j].Namespace
-		}
-		return s.Tasks[i].Name < s.Tasks[j].Name
-	})
 	writeJSON(w, http.StatusOK, s)
 }
 

@@ -170,12 +170,50 @@ func (h *Handler) batch(w http.ResponseWriter, r *http.Request) error {
 		}
 		resources[i] = res
 	}
-	resp, err := h.api.WriteBatch(r.Context(), &pbresource.WriteBatchRequest{Resources: resources})
+	compares := make([]*pbresource.Compare, len(body.Compares))
+	for i, c := range body.Compares {
+		pc, err := h.fromCompare(c, fmt.Sprintf("compares[%d]", i))
+		if err != nil {
+			return err
+		}
+		compares[i] = pc
+	}
+	resp, err := h.api.WriteBatch(r.Context(), &pbresource.WriteBatchRequest{Resources: resources, Compares: compares})
 	if err != nil {
 		return err
 	}
 	h.writeList(w, resp.GetResources())
 	return nil
+}
+
+// compareOps maps the wire's compare ops to the API's.
+var compareOps = map[string]pbresource.Compare_Op{
+	wire.CompareVersion:      pbresource.Compare_OP_VERSION,
+	wire.CompareAbsent:       pbresource.Compare_OP_ABSENT,
+	wire.CompareExists:       pbresource.Compare_OP_EXISTS,
+	wire.CompareNothingNewer: pbresource.Compare_OP_NOTHING_NEWER,
+}
+
+// fromCompare converts one compare of a batch, naming it by path in
+// errors; the resource service checks the rest.
+func (h *Handler) fromCompare(c wire.Compare, path string) (*pbresource.Compare, error) {
+	op, ok := compareOps[c.Op]
+	if !ok {
+		return nil, inputError(path+".op", "%q is not a compare: give version, absent, exists or nothing_newer", c.Op)
+	}
+	t, err := wire.ParseType(c.Type)
+	if err != nil {
+		return nil, inputError(path+".type", "%q is not group/version/kind (for example core/v1/Namespace)", c.Type)
+	}
+	typ, regn, err := resolveType(h.reg, typeFromWire(t), path+".type")
+	if err != nil {
+		return nil, err
+	}
+	ten, err := tenancyFor(regn, c.Namespace, false, path+".namespace")
+	if err != nil {
+		return nil, err
+	}
+	return &pbresource.Compare{Op: op, Id: &pbresource.ID{Type: typ, Tenancy: ten, Name: c.Name, Uid: c.UID}, Version: c.Version}, nil
 }
 
 // writeList answers with resources in the list shape that list and batch

@@ -196,6 +196,9 @@ func TestBadInput(t *testing.T) {
 		{"batch member without type", "PUT", "/v1/batch", `{"resources":[{"name":"a"}]}`, "resources[0].type:", ""},
 		{"batch member bad data", "PUT", "/v1/batch", `{"resources":[{"type":"core/v1/Namespace","name":"a"},{"type":"core/v1/Namespace","name":"b","data":{"nope":1}}]}`, "resources[1].data:", `"nope"`},
 		{"batch member bad name", "PUT", "/v1/batch", `{"resources":[{"type":"core/v1/Namespace","name":"B!"}]}`, "resources[0].id.name:", ""},
+		{"batch compare bad op", "PUT", "/v1/batch", `{"resources":[{"type":"core/v1/Namespace","name":"a"}],"compares":[{"op":"same","type":"core/v1/Namespace","name":"b"}]}`, "compares[0].op:", `"same"`},
+		{"batch compare bad type", "PUT", "/v1/batch", `{"resources":[{"type":"core/v1/Namespace","name":"a"}],"compares":[{"op":"absent","type":"core/Namespace","name":"b"}]}`, "compares[0].type:", ""},
+		{"batch compare without version", "PUT", "/v1/batch", `{"resources":[{"type":"core/v1/Namespace","name":"a"}],"compares":[{"op":"version","type":"core/v1/Namespace","name":"b"}]}`, "compares[0].version:", "required"},
 		// A lone surrogate escape: named with its offset, not "unexpected
 		// EOF" from deep in the data's decoder, nor silently replaced.
 		{"lone high surrogate in data", "PUT", nsPath + "a", `{"data":{"description":"\ud800"}}`, "body:",
@@ -305,6 +308,34 @@ func TestBatch(t *testing.T) {
 		t.Fatalf("stale batch: %+v", er)
 	}
 	mustStatus(t, e.do(http.MethodGet, nsPath+"staging", ""), http.StatusNotFound)
+
+	// Compares: written only while prod is at the version read and no
+	// namespace is called staging; a failed one is a conflict naming it.
+	prod := out.Resources[0].Version
+	r = e.do(http.MethodPut, "/v1/batch", `{"resources":[{"type":"test/v1/Probe","name":"q"}],"compares":[
+		{"op":"version","type":"core/v1/Namespace","name":"prod","version":"`+prod+`"},
+		{"op":"absent","type":"core/v1/Namespace","name":"staging"},
+		{"op":"nothing_newer","type":"core/v1/Namespace","version":"`+prod+`"}]}`)
+	mustStatus(t, r, http.StatusOK)
+	r = e.do(http.MethodPut, "/v1/batch", `{"resources":[{"type":"test/v1/Probe","name":"s"}],"compares":[
+		{"op":"exists","type":"core/v1/Namespace","name":"prod"},
+		{"op":"exists","type":"core/v1/Namespace","name":"staging"}]}`)
+	mustStatus(t, r, http.StatusConflict)
+	if er := r.apiError(t); er.Code != wire.CodeConflict || !strings.HasPrefix(er.Error, "compares[1]: conflict") {
+		t.Fatalf("failed compare: %+v", er)
+	}
+	mustStatus(t, e.do(http.MethodGet, "/v1/resources/test/v1/Probe/s", ""), http.StatusNotFound)
+
+	// An owner and what it owns, in one batch: the owned names the owner
+	// without its uid.
+	r = e.do(http.MethodPut, "/v1/batch", `{"resources":[
+		{"type":"test/v1/Probe","name":"child","owner":{"name":"parent","type":{"group":"test","group_version":"v1","kind":"Probe"},"tenancy":{"namespace":"default"}}},
+		{"type":"test/v1/Probe","name":"parent"}]}`)
+	mustStatus(t, r, http.StatusOK)
+	r.json(t, &out)
+	if out.Resources[0].Owner == nil || out.Resources[0].Owner.UID == "" || out.Resources[0].Owner.UID != out.Resources[1].ID.UID {
+		t.Fatalf("owner and owned in one batch: %s", r.body)
+	}
 }
 
 func TestRouting(t *testing.T) {

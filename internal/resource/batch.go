@@ -9,13 +9,18 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 )
 
 // WriteBatch writes several resources atomically: all of them or none.
 // Every member is validated and authorized as a Write would be, and a
 // refusal names the member ("resources[3].id.name: ..."). Members that
 // carry a version are CAS writes; the others are upserts. Members identical
-// to what is stored are not written and come back as stored.
+// to what is stored are not written and come back as stored. Its compares
+// are checked in the same atomic step (a failed one is named:
+// "compares[1]: ..."), each authorized as a read of what it looks at. A
+// member may name as its owner another member, without the uid, which the
+// batch gives it: an owner and what it owns are created together.
 func (s *Service) WriteBatch(ctx context.Context, req *pbresource.WriteBatchRequest) (*pbresource.WriteBatchResponse, error) {
 	return answers{s, true}.WriteBatch(ctx, req)
 }
@@ -28,8 +33,12 @@ func (s *Service) writeBatch(ctx context.Context, req *pbresource.WriteBatchRequ
 	if err := checkBatchSize(req.GetResources()); err != nil {
 		return nil, err
 	}
+	compares, err := s.prepareCompares(a, req.GetCompares())
+	if err != nil {
+		return nil, err
+	}
 	cands := make([]*candidate, len(req.GetResources()))
-	ids := make([]*pbresource.ID, len(cands))
+	idList := make([]*pbresource.ID, len(cands))
 	first := make(map[slotKey]int, len(cands))
 	for i, in := range req.GetResources() {
 		c, err := s.prepare(i, in)
@@ -44,12 +53,15 @@ func (s *Service) writeBatch(ctx context.Context, req *pbresource.WriteBatchRequ
 		if err := s.authorizeWrite(a, c.reg, c.res); err != nil {
 			return nil, withPrefix(memberField(i), err)
 		}
-		cands[i], ids[i] = c, c.res.GetId()
+		cands[i], idList[i] = c, c.res.GetId()
 	}
-	if err := s.checkNamespaces(ctx, ids, memberField); err != nil {
+	if err := linkOwners(cands, first); err != nil {
 		return nil, err
 	}
-	return s.applyWrites(ctx, cands, true)
+	if err := s.checkNamespaces(ctx, outsideCreatedNamespaces(idList), memberField); err != nil {
+		return nil, err
+	}
+	return s.applyWrites(ctx, cands, true, compares)
 }
 
 func memberField(i int) string { return "resources[" + strconv.Itoa(i) + "]" }
@@ -81,4 +93,105 @@ func checkBatchSize(members []*pbresource.Resource) error {
 		return status.Errorf(codes.ResourceExhausted, "resources: the batch is %d bytes encoded, over the limit of %d bytes; split it", total, MaxBatchSize)
 	}
 	return nil
+}
+
+// linkOwners finds, for each candidate whose owner the batch also writes,
+// that member (candidate.owner). An owner named without its uid must be
+// one: the batch gives it its uid, the new one when the batch creates it.
+func linkOwners(cands []*candidate, members map[slotKey]int) error {
+	for i, c := range cands {
+		owner := c.res.GetOwner()
+		if owner == nil {
+			continue
+		}
+		j, ok := members[nameKey(owner)]
+		if !ok && c.ownerUID == "" {
+			return NewFieldError(memberField(i)+".owner.uid", "is required: an owner is one incarnation of a resource, named by its uid; only an owner written in the same batch may be named without it")
+		}
+		if ok {
+			c.owner = j
+		}
+	}
+	return nil
+}
+
+// planOrder orders the candidates so that an owner the batch writes, and
+// that its owned members name without a uid, is planned before them: its
+// plan gives them the uid. Owners that form a cycle that way are refused.
+func planOrder(cands []*candidate) ([]int, error) {
+	order := make([]int, 0, len(cands))
+	state := make([]byte, len(cands)) // 0 unvisited, 1 being visited, 2 placed
+	var visit func(i int) error
+	visit = func(i int) error {
+		switch state[i] {
+		case 2:
+			return nil
+		case 1:
+			return NewFieldError(memberField(i)+".owner", "the members of the batch own one another in a cycle without their uids; name the owner's uid")
+		}
+		state[i] = 1
+		if c := cands[i]; c.owner >= 0 && c.ownerUID == "" {
+			if err := visit(c.owner); err != nil {
+				return err
+			}
+		}
+		state[i] = 2
+		order = append(order, i)
+		return nil
+	}
+	for i := range cands {
+		if err := visit(i); err != nil {
+			return nil, err
+		}
+	}
+	return order, nil
+}
+
+// takeOwnerUID sets the uid of a candidate's owner when the batch writes
+// that owner (plans holds its plan already): the uid the owner has once
+// the batch is applied. An owner named with another uid is refused: the
+// batch would leave this member owned by an incarnation that is gone.
+func (c *candidate) takeOwnerUID(plans []writePlan) error {
+	if c.owner < 0 {
+		return nil
+	}
+	p := plans[c.owner]
+	uid := p.write.GetId().GetUid()
+	if p.write == nil {
+		uid = p.stored.GetId().GetUid()
+	}
+	if uid == "" {
+		// Its plan is not made yet: an owner named with its uid, planned
+		// after this member. The uid given stands; a CAS on the owner
+		// catches a change.
+		return nil
+	}
+	if c.ownerUID != "" && c.ownerUID != uid {
+		return status.Errorf(codes.Aborted, "owner.uid: %s is not the uid of %s (member %s), which is %s once the batch is applied; re-read it and retry", c.ownerUID, ids.String(c.res.GetOwner()), memberField(c.owner), uid)
+	}
+	o := c.res.GetOwner()
+	c.res.Owner = &pbresource.ID{Type: o.GetType(), Tenancy: o.GetTenancy(), Name: o.GetName(), Uid: uid}
+	return nil
+}
+
+// outsideCreatedNamespaces is idList with nil in place of the ids in a
+// namespace the batch itself writes (creates, most likely): that one needs
+// not exist before.
+func outsideCreatedNamespaces(idList []*pbresource.ID) []*pbresource.ID {
+	written := make(map[string]bool)
+	for _, id := range idList {
+		if isNamespaceType(id.GetType()) {
+			written[id.GetName()] = true
+		}
+	}
+	if len(written) == 0 {
+		return idList
+	}
+	out := make([]*pbresource.ID, len(idList))
+	for i, id := range idList {
+		if !written[id.GetTenancy().GetNamespace()] {
+			out[i] = id
+		}
+	}
+	return out
 }

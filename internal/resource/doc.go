@@ -67,9 +67,18 @@
 // WriteBatch validates every member as Write does and applies all of them
 // in one Backend.WriteBatch: all or none. Its reads are per member but
 // eventual, so placing thousands of resources costs no round trip beyond
-// the batch itself. One weakness: a member identical to its stored copy is
-// confirmed by a strong read and left out of the batch, so it is checked
-// just before the batch is applied rather than atomically with it.
+// the batch itself. A member identical to its stored copy is confirmed by
+// a strong read and left out of the writes; when the batch writes
+// anything, a compare that the member is still at the version read goes
+// with it, so the whole answer is of one state.
+//
+// A batch may carry compares (pbresource.Compare, etcd's Txn compares):
+// a resource is at a version, a name is free, a resource exists, nothing
+// of a type in a namespace was written since a version. The backend checks
+// them in the same atomic step as the writes; each is authorized as a read
+// of what it looks at, and a failed one is named (compares[i], Aborted).
+// A member may name as its owner another member without the owner's uid:
+// the batch gives it the uid, the new one when it creates the owner.
 //
 // # Status
 //
@@ -115,10 +124,13 @@
 // # Tenancy
 //
 // DefaultNamespace always exists. Any other namespace must be stored as a
-// core/v1/Namespace before resources are written into it, and a Namespace
-// can be deleted only when no registered namespaced type has resources in
-// it. Neither check is atomic with the write it guards: a write racing the
-// deletion of its namespace can land in a namespace that is then gone.
+// core/v1/Namespace before resources are written into it (or be created
+// by the same batch), and a Namespace can be deleted only when no
+// registered namespaced type has resources in it. The first check goes
+// with the write, as a compare that the Namespace exists, so a write never
+// lands in a namespace deleted after it was checked. The second is not
+// atomic with the delete: a write applied between the emptiness check and
+// the delete leaves its resource in a namespace that is then gone.
 //
 // # ACLs
 //
@@ -133,7 +145,8 @@
 //
 // A resource may name an owner: one incarnation (uid included) of another
 // resource. The service does not delete owned resources when their owner
-// is deleted, and does not check that the owner exists when writing. The
+// is deleted, and does not check that the owner exists when writing (but
+// see WriteBatch: an owner may be created with what it owns). The
 // controller runtime's owner reaper does that: it deletes every resource
 // whose owner is no longer stored with that uid. So a resource written with
 // an owner that does not exist will be reaped.

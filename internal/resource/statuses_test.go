@@ -35,9 +35,9 @@ type countingBatches struct {
 	batches int
 }
 
-func (c *countingBatches) WriteBatch(ctx context.Context, res []*pbresource.Resource) ([]*pbresource.Resource, error) {
+func (c *countingBatches) WriteBatch(ctx context.Context, res []*pbresource.Resource, compares ...*pbresource.Compare) ([]*pbresource.Resource, error) {
 	c.batches++
-	return c.Backend.WriteBatch(ctx, res)
+	return c.Backend.WriteBatch(ctx, res, compares...)
 }
 
 // TestWriteStatuses: what a member meets in the store (its resource gone,

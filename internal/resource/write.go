@@ -28,6 +28,12 @@ type candidate struct {
 	// as the caller gave them.
 	res  *pbresource.Resource
 	data proto.Message
+	// owner is the batch member that is this one's owner, -1 when the
+	// owner is not written by the batch (see linkOwners); ownerUID is the
+	// owner's uid as the caller gave it, empty when it left it to the
+	// batch.
+	owner    int
+	ownerUID string
 }
 
 // field names the candidate in errors: "" for Write, "resources[3]" for
@@ -43,7 +49,7 @@ func (c *candidate) field() string {
 // Validate hooks and returns the candidate to write. It reads nothing.
 // member is the index of a batch member, -1 for a Write.
 func (s *Service) prepare(member int, in *pbresource.Resource) (*candidate, error) {
-	c, err := s.registry.prepareResource(in)
+	c, err := s.registry.prepareResource(in, member >= 0)
 	if err != nil {
 		if member < 0 {
 			return nil, err
@@ -61,11 +67,14 @@ func (s *Service) prepare(member int, in *pbresource.Resource) (*candidate, erro
 // refuse a bad spec file, naming the field, before it sends any of it; the
 // server still checks everything itself.
 func (r *Registry) Check(in *pbresource.Resource) error {
-	_, err := r.prepareResource(in)
+	_, err := r.prepareResource(in, false)
 	return err
 }
 
-func (r *Registry) prepareResource(in *pbresource.Resource) (*candidate, error) {
+// prepareResource is Check, returning the candidate. inBatch lets the
+// owner go without its uid, for an owner the same batch writes (which
+// linkOwners checks once every member is known).
+func (r *Registry) prepareResource(in *pbresource.Resource, inBatch bool) (*candidate, error) {
 	if in == nil {
 		return nil, NewFieldError("", "a resource is required")
 	}
@@ -79,7 +88,13 @@ func (r *Registry) prepareResource(in *pbresource.Resource) (*candidate, error) 
 		Metadata: maps.Clone(in.GetMetadata()),
 		Data:     in.GetData(),
 	}
-	if in.GetOwner() != nil {
+	switch {
+	case in.GetOwner() == nil:
+	case inBatch && in.GetOwner().GetUid() == "":
+		if res.Owner, _, err = r.checkID("owner", in.GetOwner()); err != nil {
+			return nil, err
+		}
+	default:
 		if res.Owner, err = r.checkOwner("owner", in.GetOwner()); err != nil {
 			return nil, err
 		}
@@ -123,7 +138,7 @@ func (r *Registry) prepareResource(in *pbresource.Resource) (*candidate, error) 
 	if err := checkSize(res); err != nil {
 		return nil, err
 	}
-	return &candidate{reg: reg, res: res, data: data}, nil
+	return &candidate{reg: reg, res: res, data: data, owner: -1, ownerUID: res.GetOwner().GetUid()}, nil
 }
 
 // checkContent validates the parts of a resource other than its id and
@@ -334,7 +349,7 @@ func (s *Service) write(ctx context.Context, req *pbresource.WriteRequest) (*pbr
 	if err := s.checkNamespaces(ctx, []*pbresource.ID{c.res.GetId()}, func(int) string { return "" }); err != nil {
 		return nil, err
 	}
-	out, err := s.applyWrites(ctx, []*candidate{c}, false)
+	out, err := s.applyWrites(ctx, []*candidate{c}, false, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +358,11 @@ func (s *Service) write(ctx context.Context, req *pbresource.WriteRequest) (*pbr
 
 // applyWrites plans every candidate against the stored resources and
 // writes the ones that change something, all in one CAS operation: a
-// WriteCAS for a single write, a WriteBatch for a batch.
+// WriteCAS for a single write, a WriteBatch for a batch or a write that
+// carries compares. compares are the caller's (a batch's); to them the
+// write adds its own, checked in the same step: the namespaces it writes
+// into exist, and, in a batch that writes, its unchanged members are still
+// as read.
 //
 // The first reads are eventual (local, no round trip to the leader): the
 // CAS on the stored version catches a stale read. A plan that would not
@@ -351,36 +370,62 @@ func (s *Service) write(ctx context.Context, req *pbresource.WriteRequest) (*pbr
 // strong read first, since no CAS would catch a stale read there. When the
 // CAS fails, every candidate is read again with strong consistency and
 // planned again; a candidate that carried a version then fails as stale,
-// one that did not is retried, at most maxWriteAttempts times.
-func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch bool) ([]*pbresource.Resource, error) {
+// one that did not is retried, at most maxWriteAttempts times. A compare
+// that failed is looked at again: the caller's fails the write, naming
+// it; a namespace that is gone fails it as the first check would have.
+func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch bool, compares []*pbresource.Compare) ([]*pbresource.Resource, error) {
+	order, err := planOrder(cands)
+	if err != nil {
+		return nil, err
+	}
+	idList := make([]*pbresource.ID, len(cands))
+	for i, c := range cands {
+		idList[i] = c.res.GetId()
+	}
+	nsChecks := namespaceCompares(idList)
 	results := make([]*pbresource.Resource, len(cands))
 	consistency := storage.EventualConsistency
 	for attempt := range maxWriteAttempts {
-		var (
-			writes  []*pbresource.Resource
-			members []int
-		)
-		for i, c := range cands {
+		plans := make([]writePlan, len(cands))
+		for _, i := range order {
+			c := cands[i]
+			if err := c.takeOwnerUID(plans); err != nil {
+				return nil, withPrefix(c.field(), err)
+			}
 			p, err := s.planWithRead(ctx, consistency, c)
 			if err != nil {
 				return nil, withPrefix(c.field(), err)
 			}
+			plans[i] = p
+		}
+		var (
+			writes  []*pbresource.Resource
+			members []int
+			checks  []*pbresource.Compare
+		)
+		for i, p := range plans {
 			if p.write == nil {
 				results[i] = p.stored
+				if batch {
+					checks = append(checks, &pbresource.Compare{Op: pbresource.Compare_OP_VERSION, Id: p.stored.GetId(), Version: p.stored.GetVersion()})
+				}
 				continue
 			}
 			writes = append(writes, p.write)
 			members = append(members, i)
 		}
-		if len(writes) == 0 {
+		switch {
+		case len(writes) == 0 && len(compares) == 0:
 			return results, nil
+		case len(writes) > 0:
+			checks = append(checks, nsChecks...)
 		}
-		var (
-			stored []*pbresource.Resource
-			err    error
-		)
-		if batch {
-			stored, err = s.backend.WriteBatch(ctx, writes)
+		// With nothing to write, the caller's compares still go to the
+		// backend: they must hold now, with the members as read.
+		checks = append(checks, compares...)
+		var stored []*pbresource.Resource
+		if batch || len(checks) > 0 {
+			stored, err = s.backend.WriteBatch(ctx, writes, checks...)
 		} else {
 			var one *pbresource.Resource
 			one, err = s.backend.WriteCAS(ctx, writes[0])
@@ -394,6 +439,11 @@ func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch boo
 		}
 		if !isConflict(err) {
 			return nil, err
+		}
+		if errors.Is(err, storage.ErrCompareFailed) {
+			if err := s.explainCompareFailure(ctx, compares, nsChecks); err != nil {
+				return nil, err
+			}
 		}
 		consistency = storage.StrongConsistency
 		if err := conflictPause(ctx, attempt); err != nil {

@@ -331,9 +331,9 @@ func (r *racer) WriteCAS(ctx context.Context, res *pbresource.Resource) (*pbreso
 	return r.Backend.WriteCAS(ctx, res)
 }
 
-func (r *racer) WriteBatch(ctx context.Context, res []*pbresource.Resource) ([]*pbresource.Resource, error) {
+func (r *racer) WriteBatch(ctx context.Context, res []*pbresource.Resource, compares ...*pbresource.Compare) ([]*pbresource.Resource, error) {
 	r.race()
-	return r.Backend.WriteBatch(ctx, res)
+	return r.Backend.WriteBatch(ctx, res, compares...)
 }
 
 func (r *racer) readCount(c storage.ReadConsistency) int {

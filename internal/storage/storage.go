@@ -48,6 +48,9 @@ var (
 	ErrIndexTooOld = errors.New("watch cannot resume from that index, its events are gone: re-list and watch again")
 	// ErrBatchConflict wraps the CAS failure of one member of a batch.
 	ErrBatchConflict = errors.New("batch refused")
+	// ErrCompareFailed: a compare member of a batch did not hold. Always
+	// wrapped together with ErrBatchConflict.
+	ErrCompareFailed = errors.New("compare failed")
 )
 
 // Backend is the storage contract. See the package comment for its rules.
@@ -67,7 +70,14 @@ type Backend interface {
 	// is checked before any is applied, and either all are stored or none
 	// (the error wraps ErrBatchConflict and names the member that failed).
 	// A batch may not name one resource twice.
-	WriteBatch(ctx context.Context, resources []*pbresource.Resource) ([]*pbresource.Resource, error)
+	//
+	// compares are members that only compare (see pbresource.Compare):
+	// they are checked in the same step, against the state before the
+	// writes, and store nothing. When one does not hold, nothing is
+	// written and the error wraps ErrBatchConflict and ErrCompareFailed
+	// and names it ("compare 1 (...)"). A batch of compares alone writes
+	// nothing and returns no resources.
+	WriteBatch(ctx context.Context, resources []*pbresource.Resource, compares ...*pbresource.Compare) ([]*pbresource.Resource, error)
 
 	// DeleteCAS deletes the resource when version matches the stored one
 	// (an empty version deletes whatever is stored). Deleting something that

@@ -127,6 +127,72 @@ func (WatchEvent_Op) EnumDescriptor() ([]byte, []int) {
 	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{6, 0}
 }
 
+type Compare_Op int32
+
+const (
+	Compare_OP_UNSPECIFIED Compare_Op = 0
+	// OP_VERSION: the resource named by id is stored at version (and, when
+	// id.uid is set, with that uid).
+	Compare_OP_VERSION Compare_Op = 1
+	// OP_ABSENT: nothing is stored under id's type, tenancy and name.
+	Compare_OP_ABSENT Compare_Op = 2
+	// OP_EXISTS: something is stored under id's type, tenancy and name (with
+	// id.uid when set), at any version.
+	Compare_OP_EXISTS Compare_Op = 3
+	// OP_NOTHING_NEWER: no resource of id.type in id.tenancy whose name
+	// begins with id.name (empty: every name) is stored at a version written
+	// after version. Versions are the store's write indexes, so a later
+	// write has a larger number; a List's largest version makes "nothing
+	// of the list was created or changed since I read it". Deletes do not
+	// count.
+	Compare_OP_NOTHING_NEWER Compare_Op = 4
+)
+
+// Enum value maps for Compare_Op.
+var (
+	Compare_Op_name = map[int32]string{
+		0: "OP_UNSPECIFIED",
+		1: "OP_VERSION",
+		2: "OP_ABSENT",
+		3: "OP_EXISTS",
+		4: "OP_NOTHING_NEWER",
+	}
+	Compare_Op_value = map[string]int32{
+		"OP_UNSPECIFIED":   0,
+		"OP_VERSION":       1,
+		"OP_ABSENT":        2,
+		"OP_EXISTS":        3,
+		"OP_NOTHING_NEWER": 4,
+	}
+)
+
+func (x Compare_Op) Enum() *Compare_Op {
+	p := new(Compare_Op)
+	*p = x
+	return p
+}
+
+func (x Compare_Op) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Compare_Op) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_resource_v1_resource_proto_enumTypes[2].Descriptor()
+}
+
+func (Compare_Op) Type() protoreflect.EnumType {
+	return &file_api_resource_v1_resource_proto_enumTypes[2]
+}
+
+func (x Compare_Op) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Compare_Op.Descriptor instead.
+func (Compare_Op) EnumDescriptor() ([]byte, []int) {
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{12, 0}
+}
+
 // Type names a resource type: group/version/kind, e.g. core/v1/Namespace.
 type Type struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -792,9 +858,12 @@ func (x *WriteResponse) GetResource() *Resource {
 }
 
 // WriteBatchRequest writes several resources atomically: all of them or none.
+// Its compares are checked in the same atomic step, on the state before the
+// writes: when one does not hold, nothing is written (etcd's Txn compares).
 type WriteBatchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Resources     []*Resource            `protobuf:"bytes,1,rep,name=resources,proto3" json:"resources,omitempty"`
+	Compares      []*Compare             `protobuf:"bytes,2,rep,name=compares,proto3" json:"compares,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -836,6 +905,75 @@ func (x *WriteBatchRequest) GetResources() []*Resource {
 	return nil
 }
 
+func (x *WriteBatchRequest) GetCompares() []*Compare {
+	if x != nil {
+		return x.Compares
+	}
+	return nil
+}
+
+// Compare is a member of a batch that only compares: it is checked together
+// with the batch's writes and stores nothing.
+type Compare struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            Compare_Op             `protobuf:"varint,1,opt,name=op,proto3,enum=trellis.resource.v1.Compare_Op" json:"op,omitempty"`
+	Id            *ID                    `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Version       string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Compare) Reset() {
+	*x = Compare{}
+	mi := &file_api_resource_v1_resource_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Compare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Compare) ProtoMessage() {}
+
+func (x *Compare) ProtoReflect() protoreflect.Message {
+	mi := &file_api_resource_v1_resource_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Compare.ProtoReflect.Descriptor instead.
+func (*Compare) Descriptor() ([]byte, []int) {
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Compare) GetOp() Compare_Op {
+	if x != nil {
+		return x.Op
+	}
+	return Compare_OP_UNSPECIFIED
+}
+
+func (x *Compare) GetId() *ID {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *Compare) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 type WriteBatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Resources     []*Resource            `protobuf:"bytes,1,rep,name=resources,proto3" json:"resources,omitempty"`
@@ -845,7 +983,7 @@ type WriteBatchResponse struct {
 
 func (x *WriteBatchResponse) Reset() {
 	*x = WriteBatchResponse{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[12]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +995,7 @@ func (x *WriteBatchResponse) String() string {
 func (*WriteBatchResponse) ProtoMessage() {}
 
 func (x *WriteBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[12]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +1008,7 @@ func (x *WriteBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteBatchResponse.ProtoReflect.Descriptor instead.
 func (*WriteBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{12}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WriteBatchResponse) GetResources() []*Resource {
@@ -893,7 +1031,7 @@ type WriteStatusRequest struct {
 
 func (x *WriteStatusRequest) Reset() {
 	*x = WriteStatusRequest{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[13]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1043,7 @@ func (x *WriteStatusRequest) String() string {
 func (*WriteStatusRequest) ProtoMessage() {}
 
 func (x *WriteStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[13]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1056,7 @@ func (x *WriteStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStatusRequest.ProtoReflect.Descriptor instead.
 func (*WriteStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{13}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WriteStatusRequest) GetId() *ID {
@@ -958,7 +1096,7 @@ type WriteStatusResponse struct {
 
 func (x *WriteStatusResponse) Reset() {
 	*x = WriteStatusResponse{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[14]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1108,7 @@ func (x *WriteStatusResponse) String() string {
 func (*WriteStatusResponse) ProtoMessage() {}
 
 func (x *WriteStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[14]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1121,7 @@ func (x *WriteStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStatusResponse.ProtoReflect.Descriptor instead.
 func (*WriteStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{14}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WriteStatusResponse) GetResource() *Resource {
@@ -1008,7 +1146,7 @@ type WriteStatusesRequest struct {
 
 func (x *WriteStatusesRequest) Reset() {
 	*x = WriteStatusesRequest{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[15]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1158,7 @@ func (x *WriteStatusesRequest) String() string {
 func (*WriteStatusesRequest) ProtoMessage() {}
 
 func (x *WriteStatusesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[15]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1171,7 @@ func (x *WriteStatusesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStatusesRequest.ProtoReflect.Descriptor instead.
 func (*WriteStatusesRequest) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{15}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WriteStatusesRequest) GetStatuses() []*WriteStatusRequest {
@@ -1053,7 +1191,7 @@ type WriteStatusesResponse struct {
 
 func (x *WriteStatusesResponse) Reset() {
 	*x = WriteStatusesResponse{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[16]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1203,7 @@ func (x *WriteStatusesResponse) String() string {
 func (*WriteStatusesResponse) ProtoMessage() {}
 
 func (x *WriteStatusesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[16]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1216,7 @@ func (x *WriteStatusesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStatusesResponse.ProtoReflect.Descriptor instead.
 func (*WriteStatusesResponse) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{16}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WriteStatusesResponse) GetResults() []*WriteStatusResult {
@@ -1100,7 +1238,7 @@ type WriteStatusResult struct {
 
 func (x *WriteStatusResult) Reset() {
 	*x = WriteStatusResult{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[17]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1250,7 @@ func (x *WriteStatusResult) String() string {
 func (*WriteStatusResult) ProtoMessage() {}
 
 func (x *WriteStatusResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[17]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1263,7 @@ func (x *WriteStatusResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStatusResult.ProtoReflect.Descriptor instead.
 func (*WriteStatusResult) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{17}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WriteStatusResult) GetResource() *Resource {
@@ -1155,7 +1293,7 @@ type MemberError struct {
 
 func (x *MemberError) Reset() {
 	*x = MemberError{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[18]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1305,7 @@ func (x *MemberError) String() string {
 func (*MemberError) ProtoMessage() {}
 
 func (x *MemberError) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[18]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1318,7 @@ func (x *MemberError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberError.ProtoReflect.Descriptor instead.
 func (*MemberError) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{18}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MemberError) GetCode() uint32 {
@@ -1210,7 +1348,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[19]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1360,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[19]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1373,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{19}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListRequest) GetType() *Type {
@@ -1275,7 +1413,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[20]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1425,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[20]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1438,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{20}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListResponse) GetResources() []*Resource {
@@ -1319,7 +1457,7 @@ type ListByOwnerRequest struct {
 
 func (x *ListByOwnerRequest) Reset() {
 	*x = ListByOwnerRequest{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[21]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1469,7 @@ func (x *ListByOwnerRequest) String() string {
 func (*ListByOwnerRequest) ProtoMessage() {}
 
 func (x *ListByOwnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[21]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1482,7 @@ func (x *ListByOwnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListByOwnerRequest.ProtoReflect.Descriptor instead.
 func (*ListByOwnerRequest) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{21}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListByOwnerRequest) GetOwner() *ID {
@@ -1363,7 +1501,7 @@ type ListByOwnerResponse struct {
 
 func (x *ListByOwnerResponse) Reset() {
 	*x = ListByOwnerResponse{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[22]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1513,7 @@ func (x *ListByOwnerResponse) String() string {
 func (*ListByOwnerResponse) ProtoMessage() {}
 
 func (x *ListByOwnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[22]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1526,7 @@ func (x *ListByOwnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListByOwnerResponse.ProtoReflect.Descriptor instead.
 func (*ListByOwnerResponse) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{22}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListByOwnerResponse) GetResources() []*Resource {
@@ -1409,7 +1547,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[23]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1559,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[23]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1572,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{23}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteRequest) GetId() *ID {
@@ -1459,7 +1597,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[24]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1609,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[24]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1622,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{24}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{25}
 }
 
 type WatchListRequest struct {
@@ -1501,7 +1639,7 @@ type WatchListRequest struct {
 
 func (x *WatchListRequest) Reset() {
 	*x = WatchListRequest{}
-	mi := &file_api_resource_v1_resource_proto_msgTypes[25]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1651,7 @@ func (x *WatchListRequest) String() string {
 func (*WatchListRequest) ProtoMessage() {}
 
 func (x *WatchListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_resource_v1_resource_proto_msgTypes[25]
+	mi := &file_api_resource_v1_resource_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1664,7 @@ func (x *WatchListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchListRequest.ProtoReflect.Descriptor instead.
 func (*WatchListRequest) Descriptor() ([]byte, []int) {
-	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{25}
+	return file_api_resource_v1_resource_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchListRequest) GetType() *Type {
@@ -1621,9 +1759,21 @@ const file_api_resource_v1_resource_proto_rawDesc = "" +
 	"\fWriteRequest\x129\n" +
 	"\bresource\x18\x01 \x01(\v2\x1d.trellis.resource.v1.ResourceR\bresource\"J\n" +
 	"\rWriteResponse\x129\n" +
-	"\bresource\x18\x01 \x01(\v2\x1d.trellis.resource.v1.ResourceR\bresource\"P\n" +
+	"\bresource\x18\x01 \x01(\v2\x1d.trellis.resource.v1.ResourceR\bresource\"\x8a\x01\n" +
 	"\x11WriteBatchRequest\x12;\n" +
-	"\tresources\x18\x01 \x03(\v2\x1d.trellis.resource.v1.ResourceR\tresources\"Q\n" +
+	"\tresources\x18\x01 \x03(\v2\x1d.trellis.resource.v1.ResourceR\tresources\x128\n" +
+	"\bcompares\x18\x02 \x03(\v2\x1c.trellis.resource.v1.CompareR\bcompares\"\xdb\x01\n" +
+	"\aCompare\x12/\n" +
+	"\x02op\x18\x01 \x01(\x0e2\x1f.trellis.resource.v1.Compare.OpR\x02op\x12'\n" +
+	"\x02id\x18\x02 \x01(\v2\x17.trellis.resource.v1.IDR\x02id\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"\\\n" +
+	"\x02Op\x12\x12\n" +
+	"\x0eOP_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"OP_VERSION\x10\x01\x12\r\n" +
+	"\tOP_ABSENT\x10\x02\x12\r\n" +
+	"\tOP_EXISTS\x10\x03\x12\x14\n" +
+	"\x10OP_NOTHING_NEWER\x10\x04\"Q\n" +
 	"\x12WriteBatchResponse\x12;\n" +
 	"\tresources\x18\x01 \x03(\v2\x1d.trellis.resource.v1.ResourceR\tresources\"\x9e\x01\n" +
 	"\x12WriteStatusRequest\x12'\n" +
@@ -1697,100 +1847,105 @@ func file_api_resource_v1_resource_proto_rawDescGZIP() []byte {
 	return file_api_resource_v1_resource_proto_rawDescData
 }
 
-var file_api_resource_v1_resource_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_resource_v1_resource_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_api_resource_v1_resource_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_api_resource_v1_resource_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_api_resource_v1_resource_proto_goTypes = []any{
 	(State)(0),                    // 0: trellis.resource.v1.State
 	(WatchEvent_Op)(0),            // 1: trellis.resource.v1.WatchEvent.Op
-	(*Type)(nil),                  // 2: trellis.resource.v1.Type
-	(*Tenancy)(nil),               // 3: trellis.resource.v1.Tenancy
-	(*ID)(nil),                    // 4: trellis.resource.v1.ID
-	(*Resource)(nil),              // 5: trellis.resource.v1.Resource
-	(*Status)(nil),                // 6: trellis.resource.v1.Status
-	(*Condition)(nil),             // 7: trellis.resource.v1.Condition
-	(*WatchEvent)(nil),            // 8: trellis.resource.v1.WatchEvent
-	(*ReadRequest)(nil),           // 9: trellis.resource.v1.ReadRequest
-	(*ReadResponse)(nil),          // 10: trellis.resource.v1.ReadResponse
-	(*WriteRequest)(nil),          // 11: trellis.resource.v1.WriteRequest
-	(*WriteResponse)(nil),         // 12: trellis.resource.v1.WriteResponse
-	(*WriteBatchRequest)(nil),     // 13: trellis.resource.v1.WriteBatchRequest
-	(*WriteBatchResponse)(nil),    // 14: trellis.resource.v1.WriteBatchResponse
-	(*WriteStatusRequest)(nil),    // 15: trellis.resource.v1.WriteStatusRequest
-	(*WriteStatusResponse)(nil),   // 16: trellis.resource.v1.WriteStatusResponse
-	(*WriteStatusesRequest)(nil),  // 17: trellis.resource.v1.WriteStatusesRequest
-	(*WriteStatusesResponse)(nil), // 18: trellis.resource.v1.WriteStatusesResponse
-	(*WriteStatusResult)(nil),     // 19: trellis.resource.v1.WriteStatusResult
-	(*MemberError)(nil),           // 20: trellis.resource.v1.MemberError
-	(*ListRequest)(nil),           // 21: trellis.resource.v1.ListRequest
-	(*ListResponse)(nil),          // 22: trellis.resource.v1.ListResponse
-	(*ListByOwnerRequest)(nil),    // 23: trellis.resource.v1.ListByOwnerRequest
-	(*ListByOwnerResponse)(nil),   // 24: trellis.resource.v1.ListByOwnerResponse
-	(*DeleteRequest)(nil),         // 25: trellis.resource.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 26: trellis.resource.v1.DeleteResponse
-	(*WatchListRequest)(nil),      // 27: trellis.resource.v1.WatchListRequest
-	nil,                           // 28: trellis.resource.v1.Resource.MetadataEntry
-	nil,                           // 29: trellis.resource.v1.Resource.StatusEntry
-	(*anypb.Any)(nil),             // 30: google.protobuf.Any
+	(Compare_Op)(0),               // 2: trellis.resource.v1.Compare.Op
+	(*Type)(nil),                  // 3: trellis.resource.v1.Type
+	(*Tenancy)(nil),               // 4: trellis.resource.v1.Tenancy
+	(*ID)(nil),                    // 5: trellis.resource.v1.ID
+	(*Resource)(nil),              // 6: trellis.resource.v1.Resource
+	(*Status)(nil),                // 7: trellis.resource.v1.Status
+	(*Condition)(nil),             // 8: trellis.resource.v1.Condition
+	(*WatchEvent)(nil),            // 9: trellis.resource.v1.WatchEvent
+	(*ReadRequest)(nil),           // 10: trellis.resource.v1.ReadRequest
+	(*ReadResponse)(nil),          // 11: trellis.resource.v1.ReadResponse
+	(*WriteRequest)(nil),          // 12: trellis.resource.v1.WriteRequest
+	(*WriteResponse)(nil),         // 13: trellis.resource.v1.WriteResponse
+	(*WriteBatchRequest)(nil),     // 14: trellis.resource.v1.WriteBatchRequest
+	(*Compare)(nil),               // 15: trellis.resource.v1.Compare
+	(*WriteBatchResponse)(nil),    // 16: trellis.resource.v1.WriteBatchResponse
+	(*WriteStatusRequest)(nil),    // 17: trellis.resource.v1.WriteStatusRequest
+	(*WriteStatusResponse)(nil),   // 18: trellis.resource.v1.WriteStatusResponse
+	(*WriteStatusesRequest)(nil),  // 19: trellis.resource.v1.WriteStatusesRequest
+	(*WriteStatusesResponse)(nil), // 20: trellis.resource.v1.WriteStatusesResponse
+	(*WriteStatusResult)(nil),     // 21: trellis.resource.v1.WriteStatusResult
+	(*MemberError)(nil),           // 22: trellis.resource.v1.MemberError
+	(*ListRequest)(nil),           // 23: trellis.resource.v1.ListRequest
+	(*ListResponse)(nil),          // 24: trellis.resource.v1.ListResponse
+	(*ListByOwnerRequest)(nil),    // 25: trellis.resource.v1.ListByOwnerRequest
+	(*ListByOwnerResponse)(nil),   // 26: trellis.resource.v1.ListByOwnerResponse
+	(*DeleteRequest)(nil),         // 27: trellis.resource.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 28: trellis.resource.v1.DeleteResponse
+	(*WatchListRequest)(nil),      // 29: trellis.resource.v1.WatchListRequest
+	nil,                           // 30: trellis.resource.v1.Resource.MetadataEntry
+	nil,                           // 31: trellis.resource.v1.Resource.StatusEntry
+	(*anypb.Any)(nil),             // 32: google.protobuf.Any
 }
 var file_api_resource_v1_resource_proto_depIdxs = []int32{
-	2,  // 0: trellis.resource.v1.ID.type:type_name -> trellis.resource.v1.Type
-	3,  // 1: trellis.resource.v1.ID.tenancy:type_name -> trellis.resource.v1.Tenancy
-	4,  // 2: trellis.resource.v1.Resource.id:type_name -> trellis.resource.v1.ID
-	4,  // 3: trellis.resource.v1.Resource.owner:type_name -> trellis.resource.v1.ID
-	28, // 4: trellis.resource.v1.Resource.metadata:type_name -> trellis.resource.v1.Resource.MetadataEntry
-	30, // 5: trellis.resource.v1.Resource.data:type_name -> google.protobuf.Any
-	29, // 6: trellis.resource.v1.Resource.status:type_name -> trellis.resource.v1.Resource.StatusEntry
-	7,  // 7: trellis.resource.v1.Status.conditions:type_name -> trellis.resource.v1.Condition
-	30, // 8: trellis.resource.v1.Status.data:type_name -> google.protobuf.Any
+	3,  // 0: trellis.resource.v1.ID.type:type_name -> trellis.resource.v1.Type
+	4,  // 1: trellis.resource.v1.ID.tenancy:type_name -> trellis.resource.v1.Tenancy
+	5,  // 2: trellis.resource.v1.Resource.id:type_name -> trellis.resource.v1.ID
+	5,  // 3: trellis.resource.v1.Resource.owner:type_name -> trellis.resource.v1.ID
+	30, // 4: trellis.resource.v1.Resource.metadata:type_name -> trellis.resource.v1.Resource.MetadataEntry
+	32, // 5: trellis.resource.v1.Resource.data:type_name -> google.protobuf.Any
+	31, // 6: trellis.resource.v1.Resource.status:type_name -> trellis.resource.v1.Resource.StatusEntry
+	8,  // 7: trellis.resource.v1.Status.conditions:type_name -> trellis.resource.v1.Condition
+	32, // 8: trellis.resource.v1.Status.data:type_name -> google.protobuf.Any
 	0,  // 9: trellis.resource.v1.Condition.state:type_name -> trellis.resource.v1.State
-	4,  // 10: trellis.resource.v1.Condition.resource:type_name -> trellis.resource.v1.ID
+	5,  // 10: trellis.resource.v1.Condition.resource:type_name -> trellis.resource.v1.ID
 	1,  // 11: trellis.resource.v1.WatchEvent.op:type_name -> trellis.resource.v1.WatchEvent.Op
-	5,  // 12: trellis.resource.v1.WatchEvent.resource:type_name -> trellis.resource.v1.Resource
-	4,  // 13: trellis.resource.v1.ReadRequest.id:type_name -> trellis.resource.v1.ID
-	5,  // 14: trellis.resource.v1.ReadResponse.resource:type_name -> trellis.resource.v1.Resource
-	5,  // 15: trellis.resource.v1.WriteRequest.resource:type_name -> trellis.resource.v1.Resource
-	5,  // 16: trellis.resource.v1.WriteResponse.resource:type_name -> trellis.resource.v1.Resource
-	5,  // 17: trellis.resource.v1.WriteBatchRequest.resources:type_name -> trellis.resource.v1.Resource
-	5,  // 18: trellis.resource.v1.WriteBatchResponse.resources:type_name -> trellis.resource.v1.Resource
-	4,  // 19: trellis.resource.v1.WriteStatusRequest.id:type_name -> trellis.resource.v1.ID
-	6,  // 20: trellis.resource.v1.WriteStatusRequest.status:type_name -> trellis.resource.v1.Status
-	5,  // 21: trellis.resource.v1.WriteStatusResponse.resource:type_name -> trellis.resource.v1.Resource
-	15, // 22: trellis.resource.v1.WriteStatusesRequest.statuses:type_name -> trellis.resource.v1.WriteStatusRequest
-	19, // 23: trellis.resource.v1.WriteStatusesResponse.results:type_name -> trellis.resource.v1.WriteStatusResult
-	5,  // 24: trellis.resource.v1.WriteStatusResult.resource:type_name -> trellis.resource.v1.Resource
-	20, // 25: trellis.resource.v1.WriteStatusResult.error:type_name -> trellis.resource.v1.MemberError
-	2,  // 26: trellis.resource.v1.ListRequest.type:type_name -> trellis.resource.v1.Type
-	3,  // 27: trellis.resource.v1.ListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
-	5,  // 28: trellis.resource.v1.ListResponse.resources:type_name -> trellis.resource.v1.Resource
-	4,  // 29: trellis.resource.v1.ListByOwnerRequest.owner:type_name -> trellis.resource.v1.ID
-	5,  // 30: trellis.resource.v1.ListByOwnerResponse.resources:type_name -> trellis.resource.v1.Resource
-	4,  // 31: trellis.resource.v1.DeleteRequest.id:type_name -> trellis.resource.v1.ID
-	2,  // 32: trellis.resource.v1.WatchListRequest.type:type_name -> trellis.resource.v1.Type
-	3,  // 33: trellis.resource.v1.WatchListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
-	6,  // 34: trellis.resource.v1.Resource.StatusEntry.value:type_name -> trellis.resource.v1.Status
-	9,  // 35: trellis.resource.v1.ResourceService.Read:input_type -> trellis.resource.v1.ReadRequest
-	11, // 36: trellis.resource.v1.ResourceService.Write:input_type -> trellis.resource.v1.WriteRequest
-	13, // 37: trellis.resource.v1.ResourceService.WriteBatch:input_type -> trellis.resource.v1.WriteBatchRequest
-	15, // 38: trellis.resource.v1.ResourceService.WriteStatus:input_type -> trellis.resource.v1.WriteStatusRequest
-	17, // 39: trellis.resource.v1.ResourceService.WriteStatuses:input_type -> trellis.resource.v1.WriteStatusesRequest
-	21, // 40: trellis.resource.v1.ResourceService.List:input_type -> trellis.resource.v1.ListRequest
-	23, // 41: trellis.resource.v1.ResourceService.ListByOwner:input_type -> trellis.resource.v1.ListByOwnerRequest
-	25, // 42: trellis.resource.v1.ResourceService.Delete:input_type -> trellis.resource.v1.DeleteRequest
-	27, // 43: trellis.resource.v1.ResourceService.WatchList:input_type -> trellis.resource.v1.WatchListRequest
-	10, // 44: trellis.resource.v1.ResourceService.Read:output_type -> trellis.resource.v1.ReadResponse
-	12, // 45: trellis.resource.v1.ResourceService.Write:output_type -> trellis.resource.v1.WriteResponse
-	14, // 46: trellis.resource.v1.ResourceService.WriteBatch:output_type -> trellis.resource.v1.WriteBatchResponse
-	16, // 47: trellis.resource.v1.ResourceService.WriteStatus:output_type -> trellis.resource.v1.WriteStatusResponse
-	18, // 48: trellis.resource.v1.ResourceService.WriteStatuses:output_type -> trellis.resource.v1.WriteStatusesResponse
-	22, // 49: trellis.resource.v1.ResourceService.List:output_type -> trellis.resource.v1.ListResponse
-	24, // 50: trellis.resource.v1.ResourceService.ListByOwner:output_type -> trellis.resource.v1.ListByOwnerResponse
-	26, // 51: trellis.resource.v1.ResourceService.Delete:output_type -> trellis.resource.v1.DeleteResponse
-	8,  // 52: trellis.resource.v1.ResourceService.WatchList:output_type -> trellis.resource.v1.WatchEvent
-	44, // [44:53] is the sub-list for method output_type
-	35, // [35:44] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	6,  // 12: trellis.resource.v1.WatchEvent.resource:type_name -> trellis.resource.v1.Resource
+	5,  // 13: trellis.resource.v1.ReadRequest.id:type_name -> trellis.resource.v1.ID
+	6,  // 14: trellis.resource.v1.ReadResponse.resource:type_name -> trellis.resource.v1.Resource
+	6,  // 15: trellis.resource.v1.WriteRequest.resource:type_name -> trellis.resource.v1.Resource
+	6,  // 16: trellis.resource.v1.WriteResponse.resource:type_name -> trellis.resource.v1.Resource
+	6,  // 17: trellis.resource.v1.WriteBatchRequest.resources:type_name -> trellis.resource.v1.Resource
+	15, // 18: trellis.resource.v1.WriteBatchRequest.compares:type_name -> trellis.resource.v1.Compare
+	2,  // 19: trellis.resource.v1.Compare.op:type_name -> trellis.resource.v1.Compare.Op
+	5,  // 20: trellis.resource.v1.Compare.id:type_name -> trellis.resource.v1.ID
+	6,  // 21: trellis.resource.v1.WriteBatchResponse.resources:type_name -> trellis.resource.v1.Resource
+	5,  // 22: trellis.resource.v1.WriteStatusRequest.id:type_name -> trellis.resource.v1.ID
+	7,  // 23: trellis.resource.v1.WriteStatusRequest.status:type_name -> trellis.resource.v1.Status
+	6,  // 24: trellis.resource.v1.WriteStatusResponse.resource:type_name -> trellis.resource.v1.Resource
+	17, // 25: trellis.resource.v1.WriteStatusesRequest.statuses:type_name -> trellis.resource.v1.WriteStatusRequest
+	21, // 26: trellis.resource.v1.WriteStatusesResponse.results:type_name -> trellis.resource.v1.WriteStatusResult
+	6,  // 27: trellis.resource.v1.WriteStatusResult.resource:type_name -> trellis.resource.v1.Resource
+	22, // 28: trellis.resource.v1.WriteStatusResult.error:type_name -> trellis.resource.v1.MemberError
+	3,  // 29: trellis.resource.v1.ListRequest.type:type_name -> trellis.resource.v1.Type
+	4,  // 30: trellis.resource.v1.ListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
+	6,  // 31: trellis.resource.v1.ListResponse.resources:type_name -> trellis.resource.v1.Resource
+	5,  // 32: trellis.resource.v1.ListByOwnerRequest.owner:type_name -> trellis.resource.v1.ID
+	6,  // 33: trellis.resource.v1.ListByOwnerResponse.resources:type_name -> trellis.resource.v1.Resource
+	5,  // 34: trellis.resource.v1.DeleteRequest.id:type_name -> trellis.resource.v1.ID
+	3,  // 35: trellis.resource.v1.WatchListRequest.type:type_name -> trellis.resource.v1.Type
+	4,  // 36: trellis.resource.v1.WatchListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
+	7,  // 37: trellis.resource.v1.Resource.StatusEntry.value:type_name -> trellis.resource.v1.Status
+	10, // 38: trellis.resource.v1.ResourceService.Read:input_type -> trellis.resource.v1.ReadRequest
+	12, // 39: trellis.resource.v1.ResourceService.Write:input_type -> trellis.resource.v1.WriteRequest
+	14, // 40: trellis.resource.v1.ResourceService.WriteBatch:input_type -> trellis.resource.v1.WriteBatchRequest
+	17, // 41: trellis.resource.v1.ResourceService.WriteStatus:input_type -> trellis.resource.v1.WriteStatusRequest
+	19, // 42: trellis.resource.v1.ResourceService.WriteStatuses:input_type -> trellis.resource.v1.WriteStatusesRequest
+	23, // 43: trellis.resource.v1.ResourceService.List:input_type -> trellis.resource.v1.ListRequest
+	25, // 44: trellis.resource.v1.ResourceService.ListByOwner:input_type -> trellis.resource.v1.ListByOwnerRequest
+	27, // 45: trellis.resource.v1.ResourceService.Delete:input_type -> trellis.resource.v1.DeleteRequest
+	29, // 46: trellis.resource.v1.ResourceService.WatchList:input_type -> trellis.resource.v1.WatchListRequest
+	11, // 47: trellis.resource.v1.ResourceService.Read:output_type -> trellis.resource.v1.ReadResponse
+	13, // 48: trellis.resource.v1.ResourceService.Write:output_type -> trellis.resource.v1.WriteResponse
+	16, // 49: trellis.resource.v1.ResourceService.WriteBatch:output_type -> trellis.resource.v1.WriteBatchResponse
+	18, // 50: trellis.resource.v1.ResourceService.WriteStatus:output_type -> trellis.resource.v1.WriteStatusResponse
+	20, // 51: trellis.resource.v1.ResourceService.WriteStatuses:output_type -> trellis.resource.v1.WriteStatusesResponse
+	24, // 52: trellis.resource.v1.ResourceService.List:output_type -> trellis.resource.v1.ListResponse
+	26, // 53: trellis.resource.v1.ResourceService.ListByOwner:output_type -> trellis.resource.v1.ListByOwnerResponse
+	28, // 54: trellis.resource.v1.ResourceService.Delete:output_type -> trellis.resource.v1.DeleteResponse
+	9,  // 55: trellis.resource.v1.ResourceService.WatchList:output_type -> trellis.resource.v1.WatchEvent
+	47, // [47:56] is the sub-list for method output_type
+	38, // [38:47] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_api_resource_v1_resource_proto_init() }
@@ -1803,8 +1958,8 @@ func file_api_resource_v1_resource_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_resource_v1_resource_proto_rawDesc), len(file_api_resource_v1_resource_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   28,
+			NumEnums:      3,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

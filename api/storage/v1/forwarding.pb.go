@@ -45,21 +45,24 @@ const (
 	Error_INVALID         Error_Kind = 8
 	// BAD_SNAPSHOT: a snapshot file is corrupt, truncated or of an unknown format.
 	Error_BAD_SNAPSHOT Error_Kind = 9
+	// COMPARE_FAILED: a compare member of a batch did not hold.
+	Error_COMPARE_FAILED Error_Kind = 10
 )
 
 // Enum value maps for Error_Kind.
 var (
 	Error_Kind_name = map[int32]string{
-		0: "KIND_UNSPECIFIED",
-		1: "NOT_LEADER",
-		2: "NOT_FOUND",
-		3: "CAS_FAILURE",
-		4: "WRONG_UID",
-		5: "BATCH_CONFLICT",
-		6: "UNAVAILABLE",
-		7: "OUTCOME_UNKNOWN",
-		8: "INVALID",
-		9: "BAD_SNAPSHOT",
+		0:  "KIND_UNSPECIFIED",
+		1:  "NOT_LEADER",
+		2:  "NOT_FOUND",
+		3:  "CAS_FAILURE",
+		4:  "WRONG_UID",
+		5:  "BATCH_CONFLICT",
+		6:  "UNAVAILABLE",
+		7:  "OUTCOME_UNKNOWN",
+		8:  "INVALID",
+		9:  "BAD_SNAPSHOT",
+		10: "COMPARE_FAILED",
 	}
 	Error_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
@@ -72,6 +75,7 @@ var (
 		"OUTCOME_UNKNOWN":  7,
 		"INVALID":          8,
 		"BAD_SNAPSHOT":     9,
+		"COMPARE_FAILED":   10,
 	}
 )
 
@@ -687,10 +691,10 @@ var File_api_storage_v1_forwarding_proto protoreflect.FileDescriptor
 
 const file_api_storage_v1_forwarding_proto_rawDesc = "" +
 	"\n" +
-	"\x1fapi/storage/v1/forwarding.proto\x12\x12trellis.storage.v1\x1a\x1eapi/resource/v1/resource.proto\x1a\x19api/storage/v1/raft.proto\"\x8e\x02\n" +
+	"\x1fapi/storage/v1/forwarding.proto\x12\x12trellis.storage.v1\x1a\x1eapi/resource/v1/resource.proto\x1a\x19api/storage/v1/raft.proto\"\xa2\x02\n" +
 	"\x05Error\x124\n" +
 	"\x05kinds\x18\x01 \x03(\x0e2\x1e.trellis.storage.v1.Error.KindR\x05kinds\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xb4\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xc8\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -702,7 +706,9 @@ const file_api_storage_v1_forwarding_proto_rawDesc = "" +
 	"\vUNAVAILABLE\x10\x06\x12\x13\n" +
 	"\x0fOUTCOME_UNKNOWN\x10\a\x12\v\n" +
 	"\aINVALID\x10\b\x12\x10\n" +
-	"\fBAD_SNAPSHOT\x10\t\"E\n" +
+	"\fBAD_SNAPSHOT\x10\t\x12\x12\n" +
+	"\x0eCOMPARE_FAILED\x10\n" +
+	"\"E\n" +
 	"\fApplyRequest\x125\n" +
 	"\acommand\x18\x01 \x01(\v2\x1b.trellis.storage.v1.CommandR\acommand\"}\n" +
 	"\rApplyResponse\x12;\n" +

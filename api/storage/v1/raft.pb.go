@@ -203,10 +203,13 @@ func (x *WriteOp) GetResource() *v1.Resource {
 	return nil
 }
 
-// WriteBatchOp writes every resource or none (storage.Backend.WriteBatch).
+// WriteBatchOp writes every resource or none (storage.Backend.WriteBatch),
+// and only when every compare holds. Entries written before compares
+// existed have none and apply as they always did.
 type WriteBatchOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Resources     []*v1.Resource         `protobuf:"bytes,1,rep,name=resources,proto3" json:"resources,omitempty"`
+	Compares      []*v1.Compare          `protobuf:"bytes,2,rep,name=compares,proto3" json:"compares,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -244,6 +247,13 @@ func (*WriteBatchOp) Descriptor() ([]byte, []int) {
 func (x *WriteBatchOp) GetResources() []*v1.Resource {
 	if x != nil {
 		return x.Resources
+	}
+	return nil
+}
+
+func (x *WriteBatchOp) GetCompares() []*v1.Compare {
+	if x != nil {
+		return x.Compares
 	}
 	return nil
 }
@@ -675,9 +685,10 @@ const file_api_storage_v1_raft_proto_rawDesc = "" +
 	"\x11deregister_server\x18\x05 \x01(\v2&.trellis.storage.v1.DeregisterServerOpH\x00R\x10deregisterServerB\x04\n" +
 	"\x02op\"D\n" +
 	"\aWriteOp\x129\n" +
-	"\bresource\x18\x01 \x01(\v2\x1d.trellis.resource.v1.ResourceR\bresource\"K\n" +
+	"\bresource\x18\x01 \x01(\v2\x1d.trellis.resource.v1.ResourceR\bresource\"\x85\x01\n" +
 	"\fWriteBatchOp\x12;\n" +
-	"\tresources\x18\x01 \x03(\v2\x1d.trellis.resource.v1.ResourceR\tresources\"M\n" +
+	"\tresources\x18\x01 \x03(\v2\x1d.trellis.resource.v1.ResourceR\tresources\x128\n" +
+	"\bcompares\x18\x02 \x03(\v2\x1c.trellis.resource.v1.CompareR\bcompares\"M\n" +
 	"\bDeleteOp\x12'\n" +
 	"\x02id\x18\x01 \x01(\v2\x17.trellis.resource.v1.IDR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\"V\n" +
@@ -727,7 +738,8 @@ var file_api_storage_v1_raft_proto_goTypes = []any{
 	(*SnapshotRecord)(nil),     // 8: trellis.storage.v1.SnapshotRecord
 	(*SnapshotTrailer)(nil),    // 9: trellis.storage.v1.SnapshotTrailer
 	(*v1.Resource)(nil),        // 10: trellis.resource.v1.Resource
-	(*v1.ID)(nil),              // 11: trellis.resource.v1.ID
+	(*v1.Compare)(nil),         // 11: trellis.resource.v1.Compare
+	(*v1.ID)(nil),              // 12: trellis.resource.v1.ID
 }
 var file_api_storage_v1_raft_proto_depIdxs = []int32{
 	1,  // 0: trellis.storage.v1.Command.write:type_name -> trellis.storage.v1.WriteOp
@@ -737,16 +749,17 @@ var file_api_storage_v1_raft_proto_depIdxs = []int32{
 	6,  // 4: trellis.storage.v1.Command.deregister_server:type_name -> trellis.storage.v1.DeregisterServerOp
 	10, // 5: trellis.storage.v1.WriteOp.resource:type_name -> trellis.resource.v1.Resource
 	10, // 6: trellis.storage.v1.WriteBatchOp.resources:type_name -> trellis.resource.v1.Resource
-	11, // 7: trellis.storage.v1.DeleteOp.id:type_name -> trellis.resource.v1.ID
-	4,  // 8: trellis.storage.v1.RegisterServerOp.server:type_name -> trellis.storage.v1.Server
-	10, // 9: trellis.storage.v1.SnapshotRecord.resource:type_name -> trellis.resource.v1.Resource
-	9,  // 10: trellis.storage.v1.SnapshotRecord.trailer:type_name -> trellis.storage.v1.SnapshotTrailer
-	4,  // 11: trellis.storage.v1.SnapshotTrailer.servers:type_name -> trellis.storage.v1.Server
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	11, // 7: trellis.storage.v1.WriteBatchOp.compares:type_name -> trellis.resource.v1.Compare
+	12, // 8: trellis.storage.v1.DeleteOp.id:type_name -> trellis.resource.v1.ID
+	4,  // 9: trellis.storage.v1.RegisterServerOp.server:type_name -> trellis.storage.v1.Server
+	10, // 10: trellis.storage.v1.SnapshotRecord.resource:type_name -> trellis.resource.v1.Resource
+	9,  // 11: trellis.storage.v1.SnapshotRecord.trailer:type_name -> trellis.storage.v1.SnapshotTrailer
+	4,  // 12: trellis.storage.v1.SnapshotTrailer.servers:type_name -> trellis.storage.v1.Server
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_api_storage_v1_raft_proto_init() }

@@ -100,9 +100,36 @@ type Document struct {
 }
 
 // BatchRequest is the body of PUT /v1/batch: every document is written, or
-// none is.
+// none is, and only when every compare holds.
 type BatchRequest struct {
 	Resources []Document `json:"resources"`
+	Compares  []Compare  `json:"compares,omitempty"`
+}
+
+// Compare ops.
+const (
+	CompareVersion      = "version"       // the resource is at version (and uid, when given)
+	CompareAbsent       = "absent"        // nothing is stored under the name
+	CompareExists       = "exists"        // something is (with uid, when given)
+	CompareNothingNewer = "nothing_newer" // nothing of the type in the namespace, name beginning with name, was written after version
+)
+
+// Compare is a member of a batch that only compares: it is checked in the
+// same atomic step as the batch's writes, and writes nothing.
+//
+//	op: version            # version, absent, exists or nothing_newer
+//	type: scheduler/v1/Environment
+//	namespace: prod        # namespaced types only; default "default"
+//	name: web              # for nothing_newer, a name prefix ("" for all)
+//	uid: ""                # optional, for version and exists
+//	version: "41"          # for version and nothing_newer
+type Compare struct {
+	Op        string `json:"op"`
+	Type      string `json:"type"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	UID       string `json:"uid,omitempty"`
+	Version   string `json:"version,omitempty"`
 }
 
 // ListResponse is the body of a list and of a batch write.

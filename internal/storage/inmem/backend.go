@@ -45,10 +45,10 @@ func (b *Backend) WriteCAS(_ context.Context, res *pbresource.Resource) (*pbreso
 	return b.store.WriteCAS(b.store.Index()+1, res)
 }
 
-func (b *Backend) WriteBatch(_ context.Context, resources []*pbresource.Resource) ([]*pbresource.Resource, error) {
+func (b *Backend) WriteBatch(_ context.Context, resources []*pbresource.Resource, compares ...*pbresource.Compare) ([]*pbresource.Resource, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.store.WriteBatch(b.store.Index()+1, resources)
+	return b.store.WriteBatch(b.store.Index()+1, resources, compares...)
 }
 
 func (b *Backend) DeleteCAS(_ context.Context, id *pbresource.ID, version string) error {

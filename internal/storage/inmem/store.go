@@ -139,21 +139,21 @@ func (s *Store) WriteCAS(idx uint64, res *pbresource.Resource) (*pbresource.Reso
 	return s.ApplyCAS(idx, proto.Clone(res).(*pbresource.Resource))
 }
 
-// WriteBatch stores every resource at index idx, or none of them. It
-// stores copies: the caller keeps its resources.
-func (s *Store) WriteBatch(idx uint64, resources []*pbresource.Resource) ([]*pbresource.Resource, error) {
+// WriteBatch stores every resource at index idx, or none of them, when
+// every compare holds. It stores copies: the caller keeps its resources.
+func (s *Store) WriteBatch(idx uint64, resources []*pbresource.Resource, compares ...*pbresource.Compare) ([]*pbresource.Resource, error) {
 	copies := make([]*pbresource.Resource, len(resources))
 	for i, res := range resources {
 		copies[i] = proto.Clone(res).(*pbresource.Resource)
 	}
-	return s.ApplyBatch(idx, copies)
+	return s.ApplyBatch(idx, copies, compares...)
 }
 
 // ApplyBatch is WriteBatch for a caller that hands its resources over:
 // they are stored as they are (their versions set), saving a copy of
 // each. The caller must not use them afterwards.
-func (s *Store) ApplyBatch(idx uint64, resources []*pbresource.Resource) (out []*pbresource.Resource, err error) {
-	s.Update(func(tx *Tx) { out, err = tx.WriteBatch(idx, resources) })
+func (s *Store) ApplyBatch(idx uint64, resources []*pbresource.Resource, compares ...*pbresource.Compare) (out []*pbresource.Resource, err error) {
+	s.Update(func(tx *Tx) { out, err = tx.WriteBatch(idx, resources, compares...) })
 	return out, err
 }
 

@@ -102,10 +102,18 @@ func (tx *Tx) WriteCAS(idx uint64, res *pbresource.Resource) (*pbresource.Resour
 	return out[0], nil
 }
 
-// WriteBatch stores every resource at index idx, or none of them.
-func (tx *Tx) WriteBatch(idx uint64, resources []*pbresource.Resource) ([]*pbresource.Resource, error) {
+// WriteBatch stores every resource at index idx, or none of them, and
+// only when every compare holds (storage.Backend.WriteBatch).
+func (tx *Tx) WriteBatch(idx uint64, resources []*pbresource.Resource, compares ...*pbresource.Compare) ([]*pbresource.Resource, error) {
 	// Check every member before storing any: a refused batch leaves
 	// nothing behind, and nothing of the group's earlier changes is undone.
+	// The compares go first: they see the state before the batch.
+	if err := tx.checkCompares(compares); err != nil {
+		return nil, err
+	}
+	if len(resources) == 0 {
+		return []*pbresource.Resource{}, nil
+	}
 	keys := make([][]byte, len(resources))
 	// seen finds a repeated name; it becomes the group's written map when
 	// the group has none yet (a batch alone in its group).

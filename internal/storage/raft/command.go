@@ -17,8 +17,10 @@ func writeCommand(res *pbresource.Resource) *pbstorage.Command {
 	return &pbstorage.Command{Op: &pbstorage.Command_Write{Write: &pbstorage.WriteOp{Resource: res}}}
 }
 
-func writeBatchCommand(resources []*pbresource.Resource) *pbstorage.Command {
-	return &pbstorage.Command{Op: &pbstorage.Command_WriteBatch{WriteBatch: &pbstorage.WriteBatchOp{Resources: resources}}}
+// writeBatchCommand is a batch; without compares it encodes exactly as
+// a batch did before compares existed.
+func writeBatchCommand(resources []*pbresource.Resource, compares []*pbresource.Compare) *pbstorage.Command {
+	return &pbstorage.Command{Op: &pbstorage.Command_WriteBatch{WriteBatch: &pbstorage.WriteBatchOp{Resources: resources, Compares: compares}}}
 }
 
 func deleteCommand(id *pbresource.ID, version string) *pbstorage.Command {
@@ -74,6 +76,11 @@ func checkCommand(cmd *pbstorage.Command) error {
 				return checkResource("resources["+strconv.Itoa(i)+"]", res)
 			}
 		}
+		for i, c := range op.WriteBatch.GetCompares() {
+			if err := checkCompare(i, c); err != nil {
+				return err
+			}
+		}
 		return nil
 	case *pbstorage.Command_Delete:
 		return checkID("id", op.Delete.GetId())
@@ -113,4 +120,32 @@ func checkID(field string, id *pbresource.ID) error {
 		return invalid("%s.name is empty", field)
 	}
 	return nil
+}
+
+// checkCompare reports what makes compare i of a batch impossible to
+// check: a missing id or type, an unknown op, a name missing where one is
+// needed, a version that is no store index where one is needed.
+func checkCompare(i int, c *pbresource.Compare) error {
+	id := c.GetId()
+	switch {
+	case id == nil:
+		return invalid("compares[%d].id is missing", i)
+	case id.GetType().GetGroup() == "" || id.GetType().GetGroupVersion() == "" || id.GetType().GetKind() == "":
+		return invalid("compares[%d].id.type needs a group, group_version and kind", i)
+	}
+	switch c.GetOp() {
+	case pbresource.Compare_OP_VERSION, pbresource.Compare_OP_ABSENT, pbresource.Compare_OP_EXISTS:
+		if id.GetName() == "" {
+			return invalid("compares[%d].id.name is empty", i)
+		}
+		return nil
+	case pbresource.Compare_OP_NOTHING_NEWER:
+		if v := c.GetVersion(); v != "" {
+			if _, err := strconv.ParseUint(v, 10, 64); err != nil {
+				return invalid("compares[%d].version %q is not a store version", i, v)
+			}
+		}
+		return nil
+	}
+	return invalid("compares[%d].op %v is unknown", i, c.GetOp())
 }

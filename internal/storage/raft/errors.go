@@ -41,6 +41,7 @@ var errorKinds = []struct {
 	{storage.ErrCASFailure, pbstorage.Error_CAS_FAILURE},
 	{storage.ErrWrongUID, pbstorage.Error_WRONG_UID},
 	{storage.ErrBatchConflict, pbstorage.Error_BATCH_CONFLICT},
+	{storage.ErrCompareFailed, pbstorage.Error_COMPARE_FAILED},
 	{storage.ErrUnavailable, pbstorage.Error_UNAVAILABLE},
 	{ErrOutcomeUnknown, pbstorage.Error_OUTCOME_UNKNOWN},
 	{ErrInvalidRequest, pbstorage.Error_INVALID},

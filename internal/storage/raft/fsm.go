@@ -119,7 +119,7 @@ func (f *fsm) applyResource(tx *inmem.Tx, idx uint64, cmd *pbstorage.Command) *a
 		}
 		return &applyResult{resources: []*pbresource.Resource{res}}
 	case *pbstorage.Command_WriteBatch:
-		out, err := tx.WriteBatch(idx, op.WriteBatch.GetResources())
+		out, err := tx.WriteBatch(idx, op.WriteBatch.GetResources(), op.WriteBatch.GetCompares()...)
 		return &applyResult{resources: out, err: err}
 	case *pbstorage.Command_Delete:
 		return &applyResult{err: tx.DeleteCAS(idx, op.Delete.GetId(), op.Delete.GetVersion())}

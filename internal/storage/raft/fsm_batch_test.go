@@ -23,7 +23,8 @@ import (
 // entries into one store transaction: whatever the batch boundaries, a log
 // leaves the state, the results and the watch events that applying it
 // entry by entry leaves. The log mixes creates, updates with fresh and
-// stale versions, batches (some with a stale member or a repeated name),
+// stale versions, batches (some with a stale member or a repeated name,
+// some with compares that hold or not),
 // deletes (CAS, of missing resources, of another uid), registry changes,
 // configuration entries, malformed and undecodable commands.
 func TestFSMBatchesApplyAsOneByOne(t *testing.T) {
@@ -214,7 +215,24 @@ func drawLog(t *rapid.T, store *inmem.Store, idx uint64) *hraft.Log {
 		for i := range members {
 			members[i] = resource(fmt.Sprint("m", i))
 		}
-		return commandLog(writeBatchCommand(members))
+		// Compares see the state the group's earlier entries left.
+		compares := make([]*pbresource.Compare, rapid.IntRange(0, 2).Draw(t, "compares"))
+		for i := range compares {
+			label := fmt.Sprint("c", i)
+			c := &pbresource.Compare{Op: pbresource.Compare_Op(rapid.IntRange(1, 4).Draw(t, label+"op")), Id: id(label)}
+			switch c.Op {
+			case pbresource.Compare_OP_VERSION:
+				c.Version = version(label, c.Id)
+			case pbresource.Compare_OP_NOTHING_NEWER:
+				c.Id.Name, c.Id.Uid = rapid.SampledFrom([]string{"", "a", "b"}).Draw(t, label+"prefix"), ""
+				c.Version = strconv.FormatUint(rapid.Uint64Range(0, idx).Draw(t, label+"since"), 10)
+			}
+			if rapid.Bool().Draw(t, label+"anyuid") {
+				c.Id.Uid = ""
+			}
+			compares[i] = c
+		}
+		return commandLog(writeBatchCommand(members, compares))
 	case 5, 6:
 		i := id("")
 		if rapid.Bool().Draw(t, "anyuid") {

@@ -46,12 +46,14 @@ func (b *Backend) WriteCAS(ctx context.Context, res *pbresource.Resource) (*pbre
 	return out[0], nil
 }
 
-// WriteBatch implements storage.Backend: the whole batch is one log entry.
-func (b *Backend) WriteBatch(ctx context.Context, resources []*pbresource.Resource) ([]*pbresource.Resource, error) {
-	if len(resources) == 0 {
+// WriteBatch implements storage.Backend: the whole batch, compares
+// included, is one log entry. A batch of compares alone goes through the
+// log too: that is what makes its answer current.
+func (b *Backend) WriteBatch(ctx context.Context, resources []*pbresource.Resource, compares ...*pbresource.Compare) ([]*pbresource.Resource, error) {
+	if len(resources) == 0 && len(compares) == 0 {
 		return []*pbresource.Resource{}, nil
 	}
-	return b.apply(ctx, writeBatchCommand(resources))
+	return b.apply(ctx, writeBatchCommand(resources, compares))
 }
 
 // DeleteCAS implements storage.Backend through the Raft log.

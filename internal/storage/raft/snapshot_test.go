@@ -224,7 +224,7 @@ func TestFSMDeterminism(t *testing.T) {
 	}
 	add(writeCommand(testResource("a")))
 	add(writeCommand(testResource("a"))) // refused: exists
-	add(writeBatchCommand([]*pbresource.Resource{testResource("b"), testResource("c")}))
+	add(writeBatchCommand([]*pbresource.Resource{testResource("b"), testResource("c")}, nil))
 	upd := testResource("b")
 	upd.Version = "3"
 	add(writeCommand(upd))

@@ -197,6 +197,35 @@ trellis_raft_voters 1
 	}
 }
 
+// checkCommand names the compare of a batch it refuses, and the fault in
+// it.
+func TestCheckCommandNamesBatchCompare(t *testing.T) {
+	members := []*pbresource.Resource{testResource("a")}
+	good := &pbresource.Compare{Op: pbresource.Compare_OP_ABSENT, Id: testResource("b").GetId()}
+	noName := &pbresource.Compare{Op: pbresource.Compare_OP_EXISTS, Id: &pbresource.ID{Type: testType}}
+	cases := []struct {
+		compares []*pbresource.Compare
+		want     string
+	}{
+		{[]*pbresource.Compare{good}, ""},
+		{[]*pbresource.Compare{good, {Op: pbresource.Compare_OP_NOTHING_NEWER, Id: &pbresource.ID{Type: testType}}}, ""},
+		{[]*pbresource.Compare{good, {Op: pbresource.Compare_OP_VERSION}}, "compares[1].id is missing"},
+		{[]*pbresource.Compare{noName}, "compares[0].id.name is empty"},
+		{[]*pbresource.Compare{good, {Op: pbresource.Compare_OP_ABSENT, Id: &pbresource.ID{Name: "x"}}}, "compares[1].id.type needs"},
+		{[]*pbresource.Compare{{Id: good.GetId()}}, "compares[0].op OP_UNSPECIFIED is unknown"},
+		{[]*pbresource.Compare{{Op: pbresource.Compare_OP_NOTHING_NEWER, Id: &pbresource.ID{Type: testType}, Version: "v1"}}, `compares[0].version "v1" is not a store version`},
+	}
+	for _, c := range cases {
+		err := checkCommand(writeBatchCommand(members, c.compares))
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: unexpected %v", c.compares, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, ErrInvalidRequest)):
+			t.Errorf("got %v, want an invalid request naming %q", err, c.want)
+		}
+	}
+}
+
 // checkCommand names the member of a batch it refuses, and the fault in it.
 func TestCheckCommandNamesBatchMember(t *testing.T) {
 	noName := testResource("x")
@@ -214,7 +243,7 @@ func TestCheckCommandNamesBatchMember(t *testing.T) {
 		{[]*pbresource.Resource{testResource("a"), {}}, "resources[1].id is missing"},
 	}
 	for _, c := range cases {
-		err := checkCommand(writeBatchCommand(c.members))
+		err := checkCommand(writeBatchCommand(c.members, nil))
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%v: unexpected %v", c.members, err)

@@ -69,16 +69,16 @@ func (b *laggingBackend) WriteCAS(_ context.Context, res *pbresource.Resource) (
 	return out, err
 }
 
-func (b *laggingBackend) WriteBatch(_ context.Context, resources []*pbresource.Resource) ([]*pbresource.Resource, error) {
+func (b *laggingBackend) WriteBatch(_ context.Context, resources []*pbresource.Resource, compares ...*pbresource.Compare) ([]*pbresource.Resource, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	before := b.leader.Index()
-	out, err := b.leader.WriteBatch(before+1, resources)
+	out, err := b.leader.WriteBatch(before+1, resources, compares...)
 	cs := make([]*pbresource.Resource, len(resources))
 	for i, r := range resources {
 		cs[i] = proto.Clone(r).(*pbresource.Resource)
 	}
-	b.replicate(before, func(idx uint64) error { _, err := b.follower.WriteBatch(idx, cs); return err })
+	b.replicate(before, func(idx uint64) error { _, err := b.follower.WriteBatch(idx, cs, compares...); return err })
 	return out, err
 }
 

@@ -41,6 +41,10 @@ var subtests = []subtest{
 	{"WriteBatch/StaleMemberStoresNothing", testBatchStaleMember},
 	{"WriteBatch/WrongUIDMemberStoresNothing", testBatchWrongUIDMember},
 	{"WriteBatch/DuplicateRefused", testBatchDuplicate},
+	{"WriteBatch/ComparesHold", testCompareAllHold},
+	{"WriteBatch/FailedCompareStoresNothing", testCompareFailsStoresNothing},
+	{"WriteBatch/ComparesSeeStateBeforeWrites", testCompareSeesStateBeforeWrites},
+	{"WriteBatch/NothingNewerScope", testCompareNothingNewerScope},
 
 	{"DeleteCAS/MatchingVersion", testDeleteMatchingVersion},
 	{"DeleteCAS/AnyVersion", testDeleteAnyVersion},

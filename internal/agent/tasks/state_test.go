@@ -1,4 +1,4 @@
-package agent
+package tasks
 
 import (
 	"os"
@@ -34,7 +34,7 @@ func TestLocalState(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dir := range []string{"01ABC", "01OLD"} {
-		if err := os.MkdirAll(taskDir(d.root, dir), 0o700); err != nil {
+		if err := os.MkdirAll(TaskDir(d.root, dir), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -49,8 +49,8 @@ func TestLocalState(t *testing.T) {
 	}
 	d.removeOrphans(map[string]bool{"01ABC": true})
 	for path, want := range map[string]bool{
-		taskDir(d.root, "01ABC"):                          true,
-		taskDir(d.root, "01OLD"):                          false,
+		TaskDir(d.root, "01ABC"):                          true,
+		TaskDir(d.root, "01OLD"):                          false,
 		filepath.Join(d.tasksDir(), ".01ABC.json.tmp123"): false,
 		filepath.Join(d.tasksDir(), "01BAD.json"):         true, // left for a person to look at
 	} {

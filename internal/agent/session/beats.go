@@ -1,4 +1,4 @@
-package agent
+package session
 
 import (
 	"context"
@@ -35,15 +35,15 @@ type beatAnswer struct {
 // a slow answer included, closes the stream: the next heartbeat opens a
 // new one, so an answer is never taken for a later heartbeat's. ctx is the
 // session's: the stream lives as long as it.
-func (s *session) beatOnStream(ctx context.Context, req *pbagent.HeartbeatRequest, timeout time.Duration) (*pbagent.HeartbeatResponse, error) {
-	if s.beats == nil {
-		bs, err := s.openBeatStream(ctx)
+func (c *conn) beatOnStream(ctx context.Context, req *pbagent.HeartbeatRequest, timeout time.Duration) (*pbagent.HeartbeatResponse, error) {
+	if c.beats == nil {
+		bs, err := c.openBeatStream(ctx)
 		if err != nil {
 			return nil, err
 		}
-		s.beats = bs
+		c.beats = bs
 	}
-	bs := s.beats
+	bs := c.beats
 	// A failed Send means the stream has ended; its reason comes from the
 	// receiving side.
 	_ = bs.stream.Send(req)
@@ -52,22 +52,22 @@ func (s *session) beatOnStream(ctx context.Context, req *pbagent.HeartbeatReques
 	select {
 	case ans := <-bs.answers:
 		if ans.err != nil {
-			s.closeBeatStream()
+			c.closeBeatStream()
 			return nil, ans.err
 		}
 		return ans.resp, nil
 	case <-t.C:
-		s.closeBeatStream()
+		c.closeBeatStream()
 		return nil, status.Errorf(codes.DeadlineExceeded, "heartbeat: no answer within %s", timeout)
 	case <-ctx.Done():
-		s.closeBeatStream()
+		c.closeBeatStream()
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 }
 
-func (s *session) openBeatStream(ctx context.Context) (*beatStream, error) {
+func (c *conn) openBeatStream(ctx context.Context) (*beatStream, error) {
 	sctx, cancel := context.WithCancel(ctx)
-	stream, err := s.hb.HeartbeatStream(sctx)
+	stream, err := c.hb.HeartbeatStream(sctx)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -90,9 +90,9 @@ func (s *session) openBeatStream(ctx context.Context) (*beatStream, error) {
 }
 
 // closeBeatStream ends the session's heartbeat stream, if one is open.
-func (s *session) closeBeatStream() {
-	if s.beats != nil {
-		s.beats.cancel()
-		s.beats = nil
+func (c *conn) closeBeatStream() {
+	if c.beats != nil {
+		c.beats.cancel()
+		c.beats = nil
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package tasks
 
 import (
 	"fmt"
@@ -74,9 +74,9 @@ type decision struct {
 
 // Reasons the agent gives in stop_reason.
 const (
-	reasonDesiredStopped = "stopped: desired status is STOPPED"
-	reasonDeleted        = "the task was deleted"
-	reasonLeaving        = "the instance is leaving the cluster"
+	ReasonDesiredStopped = "stopped: desired status is STOPPED"
+	ReasonDeleted        = "the task was deleted"
+	ReasonLeaving        = "the instance is leaving the cluster"
 )
 
 // decide says what to do about a task, from what the store says and where
@@ -93,7 +93,7 @@ func decide(s situation) decision {
 	if t == nil { // deleted
 		switch s.phase {
 		case phaseStarting, phaseRunning:
-			return decision{stop: reasonDeleted, silent: true}
+			return decision{stop: ReasonDeleted, silent: true}
 		case phaseStopping:
 			return decision{silent: true}
 		}
@@ -125,7 +125,7 @@ func decide(s situation) decision {
 			if r := t.GetStopReason(); r != "" {
 				return decision{stop: r}
 			}
-			return decision{stop: reasonDesiredStopped}
+			return decision{stop: ReasonDesiredStopped}
 		}
 		return decision{}
 	}

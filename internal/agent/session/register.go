@@ -1,4 +1,4 @@
-package agent
+package session
 
 import (
 	"context"
@@ -20,41 +20,58 @@ import (
 const maxCASAttempts = 10
 
 // register writes the Instance for the current session.
-func (a *Agent) register(ctx context.Context, s *session) error {
-	a.mu.Lock()
+func (c *conn) register(ctx context.Context) error {
+	s := c.s
+	s.mu.Lock()
 	r := registration{
-		cluster:    a.cfg.Cluster,
-		address:    a.address,
-		session:    a.session,
-		version:    a.cfg.Version,
-		facts:      a.facts,
-		attributes: a.cfg.Attributes,
+		cluster:    s.cfg.Cluster,
+		address:    s.cfg.Address,
+		session:    s.id,
+		version:    s.cfg.Version,
+		facts:      s.facts,
+		attributes: s.cfg.Attributes,
 	}
-	a.mu.Unlock()
-	now := a.clock.Now()
-	err := a.updateInstance(ctx, s, func(stored *pborch.Instance) (*pborch.Instance, error) {
+	s.mu.Unlock()
+	now := s.clock.Now()
+	err := c.updateInstance(ctx, func(stored *pborch.Instance) (*pborch.Instance, error) {
 		return mergeInstance(stored, r, now), nil
 	})
 	if err != nil {
-		return fmt.Errorf("register instance %s: %w", a.cfg.Name, err)
+		return fmt.Errorf("register instance %s: %w", s.cfg.Name, err)
 	}
-	a.mu.Lock()
-	if a.session == r.session {
-		a.registered = true
+	s.mu.Lock()
+	if s.id == r.session {
+		s.registered = true
 	}
-	a.mu.Unlock()
-	a.log.Info("registered", "server", s.addr, "session", r.session, "cluster", r.cluster, "address", r.address)
+	s.mu.Unlock()
+	s.log.Info("registered", "server", c.addr, "session", r.session, "cluster", r.cluster, "address", r.address)
 	return nil
+}
+
+// MarkLeft marks the Instance left, through the live connection (waiting
+// for one, and trying again, until it is done or ctx ends). An Instance an
+// operator removed is left as it is.
+func (s *Session) MarkLeft(ctx context.Context) error {
+	return s.withConn(ctx, func(c *conn) error {
+		return c.updateInstance(ctx, func(stored *pborch.Instance) (*pborch.Instance, error) {
+			if stored == nil {
+				return nil, nil // removed by an operator: nothing to mark
+			}
+			in := proto.Clone(stored).(*pborch.Instance)
+			in.Status = orchestrator.InstanceLeft
+			return in, nil
+		})
+	})
 }
 
 // updateInstance reads the Instance, changes it with edit (stored is nil
 // when there is none; returning nil writes nothing) and writes it back
 // with CAS, again on a conflict.
-func (a *Agent) updateInstance(ctx context.Context, s *session, edit func(stored *pborch.Instance) (*pborch.Instance, error)) error {
-	id := orchestrator.InstanceID(a.cfg.Name)
+func (c *conn) updateInstance(ctx context.Context, edit func(stored *pborch.Instance) (*pborch.Instance, error)) error {
+	id := orchestrator.InstanceID(c.s.cfg.Name)
 	for attempt := 1; ; attempt++ {
-		rctx, cancel := context.WithTimeout(ctx, a.cfg.RPCTimeout)
-		resp, err := s.res.Read(rctx, &pbresource.ReadRequest{Id: id, Consistent: true})
+		rctx, cancel := context.WithTimeout(ctx, c.s.cfg.RPCTimeout)
+		resp, err := c.res.Read(rctx, &pbresource.ReadRequest{Id: id, Consistent: true})
 		cancel()
 		var stored *pborch.Instance
 		var current *pbresource.Resource
@@ -84,8 +101,8 @@ func (a *Agent) updateInstance(ctx context.Context, s *session, edit func(stored
 			w.Metadata = current.GetMetadata()
 			w.Version = current.GetVersion()
 		}
-		wctx, cancel := context.WithTimeout(ctx, a.cfg.RPCTimeout)
-		_, err = s.res.Write(wctx, &pbresource.WriteRequest{Resource: w})
+		wctx, cancel := context.WithTimeout(ctx, c.s.cfg.RPCTimeout)
+		_, err = c.res.Write(wctx, &pbresource.WriteRequest{Resource: w})
 		cancel()
 		if status.Code(err) == codes.Aborted && attempt < maxCASAttempts {
 			continue

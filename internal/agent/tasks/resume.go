@@ -1,4 +1,4 @@
-package agent
+package tasks
 
 import (
 	"encoding/json"
@@ -14,51 +14,51 @@ import (
 
 // persist writes e's record (the latest state each time; persistMu keeps
 // the writes in order).
-func (a *Agent) persist(e *task) {
+func (m *Manager) persist(e *task) {
 	e.persistMu.Lock()
 	defer e.persistMu.Unlock()
-	a.mu.Lock()
+	m.mu.Lock()
 	if e.forgotten || !e.started {
-		a.mu.Unlock()
+		m.mu.Unlock()
 		return
 	}
 	r := e.record()
-	a.mu.Unlock()
-	if err := a.state.saveRecord(r); err != nil {
-		a.log.Error("cannot save the task's local state", "task", e.key(), "err", err)
+	m.mu.Unlock()
+	if err := m.state.saveRecord(r); err != nil {
+		m.log.Error("cannot save the task's local state", "task", e.key(), "err", err)
 	}
 }
 
-func (a *Agent) removeRecord(e *task) {
+func (m *Manager) removeRecord(e *task) {
 	e.persistMu.Lock()
 	defer e.persistMu.Unlock()
-	if err := os.Remove(a.state.recordPath(e.uid)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		a.log.Warn("cannot remove the task's local state", "task", e.key(), "err", err)
+	if err := os.Remove(m.state.recordPath(e.uid)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		m.log.Warn("cannot remove the task's local state", "task", e.key(), "err", err)
 	}
 	if !e.started {
-		_ = os.RemoveAll(taskDir(a.cfg.DataDir, e.uid))
+		_ = os.RemoveAll(TaskDir(m.cfg.DataDir, e.uid))
 	}
 }
 
 // resume takes on the tasks of the local state: those still running are
 // re-attached through their runners, those done are reported.
-func (a *Agent) resume() {
-	records, errs := a.state.loadRecords()
+func (m *Manager) resume() {
+	records, errs := m.state.loadRecords()
 	for _, err := range errs {
-		a.log.Error("cannot read a task's local state; leaving the file as it is", "err", err)
+		m.log.Error("cannot read a task's local state; leaving the file as it is", "err", err)
 	}
 	keep := make(map[string]bool, len(records))
 	var toRun []*task
 	var states []json.RawMessage
-	a.mu.Lock()
+	m.mu.Lock()
 	for _, r := range records {
 		keep[r.UID] = true
 		def, err := r.definition()
 		if err != nil {
-			a.log.Error("cannot read a task's local state; leaving the file as it is", "task", r.Namespace+"/"+r.Name, "err", err)
+			m.log.Error("cannot read a task's local state; leaving the file as it is", "task", r.Namespace+"/"+r.Name, "err", err)
 			continue
 		}
-		e := a.addTaskLocked(r.Namespace, r.Name, r.UID)
+		e := m.addTaskLocked(r.Namespace, r.Name, r.UID)
 		e.def, e.token, e.started = def, r.Token, true
 		if res, err := r.resource(); err == nil {
 			e.res = res
@@ -70,7 +70,7 @@ func (a *Agent) resume() {
 		e.hasReport = r.Snapshot.Status != ""
 		e.seq = 1 // this session has reported nothing yet
 		if e.token != "" {
-			a.tokens[e.token] = e
+			m.tokens[e.token] = e
 		}
 		if r.Done {
 			e.phase = phaseDone
@@ -85,10 +85,10 @@ func (a *Agent) resume() {
 		toRun = append(toRun, e)
 		states = append(states, r.Snapshot.State)
 	}
-	a.mu.Unlock()
-	a.state.removeOrphans(keep)
+	m.mu.Unlock()
+	m.state.removeOrphans(keep)
 	for i, e := range toRun {
-		a.log.Info("resuming task", "task", e.key(), "uid", e.uid)
-		a.run(e, states[i])
+		m.log.Info("resuming task", "task", e.key(), "uid", e.uid)
+		m.run(e, states[i])
 	}
 }

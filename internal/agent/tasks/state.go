@@ -1,4 +1,4 @@
-package agent
+package tasks
 
 import (
 	"encoding/json"
@@ -110,7 +110,7 @@ func (d stateDir) removeTask(uid string) error {
 	if errors.Is(err, os.ErrNotExist) {
 		err = nil
 	}
-	return errors.Join(err, os.RemoveAll(taskDir(d.root, uid)))
+	return errors.Join(err, os.RemoveAll(TaskDir(d.root, uid)))
 }
 
 // loadRecords reads every task record. A record that cannot be read is
@@ -172,12 +172,14 @@ type agentFile struct {
 	Name     string `json:"name"`
 }
 
-func (d stateDir) saveAgent(f agentFile) error {
-	b, err := json.Marshal(f)
+// WriteAgentFile records in dataDir the local API's address of the agent
+// of instance name.
+func WriteAgentFile(dataDir, httpAddr, name string) error {
+	b, err := json.Marshal(agentFile{HTTPAddr: httpAddr, Name: name})
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(d.agentPath(), b)
+	return writeFileAtomic(stateDir{dataDir}.agentPath(), b)
 }
 
 // ReadAgentFile reads the local API address a (running or last) agent
@@ -219,3 +221,7 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	return err
 }
+
+// RecordPath is the file of the local state of the task with uid under
+// dataDir.
+func RecordPath(dataDir, uid string) string { return stateDir{dataDir}.recordPath(uid) }

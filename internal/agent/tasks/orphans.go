@@ -1,4 +1,4 @@
-package agent
+package tasks
 
 import (
 	"context"
@@ -26,31 +26,31 @@ func orphans(held []driver.Owned, known map[string]bool) []driver.Owned {
 // removeOrphans kills and removes the containers that drivers hold for
 // this agent but no task it knows owns. It runs at start, after the local
 // state is read and before any new task starts, so every task this agent
-// may run is in a.tasks.
-func (a *Agent) removeOrphans(ctx context.Context) {
+// may run is in m.tasks.
+func (m *Manager) removeOrphans(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, orphanSweepTimeout)
 	defer cancel()
-	a.mu.Lock()
-	known := make(map[string]bool, len(a.tasks))
-	for uid := range a.tasks {
+	m.mu.Lock()
+	known := make(map[string]bool, len(m.tasks))
+	for uid := range m.tasks {
 		known[uid] = true
 	}
-	a.mu.Unlock()
-	for name, drv := range a.cfg.Drivers {
+	m.mu.Unlock()
+	for name, drv := range m.cfg.Drivers {
 		inv, ok := drv.(driver.Inventory)
 		if !ok {
 			continue
 		}
 		held, err := inv.Inventory(ctx)
 		if err != nil {
-			a.log.Debug("cannot list the driver's containers; orphans are left as they are", "driver", name, "err", err)
+			m.log.Debug("cannot list the driver's containers; orphans are left as they are", "driver", name, "err", err)
 			continue
 		}
 		for _, o := range orphans(held, known) {
-			a.log.Warn("removing a container no task of this agent owns", "driver", name, "id", o.Handle.ID, "task_uid", o.TaskUID, "container", o.Container)
+			m.log.Warn("removing a container no task of this agent owns", "driver", name, "id", o.Handle.ID, "task_uid", o.TaskUID, "container", o.Container)
 			_ = drv.Signal(ctx, o.Handle, syscall.SIGKILL)
 			if err := drv.Destroy(ctx, o.Handle); err != nil {
-				a.log.Warn("cannot remove an orphan container", "driver", name, "id", o.Handle.ID, "err", err)
+				m.log.Warn("cannot remove an orphan container", "driver", name, "id", o.Handle.ID, "err", err)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package agent
+package session
 
 import (
 	"context"
@@ -19,22 +19,22 @@ import (
 // per-instance task stream (WatchTasks), which starts with a snapshot of
 // this instance's tasks every time. OutOfRange (the stream fell behind, or
 // the server lists its tasks again) means open it again.
-func (s *session) watchLoop(ctx context.Context) error {
-	a := s.a
+func (c *conn) watchLoop(ctx context.Context) error {
+	s := c.s
 	for {
-		err := s.watchOnce(ctx)
+		err := c.watchOnce(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if resource.NeedsRelist(err) {
-			a.log.Info("task watch must list again", "server", s.addr, "reason", err)
+			s.log.Info("task watch must list again", "server", c.addr, "reason", err)
 			continue
 		}
 		if status.Code(err) == codes.DataLoss {
 			// The cluster never committed what this agent saw: its
 			// servers lost their state. Their view is all there is.
-			a.log.Error("the servers' state is older than what this agent has seen; taking their view", "server", s.addr, "seen_index", a.viewIndex.Load(), "reason", status.Convert(err).Message())
-			a.viewIndex.Store(0)
+			s.log.Error("the servers' state is older than what this agent has seen; taking their view", "server", c.addr, "seen_index", s.viewIndex.Load(), "reason", status.Convert(err).Message())
+			s.viewIndex.Store(0)
 			continue
 		}
 		return fmt.Errorf("task watch: %w", err)
@@ -45,13 +45,13 @@ func (s *session) watchLoop(ctx context.Context) error {
 // view older than min_index (the newest the agent has taken in): it waits
 // to catch up, or refuses (Unavailable: it is behind, the agent moves to
 // another; DataLoss: the cluster lost its state).
-func (s *session) watchOnce(ctx context.Context) error {
-	a := s.a
-	stream, err := s.hb.WatchTasks(ctx, &pbagent.WatchTasksRequest{Instance: a.cfg.Name, WithDefinitions: true, MinIndex: a.viewIndex.Load()})
+func (c *conn) watchOnce(ctx context.Context) error {
+	s := c.s
+	stream, err := c.hb.WatchTasks(ctx, &pbagent.WatchTasksRequest{Instance: s.cfg.Name, WithDefinitions: true, MinIndex: s.viewIndex.Load()})
 	if err != nil {
 		return err
 	}
-	return s.consume(ctx, stream)
+	return s.consume(stream)
 }
 
 // eventStream is what consume reads: a WatchTasks stream (or, in tests, a
@@ -60,15 +60,14 @@ type eventStream interface {
 	Recv() (*pbresource.WatchEvent, error)
 }
 
-// consume acts on a task stream's events until it fails. The stream
-// starts with a full listing of the instance's tasks: those the agent
+// consume hands a task stream's events to the task manager until the
+// stream fails. The stream starts with a full listing of the instance's
+// tasks, handed over whole once it has ended (a listing cut short is
+// never acted on: the next stream lists again); the tasks the manager
 // knows that it does not show were deleted meanwhile.
-func (s *session) consume(ctx context.Context, stream eventStream) error {
-	a := s.a
-	seen := make(map[string]bool)
+func (s *Session) consume(stream eventStream) error {
 	inSnapshot := true
-	// The listing's tasks are taken in together, at its end.
-	var listing []listedTask
+	var listing []*pbresource.Resource
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
@@ -78,53 +77,49 @@ func (s *session) consume(ctx context.Context, stream eventStream) error {
 		case isDefinition(ev):
 			// Carried ahead of the first task that uses it: no event of a
 			// task, and no index of its own.
-			a.learnDefinition(ev.GetResource())
+			s.tasks.LearnDefinition(ev.GetResource())
 			continue
-		case inSnapshot && ev.GetIndex() < a.viewIndex.Load():
+		case inSnapshot && ev.GetIndex() < s.viewIndex.Load():
 			// Never taken in, even from a server that failed to honour
 			// min_index: it would undo what the agent has seen.
-			return fmt.Errorf("%w: the server's listing is as of index %d, older than index %d already seen", errStaleView, ev.GetIndex(), a.viewIndex.Load())
+			return fmt.Errorf("%w: the server's listing is as of index %d, older than index %d already seen", errStaleView, ev.GetIndex(), s.viewIndex.Load())
 		case ev.GetOp() == pbresource.WatchEvent_OP_UPSERT && inSnapshot:
-			seen[ev.GetResource().GetId().GetUid()] = true
-			if l, ok := a.listed(ev.GetResource()); ok {
-				listing = append(listing, l)
-			}
+			listing = append(listing, ev.GetResource())
 		case ev.GetOp() == pbresource.WatchEvent_OP_UPSERT:
-			a.observe(ctx, s, ev.GetResource(), false)
+			s.tasks.Observe(ev.GetResource(), false)
 		case ev.GetOp() == pbresource.WatchEvent_OP_DELETE:
-			a.observe(ctx, s, ev.GetResource(), true)
+			s.tasks.Observe(ev.GetResource(), true)
 		case ev.GetOp() == pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
 			if inSnapshot {
-				a.observeListing(ctx, s, listing)
+				s.tasks.ObserveListing(listing)
 				listing = nil
-				a.sweep(ctx, s, seen)
 			}
 			inSnapshot = false
 		}
-		a.sawIndex(ev.GetIndex())
+		s.sawIndex(ev.GetIndex())
 	}
 }
 
 // sawIndex records that the agent's view of its tasks is as of idx at
 // least.
-func (a *Agent) sawIndex(idx uint64) {
+func (s *Session) sawIndex(idx uint64) {
 	for {
-		cur := a.viewIndex.Load()
-		if idx <= cur || a.viewIndex.CompareAndSwap(cur, idx) {
+		cur := s.viewIndex.Load()
+		if idx <= cur || s.viewIndex.CompareAndSwap(cur, idx) {
 			return
 		}
 	}
 }
 
 // sawVersion records a stored resource's version (its index) as seen.
-func (a *Agent) sawVersion(res *pbresource.Resource) {
+func (s *Session) sawVersion(res *pbresource.Resource) {
 	if v, err := strconv.ParseUint(res.GetVersion(), 10, 64); err == nil {
-		a.sawIndex(v)
+		s.sawIndex(v)
 	}
 }
 
 // errStaleView ends a task stream whose listing is older than a view the
-// agent has already taken in: the session ends, and the agent moves to
+// agent has already taken in: the connection ends, and the agent moves to
 // another server.
 var errStaleView = status.Error(codes.Unavailable, "stale task listing")
 

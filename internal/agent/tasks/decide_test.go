@@ -1,10 +1,7 @@
-package agent
+package tasks
 
 import (
 	"fmt"
-	"google.golang.org/grpc/codes"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -48,10 +45,10 @@ func TestDecide(t *testing.T) {
 		{"lost, not run here", situation{stored: stored(run, lost)}, decision{finish: "lost: it no longer runs on instance i-1"}},
 		// Desired STOPPED.
 		{"stop before start", situation{stored: stored(stop, pend)}, decision{finish: "stopped before it started: desired status is STOPPED"}},
-		{"stop running", situation{stored: stored(stop, run), phase: phaseRunning}, decision{stop: reasonDesiredStopped}},
-		{"stop starting", situation{stored: stored(stop, pend), phase: phaseStarting}, decision{stop: reasonDesiredStopped}},
+		{"stop running", situation{stored: stored(stop, run), phase: phaseRunning}, decision{stop: ReasonDesiredStopped}},
+		{"stop starting", situation{stored: stored(stop, pend), phase: phaseStarting}, decision{stop: ReasonDesiredStopped}},
 		{"stop with the stopper's reason", situation{stored: withReason(stored(stop, run), "stopped by user: replaced"), phase: phaseRunning}, decision{stop: "stopped by user: replaced"}},
-		{"stop lost but running", situation{stored: stored(stop, lost), phase: phaseRunning}, decision{stop: reasonDesiredStopped}},
+		{"stop lost but running", situation{stored: stored(stop, lost), phase: phaseRunning}, decision{stop: ReasonDesiredStopped}},
 		{"stopping already", situation{stored: stored(stop, run), phase: phaseStopping}, decision{}},
 		{"stop lost, not here", situation{stored: stored(stop, lost)}, decision{finish: "lost: it no longer runs on instance i-1"}},
 		// Lost but running here: nothing to decide (the report re-adopts it).
@@ -61,11 +58,11 @@ func TestDecide(t *testing.T) {
 		{"stopped and reported", situation{stored: stored(run, stop), phase: phaseDone, reported: true}, decision{forget: true}},
 		{"stopped, report pending", situation{stored: stored(run, stop), phase: phaseDone}, decision{}},
 		{"stopped by someone, running here", situation{stored: stored(run, stop), phase: phaseRunning}, decision{}},
-		{"stopped by someone, unwanted", situation{stored: stored(stop, stop), phase: phaseRunning}, decision{stop: reasonDesiredStopped}},
+		{"stopped by someone, unwanted", situation{stored: stored(stop, stop), phase: phaseRunning}, decision{stop: ReasonDesiredStopped}},
 		// Deleted.
 		{"deleted, idle", situation{phase: phaseIdle}, decision{forget: true}},
-		{"deleted, starting", situation{phase: phaseStarting}, decision{stop: reasonDeleted, silent: true}},
-		{"deleted, running", situation{phase: phaseRunning}, decision{stop: reasonDeleted, silent: true}},
+		{"deleted, starting", situation{phase: phaseStarting}, decision{stop: ReasonDeleted, silent: true}},
+		{"deleted, running", situation{phase: phaseRunning}, decision{stop: ReasonDeleted, silent: true}},
 		{"deleted, stopping", situation{phase: phaseStopping}, decision{silent: true}},
 		{"deleted, done", situation{phase: phaseDone}, decision{forget: true}},
 	} {
@@ -181,107 +178,6 @@ func TestFinishedSnapshot(t *testing.T) {
 	}
 }
 
-func TestMergeInstance(t *testing.T) {
-	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	r := registration{
-		cluster: "prod", address: "10.0.0.5:7710", session: "s2", version: "v1",
-		facts: facts{hostname: "box", cpus: 4, memoryBytes: 8 << 30, kernel: "6.1.0", drivers: []*pborch.DriverInfo{
-			{Name: "exec", Available: true, Detail: "cgroups v2"},
-			{Name: "docker", Available: false, Detail: "no engine"},
-		}},
-		attributes: map[string]string{"zone": "a"},
-	}
-	stored := &pborch.Instance{
-		Cluster: "default", Status: orchestrator.InstanceDown, Drain: true, Session: "s1",
-		Attributes: map[string]string{"rack": "r1", "zone": "b", "os": "plan9", "driver.docker": "27", "kernel": "5.0"},
-	}
-	got := mergeInstance(stored, r, at)
-	want := map[string]string{
-		"rack": "r1", "zone": "a", "os": runtime.GOOS, "arch": got.GetAttributes()["arch"], "hostname": "box",
-		"cpu.count": "4", "memory.bytes": "8589934592", "kernel": "6.1.0", "driver.exec": "cgroups v2",
-	}
-	if len(got.GetAttributes()) != len(want) {
-		t.Errorf("attributes %v, want %v", got.GetAttributes(), want)
-	}
-	for k, v := range want {
-		if got.GetAttributes()[k] != v {
-			t.Errorf("attribute %s = %q, want %q", k, got.GetAttributes()[k], v)
-		}
-	}
-	if got.GetStatus() != orchestrator.InstanceDraining || !got.GetDrain() || got.GetSession() != "s2" || got.GetCluster() != "prod" {
-		t.Errorf("instance %v", got)
-	}
-	if got.GetResources().GetCpuMillis() != 4000 || !got.GetRegisteredAt().AsTime().Equal(at) || len(got.GetDrivers()) != 2 {
-		t.Errorf("instance %v", got)
-	}
-	// A first registration.
-	if got := mergeInstance(nil, r, at); got.GetStatus() != orchestrator.InstanceReady || got.GetDrain() {
-		t.Errorf("new instance %v", got)
-	}
-}
-
-func TestParseMemTotal(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want int64
-	}{
-		{"MemTotal:       16333364 kB\nMemFree: 1 kB\n", 16333364 * 1024},
-		{"MemFree: 1 kB\nMemTotal: 2048 kB\n", 2048 * 1024},
-		{"MemTotal: 512\n", 512},
-		{"MemTotal: lots kB\n", 0},
-		{"", 0},
-	} {
-		if got := parseMemTotal(strings.NewReader(c.in)); got != c.want {
-			t.Errorf("parseMemTotal(%q) = %d, want %d", c.in, got, c.want)
-		}
-	}
-}
-
-func TestBackoff(t *testing.T) {
-	for _, c := range []struct {
-		failures int
-		r        float64
-		want     time.Duration
-	}{
-		{1, 0, 50 * time.Millisecond},
-		{1, 0.999999, 100 * time.Millisecond},
-		{2, 0, 100 * time.Millisecond},
-		{3, 0.5, 300 * time.Millisecond},
-		{20, 0, 5 * time.Second},
-		{1000, 2, 10 * time.Second},
-	} {
-		got := retryDelay(100*time.Millisecond, 10*time.Second, c.failures, c.r)
-		if d := got - c.want; d < -time.Microsecond*20 || d > time.Microsecond*20 {
-			t.Errorf("retryDelay(%d, %v) = %s, want %s", c.failures, c.r, got, c.want)
-		}
-	}
-	for _, r := range []float64{0, 0.5, 0.999} {
-		got := heartbeatInterval(9*time.Second, r)
-		if got > 3*time.Second || got < 2250*time.Millisecond {
-			t.Errorf("heartbeatInterval(9s, %v) = %s, want within [2.25s, 3s]", r, got)
-		}
-	}
-	// Reconnecting, the agent never waits longer than it would between
-	// heartbeats: a server back from an election expects one within a TTL.
-	for _, c := range []struct {
-		ttl      time.Duration
-		failures int
-		r        float64
-		want     time.Duration
-	}{
-		{9 * time.Second, 1, 0, 50 * time.Millisecond},           // the backoff
-		{9 * time.Second, 20, 0, 3 * time.Second},                // a third of the TTL
-		{9 * time.Second, 20, 0.999999, 2250 * time.Millisecond}, // less its jitter
-		{2 * time.Second, 7, 0, 2 * time.Second / 3},
-		{60 * time.Second, 20, 0, 5 * time.Second}, // the backoff's cap
-	} {
-		got := reconnectWait(100*time.Millisecond, 10*time.Second, c.ttl, c.failures, c.r)
-		if d := got - c.want; d < -time.Millisecond || d > time.Millisecond {
-			t.Errorf("reconnectWait(ttl %s, %d, %v) = %s, want %s", c.ttl, c.failures, c.r, got, c.want)
-		}
-	}
-}
-
 func TestUIDSet(t *testing.T) {
 	s := newUIDSet(2)
 	s.add("a")
@@ -293,59 +189,5 @@ func TestUIDSet(t *testing.T) {
 	s.keepOnly(map[string]bool{"c": true})
 	if s.has("b") || !s.has("c") || len(s.order) != 1 {
 		t.Errorf("keepOnly: %v %v", s.set, s.order)
-	}
-}
-
-func TestConfigRefusals(t *testing.T) {
-	good := func() Config {
-		return Config{Servers: []string{"127.0.0.1:7701"}, DataDir: "/tmp/x", Name: "i-1", NewRunner: func(RunnerConfig) (TaskRunner, error) { return nil, nil }}
-	}
-	if err := good().Validate(); err != nil {
-		t.Fatalf("a good config is refused: %v", err)
-	}
-	noRunner := good()
-	noRunner.NewRunner = nil
-	if _, err := New(noRunner); err == nil || !strings.Contains(err.Error(), "NewRunner: required") {
-		t.Errorf("New without a runner: %v", err)
-	}
-	for _, c := range []struct {
-		edit func(*Config)
-		want string
-	}{
-		{func(c *Config) { c.Servers = nil }, "-server: at least one"},
-		{func(c *Config) { c.Servers = []string{"7701"} }, `-server: "7701" is not host:port (a server's gRPC address, for example 127.0.0.1:7701)`},
-		{func(c *Config) { c.Servers = []string{"a:1", "a:1"} }, `-server: "a:1" is given twice`},
-		{func(c *Config) { c.DataDir = "" }, "-data-dir: required"},
-		{func(c *Config) { c.Name = "I_1" }, `-name: "I_1" is not a valid name`},
-		{func(c *Config) { c.Cluster = "Prod" }, `-cluster: "Prod" is not a valid name`},
-		{func(c *Config) { c.Attributes = map[string]string{"os": "x"} }, `-attribute: "os" is a built-in attribute`},
-		{func(c *Config) { c.Attributes = map[string]string{"-x": "x"} }, `-attribute[-x]`},
-		{func(c *Config) { c.HTTPAddr = "7710" }, `-http-addr: "7710" is not host:port`},
-	} {
-		cfg := good()
-		c.edit(&cfg)
-		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("got %v, want %q", err, c.want)
-		}
-	}
-}
-
-func TestRetryHeartbeat(t *testing.T) {
-	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	giveUp := t0.Add(time.Second)
-	for _, tc := range []struct {
-		code  codes.Code
-		now   time.Time
-		retry bool
-	}{
-		{codes.DeadlineExceeded, t0, true},      // a slow server: try it again
-		{codes.DeadlineExceeded, giveUp, false}, // but not past two thirds of the TTL
-		{codes.Unavailable, t0, false},          // unreachable: the next server
-		{codes.FailedPrecondition, t0, false},   // handled by registering again
-		{codes.DeadlineExceeded, giveUp.Add(-time.Nanosecond), true},
-	} {
-		if got := retryHeartbeat(tc.code, tc.now, giveUp); got != tc.retry {
-			t.Errorf("retryHeartbeat(%v, %v) = %v, want %v", tc.code, tc.now.Sub(t0), got, tc.retry)
-		}
 	}
 }

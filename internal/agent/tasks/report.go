@@ -1,7 +1,13 @@
-package agent
+package tasks
 
 import (
+	"cmp"
+	"slices"
+
 	"time"
+
+	"google.golang.org/protobuf/types/known/anypb"
+	pbresource "trellis.dev/trellis/api/resource/v1"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -108,4 +114,95 @@ func pendingSnapshot(def *pborch.TaskDefinition) Snapshot {
 		s.Containers = append(s.Containers, ContainerStatus{Name: c.GetName(), Status: orchestrator.StatusPending})
 	}
 	return s
+}
+
+// Report is one task's report, ready to write: the task as the store had
+// it with the agent's fields merged in, written as a CAS on its version.
+type Report struct {
+	Resource *pbresource.Resource
+	// Seq identifies the report to Written.
+	Seq uint64
+}
+
+// Reports builds the report of every dirty task, STOPPED reports first.
+// A task whose environment has another task stopped here with its
+// STOPPED report not yet stored (the task it replaced) waits unless that
+// report is in the same batch: the store never shows the two running.
+// Whoever writes them must keep their order, and tell Written what the
+// store took.
+func (m *Manager) Reports() []Report {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	var out []pendingReport
+	for _, t := range m.tasks {
+		if !t.dirty() {
+			continue
+		}
+		if o := m.unreportedStopLocked(t); o != nil && !o.dirty() {
+			continue // its turn comes once o's report is in
+		}
+		merged := mergeReport(t.stored, reportOf(t.snap, m.session), now)
+		data, err := anypb.New(merged)
+		if err != nil {
+			m.log.Error("cannot encode a task report", "task", t.key(), "err", err)
+			continue
+		}
+		out = append(out, pendingReport{t: t, Report: Report{Seq: t.seq, Resource: &pbresource.Resource{
+			Id:       t.res.GetId(),
+			Owner:    t.res.GetOwner(),
+			Metadata: t.res.GetMetadata(),
+			Version:  t.res.GetVersion(),
+			Data:     data,
+		}}})
+	}
+	slices.SortStableFunc(out, func(x, y pendingReport) int {
+		return cmp.Compare(stoppedFirst(x.t), stoppedFirst(y.t))
+	})
+	reports := make([]Report, len(out))
+	for i, p := range out {
+		reports[i] = p.Report
+	}
+	return reports
+}
+
+// pendingReport is a report with its task, while Reports orders them.
+type pendingReport struct {
+	t *task
+	Report
+}
+
+func stoppedFirst(t *task) int {
+	if t.snap.Status == orchestrator.StatusStopped {
+		return 0
+	}
+	return 1
+}
+
+// Written records that the store took a report (stored: what it stored;
+// nil when the report was dropped, refused for good).
+func (m *Manager) Written(r Report, stored *pbresource.Resource) {
+	m.mu.Lock()
+	t := m.tasks[r.Resource.GetId().GetUid()]
+	if t == nil {
+		m.mu.Unlock()
+		return // forgotten meanwhile: nothing more to do about it
+	}
+	t.written = max(t.written, r.Seq)
+	if stored != nil && stored.GetId().GetUid() == t.uid && (!t.seen || stored.GetGeneration() >= t.res.GetGeneration()) {
+		tk := &pborch.Task{}
+		if err := stored.GetData().UnmarshalTo(tk); err == nil {
+			t.res, t.stored, t.seen = stored, tk, true
+		}
+	}
+	// The answer is what the store has now: a task whose STOPPED report
+	// is in is done with.
+	fx := m.reconcileLocked(t)
+	m.mu.Unlock()
+	m.apply(fx)
+}
+
+// reportedLocked: nothing of t is left to write.
+func (t *task) reportedLocked() bool {
+	return t.silent || t.deleted || !t.hasReport || t.written >= t.seq
 }

@@ -1,4 +1,4 @@
-package agent
+package session
 
 import (
 	"context"
@@ -61,7 +61,7 @@ func (b *beatCounter) HeartbeatStream(stream pbagent.AgentService_HeartbeatStrea
 
 // beatSession is a session of an agent in session s1 on a server that
 // serves svc alone.
-func beatSession(t *testing.T, svc pbagent.AgentServiceServer) (*session, context.Context) {
+func beatSession(t *testing.T, svc pbagent.AgentServiceServer) (*conn, context.Context) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -76,12 +76,12 @@ func beatSession(t *testing.T, svc pbagent.AgentServiceServer) (*session, contex
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
-	a := &Agent{cfg: Config{Name: "i-1", RPCTimeout: 5 * time.Second}, log: slog.New(slog.DiscardHandler), session: "s1"}
-	a.ttl.Store(int64(10 * time.Second))
-	s := &session{a: a, addr: ln.Addr().String(), hb: pbagent.NewAgentServiceClient(cc)}
+	s := &Session{cfg: Config{Name: "i-1", RPCTimeout: 5 * time.Second}, log: slog.New(slog.DiscardHandler), id: "s1"}
+	s.ttl.Store(int64(10 * time.Second))
+	c := &conn{s: s, addr: ln.Addr().String(), hb: pbagent.NewAgentServiceClient(cc)}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(func() { cancel(); s.closeBeatStream() })
-	return s, ctx
+	t.Cleanup(func() { cancel(); c.closeBeatStream() })
+	return c, ctx
 }
 
 // Heartbeats travel on one stream per session, not as a call each; a
@@ -101,11 +101,11 @@ func TestHeartbeatsShareOneStream(t *testing.T) {
 	if n, c, m := svc.streams.Load(), svc.calls.Load(), svc.streamed.Load(); n != 1 || c != 0 || m != 5 {
 		t.Fatalf("5 heartbeats: %d streams, %d calls, %d on streams; want all 5 on one stream", n, c, m)
 	}
-	s.a.session = "s2"
+	s.s.id = "s2"
 	if _, err := s.beat(ctx); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("heartbeat of an unknown session = %v, want FailedPrecondition", err)
 	}
-	s.a.session = "s1"
+	s.s.id = "s1"
 	if _, err := s.beat(ctx); err != nil {
 		t.Fatalf("heartbeat after a refusal = %v", err)
 	}

@@ -1,4 +1,4 @@
-package agent
+package tasks
 
 import (
 	"iter"
@@ -19,13 +19,13 @@ import (
 
 // siblingsLocked yields the other tasks the agent knows of e's
 // environment and namespace (none for a task of no environment).
-func (a *Agent) siblingsLocked(e *task) iter.Seq[*task] {
+func (m *Manager) siblingsLocked(e *task) iter.Seq[*task] {
 	return func(yield func(*task) bool) {
 		env := taskEnvironment(e)
 		if env == "" {
 			return
 		}
-		for _, o := range a.tasks {
+		for _, o := range m.tasks {
 			if o != e && !o.forgotten && o.namespace == e.namespace && taskEnvironment(o) == env && !yield(o) {
 				return
 			}
@@ -38,8 +38,8 @@ func (a *Agent) siblingsLocked(e *task) iter.Seq[*task] {
 // and that e replaces or that is stopping anyway. A live task of the
 // environment that is meant to go on running is not one: the admission
 // refuses e beside it.
-func (a *Agent) predecessorLocked(e *task) *task {
-	for o := range a.siblingsLocked(e) {
+func (m *Manager) predecessorLocked(e *task) *task {
+	for o := range m.siblingsLocked(e) {
 		if o.phase.live() && (o.name == e.stored.GetReplaces() || o.stoppingHere()) {
 			return o
 		}
@@ -50,8 +50,8 @@ func (a *Agent) predecessorLocked(e *task) *task {
 // unreportedStopLocked returns another task of e's environment that has
 // stopped here without its STOPPED report stored (nil when none): e's
 // report must not reach the store before that one.
-func (a *Agent) unreportedStopLocked(e *task) *task {
-	for o := range a.siblingsLocked(e) {
+func (m *Manager) unreportedStopLocked(e *task) *task {
+	for o := range m.siblingsLocked(e) {
 		if o.phase == phaseDone && !o.reportedLocked() {
 			return o
 		}
@@ -81,11 +81,11 @@ func taskEnvironment(t *task) string {
 
 // successorsLocked reconciles the tasks that may have waited for done,
 // which has just stopped here.
-func (a *Agent) successorsLocked(done *task) effects {
+func (m *Manager) successorsLocked(done *task) effects {
 	var fx effects
-	for o := range a.siblingsLocked(done) {
+	for o := range m.siblingsLocked(done) {
 		if o.phase == phaseIdle {
-			fx.merge(a.reconcileLocked(o))
+			fx.merge(m.reconcileLocked(o))
 		}
 	}
 	return fx

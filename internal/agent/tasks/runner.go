@@ -1,4 +1,4 @@
-package agent
+package tasks
 
 import (
 	"context"
@@ -162,5 +162,6 @@ type Assignment struct {
 	Task     *pborch.Task
 }
 
-// taskDir is where a task's files live under the data dir.
-func taskDir(dataDir, uid string) string { return filepath.Join(dataDir, "tasks", uid) }
+// TaskDir is where the files of the task with uid live under the data dir
+// (its runner's directory; logs/ inside).
+func TaskDir(dataDir, uid string) string { return filepath.Join(dataDir, "tasks", uid) }

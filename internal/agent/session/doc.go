@@ -1,0 +1,48 @@
+// Package session is the agent's side of its servers: registering the
+// Instance, heartbeating, watching the instance's tasks and writing what
+// the task manager reports about them, over one gRPC connection at a
+// time. It never looks inside a task: what the servers say goes to a
+// Tasks (the task manager), and the reports come from it.
+//
+// # Servers
+//
+// The agent holds one gRPC connection at a time. It tries its servers in
+// turn; when the one it uses goes away (a heartbeat, the watch or a report
+// fails), it closes the connection and tries the next one after an
+// exponential backoff with jitter. Everything about tasks lives in the
+// task manager, outside the connection, so a failover loses nothing: the
+// next server's task stream starts with a fresh listing of the instance's
+// tasks, never older than the newest view the agent has taken in (it
+// sends that index as min_index, and refuses a listing older than it),
+// and unwritten reports are written on the next connection.
+//
+// # Registration and heartbeats
+//
+// Each process start makes a new session id. The agent writes its Instance
+// by read-modify-write with CAS: it sets the built-in attributes (os, arch,
+// hostname, cpu.count, memory.bytes, kernel, driver.<name>) and those of
+// its -attribute flags, and keeps everything else an operator set, the
+// drain flag included. It heartbeats every third of the TTL the servers
+// return, with jitter, on one heartbeat stream per connection
+// (AgentService.HeartbeatStream); a FailedPrecondition answer means the
+// servers no longer know this session (they marked the instance down and
+// its tasks lost, say), so the agent registers again with a new session
+// and has the task manager report its tasks again, which re-adopts them.
+//
+// # The task stream
+//
+// WatchTasks starts with a listing of the instance's tasks; the listing is
+// handed to the task manager only once it has ended (Tasks.ObserveListing),
+// never cut short, then every change as it comes. Task definitions come
+// ahead of the tasks that use them.
+//
+// # Reports
+//
+// The task manager says what to write (Tasks.Reports, in order: a
+// replaced task's STOPPED report before its replacement's); the reporter
+// writes every pending report in one WriteBatch shortly after the first
+// change (ReportDelay), each member a CAS on the version last seen. A
+// conflict re-reads the members from the leader and hands them to the
+// task manager, which merges its fields into what is stored on the next
+// round, never the other way round.
+package session

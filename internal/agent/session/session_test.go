@@ -1,0 +1,116 @@
+package session
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	"trellis.dev/trellis/internal/orchestrator"
+)
+
+func TestMergeInstance(t *testing.T) {
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	r := registration{
+		cluster: "prod", address: "10.0.0.5:7710", session: "s2", version: "v1",
+		facts: Facts{Hostname: "box", CPUs: 4, MemoryBytes: 8 << 30, Kernel: "6.1.0", Drivers: []*pborch.DriverInfo{
+			{Name: "exec", Available: true, Detail: "cgroups v2"},
+			{Name: "docker", Available: false, Detail: "no engine"},
+		}},
+		attributes: map[string]string{"zone": "a"},
+	}
+	stored := &pborch.Instance{
+		Cluster: "default", Status: orchestrator.InstanceDown, Drain: true, Session: "s1",
+		Attributes: map[string]string{"rack": "r1", "zone": "b", "os": "plan9", "driver.docker": "27", "kernel": "5.0"},
+	}
+	got := mergeInstance(stored, r, at)
+	want := map[string]string{
+		"rack": "r1", "zone": "a", "os": runtime.GOOS, "arch": got.GetAttributes()["arch"], "hostname": "box",
+		"cpu.count": "4", "memory.bytes": "8589934592", "kernel": "6.1.0", "driver.exec": "cgroups v2",
+	}
+	if len(got.GetAttributes()) != len(want) {
+		t.Errorf("attributes %v, want %v", got.GetAttributes(), want)
+	}
+	for k, v := range want {
+		if got.GetAttributes()[k] != v {
+			t.Errorf("attribute %s = %q, want %q", k, got.GetAttributes()[k], v)
+		}
+	}
+	if got.GetStatus() != orchestrator.InstanceDraining || !got.GetDrain() || got.GetSession() != "s2" || got.GetCluster() != "prod" {
+		t.Errorf("instance %v", got)
+	}
+	if got.GetResources().GetCpuMillis() != 4000 || !got.GetRegisteredAt().AsTime().Equal(at) || len(got.GetDrivers()) != 2 {
+		t.Errorf("instance %v", got)
+	}
+	// A first registration.
+	if got := mergeInstance(nil, r, at); got.GetStatus() != orchestrator.InstanceReady || got.GetDrain() {
+		t.Errorf("new instance %v", got)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for _, c := range []struct {
+		failures int
+		r        float64
+		want     time.Duration
+	}{
+		{1, 0, 50 * time.Millisecond},
+		{1, 0.999999, 100 * time.Millisecond},
+		{2, 0, 100 * time.Millisecond},
+		{3, 0.5, 300 * time.Millisecond},
+		{20, 0, 5 * time.Second},
+		{1000, 2, 10 * time.Second},
+	} {
+		got := retryDelay(100*time.Millisecond, 10*time.Second, c.failures, c.r)
+		if d := got - c.want; d < -time.Microsecond*20 || d > time.Microsecond*20 {
+			t.Errorf("retryDelay(%d, %v) = %s, want %s", c.failures, c.r, got, c.want)
+		}
+	}
+	for _, r := range []float64{0, 0.5, 0.999} {
+		got := heartbeatInterval(9*time.Second, r)
+		if got > 3*time.Second || got < 2250*time.Millisecond {
+			t.Errorf("heartbeatInterval(9s, %v) = %s, want within [2.25s, 3s]", r, got)
+		}
+	}
+	// Reconnecting, the agent never waits longer than it would between
+	// heartbeats: a server back from an election expects one within a TTL.
+	for _, c := range []struct {
+		ttl      time.Duration
+		failures int
+		r        float64
+		want     time.Duration
+	}{
+		{9 * time.Second, 1, 0, 50 * time.Millisecond},           // the backoff
+		{9 * time.Second, 20, 0, 3 * time.Second},                // a third of the TTL
+		{9 * time.Second, 20, 0.999999, 2250 * time.Millisecond}, // less its jitter
+		{2 * time.Second, 7, 0, 2 * time.Second / 3},
+		{60 * time.Second, 20, 0, 5 * time.Second}, // the backoff's cap
+	} {
+		got := reconnectWait(100*time.Millisecond, 10*time.Second, c.ttl, c.failures, c.r)
+		if d := got - c.want; d < -time.Millisecond || d > time.Millisecond {
+			t.Errorf("reconnectWait(ttl %s, %d, %v) = %s, want %s", c.ttl, c.failures, c.r, got, c.want)
+		}
+	}
+}
+
+func TestRetryHeartbeat(t *testing.T) {
+	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	giveUp := t0.Add(time.Second)
+	for _, tc := range []struct {
+		code  codes.Code
+		now   time.Time
+		retry bool
+	}{
+		{codes.DeadlineExceeded, t0, true},      // a slow server: try it again
+		{codes.DeadlineExceeded, giveUp, false}, // but not past two thirds of the TTL
+		{codes.Unavailable, t0, false},          // unreachable: the next server
+		{codes.FailedPrecondition, t0, false},   // handled by registering again
+		{codes.DeadlineExceeded, giveUp.Add(-time.Nanosecond), true},
+	} {
+		if got := retryHeartbeat(tc.code, tc.now, giveUp); got != tc.retry {
+			t.Errorf("retryHeartbeat(%v, %v) = %v, want %v", tc.code, tc.now.Sub(t0), got, tc.retry)
+		}
+	}
+}
