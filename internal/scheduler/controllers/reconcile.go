@@ -18,7 +18,8 @@ import (
 	"trellis.dev/trellis/internal/scheduler"
 )
 
-func (r *reconciler) reconcile(ctx context.Context, req controller.Request) error {
+// Reconcile converges one environment.
+func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) error {
 	st, err := r.read(ctx, req.ID)
 	if err != nil || st == nil {
 		return err

@@ -1,9 +1,10 @@
-package main
+package command
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -12,9 +13,13 @@ import (
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/httpapi/wire"
+	schedclient "trellis.dev/trellis/internal/scheduler/client"
 )
 
-func newEnvCmd(e *env, cf *clientFlags) *cobra.Command {
+// EnvironmentTypes are the values of env list --type, a closed set.
+var EnvironmentTypes = []string{EnvironmentTypeDaemon}
+
+func newEnvCmd(e *cli.Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "env",
 		Short: "Create, update, show, compare and delete daemon environments",
@@ -28,8 +33,8 @@ See docs/scheduler.md.`,
   trellis deploy log-shipper --wait
   trellis env status log-shipper`,
 	}
-	cmd.AddCommand(newEnvCreateCmd(e, cf), newEnvUpdateCmd(e, cf), newEnvGetCmd(e, cf), newEnvListCmd(e, cf),
-		newEnvDeleteCmd(e, cf), newEnvDiffCmd(e, cf), newEnvStatusCmd(e, cf), newEnvVersionsCmd(e, cf))
+	cmd.AddCommand(newEnvCreateCmd(e), newEnvUpdateCmd(e), newEnvGetCmd(e), newEnvListCmd(e),
+		newEnvDeleteCmd(e), newEnvDiffCmd(e), newEnvStatusCmd(e), newEnvVersionsCmd(e))
 	return cmd
 }
 
@@ -55,7 +60,7 @@ or flags: --taskdef, --cluster, --attribute (repeat it), --min-healthy-percent,
 Filters: key=value, key!=value, key (set), !key (not set), key in (a,b),
 key notin (a,b). Only ready instances match.
 
-` + specRulesHelp
+` + cli.SpecRulesHelp
 
 // envFlagVars are the spec flags of env create and update.
 type envFlagVars struct {
@@ -82,8 +87,8 @@ func (v *envFlagVars) register(fs *pflag.FlagSet) {
 }
 
 // flags are the spec flags that were given.
-func (v *envFlagVars) flags(fs *pflag.FlagSet) cli.EnvironmentFlags {
-	f := cli.EnvironmentFlags{
+func (v *envFlagVars) flags(fs *pflag.FlagSet) EnvironmentFlags {
+	f := EnvironmentFlags{
 		TaskDefinition: v.taskdef, Cluster: v.cluster,
 		MinHealthyTime: v.minHealthyTime, HealthyDeadline: v.healthyDeadline, ProgressDeadline: v.progressDeadline,
 	}
@@ -105,16 +110,16 @@ func (v *envFlagVars) flags(fs *pflag.FlagSet) cli.EnvironmentFlags {
 }
 
 // readEnvSpec reads -f and reconciles its name with the NAME argument.
-func readEnvSpec(e *env, file, name string) (*client.EnvironmentSpec, error) {
-	data, source, err := readInput(e, file)
+func readEnvSpec(call *cli.Call, file, name string) (*schedclient.EnvironmentSpec, error) {
+	data, source, err := call.ReadInput(file)
 	if err != nil {
 		return nil, err
 	}
-	spec, err := cli.ParseEnvironmentSpec(data, source)
+	spec, err := ParseEnvironmentSpec(data, source)
 	if err != nil {
 		return nil, err
 	}
-	if err := cli.CheckSpecName(spec, name, source); err != nil {
+	if err := CheckSpecName(spec, name, source); err != nil {
 		return nil, err
 	}
 	return spec, nil
@@ -126,85 +131,73 @@ func decodeEnvironment(r *wire.Resource) (*pbscheduler.Environment, error) {
 	if r == nil {
 		return nil, errors.New("the server returned no environment")
 	}
-	if err := decodeData(r, &env); err != nil {
+	if err := cli.DecodeData(r, &env); err != nil {
 		return nil, err
 	}
 	return &env, nil
 }
 
-// printEnvironmentWrite says which version a create or update made.
-func printEnvironmentWrite(e *env, verb string, w *client.EnvironmentWrite) error {
+// environmentWritten says which version a create or update made.
+func environmentWritten(verb string, w *schedclient.EnvironmentWrite) (cli.Result, error) {
 	envData, err := decodeEnvironment(w.Environment)
 	if err != nil {
-		return err
+		return cli.Result{}, err
 	}
 	name := w.Environment.ID.Name
 	if w.Unchanged {
-		fmt.Fprintf(e.stdout, "environment %s unchanged: still version %d (%s)\n", name, envData.GetVersionCount(), w.Version)
-		return nil
+		return cli.Say("environment %s unchanged: still version %d (%s)", name, envData.GetVersionCount(), w.Version).With(w), nil
 	}
-	fmt.Fprintf(e.stdout, "environment %s %s: version %d (%s)\n", name, verb, envData.GetVersionCount(), w.Version)
-	fmt.Fprintf(e.stdout, "See what it would change with: trellis env diff %s; deploy it with: trellis deploy %s\n", name, name)
-	return nil
+	return cli.Say("environment %s %s: version %d (%s)\nSee what it would change with: trellis env diff %s; deploy it with: trellis deploy %s",
+		name, verb, envData.GetVersionCount(), w.Version, name, name).With(w), nil
 }
 
-func newEnvCreateCmd(e *env, cf *clientFlags) *cobra.Command {
+func newEnvCreateCmd(e *cli.Env) *cobra.Command {
 	var v envFlagVars
-	var namespace, out string
-	cmd := &cobra.Command{
+	var spec *schedclient.EnvironmentSpec
+	return e.Command(cli.ClientCommand{
 		Use:   "create [NAME] (-f FILE | --taskdef FAMILY:REVISION [flags])",
 		Short: "Create an environment and its first version (inactive until deployed)",
 		Long:  "Create an environment and its first version. Nothing runs until you deploy it.\n\n" + envSpecHelp,
 		Example: `  trellis env create -f log-shipper.yaml
   trellis env create log-shipper --taskdef log-shipper:3 --attribute role=logger --attribute 'zone in (a,b)' \
       --min-healthy-percent 75 --min-healthy-time 10s --auto-rollback`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		Args:       cobra.MaximumNArgs(1),
+		Flags:      v.register,
+		Namespaced: true, Output: true,
+		Check: func(call *cli.Call) (err error) {
 			name := ""
-			if len(args) == 1 {
-				name = args[0]
+			if len(call.Args) == 1 {
+				name = call.Args[0]
 			}
-			flags := v.flags(cmd.Flags())
-			var spec *client.EnvironmentSpec
-			var err error
+			flags := v.flags(call.Flags)
 			switch {
 			case v.file != "" && flags.Given():
-				return usageError{errors.New("-f: give the spec as a file or as flags, not both")}
+				return cli.Usage(errors.New("-f: give the spec as a file or as flags, not both"))
 			case v.file != "":
-				if spec, err = readEnvSpec(e, v.file, name); err != nil {
-					return err
-				}
-			case name == "":
-				return usageError{errors.New("NAME: required (or -f FILE)")}
-			default:
-				if spec, err = flags.CreateSpec(name); err != nil {
-					return usageError{err}
-				}
-			}
-			c, err := cf.client(e)
-			if err != nil {
+				spec, err = readEnvSpec(call, v.file, name)
 				return err
+			case name == "":
+				return cli.Usage(errors.New("NAME: required (or -f FILE)"))
 			}
-			w, err := c.CreateEnvironment(cmd.Context(), namespace, spec)
-			if err != nil {
-				return serverError(c, err)
+			if spec, err = flags.CreateSpec(name); err != nil {
+				return cli.Usage(err)
 			}
-			if out != cli.FormatTable {
-				return cli.WriteValue(e.stdout, out, w)
-			}
-			return printEnvironmentWrite(e, "created", w)
+			return nil
 		},
-	}
-	v.register(cmd.Flags())
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
-	addOutputFlag(cmd, &out)
-	return cmd
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			w, err := schedclient.New(call.Client).CreateEnvironment(ctx, call.Namespace, spec)
+			if err != nil {
+				return cli.Result{}, err
+			}
+			return environmentWritten("created", w)
+		},
+	})
 }
 
-func newEnvUpdateCmd(e *env, cf *clientFlags) *cobra.Command {
+func newEnvUpdateCmd(e *cli.Env) *cobra.Command {
 	var v envFlagVars
-	var namespace, out string
-	cmd := &cobra.Command{
+	var flags EnvironmentFlags
+	return e.Command(cli.ClientCommand{
 		Use:   "update NAME (-f FILE | flags)",
 		Short: "Change an environment's spec, making a new version (deploys nothing)",
 		Long: `Change an environment's spec. A change makes a new version, which runs once
@@ -219,190 +212,176 @@ their values.
 		Example: `  trellis env update log-shipper --taskdef log-shipper:4
   trellis env update log-shipper --min-healthy-percent 50 --attribute role=logger --attribute 'zone in (a,b,c)'
   trellis env update log-shipper -f log-shipper.yaml`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			name := args[0]
-			flags := v.flags(cmd.Flags())
+		Args:       cobra.ExactArgs(1),
+		Flags:      v.register,
+		Namespaced: true, Output: true,
+		Check: func(call *cli.Call) error {
+			flags = v.flags(call.Flags)
 			if v.file != "" && flags.Given() {
-				return usageError{errors.New("-f: give the spec as a file or as flags, not both")}
+				return cli.Usage(errors.New("-f: give the spec as a file or as flags, not both"))
 			}
 			if v.file == "" && !flags.Given() {
-				return usageError{errors.New("nothing to change: give -f FILE or a flag such as --taskdef")}
+				return cli.Usage(errors.New("nothing to change: give -f FILE or a flag such as --taskdef"))
 			}
-			c, err := cf.client(e)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			var spec *client.EnvironmentSpec
+			return nil
+		},
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			name, c := call.Args[0], schedclient.New(call.Client)
+			var spec *schedclient.EnvironmentSpec
+			var err error
 			if v.file != "" {
-				if spec, err = readEnvSpec(e, v.file, name); err != nil {
-					return err
+				// Read once the client is made, as it always was.
+				if spec, err = readEnvSpec(call, v.file, name); err != nil {
+					return cli.Result{}, err
 				}
 			} else {
-				info, err := getEnvironment(ctx, c, namespace, name)
+				info, err := getEnvironment(ctx, c, call.Namespace, name)
 				if err != nil {
-					return err
+					return cli.Result{}, err
 				}
 				current, err := decodeEnvironment(info.Environment)
 				if err != nil {
-					return err
+					return cli.Result{}, err
 				}
 				if spec, err = flags.UpdateSpec(name, current); err != nil {
-					return usageError{err}
+					return cli.Result{}, cli.Usage(err)
 				}
 			}
-			w, err := c.UpdateEnvironment(ctx, namespace, name, spec)
+			w, err := c.UpdateEnvironment(ctx, call.Namespace, name, spec)
 			if err != nil {
-				return serverError(c, err)
+				return cli.Result{}, err
 			}
-			if out != cli.FormatTable {
-				return cli.WriteValue(e.stdout, out, w)
-			}
-			return printEnvironmentWrite(e, "updated", w)
+			return environmentWritten("updated", w)
 		},
-	}
-	v.register(cmd.Flags())
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
-	addOutputFlag(cmd, &out)
-	return cmd
+	})
 }
 
 // getEnvironment reads an environment, saying how to find one when it is
 // not there.
-func getEnvironment(ctx context.Context, c *client.Client, namespace, name string) (*client.EnvironmentInfo, error) {
+func getEnvironment(ctx context.Context, c *schedclient.Client, namespace, name string) (*schedclient.EnvironmentInfo, error) {
 	info, err := c.GetEnvironment(ctx, namespace, name)
 	if err != nil {
-		return nil, envError(c, err)
+		return nil, envError(err)
 	}
 	return info, nil
 }
 
 // envError adds a hint to "not found" from an environment's operations.
-func envError(c *client.Client, err error) error {
+func envError(err error) error {
 	if client.IsCode(err, wire.CodeNotFound) {
 		return fmt.Errorf("%w (trellis env list shows the environments)", err)
 	}
-	return serverError(c, err)
+	return err
 }
 
-func newEnvGetCmd(e *env, cf *clientFlags) *cobra.Command {
-	var namespace, out string
-	cmd := &cobra.Command{
+func newEnvGetCmd(e *cli.Env) *cobra.Command {
+	return e.Command(cli.ClientCommand{
 		Use:   "get NAME",
 		Short: "Show an environment: what runs (its desired version), status, health, the latest version, deployment in progress",
 		Example: `  trellis env get log-shipper
   trellis env get log-shipper -o yaml`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client(e)
+		Args:       cobra.ExactArgs(1),
+		Namespaced: true, Output: true,
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			info, err := getEnvironment(ctx, schedclient.New(call.Client), call.Namespace, call.Args[0])
 			if err != nil {
-				return err
+				return cli.Result{}, err
 			}
-			info, err := getEnvironment(cmd.Context(), c, namespace, args[0])
+			if call.Format != cli.FormatTable {
+				return cli.Result{Value: info}, nil
+			}
+			view, err := environmentView(info)
 			if err != nil {
-				return err
+				return cli.Result{}, err
 			}
-			if out != cli.FormatTable {
-				return cli.WriteValue(e.stdout, out, info)
-			}
-			envData, err := decodeEnvironment(info.Environment)
-			if err != nil {
-				return err
-			}
-			view := cli.EnvironmentView{Name: info.Environment.ID.Name, Namespace: info.Environment.ID.Tenancy.Namespace, Env: envData, State: info.State}
-			if r := info.ActiveDeployment; r != nil {
-				var d pbscheduler.Deployment
-				if err := decodeData(r, &d); err != nil {
-					return err
-				}
-				view.ActiveID, view.Active = r.ID.Name, &d
-			}
-			if r := info.DesiredVersion; r != nil {
-				var v pbscheduler.EnvironmentVersion
-				if err := decodeData(r, &v); err != nil {
-					return err
-				}
-				view.Desired = &v
-			}
-			return cli.WriteEnvironment(e.stdout, view)
+			return cli.Result{Table: func(w io.Writer) error { return WriteEnvironment(w, view) }}, nil
 		},
-	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
-	addOutputFlag(cmd, &out)
-	return cmd
+	})
 }
 
-func newEnvListCmd(e *env, cf *clientFlags) *cobra.Command {
-	var namespace, typ, out string
-	cmd := &cobra.Command{
+// environmentView decodes what env get shows.
+func environmentView(info *schedclient.EnvironmentInfo) (EnvironmentView, error) {
+	envData, err := decodeEnvironment(info.Environment)
+	if err != nil {
+		return EnvironmentView{}, err
+	}
+	view := EnvironmentView{Name: info.Environment.ID.Name, Namespace: info.Environment.ID.Tenancy.Namespace, Env: envData, State: info.State}
+	if r := info.ActiveDeployment; r != nil {
+		var d pbscheduler.Deployment
+		if err := cli.DecodeData(r, &d); err != nil {
+			return EnvironmentView{}, err
+		}
+		view.ActiveID, view.Active = r.ID.Name, &d
+	}
+	if r := info.DesiredVersion; r != nil {
+		var v pbscheduler.EnvironmentVersion
+		if err := cli.DecodeData(r, &v); err != nil {
+			return EnvironmentView{}, err
+		}
+		view.Desired = &v
+	}
+	return view, nil
+}
+
+func newEnvListCmd(e *cli.Env) *cobra.Command {
+	var typ string
+	return e.Command(cli.ClientCommand{
 		Use:   "list",
 		Short: "List environments",
 		Example: `  trellis env list
   trellis env list --type daemon -n prod`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := cf.client(e)
+		Flags: func(fs *pflag.FlagSet) {
+			fs.Var(cli.NewChoice(&typ, "", "an environment type", EnvironmentTypes...), "type", "only environments of this type: daemon")
+		},
+		Namespaced: true, Output: true,
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			list, err := schedclient.New(call.Client).ListEnvironments(ctx, call.Namespace, typ)
 			if err != nil {
-				return err
+				return cli.Result{}, err
 			}
-			list, err := c.ListEnvironments(cmd.Context(), namespace, typ)
-			if err != nil {
-				return serverError(c, err)
-			}
-			if out != cli.FormatTable {
-				return cli.WriteValue(e.stdout, out, map[string]any{"environments": list})
+			value := map[string]any{"environments": list}
+			if call.Format != cli.FormatTable {
+				return cli.Result{Value: value}, nil
 			}
 			if len(list) == 0 {
-				fmt.Fprintln(e.stdout, "No environments. Create one with: trellis env create NAME --taskdef FAMILY:REVISION")
-				return nil
+				return cli.Say("No environments. Create one with: trellis env create NAME --taskdef FAMILY:REVISION"), nil
 			}
-			rows := make([]cli.NamedEnvironment, 0, len(list))
+			rows := make([]NamedEnvironment, 0, len(list))
 			for _, r := range list {
 				envData, err := decodeEnvironment(r)
 				if err != nil {
-					return err
+					return cli.Result{}, err
 				}
-				rows = append(rows, cli.NamedEnvironment{Name: r.ID.Name, Env: envData})
+				rows = append(rows, NamedEnvironment{Name: r.ID.Name, Env: envData})
 			}
-			return cli.WriteEnvironments(e.stdout, rows)
+			return cli.Result{Table: func(w io.Writer) error { return WriteEnvironments(w, rows) }}, nil
 		},
-	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
-	cmd.Flags().Var(cli.NewChoice(&typ, "", "an environment type", environmentTypes...), "type", "only environments of this type: daemon")
-	addOutputFlag(cmd, &out)
-	return cmd
+	})
 }
 
-func newEnvDeleteCmd(e *env, cf *clientFlags) *cobra.Command {
-	var namespace string
-	cmd := &cobra.Command{
+func newEnvDeleteCmd(e *cli.Env) *cobra.Command {
+	return e.Command(cli.ClientCommand{
 		Use:   "delete NAME",
 		Short: "Delete an environment: its tasks are stopped, then it is removed",
 		Long: `Delete an environment. The scheduler stops its tasks and then removes it and
 its versions and deployments. Refused while a user deployment is in progress:
 stop it first (trellis deployment stop NAME).`,
-		Example: `  trellis env delete log-shipper`,
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client(e)
-			if err != nil {
-				return err
+		Example:    `  trellis env delete log-shipper`,
+		Args:       cobra.ExactArgs(1),
+		Namespaced: true,
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			if _, err := schedclient.New(call.Client).DeleteEnvironment(ctx, call.Namespace, call.Args[0]); err != nil {
+				return cli.Result{}, envError(err)
 			}
-			if _, err := c.DeleteEnvironment(cmd.Context(), namespace, args[0]); err != nil {
-				return envError(c, err)
-			}
-			fmt.Fprintf(e.stdout, "environment %s is being deleted: its tasks are stopping, then it is removed\n", args[0])
-			return nil
+			return cli.Say("environment %s is being deleted: its tasks are stopping, then it is removed", call.Args[0]), nil
 		},
-	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
-	return cmd
+	})
 }
 
-func newEnvDiffCmd(e *env, cf *clientFlags) *cobra.Command {
-	var namespace, version, out string
-	cmd := &cobra.Command{
+func newEnvDiffCmd(e *cli.Env) *cobra.Command {
+	var version string
+	return e.Command(cli.ClientCommand{
 		Use:   "diff NAME [--version V]",
 		Short: "Show what deploying a version would change, instance by instance, before anything runs",
 		Long: `Show what a deployment of the latest version (or of --version V, a number or a
@@ -411,33 +390,31 @@ definition runs), stop (the instance no longer matches) or keep.`,
 		Example: `  trellis env diff log-shipper
   trellis env diff log-shipper --version 2`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := cli.ParseVersionArg(version); err != nil {
-				return usageError{err}
-			}
-			c, err := cf.client(e)
-			if err != nil {
-				return err
-			}
-			d, err := c.EnvironmentDiff(cmd.Context(), namespace, args[0], version)
-			if err != nil {
-				return envError(c, err)
-			}
-			if out != cli.FormatTable {
-				return writeProto(e, out, d)
-			}
-			return cli.WriteDiff(e.stdout, d)
+		Flags: func(fs *pflag.FlagSet) {
+			fs.StringVar(&version, "version", "", "version to compare with what runs: a number or a uuid (default the latest)")
 		},
-	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
-	cmd.Flags().StringVar(&version, "version", "", "version to compare with what runs: a number or a uuid (default the latest)")
-	addOutputFlag(cmd, &out)
-	return cmd
+		Namespaced: true, Output: true,
+		Check: func(*cli.Call) error { return usage(ParseVersionArg(version)) },
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			d, err := schedclient.New(call.Client).EnvironmentDiff(ctx, call.Namespace, call.Args[0], version)
+			if err != nil {
+				return cli.Result{}, envError(err)
+			}
+			return cli.Result{Value: d, Table: func(w io.Writer) error { return WriteDiff(w, d) }}, nil
+		},
+	})
 }
 
-func newEnvStatusCmd(e *env, cf *clientFlags) *cobra.Command {
-	var namespace, out string
-	cmd := &cobra.Command{
+// usage marks err, if any, as a mistake in how the command was called.
+func usage(err error) error {
+	if err == nil {
+		return nil
+	}
+	return cli.Usage(err)
+}
+
+func newEnvStatusCmd(e *cli.Env) *cobra.Command {
+	return e.Command(cli.ClientCommand{
 		Use:   "status NAME",
 		Short: `Show how many tasks run and how healthy: "5 desired: 2 active, 3 launching, 1 unhealthy"`,
 		Long: `Show an environment's tasks: the first line counts them ("5 desired: 2 active,
@@ -445,68 +422,54 @@ func newEnvStatusCmd(e *env, cf *clientFlags) *cobra.Command {
 with the version that runs there and its health.`,
 		Example: `  trellis env status log-shipper
   trellis env status log-shipper -o json`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client(e)
+		Args:       cobra.ExactArgs(1),
+		Namespaced: true, Output: true,
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			st, err := schedclient.New(call.Client).EnvironmentStatus(ctx, call.Namespace, call.Args[0])
 			if err != nil {
-				return err
+				return cli.Result{}, envError(err)
 			}
-			st, err := c.EnvironmentStatus(cmd.Context(), namespace, args[0])
-			if err != nil {
-				return envError(c, err)
-			}
-			if out != cli.FormatTable {
-				return writeProto(e, out, st)
-			}
-			return cli.WriteEnvironmentStatus(e.stdout, st)
+			return cli.Result{Value: st, Table: func(w io.Writer) error { return WriteEnvironmentStatus(w, st) }}, nil
 		},
-	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
-	addOutputFlag(cmd, &out)
-	return cmd
+	})
 }
 
-func newEnvVersionsCmd(e *env, cf *clientFlags) *cobra.Command {
-	var namespace, out string
-	cmd := &cobra.Command{
+func newEnvVersionsCmd(e *cli.Env) *cobra.Command {
+	return e.Command(cli.ClientCommand{
 		Use:   "versions NAME",
 		Short: "List an environment's versions, newest first",
 		Example: `  trellis env versions log-shipper
   trellis deploy log-shipper --version 2`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client(e)
+		Args:       cobra.ExactArgs(1),
+		Namespaced: true, Output: true,
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			c, name := schedclient.New(call.Client), call.Args[0]
+			list, err := c.ListVersions(ctx, call.Namespace, name)
 			if err != nil {
-				return err
+				return cli.Result{}, envError(err)
 			}
-			ctx := cmd.Context()
-			list, err := c.ListVersions(ctx, namespace, args[0])
+			if call.Format != cli.FormatTable {
+				return cli.Result{Value: map[string]any{"versions": list}}, nil
+			}
+			info, err := getEnvironment(ctx, c, call.Namespace, name)
 			if err != nil {
-				return envError(c, err)
-			}
-			if out != cli.FormatTable {
-				return cli.WriteValue(e.stdout, out, map[string]any{"versions": list})
-			}
-			info, err := getEnvironment(ctx, c, namespace, args[0])
-			if err != nil {
-				return err
+				return cli.Result{}, err
 			}
 			envData, err := decodeEnvironment(info.Environment)
 			if err != nil {
-				return err
+				return cli.Result{}, err
 			}
-			rows := make([]cli.NamedVersion, 0, len(list))
+			rows := make([]NamedVersion, 0, len(list))
 			for _, r := range list {
 				var v pbscheduler.EnvironmentVersion
-				if err := decodeData(r, &v); err != nil {
-					return err
+				if err := cli.DecodeData(r, &v); err != nil {
+					return cli.Result{}, err
 				}
-				rows = append(rows, cli.NamedVersion{ID: r.ID.Name, V: &v})
+				rows = append(rows, NamedVersion{ID: r.ID.Name, V: &v})
 			}
-			return cli.WriteVersions(e.stdout, rows, envData.GetLatestVersion(), envData.GetDesiredVersion())
+			return cli.Result{Table: func(w io.Writer) error {
+				return WriteVersions(w, rows, envData.GetLatestVersion(), envData.GetDesiredVersion())
+			}}, nil
 		},
-	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
-	addOutputFlag(cmd, &out)
-	return cmd
+	})
 }

@@ -1,4 +1,4 @@
-package cli
+package command
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/scheduler"
 )
 
@@ -87,9 +88,9 @@ func RolledBack(d *pbscheduler.Deployment) string {
 // followed by: "unhealthy, rolled back to version 1".
 func DeploymentStatus(d *pbscheduler.Deployment) string {
 	if d.GetRollbackDeployment() == "" {
-		return Dash(d.GetStatus())
+		return cli.Dash(d.GetStatus())
 	}
-	return fmt.Sprintf("%s, rolled back to version %s", Dash(d.GetStatus()), versionNumber(d.GetRollbackVersionNumber()))
+	return fmt.Sprintf("%s, rolled back to version %s", cli.Dash(d.GetStatus()), versionNumber(d.GetRollbackVersionNumber()))
 }
 
 // ProgressLine is one line of `trellis deploy --wait`: the status and the
@@ -98,9 +99,9 @@ func DeploymentStatus(d *pbscheduler.Deployment) string {
 // completed placing nothing, why nothing was placed.
 func ProgressLine(d *pbscheduler.Deployment) string {
 	if PlacedNothing(d) {
-		return Dash(d.GetStatus()) + ": " + nothingPlacedReason(d)
+		return cli.Dash(d.GetStatus()) + ": " + nothingPlacedReason(d)
 	}
-	s := Dash(d.GetStatus()) + ": " + Progress(d)
+	s := cli.Dash(d.GetStatus()) + ": " + Progress(d)
 	if DeploymentRunning(d) || d.GetStatus() == DeploymentCompleted {
 		return s
 	}
@@ -123,7 +124,7 @@ func WaitResult(env, id string, d *pbscheduler.Deployment) error {
 	case d.GetStatus() == DeploymentCompleted:
 		return nil
 	}
-	msg := fmt.Sprintf("deployment %s of %s ended %s: %s", id, env, Dash(d.GetStatus()), Dash(d.GetStatusReason()))
+	msg := fmt.Sprintf("deployment %s of %s ended %s: %s", id, env, cli.Dash(d.GetStatus()), cli.Dash(d.GetStatusReason()))
 	if rb := d.GetRollbackDeployment(); rb != "" {
 		msg += fmt.Sprintf("\nauto_rollback started deployment %s, which returns %s to version %s; follow it with: trellis deployment get %s %s",
 			rb, env, versionNumber(d.GetRollbackVersionNumber()), env, rb)
@@ -155,7 +156,7 @@ func EnvironmentStatusWord(e *pbscheduler.Environment) string {
 	if e.GetDeleting() {
 		return "deleting"
 	}
-	return Dash(e.GetStatus())
+	return cli.Dash(e.GetStatus())
 }
 
 // NotDeployed is the health of an environment that was never deployed:
@@ -169,7 +170,7 @@ func EnvironmentHealth(e *pbscheduler.Environment) string {
 	if e.GetDesiredVersion() == "" {
 		return NotDeployed
 	}
-	return Dash(e.GetHealth())
+	return cli.Dash(e.GetHealth())
 }
 
 // desiredVersion names an environment's desired version: "1 (ls:3)", or
@@ -194,12 +195,12 @@ type NamedEnvironment struct {
 // the scheduler keeps running) and the latest, each by number and task
 // definition.
 func WriteEnvironments(w io.Writer, envs []NamedEnvironment) error {
-	tw := NewTable(w)
+	tw := cli.NewTable(w)
 	fmt.Fprintln(tw, "NAME\tTYPE\tSTATUS\tHEALTH\tDESIRED\tLATEST\tDEPLOYING")
 	for _, n := range envs {
 		e := n.Env
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, Dash(e.GetType()), EnvironmentStatusWord(e), EnvironmentHealth(e),
-			desiredVersion(e), describeVersion(e.GetVersionCount(), "", e.GetTaskDefinition()), Dash(e.GetActiveDeployment()))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, cli.Dash(e.GetType()), EnvironmentStatusWord(e), EnvironmentHealth(e),
+			desiredVersion(e), describeVersion(e.GetVersionCount(), "", e.GetTaskDefinition()), cli.Dash(e.GetActiveDeployment()))
 	}
 	return tw.Flush()
 }
@@ -266,10 +267,10 @@ func WriteEnvironment(w io.Writer, v EnvironmentView) error {
 	case deployed:
 		taskdef = e.GetDesiredTaskDefinition()
 	}
-	tw := NewTable(w)
+	tw := cli.NewTable(w)
 	fmt.Fprintf(tw, "Environment:\t%s\n", v.Name)
-	fmt.Fprintf(tw, "Namespace:\t%s\n", Dash(v.Namespace))
-	fmt.Fprintf(tw, "Type:\t%s\n", Dash(e.GetType()))
+	fmt.Fprintf(tw, "Namespace:\t%s\n", cli.Dash(v.Namespace))
+	fmt.Fprintf(tw, "Type:\t%s\n", cli.Dash(e.GetType()))
 	fmt.Fprintf(tw, "Status:\t%s\n", EnvironmentStatusWord(e))
 	fmt.Fprintf(tw, "Health:\t%s\n", EnvironmentHealth(e))
 	if deployed {
@@ -277,7 +278,7 @@ func WriteEnvironment(w io.Writer, v EnvironmentView) error {
 	} else {
 		fmt.Fprintf(tw, "Desired version:\tnone: never deployed (trellis deploy %s)\n", v.Name)
 	}
-	fmt.Fprintf(tw, "Task definition:\t%s\n", Dash(taskdef))
+	fmt.Fprintf(tw, "Task definition:\t%s\n", cli.Dash(taskdef))
 	fmt.Fprintf(tw, "Instance group:\t%s\n", DescribeInstanceGroup(group))
 	fmt.Fprintf(tw, "Deployment:\t%s\n", DescribeDeploymentConfig(config))
 	if role != "" {
@@ -293,7 +294,7 @@ func WriteEnvironment(w io.Writer, v EnvironmentView) error {
 	}
 	switch {
 	case v.Active != nil:
-		fmt.Fprintf(tw, "Deploying:\t%s, version %s, %s: %s\n", v.ActiveID, versionNumber(v.Active.GetVersionNumber()), Dash(v.Active.GetStatus()), Progress(v.Active))
+		fmt.Fprintf(tw, "Deploying:\t%s, version %s, %s: %s\n", v.ActiveID, versionNumber(v.Active.GetVersionNumber()), cli.Dash(v.Active.GetStatus()), Progress(v.Active))
 	case e.GetActiveDeployment() != "":
 		fmt.Fprintf(tw, "Deploying:\t%s\n", e.GetActiveDeployment())
 	default:
@@ -325,9 +326,9 @@ func describeVersion(number int64, id, taskdef string) string {
 		rest = append(rest, taskdef)
 	}
 	if len(rest) == 0 {
-		return Dash(head)
+		return cli.Dash(head)
 	}
-	return Dash(head) + " (" + strings.Join(rest, ", ") + ")"
+	return cli.Dash(head) + " (" + strings.Join(rest, ", ") + ")"
 }
 
 // FormatTime shows a timestamp in local time, to the millisecond.
@@ -345,10 +346,10 @@ func WriteEnvironmentStatus(w io.Writer, st *pbscheduler.EnvironmentState) error
 	fmt.Fprintln(w, Summary(st))
 	if len(st.GetVersions()) > 0 {
 		fmt.Fprintln(w)
-		tw := NewTable(w)
+		tw := cli.NewTable(w)
 		fmt.Fprintln(tw, "VERSION\tTASKDEF\tTASKS\tHEALTHY")
 		for _, v := range st.GetVersions() {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", versionNumber(v.GetVersionNumber()), Dash(v.GetTaskDefinition()), v.GetTasks(), v.GetHealthy())
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", versionNumber(v.GetVersionNumber()), cli.Dash(v.GetTaskDefinition()), v.GetTasks(), v.GetHealthy())
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -359,15 +360,15 @@ func WriteEnvironmentStatus(w io.Writer, st *pbscheduler.EnvironmentState) error
 		return nil
 	}
 	fmt.Fprintln(w)
-	tw := NewTable(w)
+	tw := cli.NewTable(w)
 	fmt.Fprintln(tw, "INSTANCE\tVERSION\tTASKDEF\tTASK\tSTATE\tHEALTH")
 	for _, in := range st.GetInstances() {
-		state := Dash(in.GetState())
+		state := cli.Dash(in.GetState())
 		if !in.GetMatches() {
 			state += " (no longer matches)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.GetInstance(), versionNumber(in.GetVersionNumber()), Dash(in.GetTaskDefinition()),
-			Dash(in.GetTask()), state, Dash(in.GetHealth()))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.GetInstance(), versionNumber(in.GetVersionNumber()), cli.Dash(in.GetTaskDefinition()),
+			cli.Dash(in.GetTask()), state, cli.Dash(in.GetHealth()))
 	}
 	return tw.Flush()
 }
@@ -382,10 +383,10 @@ func WriteDiff(w io.Writer, d *pbscheduler.EnvironmentDiff) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	tw := NewTable(w)
+	tw := cli.NewTable(w)
 	fmt.Fprintln(tw, "INSTANCE\tACTION\tFROM\tTO\tREASON")
 	for _, c := range d.GetChanges() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.GetInstance(), c.GetAction(), Dash(c.GetFromTaskDefinition()), Dash(c.GetToTaskDefinition()), Dash(c.GetReason()))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.GetInstance(), c.GetAction(), cli.Dash(c.GetFromTaskDefinition()), cli.Dash(c.GetToTaskDefinition()), cli.Dash(c.GetReason()))
 	}
 	return tw.Flush()
 }
@@ -399,7 +400,7 @@ type NamedVersion struct {
 // WriteVersions prints `trellis env versions`, marking the latest and the
 // desired (deployed) version.
 func WriteVersions(w io.Writer, versions []NamedVersion, latest, desired string) error {
-	tw := NewTable(w)
+	tw := cli.NewTable(w)
 	fmt.Fprintln(tw, "VERSION\tID\tTASKDEF\tINSTANCE GROUP\tCREATED\t")
 	for _, n := range versions {
 		var marks []string
@@ -409,7 +410,7 @@ func WriteVersions(w io.Writer, versions []NamedVersion, latest, desired string)
 		if n.ID == desired {
 			marks = append(marks, "desired")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", versionNumber(n.V.GetNumber()), n.ID, Dash(n.V.GetTaskDefinition()),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", versionNumber(n.V.GetNumber()), n.ID, cli.Dash(n.V.GetTaskDefinition()),
 			DescribeInstanceGroup(n.V.GetInstanceGroup()), FormatTime(n.V.GetCreatedAt()), strings.Join(marks, ","))
 	}
 	return tw.Flush()
@@ -423,15 +424,15 @@ type NamedDeployment struct {
 
 // WriteDeployments prints `trellis deployment list`.
 func WriteDeployments(w io.Writer, deps []NamedDeployment, now time.Time) error {
-	tw := NewTable(w)
+	tw := cli.NewTable(w)
 	fmt.Fprintln(tw, "ID\tTYPE\tVERSION\tTASKDEF\tSTATUS\tPROGRESS\tAGE")
 	for _, n := range deps {
 		d := n.D
 		age := "-"
 		if t := d.GetCreatedAt(); t != nil {
-			age = FormatAge(now.Sub(t.AsTime()))
+			age = cli.FormatAge(now.Sub(t.AsTime()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, Dash(d.GetType()), versionNumber(d.GetVersionNumber()), Dash(d.GetTaskDefinition()),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, cli.Dash(d.GetType()), versionNumber(d.GetVersionNumber()), cli.Dash(d.GetTaskDefinition()),
 			DeploymentStatus(d), Progress(d), age)
 	}
 	return tw.Flush()
@@ -439,10 +440,10 @@ func WriteDeployments(w io.Writer, deps []NamedDeployment, now time.Time) error 
 
 // WriteDeployment prints `trellis deployment get`.
 func WriteDeployment(w io.Writer, id string, d *pbscheduler.Deployment) error {
-	tw := NewTable(w)
+	tw := cli.NewTable(w)
 	fmt.Fprintf(tw, "Deployment:\t%s\n", id)
 	fmt.Fprintf(tw, "Environment:\t%s\n", d.GetEnvironment())
-	fmt.Fprintf(tw, "Type:\t%s\n", Dash(d.GetType()))
+	fmt.Fprintf(tw, "Type:\t%s\n", cli.Dash(d.GetType()))
 	fmt.Fprintf(tw, "Version:\t%s\n", describeVersion(d.GetVersionNumber(), d.GetVersion(), d.GetTaskDefinition()))
 	fmt.Fprintf(tw, "Status:\t%s\n", DeploymentStatus(d))
 	if d.GetStatusReason() != "" {
@@ -476,10 +477,10 @@ func WriteDeployment(w io.Writer, id string, d *pbscheduler.Deployment) error {
 	if len(d.GetInstances()) < notComplete {
 		fmt.Fprintf(w, "%d of the %d instances not yet complete:\n", len(d.GetInstances()), notComplete)
 	}
-	tw = NewTable(w)
+	tw = cli.NewTable(w)
 	fmt.Fprintln(tw, "INSTANCE\tSTATE\tTASK\tREASON")
 	for _, in := range d.GetInstances() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", in.GetInstance(), Dash(in.GetState()), Dash(in.GetTask()), Dash(in.GetReason()))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", in.GetInstance(), cli.Dash(in.GetState()), cli.Dash(in.GetTask()), cli.Dash(in.GetReason()))
 	}
 	return tw.Flush()
 }
