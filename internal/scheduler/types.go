@@ -63,6 +63,9 @@ func Register(r *resource.Registry) {
 		Scope:    resource.ScopeNamespace,
 		Mutate:   MutateEnvironment,
 		Validate: ValidateEnvironment,
+		Statuses: map[string]resource.StatusPayload{
+			StatusKey: {Proto: &pbscheduler.EnvironmentStatus{}, Validate: validateEnvironmentStatus},
+		},
 	})
 	r.Register(resource.Registration{
 		Type:      EnvironmentVersionType,

@@ -334,11 +334,11 @@ func activeDeploymentID(info *schedclient.EnvironmentInfo) (string, error) {
 	if r := info.ActiveDeployment; r != nil {
 		return r.ID.Name, nil
 	}
-	envData, err := decodeEnvironment(info.Environment)
+	envStatus, err := DecodeEnvironmentStatus(info.Environment)
 	if err != nil {
 		return "", err
 	}
-	if id := envData.GetActiveDeployment(); id != "" {
+	if id := envStatus.GetActiveDeployment(); id != "" {
 		return id, nil
 	}
 	name := info.Environment.ID.Name

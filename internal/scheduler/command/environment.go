@@ -305,7 +305,11 @@ func environmentView(info *schedclient.EnvironmentInfo) (EnvironmentView, error)
 	if err != nil {
 		return EnvironmentView{}, err
 	}
-	view := EnvironmentView{Name: info.Environment.ID.Name, Namespace: info.Environment.ID.Tenancy.Namespace, Env: envData, State: info.State}
+	envStatus, err := DecodeEnvironmentStatus(info.Environment)
+	if err != nil {
+		return EnvironmentView{}, err
+	}
+	view := EnvironmentView{Name: info.Environment.ID.Name, Namespace: info.Environment.ID.Tenancy.Namespace, Env: envData, Status: envStatus, State: info.State}
 	if r := info.ActiveDeployment; r != nil {
 		var d pbscheduler.Deployment
 		if err := cli.DecodeData(r, &d); err != nil {
@@ -353,7 +357,11 @@ func newEnvListCmd(e *cli.Env) *cobra.Command {
 				if err != nil {
 					return cli.Result{}, err
 				}
-				rows = append(rows, NamedEnvironment{Name: r.ID.Name, Env: envData})
+				envStatus, err := DecodeEnvironmentStatus(r)
+				if err != nil {
+					return cli.Result{}, err
+				}
+				rows = append(rows, NamedEnvironment{Name: r.ID.Name, Env: envData, Status: envStatus})
 			}
 			return cli.Result{Table: func(w io.Writer) error { return WriteEnvironments(w, rows) }}, nil
 		},
@@ -451,6 +459,10 @@ func newEnvVersionsCmd(e *cli.Env) *cobra.Command {
 			if err != nil {
 				return cli.Result{}, err
 			}
+			envStatus, err := DecodeEnvironmentStatus(info.Environment)
+			if err != nil {
+				return cli.Result{}, err
+			}
 			rows := make([]NamedVersion, 0, len(list))
 			for _, r := range list {
 				var v pbscheduler.EnvironmentVersion
@@ -460,7 +472,7 @@ func newEnvVersionsCmd(e *cli.Env) *cobra.Command {
 				rows = append(rows, NamedVersion{ID: r.ID.Name, V: &v})
 			}
 			return cli.Result{Table: func(w io.Writer) error {
-				return WriteVersions(w, rows, envData.GetLatestVersion(), envData.GetDesiredVersion())
+				return WriteVersions(w, rows, envData.GetLatestVersion(), envStatus.GetDesiredVersion())
 			}}, nil
 		},
 	})

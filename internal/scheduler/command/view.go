@@ -8,10 +8,13 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
 	"trellis.dev/trellis/internal/cli"
+	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/scheduler"
 )
 
@@ -150,13 +153,44 @@ func versionNumber(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
-// EnvironmentStatusWord is an environment's status, saying when it is
-// being deleted.
-func EnvironmentStatusWord(e *pbscheduler.Environment) string {
+// EnvironmentStatusWord is an environment's status (what the scheduler
+// reports, s), saying when it is being deleted (what a user asked, e).
+func EnvironmentStatusWord(e *pbscheduler.Environment, s *pbscheduler.EnvironmentStatus) string {
 	if e.GetDeleting() {
 		return "deleting"
 	}
-	return cli.Dash(e.GetStatus())
+	return cli.Dash(s.GetStatus())
+}
+
+// DecodeEnvironmentStatus reads what the scheduler reports of an
+// environment: the payload of its status key, nil when it has reported
+// nothing yet.
+func DecodeEnvironmentStatus(r *wire.Resource) (*pbscheduler.EnvironmentStatus, error) {
+	raw, ok := r.Status[scheduler.StatusKey]
+	if !ok {
+		return nil, nil
+	}
+	var st pbresource.Status
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, &st); err != nil {
+		return nil, fmt.Errorf("environment %s: the server returned a status this CLI cannot read: %w", r.ID.Name, err)
+	}
+	if st.GetData() == nil {
+		return nil, nil
+	}
+	var out pbscheduler.EnvironmentStatus
+	if err := st.GetData().UnmarshalTo(&out); err != nil {
+		return nil, fmt.Errorf("environment %s: the server returned a status this CLI cannot read: %w", r.ID.Name, err)
+	}
+	return &out, nil
+}
+
+// orInactive is s, or before the scheduler has reported on an
+// environment, what that means: inactive and healthy, nothing deployed.
+func orInactive(s *pbscheduler.EnvironmentStatus) *pbscheduler.EnvironmentStatus {
+	if s == nil {
+		return &pbscheduler.EnvironmentStatus{Status: scheduler.EnvInactive, Health: scheduler.HealthHealthy}
+	}
+	return s
 }
 
 // NotDeployed is the health of an environment that was never deployed:
@@ -166,29 +200,31 @@ const NotDeployed = "not deployed"
 // EnvironmentHealth is an environment's health: the server's (healthy,
 // unhealthy), or "not deployed" before its first deployment, whatever the
 // stored default says.
-func EnvironmentHealth(e *pbscheduler.Environment) string {
-	if e.GetDesiredVersion() == "" {
+func EnvironmentHealth(s *pbscheduler.EnvironmentStatus) string {
+	if s.GetDesiredVersion() == "" {
 		return NotDeployed
 	}
-	return cli.Dash(e.GetHealth())
+	return cli.Dash(s.GetHealth())
 }
 
 // desiredVersion names an environment's desired version: "1 (ls:3)", or
 // "-" before its first deployment.
-func desiredVersion(e *pbscheduler.Environment) string {
-	if e.GetDesiredVersion() == "" {
+func desiredVersion(s *pbscheduler.EnvironmentStatus) string {
+	if s.GetDesiredVersion() == "" {
 		return "-"
 	}
-	if e.GetDesiredVersionNumber() > 0 {
-		return describeVersion(e.GetDesiredVersionNumber(), "", e.GetDesiredTaskDefinition())
+	if s.GetDesiredVersionNumber() > 0 {
+		return describeVersion(s.GetDesiredVersionNumber(), "", s.GetDesiredTaskDefinition())
 	}
-	return describeVersion(0, e.GetDesiredVersion(), e.GetDesiredTaskDefinition()) // a server that sends no number
+	return describeVersion(0, s.GetDesiredVersion(), s.GetDesiredTaskDefinition()) // a server that sends no number
 }
 
-// NamedEnvironment is an environment and its name.
+// NamedEnvironment is an environment, its name, and what the scheduler
+// reports of it (nil before it has: inactive, not deployed).
 type NamedEnvironment struct {
-	Name string
-	Env  *pbscheduler.Environment
+	Name   string
+	Env    *pbscheduler.Environment
+	Status *pbscheduler.EnvironmentStatus
 }
 
 // WriteEnvironments prints `trellis env list`: the desired version (what
@@ -198,9 +234,9 @@ func WriteEnvironments(w io.Writer, envs []NamedEnvironment) error {
 	tw := cli.NewTable(w)
 	fmt.Fprintln(tw, "NAME\tTYPE\tSTATUS\tHEALTH\tDESIRED\tLATEST\tDEPLOYING")
 	for _, n := range envs {
-		e := n.Env
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, cli.Dash(e.GetType()), EnvironmentStatusWord(e), EnvironmentHealth(e),
-			desiredVersion(e), describeVersion(e.GetVersionCount(), "", e.GetTaskDefinition()), cli.Dash(e.GetActiveDeployment()))
+		e, s := n.Env, orInactive(n.Status)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, cli.Dash(e.GetType()), EnvironmentStatusWord(e, s), EnvironmentHealth(s),
+			desiredVersion(s), describeVersion(e.GetVersionCount(), "", e.GetTaskDefinition()), cli.Dash(s.GetActiveDeployment()))
 	}
 	return tw.Flush()
 }
@@ -244,7 +280,9 @@ func DescribeDeploymentConfig(d *pbscheduler.DeploymentConfig) string {
 type EnvironmentView struct {
 	Name, Namespace string
 	Env             *pbscheduler.Environment
-	State           *pbscheduler.EnvironmentState // nil when the server sent none
+	// Status is what the scheduler reports (nil before it has).
+	Status *pbscheduler.EnvironmentStatus
+	State  *pbscheduler.EnvironmentState // nil when the server sent none
 	// ActiveID and Active are the deployment in progress, if any.
 	ActiveID string
 	Active   *pbscheduler.Deployment
@@ -258,23 +296,23 @@ type EnvironmentView struct {
 // version's, which differs after a rollback or an update not yet
 // deployed; the latest version is then named apart.
 func WriteEnvironment(w io.Writer, v EnvironmentView) error {
-	e := v.Env
-	deployed := e.GetDesiredVersion() != ""
+	e, s := v.Env, orInactive(v.Status)
+	deployed := s.GetDesiredVersion() != ""
 	taskdef, group, config, role := e.GetTaskDefinition(), e.GetInstanceGroup(), e.GetDeployment(), e.GetRole()
 	switch {
 	case v.Desired != nil:
 		taskdef, group, config, role = v.Desired.GetTaskDefinition(), v.Desired.GetInstanceGroup(), v.Desired.GetDeployment(), v.Desired.GetRole()
 	case deployed:
-		taskdef = e.GetDesiredTaskDefinition()
+		taskdef = s.GetDesiredTaskDefinition()
 	}
 	tw := cli.NewTable(w)
 	fmt.Fprintf(tw, "Environment:\t%s\n", v.Name)
 	fmt.Fprintf(tw, "Namespace:\t%s\n", cli.Dash(v.Namespace))
 	fmt.Fprintf(tw, "Type:\t%s\n", cli.Dash(e.GetType()))
-	fmt.Fprintf(tw, "Status:\t%s\n", EnvironmentStatusWord(e))
-	fmt.Fprintf(tw, "Health:\t%s\n", EnvironmentHealth(e))
+	fmt.Fprintf(tw, "Status:\t%s\n", EnvironmentStatusWord(e, s))
+	fmt.Fprintf(tw, "Health:\t%s\n", EnvironmentHealth(s))
 	if deployed {
-		fmt.Fprintf(tw, "Desired version:\t%s\n", describeVersion(e.GetDesiredVersionNumber(), e.GetDesiredVersion(), e.GetDesiredTaskDefinition()))
+		fmt.Fprintf(tw, "Desired version:\t%s\n", describeVersion(s.GetDesiredVersionNumber(), s.GetDesiredVersion(), s.GetDesiredTaskDefinition()))
 	} else {
 		fmt.Fprintf(tw, "Desired version:\tnone: never deployed (trellis deploy %s)\n", v.Name)
 	}
@@ -285,18 +323,18 @@ func WriteEnvironment(w io.Writer, v EnvironmentView) error {
 		fmt.Fprintf(tw, "Role:\t%s\n", role)
 	}
 	latest := describeVersion(e.GetVersionCount(), e.GetLatestVersion(), e.GetTaskDefinition())
-	if deployed && e.GetLatestVersion() != e.GetDesiredVersion() {
+	if deployed && e.GetLatestVersion() != s.GetDesiredVersion() {
 		latest += fmt.Sprintf(", not desired: trellis env diff %s shows what deploying it would change", v.Name)
 	}
 	fmt.Fprintf(tw, "Latest version:\t%s\n", latest)
-	if e.GetLastCompletedVersion() != "" {
-		fmt.Fprintf(tw, "Last completed:\t%s\n", describeVersion(e.GetLastCompletedVersionNumber(), e.GetLastCompletedVersion(), ""))
+	if s.GetLastCompletedVersion() != "" {
+		fmt.Fprintf(tw, "Last completed:\t%s\n", describeVersion(s.GetLastCompletedVersionNumber(), s.GetLastCompletedVersion(), ""))
 	}
 	switch {
 	case v.Active != nil:
 		fmt.Fprintf(tw, "Deploying:\t%s, version %s, %s: %s\n", v.ActiveID, versionNumber(v.Active.GetVersionNumber()), cli.Dash(v.Active.GetStatus()), Progress(v.Active))
-	case e.GetActiveDeployment() != "":
-		fmt.Fprintf(tw, "Deploying:\t%s\n", e.GetActiveDeployment())
+	case s.GetActiveDeployment() != "":
+		fmt.Fprintf(tw, "Deploying:\t%s\n", s.GetActiveDeployment())
 	default:
 		fmt.Fprintf(tw, "Deploying:\tnothing\n")
 	}

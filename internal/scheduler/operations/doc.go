@@ -6,4 +6,11 @@
 // controller (package controllers) does the rest. Checks of a spec
 // (checks.go) and of concurrent changes to a namespace (guard.go) run
 // before anything is written.
+//
+// The operations write an environment's data (its spec) and its
+// deployments, never its status, which the controller alone reports:
+// stopping a deployment writes the deployment, and the controller makes
+// the environment inactive as it reads it. A deployment made while the
+// controller reports the environment's status is made again rather than
+// refused, as long as the environment's generation is the one read.
 package operations
