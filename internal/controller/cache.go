@@ -30,9 +30,9 @@ import (
 //     later ones. It is never older than the cause, but it is no snapshot:
 //     it may move during a Reconcile, and two types move independently.
 //   - A controller's workers start, each term, only once every type it
-//     caches has been listed whole into the cache (synced). Before that,
-//     and while this server does not lead, the cache may be empty or hold
-//     an earlier term's view.
+//     caches has been listed whole into the cache (synced). Before that
+//     the cache holds part of the list; while this server does not lead it
+//     is empty (the Manager empties it when a term ends, to free it).
 //   - It lags the store: a reconciler's own write is not in it until the
 //     watch brings it back, and a request mapped by a resync (a list from
 //     the store) may name a change the cache has not seen yet. Writes must
