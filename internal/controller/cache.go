@@ -42,8 +42,9 @@ import (
 // Objects are shared, not copied: every reader gets the same *Object, its
 // Resource and its Data, and the same slices from List and ByIndex. They
 // must never be modified; clone an object (proto.Clone) before editing it
-// to write it back, and copy a slice before sorting or editing it. NewCache with
-// CheckReadOnly catches a reader that does (tests turn it on).
+// to write it back, and copy a slice before sorting or editing it. A
+// cache made with CheckReadOnly catches a reader that edits an object
+// (tests turn it on).
 //
 // Only declared types are cached: the owner reaper follows every type,
 // and a decoded copy of the whole store would double the leader's memory.
@@ -401,7 +402,8 @@ func (c *Cache) Verify() error {
 	return nil
 }
 
-// reset empties every type for a new term: its watches list afresh.
+// reset empties every type, when a term starts (its watches list afresh)
+// and when it ends (a follower reads nothing from the cache).
 func (c *Cache) reset() {
 	c.markFed()
 	for _, tc := range c.cachedTypes() {
