@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/resource"
 )
 
 // Reconcile converges one environment. Under a stream of changes (a
@@ -26,7 +27,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 		return controller.RequeueAfter(notBefore.Sub(start))
 	}
 	run := &runClock{}
-	err := r.reconcile(withRunClock(ctx, run), req)
+	// The scheduler writes the environments it manages, which only the
+	// scheduler's own code may (resource.Registration.WrittenThrough).
+	err := r.reconcile(withRunClock(resource.FromOperations(ctx), run), req)
 	end := r.now()
 	work := max(end.Sub(start)-run.committing(), 0)
 	r.mu.Lock()

@@ -96,10 +96,12 @@ func (o *Operations) newUserDeployment(ctx context.Context, res *pbresource.Reso
 		return nil, err
 	}
 	dr.Version = resource.CreateOnly
-	// The environment rides along unchanged, at the version read: a
-	// concurrent update or delete fails this batch.
-	envGuard := &pbresource.Resource{Id: res.GetId(), Owner: res.GetOwner(), Version: res.GetVersion(), Metadata: res.GetMetadata(), Data: res.GetData()}
-	out, err := o.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: append([]*pbresource.Resource{dr, envGuard}, writes...)})
+	// The environment must still be at the version read: a concurrent
+	// update or delete fails this batch.
+	out, err := o.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{
+		Resources: append([]*pbresource.Resource{dr}, writes...),
+		Compares:  []*pbresource.Compare{{Op: pbresource.Compare_OP_VERSION, Id: res.GetId(), Version: res.GetVersion()}},
+	})
 	if err != nil {
 		return nil, conflictf(err, "environment %s changed while the deployment was being made; retry", name)
 	}
@@ -109,6 +111,7 @@ func (o *Operations) newUserDeployment(ctx context.Context, res *pbresource.Reso
 // StopDeployment halts a pending or in-progress deployment: tasks it
 // started stay, and the environment becomes inactive.
 func (o *Operations) StopDeployment(ctx context.Context, ns, name, id string) (*pbresource.Resource, error) {
+	ctx = resource.FromOperations(ctx) // it may write the environment
 	res, env, err := o.readEnvironment(ctx, ns, name)
 	if err != nil {
 		return nil, err
