@@ -55,6 +55,9 @@ func (r Request) String() string {
 //     after a per-request exponential backoff with jitter, which grows with
 //     each consecutive failure up to the controller's Backoff.Max.
 //   - A panic is recovered, logged with its stack, and treated as an error.
+//   - With the controller's Pacing set, no run of a request starts before
+//     the pause its previous run earned is over; a RequeueAfter or a retry
+//     due sooner waits for it.
 //   - ctx ends when this server loses leadership or shuts down; Reconcile
 //     should return promptly then. Writes should be compare-and-swap on the
 //     version it read, so that a reconcile that lost a race fails (and is
@@ -187,6 +190,9 @@ type Controller struct {
 	Workers int
 	// Backoff bounds retry delays (the defaults where zero).
 	Backoff Backoff
+	// Pacing, when its Factor is set, pauses each request after a run in
+	// proportion to the run's work (see Pacing).
+	Pacing Pacing
 	// OnStart, when set, is called each time this server starts the
 	// controller (every gain of leadership), before its watches open and
 	// before any reconcile. A controller that keeps state fed by its
@@ -281,6 +287,12 @@ func (c *Controller) validate() error {
 	}
 	if c.Backoff.Max < c.Backoff.Base {
 		return bad("Backoff.Max", "below Backoff.Base")
+	}
+	if c.Pacing.Factor < 0 || c.Pacing.Max < 0 {
+		return bad("Pacing", "negative")
+	}
+	if c.Pacing.Factor > 0 && c.Pacing.Max == 0 {
+		return bad("Pacing.Max", "required with Pacing.Factor")
 	}
 	return nil
 }

@@ -493,6 +493,8 @@ func TestManagerRegisterRefusesBadDeclarations(t *testing.T) {
 			{"negative workers", func(c *controller.Controller) { c.Workers = -1 }, "Workers"},
 			{"negative resync", func(c *controller.Controller) { c.ResyncPeriod = -time.Second }, "ResyncPeriod"},
 			{"max below base", func(c *controller.Controller) { c.Backoff = controller.Backoff{Base: time.Minute, Max: time.Second} }, "Backoff.Max"},
+			{"negative pacing", func(c *controller.Controller) { c.Pacing = controller.Pacing{Factor: -1, Max: time.Second} }, "Pacing"},
+			{"pacing without a bound", func(c *controller.Controller) { c.Pacing = controller.Pacing{Factor: 2} }, "Pacing.Max"},
 		}
 		for _, c := range cases {
 			decl := ok

@@ -35,6 +35,10 @@ func keyOf(id *pbresource.ID) key {
 //     pending for one request the earliest wins.
 //   - Retry counts a failure and queues the request after the backoff for
 //     that many consecutive failures; Forget resets the count.
+//   - Pace holds a request's next run until a pause has passed (the
+//     controller's Pacing): an add meanwhile waits for the pause's end
+//     instead of running, and is still queued once. Pacing holds no
+//     AddAfter back for longer than the pause, nor cancels one.
 //
 // Delays use the time package's timers, which testing/synctest fakes.
 type queue struct {
@@ -52,6 +56,14 @@ type queue struct {
 	running  map[key]bool
 	timers   map[key]*delayed
 	failures map[key]int
+	// notBefore is, per request, when the pause Pace set ends; held are
+	// the requests added during a pause, each with the timer that adds it
+	// at the pause's end.
+	notBefore map[key]time.Time
+	held      map[key]*time.Timer
+	// pruneAt is the size of notBefore at which ended pauses are dropped,
+	// so that requests never added again do not pile up.
+	pruneAt  int
 	shutdown bool
 }
 
@@ -69,6 +81,10 @@ func newQueue(b Backoff) *queue {
 		running:  make(map[key]bool),
 		timers:   make(map[key]*delayed),
 		failures: make(map[key]int),
+
+		notBefore: make(map[key]time.Time),
+		held:      make(map[key]*time.Timer),
+		pruneAt:   minPrune,
 	}
 	q.cond = sync.NewCond(&q.mu)
 	return q
@@ -84,6 +100,12 @@ func (q *queue) Add(req Request) {
 func (q *queue) addLocked(k key, req Request) {
 	if q.shutdown || q.dirty[k] {
 		return
+	}
+	if !q.running[k] {
+		if wait := q.pausedLocked(k); wait > 0 {
+			q.holdLocked(k, req, wait)
+			return
+		}
 	}
 	q.dirty[k] = true
 	q.reqs[k] = req
@@ -187,9 +209,75 @@ func (q *queue) Done(req Request) {
 	if q.shutdown {
 		return
 	}
+	if wait := q.pausedLocked(k); wait > 0 {
+		held := q.reqs[k]
+		delete(q.dirty, k)
+		delete(q.reqs, k)
+		q.holdLocked(k, held, wait)
+		return
+	}
 	q.ready = append(q.ready, k)
 	q.depthChanged()
 	q.cond.Signal()
+}
+
+// minPrune is the least size of notBefore at which ended pauses are
+// dropped.
+const minPrune = 64
+
+// Pace holds the next run of req until d from now (not at all when d <= 0).
+// The runner calls it at the end of a run, before Done.
+func (q *queue) Pace(req Request, d time.Duration) {
+	k := keyOf(req.ID)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if d <= 0 {
+		delete(q.notBefore, k)
+		return
+	}
+	now := time.Now()
+	q.notBefore[k] = now.Add(d)
+	if len(q.notBefore) >= q.pruneAt {
+		for k, until := range q.notBefore {
+			if !until.After(now) {
+				delete(q.notBefore, k)
+			}
+		}
+		q.pruneAt = max(minPrune, 2*len(q.notBefore))
+	}
+}
+
+// pausedLocked is how long the pause Pace set for k still lasts; zero
+// when it is over, or there is none.
+func (q *queue) pausedLocked(k key) time.Duration {
+	until, ok := q.notBefore[k]
+	if !ok {
+		return 0
+	}
+	if wait := time.Until(until); wait > 0 {
+		return wait
+	}
+	delete(q.notBefore, k)
+	return 0
+}
+
+// holdLocked adds req once its pause of d is over; a request held
+// already stays held, as one.
+func (q *queue) holdLocked(k key, req Request, d time.Duration) {
+	if _, ok := q.held[k]; ok {
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.held[k] != t {
+			return // stopped by ShutDown
+		}
+		delete(q.held, k)
+		q.addLocked(k, req)
+	})
+	q.held[k] = t
 }
 
 // Len returns the number of ready requests.
@@ -208,6 +296,10 @@ func (q *queue) ShutDown() {
 	for k, d := range q.timers {
 		d.timer.Stop()
 		delete(q.timers, k)
+	}
+	for k, t := range q.held {
+		t.Stop()
+		delete(q.held, k)
 	}
 	q.ready = nil
 	q.depthChanged()

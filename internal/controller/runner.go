@@ -127,8 +127,18 @@ func (r *runner) resync(ctx context.Context) {
 func (r *runner) process(ctx context.Context, req Request) {
 	defer r.queue.Done(req)
 	start := time.Now()
-	err := r.call(ctx, req)
-	r.metrics.duration.WithLabelValues(r.ctl.Name).Observe(time.Since(start).Seconds())
+	var clock *workClock
+	runCtx := ctx
+	if r.ctl.Pacing.Factor > 0 {
+		clock = &workClock{}
+		runCtx = withWorkClock(ctx, clock)
+	}
+	err := r.call(runCtx, req)
+	took := time.Since(start)
+	r.metrics.duration.WithLabelValues(r.ctl.Name).Observe(took.Seconds())
+	if clock != nil {
+		r.queue.Pace(req, r.ctl.Pacing.Pause(clock.work(took)))
+	}
 
 	var (
 		requeue *RequeueAfterError

@@ -44,7 +44,7 @@ func (r *reconciler) collect(ctx context.Context, st *envState) error {
 		if i == maxDeletes {
 			return controller.RequeueAfter(time.Second)
 		}
-		done := runClockOf(ctx).wait(r.now)
+		done := controller.Waiting(ctx)
 		_, err := r.api.Delete(ctx, &pbresource.DeleteRequest{Id: res.GetId(), Version: res.GetVersion()})
 		done()
 		if err != nil && status.Code(err) != codes.Aborted && status.Code(err) != codes.NotFound {

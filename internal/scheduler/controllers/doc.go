@@ -10,6 +10,7 @@
 // pending user deployment, writes a plan's placements and stops, records
 // progress and starts an auto-rollback (deployments.go); the teardown of
 // an environment being deleted (teardown.go); the clean-up of old tasks
-// and deployments (collect.go); and the pacing that bounds the leader's
-// CPU under a stream of changes (pacing.go, runclock.go).
+// and deployments (collect.go). The controller runtime paces each
+// environment's runs by their work, to bound the leader's CPU under a
+// stream of changes (controller.go declares it).
 package controllers

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/controller"
 )
 
 // writeAll writes in atomic batches of at most writeChunk members. All
@@ -20,7 +21,7 @@ func (r *reconciler) writeAll(ctx context.Context, writes []*pbresource.Resource
 	if len(writes) == 0 {
 		return nil
 	}
-	defer runClockOf(ctx).wait(r.now)()
+	defer controller.Waiting(ctx)()
 	var chunks [][]*pbresource.Resource
 	for start := 0; start < len(writes); start += writeChunk {
 		chunks = append(chunks, writes[start:min(start+writeChunk, len(writes))])
