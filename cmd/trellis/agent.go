@@ -14,6 +14,7 @@ import (
 
 	"trellis.dev/trellis/internal/agent"
 	"trellis.dev/trellis/internal/agent/taskrunner"
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/driver"
 	dockerdriver "trellis.dev/trellis/internal/driver/docker"
 	execdriver "trellis.dev/trellis/internal/driver/exec"
@@ -35,7 +36,7 @@ func agentDrivers(name string, log *slog.Logger) map[string]driver.Driver {
 	}
 }
 
-func newAgentCmd(e *env, cf *clientFlags) *cobra.Command {
+func newAgentCmd(e *cli.Env) *cobra.Command {
 	var (
 		servers    []string
 		attributes []string
@@ -70,7 +71,7 @@ state; 'trellis task logs' reads their logs there.`,
       -data-dir /var/lib/trellis/agent -cluster prod -http-addr 0.0.0.0:7710`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := (&serverFlags{logLevel: logLevel}).logger(e.stderr)
+			log, err := (&serverFlags{logLevel: logLevel}).logger(e.Stderr)
 			if err != nil {
 				return err
 			}
@@ -78,33 +79,33 @@ state; 'trellis task logs' reads their logs there.`,
 			// the list and goes round it from there.
 			cfg.Servers = agent.RotateServers(servers, rand.IntN(max(len(servers), 1)))
 			if cfg.Attributes, err = parseAttributes(attributes); err != nil {
-				return usageError{err}
+				return cli.Usage(err)
 			}
 			if cfg.Name == "" {
 				host, _ := os.Hostname()
 				if cfg.Name = defaultInstanceName(host); cfg.Name == "" {
-					return usageError{errors.New("-name: required (the host name cannot serve as one)")}
+					return cli.Usage(errors.New("-name: required (the host name cannot serve as one)"))
 				}
 			}
-			cfg.Token = cf.tokenFor(e)
+			cfg.Token = e.Token()
 			cfg.Logger = log
 			if tlsFiles.Enabled() {
 				tc, err := tlsutil.New(tlsFiles)
 				if err != nil {
-					return usageError{err}
+					return cli.Usage(err)
 				}
 				cfg.TLS = tc.OutgoingClientConfig()
 				go tlsutil.WatchSIGHUP(cmd.Context(), tc, log.With("component", "tls"))
 			}
 			if err := cfg.Validate(); err != nil {
-				return usageError{err}
+				return cli.Usage(err)
 			}
 			cfg.Drivers, cfg.NewRunner = agentDrivers(cfg.Name, log), taskrunner.New
 			a, err := agent.New(cfg)
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext(cmd.Context())
+			ctx, stop := cli.SignalContext(cmd.Context())
 			defer stop()
 			go func() {
 				<-ctx.Done()
@@ -126,12 +127,12 @@ state; 'trellis task logs' reads their logs there.`,
 	fs.StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "a client certificate of the cluster CA to present (optional; PEM); reloaded on SIGHUP")
 	fs.StringVar(&tlsFiles.KeyFile, "tls-key-file", "", "the private key of -tls-cert-file (PEM)")
 	addLogLevelFlag(fs, &logLevel, "info")
-	cf.registerToken(fs)
+	e.ClientFlags.RegisterToken(fs)
 	cmd.AddCommand(newAgentLeaveCmd(e))
 	return cmd
 }
 
-func newAgentLeaveCmd(e *env) *cobra.Command {
+func newAgentLeaveCmd(e *cli.Env) *cobra.Command {
 	var addr, dataDir string
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -149,9 +150,9 @@ directory (-data-dir), where it records that address.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case addr != "" && dataDir != "":
-				return usageError{errors.New("give -addr or -data-dir, not both")}
+				return cli.Usage(errors.New("give -addr or -data-dir, not both"))
 			case addr == "" && dataDir == "":
-				return usageError{errors.New("-addr or -data-dir is required: which agent should leave")}
+				return cli.Usage(errors.New("-addr or -data-dir is required: which agent should leave"))
 			case dataDir != "":
 				var err error
 				if addr, err = agent.ReadAgentFile(dataDir); err != nil {
@@ -163,7 +164,7 @@ directory (-data-dir), where it records that address.`,
 			if err := agent.RequestLeave(ctx, addr); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "Agent at %s left the cluster.\n", addr)
+			fmt.Fprintf(e.Stdout, "Agent at %s left the cluster.\n", addr)
 			return nil
 		},
 	}

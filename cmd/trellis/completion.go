@@ -6,13 +6,14 @@ import (
 	"slices"
 
 	"github.com/spf13/cobra"
+	"trellis.dev/trellis/internal/cli"
 )
 
 // completionShells are the shells `trellis completion` writes a script
 // for.
 var completionShells = []string{"bash", "zsh", "fish"}
 
-func newCompletionCmd(e *env) *cobra.Command {
+func newCompletionCmd(e *cli.Env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "completion SHELL",
 		Short: "Print the shell completion script for bash, zsh or fish",
@@ -35,11 +36,11 @@ Start a new shell for it to take effect.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			switch {
 			case len(args) == 0:
-				return usageError{errors.New("SHELL: required: bash, zsh or fish")}
+				return cli.Usage(errors.New("SHELL: required: bash, zsh or fish"))
 			case len(args) > 1:
-				return usageError{fmt.Errorf("SHELL: one shell, not %d", len(args))}
+				return cli.Usage(fmt.Errorf("SHELL: one shell, not %d", len(args)))
 			case args[0] != "" && !slices.Contains(completionShells, args[0]):
-				return usageError{fmt.Errorf("SHELL: %q is not supported: use bash, zsh or fish", args[0])}
+				return cli.Usage(fmt.Errorf("SHELL: %q is not supported: use bash, zsh or fish", args[0]))
 			}
 			return nil
 		},
@@ -47,11 +48,11 @@ Start a new shell for it to take effect.`,
 			root := cmd.Root()
 			switch args[0] {
 			case "bash":
-				return root.GenBashCompletionV2(e.stdout, true)
+				return root.GenBashCompletionV2(e.Stdout, true)
 			case "zsh":
-				return root.GenZshCompletion(e.stdout)
+				return root.GenZshCompletion(e.Stdout)
 			default:
-				return root.GenFishCompletion(e.stdout, true)
+				return root.GenFishCompletion(e.Stdout, true)
 			}
 		},
 	}

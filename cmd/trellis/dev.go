@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 	"trellis.dev/trellis/internal/server"
@@ -43,12 +44,12 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 func (f *serverFlags) logger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return nil, usageError{fmt.Errorf("-log-level: %q is not debug, info, warn or error", f.logLevel)}
+		return nil, cli.Usage(fmt.Errorf("-log-level: %q is not debug, info, warn or error", f.logLevel))
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), nil
 }
 
-func newDevCmd(e *env) *cobra.Command {
+func newDevCmd(e *cli.Env) *cobra.Command {
 	var (
 		f         serverFlags
 		instances int
@@ -72,19 +73,19 @@ It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
   trellis dev -http-addr 127.0.0.1:8500 -grpc-addr 127.0.0.1:8501 -data-dir ./trellis-data`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := f.logger(e.stderr)
+			log, err := f.logger(e.Stderr)
 			if err != nil {
 				return err
 			}
 			if instances < 0 || instances > 64 {
-				return usageError{fmt.Errorf("-instances: %d is not 0 to 64", instances)}
+				return cli.Usage(fmt.Errorf("-instances: %d is not 0 to 64", instances))
 			}
 			cfg, err := devConfig(f)
 			if err != nil {
 				return err
 			}
 			cfg.Logger = log
-			return runDev(cmd.Context(), cfg, instances, f.dataDir, log, func(s *server.Server) { printDevBanner(e.stdout, s, instances) })
+			return runDev(cmd.Context(), cfg, instances, f.dataDir, log, func(s *server.Server) { printDevBanner(e.Stdout, s, instances) })
 		},
 	}
 	f.register(cmd.Flags())
@@ -124,7 +125,7 @@ func devConfig(f serverFlags) (server.Config, error) {
 		cfg.PublicPlaintext = true
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usageError{err}
+		return cfg, cli.Usage(err)
 	}
 	return cfg, nil
 }
@@ -221,9 +222,4 @@ func printDevBanner(w io.Writer, s *server.Server, instances int) {
 	fmt.Fprintf(&b, "  trellis resource list%s core/v1/Namespace\n", addrFlag)
 	fmt.Fprintf(&b, "Press Ctrl-C to stop.\n")
 	_, _ = io.WriteString(w, b.String())
-}
-
-// signalContext ends on SIGINT or SIGTERM.
-func signalContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 }

@@ -80,14 +80,14 @@ func checkedArgs(check cobra.PositionalArgs, names []string) cobra.PositionalArg
 			}
 		}
 		if err := cli.CheckArgsNotBlank(names, args); err != nil {
-			return usageError{err}
+			return cli.Usage(err)
 		}
 		return nil
 	}
 }
 
 func unknownCommand(cmd *cobra.Command, word string) error {
-	return usageError{cli.UnknownCommand(cmd.CommandPath(), word, cmd.SuggestionsFor(word))}
+	return cli.Usage(cli.UnknownCommand(cmd.CommandPath(), word, cmd.SuggestionsFor(word)))
 }
 
 // flagError words the flag errors of every command. A value outside a
@@ -99,14 +99,14 @@ func flagError(cmd *cobra.Command, err error) error {
 	var ie *pflag.InvalidValueError
 	var ce *cli.ChoiceError
 	if errors.As(err, &ie) && errors.As(err, &ce) {
-		return usageError{fmt.Errorf("%s: %w", flagLabel(ie.GetFlag()), ce)}
+		return cli.Usage(fmt.Errorf("%s: %w", flagLabel(ie.GetFlag()), ce))
 	}
 	if isGroup(cmd) {
 		if words := cmd.Flags().Args(); len(words) > 0 {
 			return unknownCommand(cmd, words[0])
 		}
 	}
-	return usageError{err}
+	return cli.Usage(err)
 }
 
 // flagLabel names a flag as --help lists it: its shorthand, or its long
@@ -130,7 +130,7 @@ func newHelpCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			target, rest, err := cmd.Root().Find(args)
 			if err != nil {
-				return usageError{err}
+				return cli.Usage(err)
 			}
 			if len(rest) > 0 {
 				return unknownCommand(target, rest[0])

@@ -4,8 +4,10 @@ package main
 import (
 	"context"
 	"os"
+
+	"trellis.dev/trellis/internal/cli"
 )
 
 func main() {
-	os.Exit(execute(context.Background(), os.Args[1:], stdEnv()))
+	os.Exit(execute(context.Background(), os.Args[1:], cli.StdEnv()))
 }

@@ -21,13 +21,13 @@ import (
 	"trellis.dev/trellis/internal/testlog"
 )
 
-func testEnv(stdin string, stdout, stderr io.Writer, vars map[string]string) *env {
-	return &env{
-		stdin:  strings.NewReader(stdin),
-		stdout: stdout,
-		stderr: stderr,
-		getenv: func(k string) string { return vars[k] },
-		now:    time.Now,
+func testEnv(stdin string, stdout, stderr io.Writer, vars map[string]string) *cli.Env {
+	return &cli.Env{
+		Stdin:  strings.NewReader(stdin),
+		Stdout: stdout,
+		Stderr: stderr,
+		Getenv: func(k string) string { return vars[k] },
+		Now:    time.Now,
 	}
 }
 

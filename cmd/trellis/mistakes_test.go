@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"trellis.dev/trellis/internal/cli"
+	orchcommand "trellis.dev/trellis/internal/orchestrator/command"
+	schedcommand "trellis.dev/trellis/internal/scheduler/command"
 )
 
 // requestCounter is an HTTP server that counts what it is sent, to show
@@ -152,7 +154,7 @@ func TestClosedSetFlagsRefuseOtherValues(t *testing.T) {
 // command that has one, so that a new command cannot forget it.
 func TestEveryClosedSetFlagIsChecked(t *testing.T) {
 	sets := map[string][]string{
-		"output": outputFormats, "status": taskStatuses, "type": environmentTypes, "log-level": logLevels,
+		"output": cli.OutputFormats, "status": orchcommand.TaskStatuses, "type": schedcommand.EnvironmentTypes, "log-level": logLevels,
 	}
 	seen := map[string]int{}
 	walkCommands(func(c *cobra.Command) {
@@ -356,8 +358,8 @@ func TestCompletion(t *testing.T) {
 		want []string
 	}{
 		{[]string{"__complete", "env", "cr"}, []string{"create"}},
-		{[]string{"__complete", "task", "list", "--status", ""}, taskStatuses},
-		{[]string{"__complete", "env", "list", "-o", ""}, outputFormats},
+		{[]string{"__complete", "task", "list", "--status", ""}, orchcommand.TaskStatuses},
+		{[]string{"__complete", "env", "list", "-o", ""}, cli.OutputFormats},
 		{[]string{"__complete", "dev", "--log-level", ""}, logLevels},
 		{[]string{"__complete", "completion", ""}, completionShells},
 		{[]string{"__complete", "help", "deploym"}, []string{"deployment"}},

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/url"
-	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
@@ -18,7 +16,7 @@ import (
 	"trellis.dev/trellis/internal/server"
 )
 
-func newResourceCmd(e *env, cf *clientFlags) *cobra.Command {
+func newResourceCmd(e *cli.Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "resource",
 		Short: "Apply, get, list, delete and watch resources of any type",
@@ -32,63 +30,34 @@ the API returned.`,
   trellis resource list core/v1/Namespace -o yaml`,
 	}
 	cmd.AddCommand(
-		newApplyCmd(e, cf),
-		newGetCmd(e, cf),
-		newListCmd(e, cf),
-		newDeleteCmd(e, cf),
-		newWatchCmd(e, cf),
+		newApplyCmd(e),
+		newGetCmd(e),
+		newListCmd(e),
+		newDeleteCmd(e),
+		newWatchCmd(e),
 	)
 	return cmd
 }
 
-// typeTarget checks what list and watch share: the TYPE argument and the
-// namespace flags; and makes the client.
-func typeTarget(e *env, cf *clientFlags, typeArg, namespace string, all bool) (wire.Type, string, *client.Client, error) {
-	typ, err := parseTypeArg(typeArg)
-	if err != nil {
-		return wire.Type{}, "", nil, err
-	}
-	ns, err := namespaceFlag(namespace, all)
-	if err != nil {
-		return wire.Type{}, "", nil, err
-	}
-	c, err := cf.client(e)
-	if err != nil {
-		return wire.Type{}, "", nil, err
-	}
-	return typ, ns, c, nil
-}
+// namespaceOfType is what -n says on the resource commands, which take
+// types of either scope.
+const namespaceOfType = `namespace of a namespaced type (default "default")`
 
 func parseTypeArg(s string) (wire.Type, error) {
 	t, err := wire.ParseType(s)
 	if err != nil {
-		return t, usageError{fmt.Errorf("TYPE: %q is not group/version/kind (for example core/v1/Namespace)", s)}
+		return t, cli.Usage(fmt.Errorf("TYPE: %q is not group/version/kind (for example core/v1/Namespace)", s))
 	}
 	return t, nil
 }
 
-// serverError rewords a failure to reach the server; the server's own
-// errors pass through as it worded them.
-func serverError(c *client.Client, err error) error {
-	var ae *client.APIError
-	if errors.As(err, &ae) {
-		return err
-	}
-	var ue *url.Error
-	var oe *net.OpError
-	if errors.As(err, &ue) && errors.As(err, &oe) {
-		return fmt.Errorf("cannot reach the Trellis server at %s (is it running? set -addr or TRELLIS_ADDR): %v", c.Addr(), oe.Err)
-	}
-	return err
-}
-
-func newApplyCmd(e *env, cf *clientFlags) *cobra.Command {
+func newApplyCmd(e *cli.Env) *cobra.Command {
 	var (
 		file   string
-		out    string
 		atomic bool
+		docs   []cli.Document
 	)
-	cmd := &cobra.Command{
+	return e.Command(cli.ClientCommand{
 		Use:   "apply -f FILE",
 		Short: "Create or update the resources described in a YAML or JSON file",
 		Long: `Create or update every resource described in FILE ("-" reads standard input).
@@ -113,61 +82,35 @@ in order, each on its own; if the server still refuses one (say, its
 namespace does not exist), the error names it and says how many before it
 were applied. With --atomic all of them are written in one batch, all or none.
 
-` + specRulesHelp,
+` + cli.SpecRulesHelp,
 		Example: `  trellis resource apply -f namespaces.yaml
   echo '{type: core/v1/Namespace, name: demo}' | trellis resource apply -f -
   trellis resource apply --atomic -f many.yaml -o json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return usageError{errors.New("-f: required: the file to apply, or - for standard input")}
-			}
-			docs, err := readDocuments(e, file)
-			if err != nil {
-				return err
-			}
-			c, err := cf.client(e)
-			if err != nil {
-				return err
-			}
-			applied, err := applyDocuments(cmd.Context(), c, docs, atomic, out == cli.FormatTable, e.stdout)
-			if err != nil {
-				return err
-			}
-			if out != cli.FormatTable {
-				return cli.WriteValue(e.stdout, out, wire.ListResponse{Resources: applied})
-			}
-			return nil
+		Flags: func(fs *pflag.FlagSet) {
+			fs.StringVarP(&file, "filename", "f", "", "file to apply (YAML or JSON; - for standard input)")
+			fs.BoolVar(&atomic, "atomic", false, "write every document in one batch: all or none")
 		},
-	}
-	cmd.Flags().StringVarP(&file, "filename", "f", "", "file to apply (YAML or JSON; - for standard input)")
-	cmd.Flags().BoolVar(&atomic, "atomic", false, "write every document in one batch: all or none")
-	addOutputFlag(cmd, &out)
-	return cmd
-}
-
-func readDocuments(e *env, file string) ([]cli.Document, error) {
-	data, name, err := readInput(e, file)
-	if err != nil {
-		return nil, err
-	}
-	return cli.ParseDocuments(data, name, server.Types())
-}
-
-// readInput reads the file of a -f flag ("-" is standard input) and
-// returns it with the name errors should give it.
-func readInput(e *env, file string) (data []byte, name string, err error) {
-	if file == "-" {
-		data, err = io.ReadAll(e.stdin)
-		name = "stdin"
-	} else {
-		data, err = os.ReadFile(file)
-		name = file
-	}
-	if err != nil {
-		return nil, "", fmt.Errorf("-f: %w", err)
-	}
-	return data, name, nil
+		Output: true,
+		Check: func(call *cli.Call) error {
+			if file == "" {
+				return cli.Usage(errors.New("-f: required: the file to apply, or - for standard input"))
+			}
+			data, name, err := call.ReadInput(file)
+			if err != nil {
+				return err
+			}
+			docs, err = cli.ParseDocuments(data, name, server.Types())
+			return err
+		},
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			applied, err := applyDocuments(ctx, call.Client, docs, atomic, call.Format == cli.FormatTable, call.Stdout)
+			if err != nil {
+				return cli.Result{}, err
+			}
+			return cli.Result{Value: wire.ListResponse{Resources: applied}}, nil
+		},
+	})
 }
 
 func applyDocuments(ctx context.Context, c *client.Client, docs []cli.Document, atomic, report bool, w io.Writer) ([]*wire.Resource, error) {
@@ -178,11 +121,11 @@ func applyDocuments(ctx context.Context, c *client.Client, docs []cli.Document, 
 		}
 		applied, err := c.WriteBatch(ctx, batch)
 		if err != nil {
-			return nil, serverError(c, err)
+			return nil, err
 		}
 		if report {
 			for _, r := range applied {
-				fmt.Fprintf(w, "%s applied (version %s, generation %s)\n", describe(r), r.Version, r.Generation)
+				fmt.Fprintf(w, "%s applied (version %s, generation %s)\n", cli.Describe(r), r.Version, r.Generation)
 			}
 		}
 		return applied, nil
@@ -191,7 +134,7 @@ func applyDocuments(ctx context.Context, c *client.Client, docs []cli.Document, 
 	for _, d := range docs {
 		r, err := c.Apply(ctx, d.Document)
 		if err != nil {
-			err = fmt.Errorf("%s: %s %s: %w", d.Source, d.Type, d.Name, serverError(c, err))
+			err = fmt.Errorf("%s: %s %s: %w", d.Source, d.Type, d.Name, err)
 			if len(applied) > 0 {
 				err = fmt.Errorf("%w (the %d documents before it were applied)", err, len(applied))
 			}
@@ -199,148 +142,107 @@ func applyDocuments(ctx context.Context, c *client.Client, docs []cli.Document, 
 		}
 		applied = append(applied, r)
 		if report {
-			fmt.Fprintf(w, "%s applied (version %s, generation %s)\n", describe(r), r.Version, r.Generation)
+			fmt.Fprintf(w, "%s applied (version %s, generation %s)\n", cli.Describe(r), r.Version, r.Generation)
 		}
 	}
 	return applied, nil
 }
 
-// describe names a resource as type/[namespace/]name.
-func describe(r *wire.Resource) string {
-	s := r.ID.Type.String() + "/"
-	if r.ID.Tenancy.Namespace != "" {
-		s += r.ID.Tenancy.Namespace + "/"
-	}
-	return s + r.ID.Name
-}
-
-func newGetCmd(e *env, cf *clientFlags) *cobra.Command {
-	var (
-		namespace  string
-		out        string
-		consistent bool
-	)
-	cmd := &cobra.Command{
+func newGetCmd(e *cli.Env) *cobra.Command {
+	var consistent bool
+	var typ wire.Type
+	return e.Command(cli.ClientCommand{
 		Use:   "get TYPE NAME",
 		Short: "Show one resource",
 		Example: `  trellis resource get core/v1/Namespace payments
   trellis resource get core/v1/Namespace payments -o json`,
 		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			typ, err := parseTypeArg(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := cf.client(e)
-			if err != nil {
-				return err
-			}
-			r, err := c.Read(cmd.Context(), client.Ref{Type: typ, Namespace: namespace, Name: args[1]}, consistent)
-			if err != nil {
-				return serverError(c, err)
-			}
-			if out == cli.FormatTable {
-				return cli.WriteTable(e.stdout, []*wire.Resource{r}, e.now())
-			}
-			return cli.WriteValue(e.stdout, out, r)
+		Flags: func(fs *pflag.FlagSet) {
+			fs.BoolVar(&consistent, "consistent", false, "read from the leader (a strong read)")
 		},
-	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace of a namespaced type (default "default")`)
-	cmd.Flags().BoolVar(&consistent, "consistent", false, "read from the leader (a strong read)")
-	addOutputFlag(cmd, &out)
-	return cmd
+		Namespaced: true, NamespaceHelp: namespaceOfType, Output: true,
+		Check: func(call *cli.Call) (err error) {
+			typ, err = parseTypeArg(call.Args[0])
+			return err
+		},
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			r, err := call.Client.Read(ctx, client.Ref{Type: typ, Namespace: call.Namespace, Name: call.Args[1]}, consistent)
+			if err != nil {
+				return cli.Result{}, err
+			}
+			return cli.Result{Value: r, Table: func(w io.Writer) error { return cli.WriteTable(w, []*wire.Resource{r}, call.Now()) }}, nil
+		},
+	})
 }
 
-func newListCmd(e *env, cf *clientFlags) *cobra.Command {
+func newListCmd(e *cli.Env) *cobra.Command {
 	var (
-		namespace  string
-		all        bool
 		prefix     string
-		out        string
 		consistent bool
+		typ        wire.Type
 	)
-	cmd := &cobra.Command{
+	return e.Command(cli.ClientCommand{
 		Use:   "list TYPE",
 		Short: "List the resources of a type",
 		Example: `  trellis resource list core/v1/Namespace
   trellis resource list core/v1/Namespace --prefix pay -o json`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			typ, ns, c, err := typeTarget(e, cf, args[0], namespace, all)
-			if err != nil {
-				return err
-			}
-			list, err := c.List(cmd.Context(), typ, client.ListOptions{Namespace: ns, Prefix: prefix, Consistent: consistent})
-			if err != nil {
-				return serverError(c, err)
-			}
-			if out == cli.FormatTable {
-				if len(list) == 0 {
-					fmt.Fprintf(e.stdout, "No %s resources.\n", typ)
-					return nil
-				}
-				return cli.WriteTable(e.stdout, list, e.now())
-			}
-			return cli.WriteValue(e.stdout, out, wire.ListResponse{Resources: list})
+		Flags: func(fs *pflag.FlagSet) {
+			fs.StringVar(&prefix, "prefix", "", "only names that start with this")
+			fs.BoolVar(&consistent, "consistent", false, "read from the leader (a strong read)")
 		},
-	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace of a namespaced type (default "default")`)
-	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "every namespace")
-	cmd.Flags().StringVar(&prefix, "prefix", "", "only names that start with this")
-	cmd.Flags().BoolVar(&consistent, "consistent", false, "read from the leader (a strong read)")
-	addOutputFlag(cmd, &out)
-	return cmd
+		AllNamespaces: true, NamespaceHelp: namespaceOfType, Output: true,
+		Check: func(call *cli.Call) (err error) {
+			typ, err = parseTypeArg(call.Args[0])
+			return err
+		},
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			list, err := call.Client.List(ctx, typ, client.ListOptions{Namespace: call.Namespace, Prefix: prefix, Consistent: consistent})
+			if err != nil {
+				return cli.Result{}, err
+			}
+			if len(list) == 0 {
+				return cli.Say("No %s resources.", typ).With(wire.ListResponse{Resources: list}), nil
+			}
+			return cli.Result{Value: wire.ListResponse{Resources: list}, Table: func(w io.Writer) error { return cli.WriteTable(w, list, call.Now()) }}, nil
+		},
+	})
 }
 
-func namespaceFlag(namespace string, all bool) (string, error) {
-	if all {
-		if namespace != "" {
-			return "", usageError{errors.New("-A: give either -A or -n, not both")}
-		}
-		return "*", nil
-	}
-	return namespace, nil
-}
-
-func newDeleteCmd(e *env, cf *clientFlags) *cobra.Command {
-	var namespace, version string
-	cmd := &cobra.Command{
+func newDeleteCmd(e *cli.Env) *cobra.Command {
+	var version string
+	var typ wire.Type
+	return e.Command(cli.ClientCommand{
 		Use:   "delete TYPE NAME",
 		Short: "Delete a resource (deleting one that is not there is not an error)",
 		Example: `  trellis resource delete core/v1/Namespace payments
   trellis resource delete core/v1/Namespace payments --version 42   # only if unchanged since version 42`,
 		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			typ, err := parseTypeArg(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := cf.client(e)
-			if err != nil {
-				return err
-			}
-			ref := client.Ref{Type: typ, Namespace: namespace, Name: args[1]}
-			if err := c.Delete(cmd.Context(), ref, version); err != nil {
-				return serverError(c, err)
-			}
-			fmt.Fprintf(e.stdout, "%s/%s deleted\n", typ, args[1])
-			return nil
+		Flags: func(fs *pflag.FlagSet) {
+			fs.StringVar(&version, "version", "", "delete only if the stored version is this one")
 		},
-	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace of a namespaced type (default "default")`)
-	cmd.Flags().StringVar(&version, "version", "", "delete only if the stored version is this one")
-	return cmd
+		Namespaced: true, NamespaceHelp: namespaceOfType,
+		Check: func(call *cli.Call) (err error) {
+			typ, err = parseTypeArg(call.Args[0])
+			return err
+		},
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			ref := client.Ref{Type: typ, Namespace: call.Namespace, Name: call.Args[1]}
+			if err := call.Client.Delete(ctx, ref, version); err != nil {
+				return cli.Result{}, err
+			}
+			return cli.Say("%s/%s deleted", typ, call.Args[1]), nil
+		},
+	})
 }
 
-func newWatchCmd(e *env, cf *clientFlags) *cobra.Command {
+func newWatchCmd(e *cli.Env) *cobra.Command {
 	var (
-		namespace string
-		all       bool
-		prefix    string
-		out       string
-		index     uint64
+		prefix string
+		index  uint64
+		typ    wire.Type
 	)
-	cmd := &cobra.Command{
+	return e.Command(cli.ClientCommand{
 		Use:   "watch TYPE",
 		Short: "Print the resources of a type, then every change to them, until Ctrl-C",
 		Long: `Print an event for every resource of TYPE that exists now, a marker at the
@@ -352,28 +254,27 @@ line: {"op":"upsert"|"delete"|"end_of_snapshot","resource":{...},"index":N}.
 		Example: `  trellis resource watch core/v1/Namespace
   trellis resource watch core/v1/Namespace -o json --index 42`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			typ, ns, c, err := typeTarget(e, cf, args[0], namespace, all)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalContext(cmd.Context())
-			defer stop()
-			return watchEvents(ctx, c, typ, client.ListOptions{Namespace: ns, Prefix: prefix, Index: index}, out, e.stdout)
+		Flags: func(fs *pflag.FlagSet) {
+			fs.StringVar(&prefix, "prefix", "", "only names that start with this")
+			fs.Uint64Var(&index, "index", 0, "resume after this index (from an earlier watch) instead of starting with a snapshot")
 		},
-	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace of a namespaced type (default "default")`)
-	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "every namespace")
-	cmd.Flags().StringVar(&prefix, "prefix", "", "only names that start with this")
-	cmd.Flags().Uint64Var(&index, "index", 0, "resume after this index (from an earlier watch) instead of starting with a snapshot")
-	addOutputFlag(cmd, &out)
-	return cmd
+		AllNamespaces: true, NamespaceHelp: namespaceOfType, Output: true,
+		Check: func(call *cli.Call) (err error) {
+			typ, err = parseTypeArg(call.Args[0])
+			return err
+		},
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			ctx, stop := cli.SignalContext(ctx)
+			defer stop()
+			return cli.Result{}, watchEvents(ctx, call.Client, typ, client.ListOptions{Namespace: call.Namespace, Prefix: prefix, Index: index}, call.Format, call.Stdout)
+		},
+	})
 }
 
 func watchEvents(ctx context.Context, c *client.Client, typ wire.Type, opts client.ListOptions, out string, w io.Writer) error {
 	watch, err := c.Watch(ctx, typ, opts)
 	if err != nil {
-		return serverError(c, err)
+		return err
 	}
 	defer watch.Close()
 	if out == cli.FormatTable {
@@ -393,7 +294,7 @@ func watchEvents(ctx context.Context, c *client.Client, typ wire.Type, opts clie
 			if client.IsCode(err, wire.CodeGone) {
 				return fmt.Errorf("%w (list again, then watch)", err)
 			}
-			return fmt.Errorf("%w (resume with --index %d)", serverError(c, err), watch.Last)
+			return fmt.Errorf("%w (resume with --index %d)", err, watch.Last)
 		}
 		switch out {
 		case cli.FormatJSON:

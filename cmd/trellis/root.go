@@ -4,52 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"os"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"trellis.dev/trellis/internal/cli"
-	"trellis.dev/trellis/internal/client"
-	"trellis.dev/trellis/internal/tlsutil"
+	orchcommand "trellis.dev/trellis/internal/orchestrator/command"
+	schedcommand "trellis.dev/trellis/internal/scheduler/command"
+	"trellis.dev/trellis/internal/server"
 )
-
-// env is what commands read from and write to, so tests can run them in
-// process.
-type env struct {
-	stdin          io.Reader
-	stdout, stderr io.Writer
-	getenv         func(string) string
-	now            func() time.Time
-}
-
-func stdEnv() *env {
-	return &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, now: time.Now}
-}
-
-// usageError is a mistake in how a command was called (exit status 2).
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
 
 // execute runs the command line and returns the exit status: 0, 1 when
 // the command failed, 2 when it was called wrongly.
-func execute(ctx context.Context, args []string, e *env) int {
+func execute(ctx context.Context, args []string, e *cli.Env) int {
 	root := newRootCmd(e)
 	root.SetArgs(cli.NormalizeArgs(args, longFlags(root)))
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(e.stderr, "Error: %v\n", err)
-	var ue usageError
+	fmt.Fprintf(e.Stderr, "Error: %v\n", err)
+	var ue cli.UsageError
 	if errors.As(err, &ue) || isCobraUsageError(err) {
-		fmt.Fprintf(e.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		fmt.Fprintf(e.Stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		return 2
 	}
 	return 1
@@ -64,7 +42,7 @@ func isCobraUsageError(err error) bool {
 		strings.HasPrefix(msg, "unknown shorthand flag")
 }
 
-func newRootCmd(e *env) *cobra.Command {
+func newRootCmd(e *cli.Env) *cobra.Command {
 	build := cli.ReadBuild(readBuildInfo(), stamp())
 	root := &cobra.Command{
 		Use:   "trellis",
@@ -85,9 +63,9 @@ Flags take one dash or two: -addr and --addr are the same.`,
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}")
-	root.SetOut(e.stdout)
-	root.SetErr(e.stderr)
-	root.SetIn(e.stdin)
+	root.SetOut(e.Stdout)
+	root.SetErr(e.Stderr)
+	root.SetIn(e.Stdin)
 	root.SetFlagErrorFunc(flagError)
 	root.CompletionOptions.DisableDefaultCmd = true // ours refuses shells other than bash, zsh and fish
 	root.SetHelpCommand(newHelpCmd())
@@ -96,14 +74,16 @@ Flags take one dash or two: -addr and --addr are the same.`,
 	// to a server over HTTP, so that `trellis server -addr ...` is refused
 	// rather than ignored. The agent and sim take -token alone: they reach
 	// the servers over gRPC, at the addresses of -server.
-	cf := &clientFlags{}
-	clients := []*cobra.Command{newResourceCmd(e, cf), newOperatorCmd(e, cf), newSnapshotCmd(e, cf), newInstanceCmd(e, cf),
-		newTaskDefCmd(e, cf), newTaskCmd(e, cf), newEnvCmd(e, cf), newDeployCmd(e, cf), newDeploymentCmd(e, cf), newRollbackCmd(e, cf)}
+	// Each domain's commands live beside its client code; they are only
+	// added here.
+	clients := []*cobra.Command{newResourceCmd(e), newOperatorCmd(e), newSnapshotCmd(e)}
+	clients = append(clients, orchcommand.Commands(e, server.Types())...)
+	clients = append(clients, schedcommand.Commands(e)...)
 	for _, c := range clients {
-		cf.register(c.PersistentFlags())
+		e.ClientFlags.Register(c.PersistentFlags())
 	}
 	root.AddCommand(clients...)
-	root.AddCommand(newDevCmd(e), newServerCmd(e), newAgentCmd(e, cf), newSimCmd(e, cf), newTLSCmd(e), newVersionCmd(e, build), newCompletionCmd(e))
+	root.AddCommand(newDevCmd(e), newServerCmd(e), newAgentCmd(e), newSimCmd(e), newTLSCmd(e), newVersionCmd(e, build), newCompletionCmd(e))
 	root.InitDefaultVersionFlag() // now, so that longFlags sees -version
 	harden(root)
 	return root
@@ -123,60 +103,4 @@ func longFlags(root *cobra.Command) map[string]bool {
 	}
 	walk(root)
 	return names
-}
-
-// clientFlags are the flags of every command that talks to a server's
-// HTTP API.
-type clientFlags struct {
-	addr   string
-	token  string
-	caFile string
-}
-
-func (f *clientFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.addr, "addr", "", "HTTP address of a Trellis server (env TRELLIS_ADDR; default "+client.DefaultAddr+"); https://HOST:PORT for a server's -https-addr")
-	fs.StringVar(&f.caFile, "tls-ca-file", "", "the cluster CA's certificate (PEM) that an https:// server's certificate must be signed by (env TRELLIS_CACERT)")
-	f.registerToken(fs)
-}
-
-// registerToken adds -token alone, for the agent and sim, which have
-// their own flag for the servers' addresses.
-func (f *clientFlags) registerToken(fs *pflag.FlagSet) {
-	fs.StringVar(&f.token, "token", "", "ACL token to send (env TRELLIS_TOKEN)")
-}
-
-// tokenFor is -token, or else TRELLIS_TOKEN.
-func (f *clientFlags) tokenFor(e *env) string {
-	if f.token != "" {
-		return f.token
-	}
-	return e.getenv("TRELLIS_TOKEN")
-}
-
-func (f *clientFlags) client(e *env) (*client.Client, error) {
-	addr, token := f.addr, f.tokenFor(e)
-	if addr == "" {
-		addr = e.getenv("TRELLIS_ADDR")
-	}
-	opts := []client.Option{client.WithToken(token)}
-	caFile := f.caFile
-	if caFile == "" {
-		caFile = e.getenv("TRELLIS_CACERT")
-	}
-	if caFile != "" {
-		tc, err := tlsutil.New(tlsutil.Config{CAFile: caFile})
-		if err != nil {
-			return nil, usageError{err}
-		}
-		// Only a server of the cluster's CA is accepted, whatever address
-		// it is reached at (see tlsutil.OutgoingClientConfig).
-		opts = append(opts, client.WithHTTPClient(&http.Client{Transport: &http.Transport{
-			Proxy: http.ProxyFromEnvironment, TLSClientConfig: tc.OutgoingClientConfig(),
-		}}))
-	}
-	c, err := client.New(addr, opts...)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("-addr: %w", err)}
-	}
-	return c, nil
 }

@@ -5,12 +5,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/server"
 	raftstore "trellis.dev/trellis/internal/storage/raft"
 	"trellis.dev/trellis/internal/tlsutil"
 )
 
-func newServerCmd(e *env) *cobra.Command {
+func newServerCmd(e *cli.Env) *cobra.Command {
 	var (
 		f               serverFlags
 		bootstrapExpect int
@@ -57,14 +58,14 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 			if tlsFiles.Enabled() {
 				tlsFiles.Server = true
 				if cfg.TLS, err = tlsutil.New(tlsFiles); err != nil {
-					return usageError{err}
+					return cli.Usage(err)
 				}
 			}
 			cfg.HTTPSAddr = httpsAddr
 			if err := cfg.Validate(); err != nil {
-				return usageError{err}
+				return cli.Usage(err)
 			}
-			log, err := f.logger(e.stderr)
+			log, err := f.logger(e.Stderr)
 			if err != nil {
 				return err
 			}
@@ -95,8 +96,8 @@ const DefaultRaftMultiplier = 1
 // serverConfig turns the server command's flags into a validated Config.
 func serverConfig(f serverFlags, bootstrapExpect int, retryJoin []string, raftMultiplier int) (server.Config, error) {
 	if raftMultiplier < 1 || raftMultiplier > raftstore.MaxRaftMultiplier {
-		return server.Config{}, usageError{fmt.Errorf("-raft-multiplier: %d is out of range: give an integer from 1 (a LAN) to %d (slow networks, busy machines)",
-			raftMultiplier, raftstore.MaxRaftMultiplier)}
+		return server.Config{}, cli.Usage(fmt.Errorf("-raft-multiplier: %d is out of range: give an integer from 1 (a LAN) to %d (slow networks, busy machines)",
+			raftMultiplier, raftstore.MaxRaftMultiplier))
 	}
 	cfg := f.config()
 	cfg.Raft = &server.RaftConfig{
@@ -106,7 +107,7 @@ func serverConfig(f serverFlags, bootstrapExpect int, retryJoin []string, raftMu
 		RaftMultiplier:  raftMultiplier,
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usageError{err}
+		return cfg, cli.Usage(err)
 	}
 	return cfg, nil
 }

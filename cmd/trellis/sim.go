@@ -11,10 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/sim"
 )
 
-func newSimCmd(e *env, cf *clientFlags) *cobra.Command {
+func newSimCmd(e *cli.Env) *cobra.Command {
 	var (
 		cfg        sim.Config
 		attributes []string
@@ -48,29 +49,29 @@ down after the heartbeat TTL.`,
   trellis sim -instances 100 -server 127.0.0.1:7701 -zones 3 -exit-rate 0.1 -exit-after 30s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := (&serverFlags{logLevel: logLevel}).logger(e.stderr)
+			log, err := (&serverFlags{logLevel: logLevel}).logger(e.Stderr)
 			if err != nil {
 				return err
 			}
 			if cfg.Attributes, err = parseAttributes(attributes); err != nil {
-				return usageError{err}
+				return cli.Usage(err)
 			}
 			for _, p := range []struct {
 				name string
 				v    float64
 			}{{"-start-failure-rate", cfg.Driver.StartFailureRate}, {"-exit-rate", cfg.Driver.ExitRate}} {
 				if p.v < 0 || p.v > 1 {
-					return usageError{fmt.Errorf("%s: %g is not a probability from 0 to 1", p.name, p.v)}
+					return cli.Usage(fmt.Errorf("%s: %g is not a probability from 0 to 1", p.name, p.v))
 				}
 			}
 			if cfg.Instances < 1 || cfg.Instances > 100_000 {
-				return usageError{fmt.Errorf("-instances: %d is not 1 to 100000", cfg.Instances)}
+				return cli.Usage(fmt.Errorf("-instances: %d is not 1 to 100000", cfg.Instances))
 			}
 			if len(cfg.Servers) == 0 {
-				return usageError{fmt.Errorf("-server: required: a server's gRPC address (host:port)")}
+				return cli.Usage(fmt.Errorf("-server: required: a server's gRPC address (host:port)"))
 			}
 			if gcPercent < 0 {
-				return usageError{fmt.Errorf("-gc-percent: %d is negative", gcPercent)}
+				return cli.Usage(fmt.Errorf("-gc-percent: %d is negative", gcPercent))
 			}
 			if os.Getenv("GOGC") == "" {
 				debug.SetGCPercent(gcPercent)
@@ -78,7 +79,7 @@ down after the heartbeat TTL.`,
 			if pprofAddr != "" {
 				ln, err := net.Listen("tcp", pprofAddr)
 				if err != nil {
-					return usageError{fmt.Errorf("-pprof-addr: %w", err)}
+					return cli.Usage(fmt.Errorf("-pprof-addr: %w", err))
 				}
 				mux := http.NewServeMux()
 				mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -86,17 +87,17 @@ down after the heartbeat TTL.`,
 				go func() { _ = http.Serve(ln, mux) }()
 				defer ln.Close()
 			}
-			cfg.Token = cf.tokenFor(e)
+			cfg.Token = e.Token()
 			cfg.Logger = log
 			fleet, err := sim.New(cfg)
 			if err != nil {
-				return usageError{err}
+				return cli.Usage(err)
 			}
-			ctx, stop := signalContext(cmd.Context())
+			ctx, stop := cli.SignalContext(cmd.Context())
 			defer stop()
 			start := time.Now()
 			return fleet.Run(ctx, func(n int) {
-				fmt.Fprintf(e.stdout, "%d of %d simulated instances started (%s)\n", n, cfg.Instances, time.Since(start).Round(time.Millisecond))
+				fmt.Fprintf(e.Stdout, "%d of %d simulated instances started (%s)\n", n, cfg.Instances, time.Since(start).Round(time.Millisecond))
 			})
 		},
 	}
@@ -115,7 +116,7 @@ down after the heartbeat TTL.`,
 	fs.DurationVar(&cfg.Driver.ExitAfter, "exit-after", time.Minute, "when a container that exits by itself does so")
 	fs.Uint64Var(&cfg.Driver.Seed, "seed", 1, "seed of the simulated failures, for repeatable runs")
 	addLogLevelFlag(fs, &logLevel, "warn")
-	cf.registerToken(fs)
+	e.ClientFlags.RegisterToken(fs)
 	fs.IntVar(&gcPercent, "gc-percent", 400, "the Go garbage collector's target (GOGC) for this process; GOGC in the environment wins")
 	fs.StringVar(&pprofAddr, "pprof-addr", "", "serve Go's pprof profiles of this process on HOST:PORT (/debug/pprof/), to see what the fleet costs")
 	return cmd

@@ -1,20 +1,22 @@
 package main
 
 import (
-	"fmt"
+	"context"
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"trellis.dev/trellis/internal/cli"
 )
 
-func newSnapshotCmd(e *env, cf *clientFlags) *cobra.Command {
+func newSnapshotCmd(e *cli.Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "snapshot",
 		Short: "Save the cluster's whole state to a file, or restore it from one",
 		Example: `  trellis snapshot save backup.snap
   trellis snapshot restore backup.snap`,
 	}
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(e.Command(cli.ClientCommand{
 		Use:   "save FILE",
 		Short: "Save a point-in-time snapshot of every resource to FILE",
 		Long: `Save a consistent, point-in-time snapshot of every resource in the cluster
@@ -22,17 +24,14 @@ to FILE, taken by the leader. The file is written to FILE.part first and
 renamed when complete, so FILE is never a partial snapshot.`,
 		Example: `  trellis snapshot save backup.snap`,
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client(e)
-			if err != nil {
-				return err
-			}
-			part := args[0] + ".part"
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			file := call.Args[0]
+			part := file + ".part"
 			f, err := os.Create(part)
 			if err != nil {
-				return err
+				return cli.Result{}, err
 			}
-			n, err := c.SaveSnapshot(cmd.Context(), f)
+			n, err := call.Client.SaveSnapshot(ctx, f)
 			if err == nil {
 				err = f.Sync()
 			}
@@ -41,15 +40,14 @@ renamed when complete, so FILE is never a partial snapshot.`,
 			}
 			if err != nil {
 				os.Remove(part)
-				return serverError(c, err)
+				return cli.Result{}, err
 			}
-			if err := os.Rename(part, args[0]); err != nil {
-				return err
+			if err := os.Rename(part, file); err != nil {
+				return cli.Result{}, err
 			}
-			fmt.Fprintf(e.stdout, "saved snapshot to %s (%d bytes)\n", args[0], n)
-			return nil
+			return cli.Say("saved snapshot to %s (%d bytes)", file, n), nil
 		},
-	}, &cobra.Command{
+	}), e.Command(cli.ClientCommand{
 		Use:   "restore FILE",
 		Short: "Replace the cluster's whole state with a snapshot from FILE",
 		Long: `Replace the state of every server in the cluster with the snapshot in FILE.
@@ -57,22 +55,17 @@ Everything written since the snapshot was taken is lost, and open watches
 are told to list again. A file that is not a valid snapshot changes nothing.`,
 		Example: `  trellis snapshot restore backup.snap`,
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client(e)
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			f, err := os.Open(call.Args[0])
 			if err != nil {
-				return err
-			}
-			f, err := os.Open(args[0])
-			if err != nil {
-				return err
+				return cli.Result{}, err
 			}
 			defer f.Close()
-			if err := c.RestoreSnapshot(cmd.Context(), f); err != nil {
-				return serverError(c, err)
+			if err := call.Client.RestoreSnapshot(ctx, f); err != nil {
+				return cli.Result{}, err
 			}
-			fmt.Fprintf(e.stdout, "restored snapshot from %s\n", args[0])
-			return nil
+			return cli.Say("restored snapshot from %s", call.Args[0]), nil
 		},
-	})
+	}))
 	return cmd
 }

@@ -11,10 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/tlsutil"
 )
 
-func newTLSCmd(e *env) *cobra.Command {
+func newTLSCmd(e *cli.Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tls",
 		Short: "Create the cluster's CA and the TLS certificates of its servers and clients",
@@ -41,7 +42,7 @@ to the current directory, for an operator to hand out.`,
 	return cmd
 }
 
-func newTLSCACreateCmd(e *env) *cobra.Command {
+func newTLSCACreateCmd(e *cli.Env) *cobra.Command {
 	var (
 		days        int
 		domain      string
@@ -68,17 +69,17 @@ that its key, if stolen, cannot mint a certificate for any other site.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if days <= 0 {
-				return usageError{fmt.Errorf("-days: %d is not a positive number of days", days)}
+				return cli.Usage(fmt.Errorf("-days: %d is not a positive number of days", days))
 			}
 			if err := tlsutil.CheckDomain(domain); err != nil {
-				return usageError{fmt.Errorf("-domain: %w", err)}
+				return cli.Usage(fmt.Errorf("-domain: %w", err))
 			}
 			if len(constraints) > 0 && !constrain {
-				return usageError{errors.New("-additional-name-constraint: give -name-constraint too")}
+				return cli.Usage(errors.New("-additional-name-constraint: give -name-constraint too"))
 			}
 			for _, c := range constraints {
 				if err := tlsutil.CheckDNSName(c); err != nil {
-					return usageError{fmt.Errorf("-additional-name-constraint: %w", err)}
+					return cli.Usage(fmt.Errorf("-additional-name-constraint: %w", err))
 				}
 			}
 			certFile, keyFile := tlsutil.CAFileNames(domain)
@@ -86,14 +87,14 @@ that its key, if stolen, cannot mint a certificate for any other site.`,
 				return err
 			}
 			ca, err := tlsutil.GenerateCA(tlsutil.CAOptions{Domain: domain, Days: days, NameConstraint: constrain,
-				AdditionalConstraints: constraints, Now: e.now()})
+				AdditionalConstraints: constraints, Now: e.Now()})
 			if err != nil {
 				return err
 			}
 			if err := writeNew([]newFile{{certFile, ca.CertPEM, 0o644}, {keyFile, ca.KeyPEM, 0o600}}); err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "wrote %s\tthe CA certificate, valid until %s: give it to every server and agent (-tls-ca-file)\n",
 				certFile, ca.Cert.NotAfter.UTC().Format(time.DateOnly))
 			fmt.Fprintf(tw, "wrote %s\tthe CA's private key: keep it safe; `trellis tls cert create` signs with it\n", keyFile)
@@ -108,7 +109,7 @@ that its key, if stolen, cannot mint a certificate for any other site.`,
 	return cmd
 }
 
-func newTLSCertCreateCmd(e *env) *cobra.Command {
+func newTLSCertCreateCmd(e *cli.Env) *cobra.Command {
 	var (
 		server, client bool
 		dc, domain     string
@@ -145,31 +146,31 @@ directory unless -ca and -key name them.`,
 			var kind tlsutil.Kind
 			switch {
 			case server && client:
-				return usageError{errors.New("-server and -client: give only one of them")}
+				return cli.Usage(errors.New("-server and -client: give only one of them"))
 			case server:
 				kind = tlsutil.KindServer
 			case client:
 				kind = tlsutil.KindClient
 			default:
-				return usageError{errors.New("give -server or -client: which certificate to create")}
+				return cli.Usage(errors.New("give -server or -client: which certificate to create"))
 			}
 			if err := tlsutil.CheckDatacenter(dc); err != nil {
-				return usageError{fmt.Errorf("-dc: %w", err)}
+				return cli.Usage(fmt.Errorf("-dc: %w", err))
 			}
 			if err := tlsutil.CheckDomain(domain); err != nil {
-				return usageError{fmt.Errorf("-domain: %w", err)}
+				return cli.Usage(fmt.Errorf("-domain: %w", err))
 			}
 			if days <= 0 {
-				return usageError{fmt.Errorf("-days: %d is not a positive number of days", days)}
+				return cli.Usage(fmt.Errorf("-days: %d is not a positive number of days", days))
 			}
 			for _, n := range dnsNames {
 				if err := tlsutil.CheckDNSName(n); err != nil {
-					return usageError{fmt.Errorf("-additional-dnsname: %w", err)}
+					return cli.Usage(fmt.Errorf("-additional-dnsname: %w", err))
 				}
 			}
 			ipAddrs, err := tlsutil.ParseIPs(ips)
 			if err != nil {
-				return usageError{fmt.Errorf("-additional-ipaddress: %w", err)}
+				return cli.Usage(fmt.Errorf("-additional-ipaddress: %w", err))
 			}
 
 			defCert, defKey := tlsutil.CAFileNames(domain)
@@ -183,10 +184,10 @@ directory unless -ca and -key name them.`,
 			if err != nil {
 				return err
 			}
-			now := e.now()
+			now := e.Now()
 			if max := tlsutil.MaxDays(ca.Cert, now); days > max {
-				return usageError{fmt.Errorf("-days: %d days outlives the CA of %s, which expires on %s: give at most %d",
-					days, caFile, ca.Cert.NotAfter.UTC().Format(time.DateOnly), max)}
+				return cli.Usage(fmt.Errorf("-days: %d days outlives the CA of %s, which expires on %s: give at most %d",
+					days, caFile, ca.Cert.NotAfter.UTC().Format(time.DateOnly), max))
 			}
 			kp, err := tlsutil.GenerateCert(ca, tlsutil.CertOptions{Kind: kind, Datacenter: dc, Domain: domain, Days: days,
 				DNSNames: dnsNames, IPs: ipAddrs, Now: now})
@@ -201,7 +202,7 @@ directory unless -ca and -key name them.`,
 			for _, ip := range kp.Cert.IPAddresses {
 				names = append(names, ip.String())
 			}
-			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "signed by %s\n", caFile)
 			fmt.Fprintf(tw, "wrote %s\tthe %s certificate of %s, valid until %s (-tls-cert-file)\n",
 				certFile, kind, strings.Join(names, ", "), kp.Cert.NotAfter.UTC().Format(time.DateOnly))

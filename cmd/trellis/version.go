@@ -32,7 +32,7 @@ func readBuildInfo() *debug.BuildInfo {
 	return info
 }
 
-func newVersionCmd(e *env, build cli.Build) *cobra.Command {
+func newVersionCmd(e *cli.Env, build cli.Build) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "version",
@@ -47,12 +47,12 @@ trellis --version prints the same.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if out != cli.FormatTable {
-				return cli.WriteValue(e.stdout, out, build)
+				return cli.WriteValue(e.Stdout, out, build)
 			}
-			_, err := fmt.Fprint(e.stdout, build.String())
+			_, err := fmt.Fprint(e.Stdout, build.String())
 			return err
 		},
 	}
-	addOutputFlag(cmd, &out)
+	cli.AddOutputFlag(cmd, &out)
 	return cmd
 }

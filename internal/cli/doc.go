@@ -1,10 +1,15 @@
-// Package cli holds the decisions of the trellis command line that are not
-// cobra wiring: reading and checking spec files (resource documents, task
-// definitions, environment specs), normalizing single-dash long flags,
-// refusing mistakes, and rendering resources and events as tables, JSON or
-// YAML.
-// Everything here is a pure function over plain values (bytes in, bytes or
-// values out), tested by tables; cmd/trellis does the I/O.
+// Package cli is what every command of the trellis command line shares:
+// the one way a command that talks to a server is declared and run
+// (ClientCommand, Env.Command), reading and checking spec files (resource
+// documents here; a domain's own files, a task definition or an
+// environment, through ReadSpecDocument), normalizing single-dash long
+// flags, refusing mistakes, and rendering resources and events as tables,
+// JSON or YAML. A domain's commands live beside its client code
+// (internal/orchestrator/command, internal/scheduler/command) and build on
+// this package; cmd/trellis only assembles the tree.
+// Apart from Env.Command, which runs a command, everything here is a pure
+// function over plain values (bytes in, bytes or values out), tested by
+// tables.
 //
 // Design decisions:
 //
@@ -44,6 +49,13 @@
 //     a word that is not a subcommand is an unknown command with
 //     suggestions. cmd/trellis applies these to the whole command tree at
 //     once.
+//   - Every client command is declared, not written out: its flags, what it
+//     refuses before any request (Check), and a Run that returns what to
+//     print (Result: a value for -o json and yaml, a table for people).
+//     Env.Command does the rest the same way for all: parse, check, make
+//     the client, run, print, and word a server that cannot be reached
+//     (the client passes its transport errors through Unreachable, so the
+//     wording holds whichever call failed and whatever wraps it).
 //   - The build a binary reports is what Go recorded (vcs.revision,
 //     vcs.time, vcs.modified), overridden by what -ldflags -X stamped;
 //     the build date is the commit's, so builds stay reproducible.

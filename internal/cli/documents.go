@@ -198,3 +198,13 @@ func lineOf(n *node, key string) int {
 	}
 	return n.line
 }
+
+// SpecRulesHelp says, in the --help of a command that reads a spec file,
+// how every spec file is read and refused.
+const SpecRulesHelp = `YAML is read by YAML 1.2 rules: only true and false are booleans, so on, off,
+yes, no, y and n stay the strings they are written as; quote a number meant as
+a string. A mistake is refused before anything is sent, naming the file, the
+line and the field as the file spells it, with how to fix it:
+
+  web.yaml:6: containers[0].env.PORT: a string is needed: quote it ("8080")
+  web.yaml:5: containers[0].command: a list is needed: write ["/bin/sleep", "100"]`

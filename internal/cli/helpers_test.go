@@ -3,7 +3,6 @@ package cli
 import (
 	"sigs.k8s.io/yaml"
 
-	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
@@ -11,8 +10,6 @@ import (
 )
 
 func yamlToJSON(b []byte) ([]byte, error) { return yaml.YAMLToJSON(b) }
-
-func clientSpec(name string) *client.EnvironmentSpec { return &client.EnvironmentSpec{Name: name} }
 
 // testTypes are the types a server serves, registered as server.Types
 // does (that package is too heavy for these tests to import).

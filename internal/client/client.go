@@ -16,6 +16,9 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
 	"trellis.dev/trellis/internal/httpapi/wire"
 )
 
@@ -24,9 +27,10 @@ const DefaultAddr = "http://127.0.0.1:7700"
 
 // Client talks to one server's HTTP API.
 type Client struct {
-	base  *url.URL
-	token string
-	http  *http.Client
+	base      *url.URL
+	token     string
+	http      *http.Client
+	transport func(error) error // words the errors of requests that got no answer
 }
 
 // Option configures a Client.
@@ -38,6 +42,15 @@ func WithToken(token string) Option { return func(c *Client) { c.token = token }
 // WithHTTPClient uses hc instead of a default client (which has no
 // timeout, since watches are long requests: use contexts for deadlines).
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
+
+// WithTransportErrors has every error of a request that got no answer
+// (the server cannot be reached, the connection broke) passed through
+// word, so that a command line can say what to do about it in one place,
+// whichever call failed. The server's own answers (*APIError) are not
+// passed.
+func WithTransportErrors(word func(error) error) Option {
+	return func(c *Client) { c.transport = word }
+}
 
 // ErrBadAddr is wrapped when the server address cannot be used.
 var ErrBadAddr = errors.New("bad server address")
@@ -62,7 +75,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w %q: no host", ErrBadAddr, addr)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	c := &Client{base: u, http: http.DefaultClient}
+	c := &Client{base: u, http: http.DefaultClient, transport: func(err error) error { return err }}
 	for _, o := range opts {
 		o(c)
 	}
@@ -116,6 +129,27 @@ func encodeQuery(q url.Values) string {
 	return "?" + q.Encode()
 }
 
+// URL is the address of an API path, already escaped
+// ("/v1/environments/web"), with its query: what Do is given to call a
+// domain's own operations.
+func (c *Client) URL(path string, query url.Values) string {
+	return c.pathURL(path) + encodeQuery(query)
+}
+
+// Do sends a request to url (made by URL) with body as JSON, and decodes a
+// 200 response's JSON into out (when out is not nil); any other status
+// becomes an *APIError. A domain's client calls its operations with it
+// (the scheduler's is in internal/scheduler/command).
+func (c *Client) Do(ctx context.Context, method, url string, body, out any) error {
+	return c.do(ctx, method, url, body, out)
+}
+
+// MarshalProto is the JSON the API uses for a message: protobuf JSON with
+// the proto field names.
+func MarshalProto(m proto.Message) ([]byte, error) {
+	return protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+}
+
 // do sends a request and decodes a 200 response's JSON into out (when out
 // is not nil); any other status becomes an *APIError.
 func (c *Client) do(ctx context.Context, method, url string, body any, out any) error {
@@ -157,7 +191,7 @@ func (c *Client) send(ctx context.Context, method, url string, body any) (*http.
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, c.transport(err)
 	}
 	if resp.StatusCode == http.StatusOK {
 		return resp, nil

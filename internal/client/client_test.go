@@ -3,9 +3,11 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 
 	"trellis.dev/trellis/internal/httpapi/wire"
@@ -57,5 +59,34 @@ func TestNonAPIErrorBody(t *testing.T) {
 	}
 	if want := "GET " + proxy.URL + "/v1/resources/core/v1/Namespace: HTTP 502: <html>bad gateway</html>"; ae.Message != want {
 		t.Fatalf("message %q, want %q", ae.Message, want)
+	}
+}
+
+// WithTransportErrors words the requests that got no answer, whichever
+// call made them, and nothing else: the server's own answers pass as they
+// are.
+func TestWithTransportErrors(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"error":"no","code":"not_found"}`, http.StatusNotFound)
+	}))
+	gone := errors.New("no answer")
+	word := WithTransportErrors(func(err error) error { return fmt.Errorf("%w: %v", gone, err) })
+	c, _ := New(srv.URL, word)
+	ctx := context.Background()
+	if _, err := c.Read(ctx, Ref{Type: wire.Type{Group: "core", GroupVersion: "v1", Kind: "Namespace"}, Name: "a"}, false); !IsCode(err, "not_found") || errors.Is(err, gone) {
+		t.Fatalf("an answer: %v", err)
+	}
+	srv.Close() // nothing answers now
+	for name, call := range map[string]func() error{
+		"read":    func() error { _, err := c.RaftPeers(ctx); return err },
+		"restore": func() error { return c.RestoreSnapshot(ctx, strings.NewReader("x")) },
+		"watch": func() error {
+			_, err := c.Watch(ctx, wire.Type{Group: "core", GroupVersion: "v1", Kind: "Namespace"}, ListOptions{})
+			return err
+		},
+	} {
+		if err := call(); !errors.Is(err, gone) {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }

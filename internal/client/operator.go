@@ -54,7 +54,7 @@ func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader) error {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return err
+		return c.transport(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusOK {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -41,8 +40,9 @@ import (
 //     fails its write, and the retry reads again.
 //
 // Objects are shared, not copied: every reader gets the same *Object, its
-// Resource and its Data. They must never be modified; clone them
-// (proto.Clone) before editing one to write it back. NewCache with
+// Resource and its Data, and the same slices from List and ByIndex. They
+// must never be modified; clone an object (proto.Clone) before editing it
+// to write it back, and copy a slice before sorting or editing it. NewCache with
 // CheckReadOnly catches a reader that does (tests turn it on).
 //
 // Only declared types are cached: the owner reaper follows every type,
@@ -147,10 +147,11 @@ type typeCache struct {
 	indexes       []*Index // ownerIndex first
 	checkReadOnly bool
 
-	mu      sync.RWMutex
-	objects map[slot]*Object
+	mu sync.RWMutex
+	// all holds every object of the type.
+	all *objectSet
 	// byIndex[i] files the objects under indexes[i]'s keys.
-	byIndex []map[string]map[slot]*Object
+	byIndex []map[string]*objectSet
 	// frozen holds the private copies of CheckReadOnly.
 	frozen map[slot]*Object
 	// synced is closed once a term's watch has listed the type whole.
@@ -288,7 +289,7 @@ func (c *Cache) Get(id *pbresource.ID) *Object {
 	tc := c.mustType(id.GetType())
 	tc.mu.RLock()
 	defer tc.mu.RUnlock()
-	o := tc.objects[slotOf(id)]
+	o := tc.all.members[slotOf(id)]
 	if o == nil || (id.GetUid() != "" && o.Resource.GetId().GetUid() != id.GetUid()) {
 		return nil
 	}
@@ -296,39 +297,49 @@ func (c *Cache) Get(id *pbresource.ID) *Object {
 }
 
 // List returns every cached resource of a type, ordered by namespace and
-// name. It panics when the type is not cached.
+// name. The slice is shared like the objects: never modify it (appending
+// to it copies it). It is kept between calls until the type changes, and
+// made again in one pass, without sorting, after changes in place. It
+// panics when the type is not cached.
 func (c *Cache) List(typ *pbresource.Type) []*Object {
 	tc := c.mustType(typ)
-	tc.mu.RLock()
-	out := make([]*Object, 0, len(tc.objects))
-	for _, o := range tc.objects {
-		out = append(out, o)
-	}
-	tc.mu.RUnlock()
-	sortObjects(out)
-	return out
+	return tc.read(func() *objectSet { return tc.all })
 }
 
 // ByIndex returns the cached resources of a type filed under key in the
-// named index, ordered by namespace and name. It costs the size of the
-// answer, not of the type. It panics when the type is not cached or the
-// index not declared on it.
+// named index, ordered by namespace and name. The slice is shared and
+// kept like List's; a lookup costs nothing while the key's resources are
+// unchanged, and their number, not the type's, after a change. It panics
+// when the type is not cached or the index not declared on it.
 func (c *Cache) ByIndex(typ *pbresource.Type, index, key string) []*Object {
 	tc := c.mustType(typ)
-	tc.mu.RLock()
 	i := tc.indexOf(index)
 	if i < 0 {
-		tc.mu.RUnlock()
 		panic("controller cache: index " + index + " is not declared on " + ids.TypeString(typ))
 	}
-	set := tc.byIndex[i][key]
-	out := make([]*Object, 0, len(set))
-	for _, o := range set {
-		out = append(out, o)
+	return tc.read(func() *objectSet { return tc.byIndex[i][key] })
+}
+
+// read returns the sorted members of the set that set finds, building
+// them under the write lock when a change undid them.
+func (tc *typeCache) read(set func() *objectSet) []*Object {
+	tc.mu.RLock()
+	s := set()
+	if s == nil {
+		tc.mu.RUnlock()
+		return nil
+	}
+	if out, ok := s.current(); ok {
+		tc.mu.RUnlock()
+		return out
 	}
 	tc.mu.RUnlock()
-	sortObjects(out)
-	return out
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if s = set(); s == nil {
+		return nil
+	}
+	return s.build()
 }
 
 // Synced reports whether the current term's watch of typ has listed it
@@ -379,7 +390,7 @@ func (c *Cache) Verify() error {
 	}
 	for _, tc := range c.cachedTypes() {
 		tc.mu.RLock()
-		for k, o := range tc.objects {
+		for k, o := range tc.all.members {
 			if err := tc.checkFrozenLocked(k, o); err != nil {
 				tc.mu.RUnlock()
 				return err
@@ -414,10 +425,10 @@ func (c *Cache) waitSynced(ctx context.Context, cached []CachedType) bool {
 }
 
 func (tc *typeCache) resetLocked() {
-	tc.objects = make(map[slot]*Object)
-	tc.byIndex = make([]map[string]map[slot]*Object, len(tc.indexes))
+	tc.all = newObjectSet()
+	tc.byIndex = make([]map[string]*objectSet, len(tc.indexes))
 	for i := range tc.byIndex {
-		tc.byIndex[i] = make(map[string]map[slot]*Object)
+		tc.byIndex[i] = make(map[string]*objectSet)
 	}
 	tc.frozen = nil
 	tc.synced = make(chan struct{})
@@ -456,7 +467,7 @@ func (tc *typeCache) apply(ev Event) {
 	}
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
-	old := tc.objects[k]
+	old := tc.all.members[k]
 	sameIncarnation := old != nil && old.Resource.GetId().GetUid() == ev.Resource.GetId().GetUid()
 	if ev.Deleted {
 		if !sameIncarnation {
@@ -465,38 +476,48 @@ func (tc *typeCache) apply(ev Event) {
 	} else if sameIncarnation && olderVersion(ev.Resource.GetVersion(), old.Resource.GetVersion()) {
 		return
 	}
-	if old != nil {
-		if tc.checkReadOnly {
-			if err := tc.checkFrozenLocked(k, old); err != nil {
-				panic(err.Error())
-			}
-			delete(tc.frozen, k)
+	if old != nil && tc.checkReadOnly {
+		if err := tc.checkFrozenLocked(k, old); err != nil {
+			panic(err.Error())
 		}
-		for i, x := range tc.indexes {
-			for _, key := range x.Keys(old) {
-				set := tc.byIndex[i][key]
-				delete(set, k)
-				if len(set) == 0 {
+		delete(tc.frozen, k)
+	}
+	// A key that the old object and the new share keeps the resource in
+	// place (its set's order stands); only the keys it leaves or joins
+	// change membership.
+	for i, x := range tc.indexes {
+		var oldKeys, newKeys []string
+		if old != nil {
+			oldKeys = x.Keys(old)
+		}
+		if o != nil {
+			newKeys = x.Keys(o)
+		}
+		for _, key := range oldKeys {
+			if slices.Contains(newKeys, key) {
+				continue
+			}
+			if set := tc.byIndex[i][key]; set != nil {
+				set.remove(k)
+				if len(set.members) == 0 {
 					delete(tc.byIndex[i], key)
 				}
 			}
 		}
-		delete(tc.objects, k)
-	}
-	if o == nil {
-		return
-	}
-	tc.objects[k] = o
-	for i, x := range tc.indexes {
-		for _, key := range x.Keys(o) {
+		for _, key := range newKeys {
 			set := tc.byIndex[i][key]
 			if set == nil {
-				set = make(map[slot]*Object)
+				set = newObjectSet()
 				tc.byIndex[i][key] = set
 			}
-			set[k] = o
+			set.put(k, o)
 		}
 	}
+	if o == nil {
+		tc.all.remove(k)
+		return
+	}
+	tc.all.put(k, o)
 	if tc.checkReadOnly {
 		if tc.frozen == nil {
 			tc.frozen = make(map[slot]*Object)
@@ -540,16 +561,6 @@ func olderVersion(a, b string) bool {
 	va, err1 := strconv.ParseUint(a, 10, 64)
 	vb, err2 := strconv.ParseUint(b, 10, 64)
 	return err1 == nil && err2 == nil && va < vb
-}
-
-func sortObjects(list []*Object) {
-	slices.SortFunc(list, func(a, b *Object) int {
-		ia, ib := a.Resource.GetId(), b.Resource.GetId()
-		if c := strings.Compare(ia.GetTenancy().GetNamespace(), ib.GetTenancy().GetNamespace()); c != 0 {
-			return c
-		}
-		return strings.Compare(ia.GetName(), ib.GetName())
-	})
 }
 
 // Cache implements Lookup: the Manager's cache, for the controller's

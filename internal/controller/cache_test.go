@@ -271,3 +271,45 @@ func TestCacheCheckReadOnlyCatchesAWriter(t *testing.T) {
 	}()
 	c.Apply(controller.Event{Resource: stored(t, taskType, "a", "u1", 3, "y", nil)})
 }
+
+// The slices List and ByIndex return are shared between reads and kept
+// until a change; a change makes a new one, never edits one handed out.
+func TestCacheReadsShareTheirSlicesUntilAChange(t *testing.T) {
+	c := newTaskCache(t)
+	for i, n := range []string{"c", "a", "b"} {
+		c.Apply(controller.Event{Resource: stored(t, taskType, n, "u-"+n, uint64(i+2), "x", nil)})
+	}
+	first := c.List(taskType)
+	if again := c.List(taskType); &again[0] != &first[0] {
+		t.Error("a second List without a change made a new slice")
+	}
+	if cap(first) != len(first) {
+		t.Errorf("List's slice has room to append in place (len %d, cap %d)", len(first), cap(first))
+	}
+	byKey := c.ByIndex(taskType, "value", "x")
+
+	// In place: b reports.
+	c.Apply(controller.Event{Resource: stored(t, taskType, "b", "u-b", 9, "x", nil)})
+	if got := names(c.List(taskType)); !slices.Equal(got, []string{"a@3", "b@9", "c@2"}) {
+		t.Errorf("List after b changed = %q", got)
+	}
+	if got := names(c.ByIndex(taskType, "value", "x")); !slices.Equal(got, []string{"a@3", "b@9", "c@2"}) {
+		t.Errorf("ByIndex after b changed = %q", got)
+	}
+	// Membership: b moves to another key, d comes.
+	c.Apply(controller.Event{Resource: stored(t, taskType, "b", "u-b", 10, "y", nil)})
+	c.Apply(controller.Event{Resource: stored(t, taskType, "d", "u-d", 11, "x", nil)})
+	if got := names(c.ByIndex(taskType, "value", "x")); !slices.Equal(got, []string{"a@3", "c@2", "d@11"}) {
+		t.Errorf("ByIndex(x) after b left and d came = %q", got)
+	}
+	if got := names(c.List(taskType)); !slices.Equal(got, []string{"a@3", "b@10", "c@2", "d@11"}) {
+		t.Errorf("List after d came = %q", got)
+	}
+	// What was handed out before is as it was.
+	if got := names(first); !slices.Equal(got, []string{"a@3", "b@4", "c@2"}) {
+		t.Errorf("a List handed out earlier now reads %q", got)
+	}
+	if got := names(byKey); !slices.Equal(got, []string{"a@3", "b@4", "c@2"}) {
+		t.Errorf("a ByIndex handed out earlier now reads %q", got)
+	}
+}

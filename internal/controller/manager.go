@@ -195,6 +195,8 @@ func (m *Manager) startTerm(ctx context.Context, controllers []Controller) (stop
 			// A controller that reads the cache starts once what it reads
 			// is listed whole; its queue fills meanwhile.
 			if !m.cfg.Cache.waitSynced(ctx, r.ctl.Cached) {
+				// The term ended first: its queue goes with it.
+				m.metrics.depth.WithLabelValues(r.ctl.Name).Set(0)
 				return
 			}
 			r.run(ctx)

@@ -22,6 +22,13 @@
 //
 // Design decisions:
 //
+//   - The package imports no domain. A domain's own operations (the
+//     scheduler's /v1/environments) are routes its module gives the
+//     server (Config.Routes), registered and checked exactly as the API's
+//     own, and written on the helpers of modules.go (DecodeJSON, Params,
+//     InputError, WriteJSON, ToWire, ProtoJSON), so that they refuse bad
+//     input and answer errors the same way. A route without a permission,
+//     or one that clashes with another, fails New.
 //   - A resource's data is the plain protojson form of its registered
 //     message, not an Any: the path already names the type. Field names are
 //     the proto names (group_version, observed_generation) everywhere, in

@@ -15,7 +15,6 @@ import (
 	"trellis.dev/trellis/internal/acl"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/scheduler/operations"
 )
 
 // Request body limits. A resource may be up to 1 MiB; its envelope (name,
@@ -58,9 +57,6 @@ type Config struct {
 	MaxBatchBytes   int64
 	// EnableDebug serves Go's pprof profiles under /v1/debug/pprof/.
 	EnableDebug bool
-	// Scheduler serves the daemon scheduler's operations under
-	// /v1/environments; nil leaves them out.
-	Scheduler *operations.Operations
 	// Routes are the routes of the server's modules (module.Parts.Routes),
 	// served beside the API's own, each checked against the permission it
 	// declares, with its request body limited to MaxRequestBytes. New
@@ -79,7 +75,6 @@ type Handler struct {
 	reg      *resource.Registry
 	cluster  ClusterStatus
 	op       Operator
-	sched    *operations.Operations
 	debug    bool
 	gatherer prometheus.Gatherer
 	log      *slog.Logger
@@ -107,7 +102,6 @@ func New(cfg Config) (*Handler, error) {
 		reg:      cfg.Registry,
 		cluster:  cfg.Cluster,
 		op:       cfg.Operator,
-		sched:    cfg.Scheduler,
 		debug:    cfg.EnableDebug,
 		gatherer: cfg.Gatherer,
 		log:      cfg.Logger,
@@ -180,9 +174,6 @@ func (h *Handler) routes(extra []Route) error {
 	h.handle("GET /v1/health", acl.Public, h.health)
 	h.handle("GET /v1/metrics", acl.OperatorRead, h.serveMetrics)
 	h.operatorRoutes()
-	if h.sched != nil {
-		h.schedulerRoutes()
-	}
 	for _, r := range extra {
 		if r.Handler == nil {
 			return fmt.Errorf("httpapi: route %q has no handler", r.Pattern)
@@ -247,12 +238,6 @@ type routeError struct {
 }
 
 func (e *routeError) Error() string { return e.msg }
-
-// handlerFunc and methodNotAllowed are the names the scheduler's routes
-// use, until they move to the scheduler's module.
-type handlerFunc = HandlerFunc
-
-func methodNotAllowed(allow string) HandlerFunc { return MethodNotAllowed(allow) }
 
 // MethodNotAllowed answers 405 naming the methods a path allows (allow:
 // "GET, POST"). A module registers it, as acl.Public, on the bare path of

@@ -15,8 +15,9 @@
 //     on is served (the scheduler needs the orchestrator's Task) and say
 //     so as an error, rather than depending on the order of the list.
 //   - Setup gets Deps, the few things of the server a domain may use (the
-//     resource API, the registry, leadership, a logger, the metrics
-//     registry and some facts of the cluster), never the server itself: a
+//     resource API, the registry, leadership, the controllers' cache, a
+//     logger, the metrics registry and some facts of the cluster), never
+//     the server itself: a
 //     module that needed more would be reaching into another layer. It
 //     returns Parts, plain values the server wires; a module starts
 //     nothing itself.

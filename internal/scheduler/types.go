@@ -66,6 +66,9 @@ func Register(r *resource.Registry) {
 		// A create or update checks the other environments for overlap
 		// and writes a version with the change: /v1/resources cannot.
 		WrittenThrough: EnvironmentsPath,
+		Statuses: map[string]resource.StatusPayload{
+			StatusKey: {Proto: &pbscheduler.EnvironmentStatus{}, Validate: validateEnvironmentStatus},
+		},
 	})
 	r.Register(resource.Registration{
 		Type:      EnvironmentVersionType,

@@ -10,7 +10,7 @@ import (
 )
 
 // MutateEnvironment fills in the defaults of an environment: type daemon,
-// cluster default, status inactive, health healthy.
+// cluster default.
 func MutateEnvironment(res *pbresource.Resource) error {
 	return resource.MutateData(res, func(e *pbscheduler.Environment) {
 		if e.Type == "" {
@@ -22,16 +22,10 @@ func MutateEnvironment(res *pbresource.Resource) error {
 		if e.InstanceGroup.Cluster == "" {
 			e.InstanceGroup.Cluster = DefaultCluster
 		}
-		if e.Status == "" {
-			e.Status = EnvInactive
-		}
-		if e.Health == "" {
-			e.Health = HealthHealthy
-		}
 	})
 }
 
-// ValidateEnvironment checks an environment's spec and state.
+// ValidateEnvironment checks an environment's spec.
 func ValidateEnvironment(res *pbresource.Resource) error {
 	e, err := resource.DecodeData[*pbscheduler.Environment](res)
 	if err != nil {
@@ -42,16 +36,6 @@ func ValidateEnvironment(res *pbresource.Resource) error {
 	}
 	if len(res.GetId().GetName()) > MaxEnvironmentName {
 		return resource.NewFieldError("id.name", "%q is longer than %d characters: an environment's name is part of its tasks' names", res.GetId().GetName(), MaxEnvironmentName)
-	}
-	switch e.GetStatus() {
-	case EnvActive, EnvInactive:
-	default:
-		return resource.NewFieldError("data.status", "must be %q or %q (got %q)", EnvActive, EnvInactive, e.GetStatus())
-	}
-	switch e.GetHealth() {
-	case HealthHealthy, HealthUnhealthy:
-	default:
-		return resource.NewFieldError("data.health", "must be %q or %q (got %q)", HealthHealthy, HealthUnhealthy, e.GetHealth())
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/orchestrator/orchestratormodule"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/scheduler"
+	"trellis.dev/trellis/internal/scheduler/schedulermodule"
 )
 
 // DefaultModules are the domains a server serves unless its Config names
@@ -26,17 +26,9 @@ func defaultModules(heartbeatTTL time.Duration) []module.Module {
 	return []module.Module{
 		core.Module(),
 		orchestratormodule.New(orchestratormodule.Config{HeartbeatTTL: heartbeatTTL}),
-		schedulerTypes{},
+		schedulermodule.New(),
 	}
 }
-
-// schedulerTypes registers the scheduler's types; the server wires the
-// rest of it by hand (addScheduler) until it has a module of its own.
-type schedulerTypes struct{}
-
-func (schedulerTypes) Name() string                            { return "scheduler" }
-func (schedulerTypes) Register(r *resource.Registry)           { scheduler.Register(r) }
-func (schedulerTypes) Setup(module.Deps) (module.Parts, error) { return module.Parts{}, nil }
 
 // Types returns a registry of the types of the default modules. The CLI
 // uses it to check a spec file against the same types and hooks as the

@@ -189,7 +189,6 @@ func New(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ops := s.addScheduler()
 
 	s.httpAPI, err = httpapi.New(httpapi.Config{
 		API:             s.api,
@@ -202,7 +201,6 @@ func New(cfg Config) (_ *Server, err error) {
 		MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxBatchBytes:   cfg.MaxBatchBytes,
 		EnableDebug:     cfg.EnableDebug,
-		Scheduler:       ops,
 		Routes:          routes,
 		Authorize:       cfg.Authorize,
 	})

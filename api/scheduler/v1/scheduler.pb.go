@@ -27,9 +27,12 @@ const (
 )
 
 // Environment is one daemon: a task definition kept running, one copy per
-// matching instance (scheduler/v1/Environment, namespaced). People write
-// the spec fields through the environment operations (`trellis env
-// create|update`); the servers write the rest.
+// matching instance (scheduler/v1/Environment, namespaced). Its data is
+// what people decide, through the environment operations (`trellis env
+// create|update|delete`): the spec, its versions, and whether it is being
+// deleted; generation moves only when that changes. What the scheduler
+// makes of it is its status, under the key "daemon-scheduler": an
+// EnvironmentStatus.
 type Environment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// type: "daemon".
@@ -40,27 +43,9 @@ type Environment struct {
 	Deployment     *DeploymentConfig `protobuf:"bytes,4,opt,name=deployment,proto3" json:"deployment,omitempty"`
 	// role is recorded for the ACL system; it grants nothing yet.
 	Role string `protobuf:"bytes,5,opt,name=role,proto3" json:"role,omitempty"`
-	// status: "active" (the scheduler keeps the desired version in place,
-	// repairs tasks and serves new instances) or "inactive" (it does
-	// nothing unless a user deploys).
-	Status string `protobuf:"bytes,10,opt,name=status,proto3" json:"status,omitempty"`
-	// health: "healthy" or "unhealthy" (the last user deployment that
-	// ended failed). It means something only once the environment has been
-	// deployed: until then desired_version is empty, and the CLI shows the
-	// health as "not deployed".
-	Health string `protobuf:"bytes,11,opt,name=health,proto3" json:"health,omitempty"`
 	// latest_version is the newest EnvironmentVersion (a uuid): what
 	// `trellis deploy ENV` deploys when no version is named.
 	LatestVersion string `protobuf:"bytes,12,opt,name=latest_version,json=latestVersion,proto3" json:"latest_version,omitempty"`
-	// desired_version is the version the scheduler keeps running: the one
-	// of the last user deployment that started. After a rollback it is an
-	// older version than latest_version, and the spec fields above (the
-	// latest version's) are not what runs: desired_task_definition is.
-	DesiredVersion string `protobuf:"bytes,13,opt,name=desired_version,json=desiredVersion,proto3" json:"desired_version,omitempty"`
-	// desired_task_definition is desired_version's task definition.
-	DesiredTaskDefinition string `protobuf:"bytes,14,opt,name=desired_task_definition,json=desiredTaskDefinition,proto3" json:"desired_task_definition,omitempty"`
-	// active_deployment is the id of the deployment in progress, if any.
-	ActiveDeployment string `protobuf:"bytes,15,opt,name=active_deployment,json=activeDeployment,proto3" json:"active_deployment,omitempty"`
 	// version_count numbers the versions: the latest is number
 	// version_count.
 	VersionCount int64 `protobuf:"varint,16,opt,name=version_count,json=versionCount,proto3" json:"version_count,omitempty"`
@@ -68,17 +53,10 @@ type Environment struct {
 	// and then removes the environment.
 	Deleting  bool                   `protobuf:"varint,17,opt,name=deleting,proto3" json:"deleting,omitempty"`
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	// last_completed_version is the version of the last user deployment
-	// that completed: what auto_rollback returns to.
-	LastCompletedVersion string `protobuf:"bytes,20,opt,name=last_completed_version,json=lastCompletedVersion,proto3" json:"last_completed_version,omitempty"`
-	// desired_version_number and last_completed_version_number are the
-	// numbers of those versions (0 when there is none), so that a version
-	// reads the same everywhere: by its number, the uuid beside it.
-	DesiredVersionNumber       int64 `protobuf:"varint,21,opt,name=desired_version_number,json=desiredVersionNumber,proto3" json:"desired_version_number,omitempty"`
-	LastCompletedVersionNumber int64 `protobuf:"varint,22,opt,name=last_completed_version_number,json=lastCompletedVersionNumber,proto3" json:"last_completed_version_number,omitempty"`
-	unknownFields              protoimpl.UnknownFields
-	sizeCache                  protoimpl.SizeCache
+	// updated_at is when a user last changed the environment.
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Environment) Reset() {
@@ -146,44 +124,9 @@ func (x *Environment) GetRole() string {
 	return ""
 }
 
-func (x *Environment) GetStatus() string {
-	if x != nil {
-		return x.Status
-	}
-	return ""
-}
-
-func (x *Environment) GetHealth() string {
-	if x != nil {
-		return x.Health
-	}
-	return ""
-}
-
 func (x *Environment) GetLatestVersion() string {
 	if x != nil {
 		return x.LatestVersion
-	}
-	return ""
-}
-
-func (x *Environment) GetDesiredVersion() string {
-	if x != nil {
-		return x.DesiredVersion
-	}
-	return ""
-}
-
-func (x *Environment) GetDesiredTaskDefinition() string {
-	if x != nil {
-		return x.DesiredTaskDefinition
-	}
-	return ""
-}
-
-func (x *Environment) GetActiveDeployment() string {
-	if x != nil {
-		return x.ActiveDeployment
 	}
 	return ""
 }
@@ -216,21 +159,125 @@ func (x *Environment) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
-func (x *Environment) GetLastCompletedVersion() string {
+// EnvironmentStatus is what the daemon scheduler reports of an
+// environment: the payload of its status key "daemon-scheduler", written
+// by the scheduler's controller alone (WriteStatus), never by a user's
+// write. An environment the scheduler has not reported on yet reads as
+// inactive and healthy.
+type EnvironmentStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// status: "active" (the scheduler keeps the desired version in place,
+	// repairs tasks and serves new instances) or "inactive" (it does
+	// nothing unless a user deploys).
+	Status string `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// health: "healthy" or "unhealthy" (the last user deployment that
+	// ended failed). It means something only once the environment has been
+	// deployed: until then desired_version is empty, and the CLI shows the
+	// health as "not deployed".
+	Health string `protobuf:"bytes,2,opt,name=health,proto3" json:"health,omitempty"`
+	// desired_version is the version the scheduler keeps running: the one
+	// of the last user deployment that started. After a rollback it is an
+	// older version than the environment's latest_version, and the spec
+	// fields of the environment (the latest version's) are not what runs:
+	// desired_task_definition is.
+	DesiredVersion string `protobuf:"bytes,3,opt,name=desired_version,json=desiredVersion,proto3" json:"desired_version,omitempty"`
+	// desired_task_definition is desired_version's task definition.
+	DesiredTaskDefinition string `protobuf:"bytes,4,opt,name=desired_task_definition,json=desiredTaskDefinition,proto3" json:"desired_task_definition,omitempty"`
+	// active_deployment is the id of the user deployment in progress, if
+	// any.
+	ActiveDeployment string `protobuf:"bytes,5,opt,name=active_deployment,json=activeDeployment,proto3" json:"active_deployment,omitempty"`
+	// last_completed_version is the version of the last user deployment
+	// that completed: what auto_rollback returns to.
+	LastCompletedVersion string `protobuf:"bytes,6,opt,name=last_completed_version,json=lastCompletedVersion,proto3" json:"last_completed_version,omitempty"`
+	// desired_version_number and last_completed_version_number are the
+	// numbers of those versions (0 when there is none), so that a version
+	// reads the same everywhere: by its number, the uuid beside it.
+	DesiredVersionNumber       int64 `protobuf:"varint,7,opt,name=desired_version_number,json=desiredVersionNumber,proto3" json:"desired_version_number,omitempty"`
+	LastCompletedVersionNumber int64 `protobuf:"varint,8,opt,name=last_completed_version_number,json=lastCompletedVersionNumber,proto3" json:"last_completed_version_number,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
+}
+
+func (x *EnvironmentStatus) Reset() {
+	*x = EnvironmentStatus{}
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvironmentStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvironmentStatus) ProtoMessage() {}
+
+func (x *EnvironmentStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvironmentStatus.ProtoReflect.Descriptor instead.
+func (*EnvironmentStatus) Descriptor() ([]byte, []int) {
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EnvironmentStatus) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *EnvironmentStatus) GetHealth() string {
+	if x != nil {
+		return x.Health
+	}
+	return ""
+}
+
+func (x *EnvironmentStatus) GetDesiredVersion() string {
+	if x != nil {
+		return x.DesiredVersion
+	}
+	return ""
+}
+
+func (x *EnvironmentStatus) GetDesiredTaskDefinition() string {
+	if x != nil {
+		return x.DesiredTaskDefinition
+	}
+	return ""
+}
+
+func (x *EnvironmentStatus) GetActiveDeployment() string {
+	if x != nil {
+		return x.ActiveDeployment
+	}
+	return ""
+}
+
+func (x *EnvironmentStatus) GetLastCompletedVersion() string {
 	if x != nil {
 		return x.LastCompletedVersion
 	}
 	return ""
 }
 
-func (x *Environment) GetDesiredVersionNumber() int64 {
+func (x *EnvironmentStatus) GetDesiredVersionNumber() int64 {
 	if x != nil {
 		return x.DesiredVersionNumber
 	}
 	return 0
 }
 
-func (x *Environment) GetLastCompletedVersionNumber() int64 {
+func (x *EnvironmentStatus) GetLastCompletedVersionNumber() int64 {
 	if x != nil {
 		return x.LastCompletedVersionNumber
 	}
@@ -251,7 +298,7 @@ type InstanceGroup struct {
 
 func (x *InstanceGroup) Reset() {
 	*x = InstanceGroup{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[1]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -263,7 +310,7 @@ func (x *InstanceGroup) String() string {
 func (*InstanceGroup) ProtoMessage() {}
 
 func (x *InstanceGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[1]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -276,7 +323,7 @@ func (x *InstanceGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceGroup.ProtoReflect.Descriptor instead.
 func (*InstanceGroup) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{1}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *InstanceGroup) GetCluster() string {
@@ -319,7 +366,7 @@ type DeploymentConfig struct {
 
 func (x *DeploymentConfig) Reset() {
 	*x = DeploymentConfig{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[2]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +378,7 @@ func (x *DeploymentConfig) String() string {
 func (*DeploymentConfig) ProtoMessage() {}
 
 func (x *DeploymentConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[2]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +391,7 @@ func (x *DeploymentConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeploymentConfig.ProtoReflect.Descriptor instead.
 func (*DeploymentConfig) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{2}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DeploymentConfig) GetMinHealthyPercent() int32 {
@@ -408,7 +455,7 @@ type EnvironmentVersion struct {
 
 func (x *EnvironmentVersion) Reset() {
 	*x = EnvironmentVersion{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[3]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -420,7 +467,7 @@ func (x *EnvironmentVersion) String() string {
 func (*EnvironmentVersion) ProtoMessage() {}
 
 func (x *EnvironmentVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[3]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -433,7 +480,7 @@ func (x *EnvironmentVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentVersion.ProtoReflect.Descriptor instead.
 func (*EnvironmentVersion) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EnvironmentVersion) GetEnvironment() string {
@@ -542,7 +589,7 @@ type Deployment struct {
 
 func (x *Deployment) Reset() {
 	*x = Deployment{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[4]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -554,7 +601,7 @@ func (x *Deployment) String() string {
 func (*Deployment) ProtoMessage() {}
 
 func (x *Deployment) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[4]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -567,7 +614,7 @@ func (x *Deployment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deployment.ProtoReflect.Descriptor instead.
 func (*Deployment) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{4}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Deployment) GetEnvironment() string {
@@ -718,7 +765,7 @@ type InstanceProgress struct {
 
 func (x *InstanceProgress) Reset() {
 	*x = InstanceProgress{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[5]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +777,7 @@ func (x *InstanceProgress) String() string {
 func (*InstanceProgress) ProtoMessage() {}
 
 func (x *InstanceProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[5]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +790,7 @@ func (x *InstanceProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceProgress.ProtoReflect.Descriptor instead.
 func (*InstanceProgress) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *InstanceProgress) GetInstance() string {
@@ -799,7 +846,7 @@ type EnvironmentState struct {
 
 func (x *EnvironmentState) Reset() {
 	*x = EnvironmentState{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +858,7 @@ func (x *EnvironmentState) String() string {
 func (*EnvironmentState) ProtoMessage() {}
 
 func (x *EnvironmentState) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +871,7 @@ func (x *EnvironmentState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentState.ProtoReflect.Descriptor instead.
 func (*EnvironmentState) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EnvironmentState) GetDesired() int32 {
@@ -899,7 +946,7 @@ type TaskNames struct {
 
 func (x *TaskNames) Reset() {
 	*x = TaskNames{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +958,7 @@ func (x *TaskNames) String() string {
 func (*TaskNames) ProtoMessage() {}
 
 func (x *TaskNames) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +971,7 @@ func (x *TaskNames) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskNames.ProtoReflect.Descriptor instead.
 func (*TaskNames) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TaskNames) GetTasks() []string {
@@ -948,7 +995,7 @@ type VersionCount struct {
 
 func (x *VersionCount) Reset() {
 	*x = VersionCount{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1007,7 @@ func (x *VersionCount) String() string {
 func (*VersionCount) ProtoMessage() {}
 
 func (x *VersionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1020,7 @@ func (x *VersionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCount.ProtoReflect.Descriptor instead.
 func (*VersionCount) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *VersionCount) GetTaskDefinition() string {
@@ -1029,7 +1076,7 @@ type InstanceState struct {
 
 func (x *InstanceState) Reset() {
 	*x = InstanceState{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1088,7 @@ func (x *InstanceState) String() string {
 func (*InstanceState) ProtoMessage() {}
 
 func (x *InstanceState) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1101,7 @@ func (x *InstanceState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceState.ProtoReflect.Descriptor instead.
 func (*InstanceState) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *InstanceState) GetInstance() string {
@@ -1125,7 +1172,7 @@ type EnvironmentDiff struct {
 
 func (x *EnvironmentDiff) Reset() {
 	*x = EnvironmentDiff{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1184,7 @@ func (x *EnvironmentDiff) String() string {
 func (*EnvironmentDiff) ProtoMessage() {}
 
 func (x *EnvironmentDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1197,7 @@ func (x *EnvironmentDiff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentDiff.ProtoReflect.Descriptor instead.
 func (*EnvironmentDiff) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EnvironmentDiff) GetVersion() string {
@@ -1225,7 +1272,7 @@ type InstanceChange struct {
 
 func (x *InstanceChange) Reset() {
 	*x = InstanceChange{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1284,7 @@ func (x *InstanceChange) String() string {
 func (*InstanceChange) ProtoMessage() {}
 
 func (x *InstanceChange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1297,7 @@ func (x *InstanceChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceChange.ProtoReflect.Descriptor instead.
 func (*InstanceChange) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InstanceChange) GetInstance() string {
@@ -1292,7 +1339,7 @@ var File_api_scheduler_v1_scheduler_proto protoreflect.FileDescriptor
 
 const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\n" +
-	" api/scheduler/v1/scheduler.proto\x12\x14trellis.scheduler.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x06\n" +
+	" api/scheduler/v1/scheduler.proto\x12\x14trellis.scheduler.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9c\x05\n" +
 	"\vEnvironment\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12'\n" +
 	"\x0ftask_definition\x18\x02 \x01(\tR\x0etaskDefinition\x12J\n" +
@@ -1300,23 +1347,24 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\n" +
 	"deployment\x18\x04 \x01(\v2&.trellis.scheduler.v1.DeploymentConfigR\n" +
 	"deployment\x12\x12\n" +
-	"\x04role\x18\x05 \x01(\tR\x04role\x12\x16\n" +
-	"\x06status\x18\n" +
-	" \x01(\tR\x06status\x12\x16\n" +
-	"\x06health\x18\v \x01(\tR\x06health\x12%\n" +
-	"\x0elatest_version\x18\f \x01(\tR\rlatestVersion\x12'\n" +
-	"\x0fdesired_version\x18\r \x01(\tR\x0edesiredVersion\x126\n" +
-	"\x17desired_task_definition\x18\x0e \x01(\tR\x15desiredTaskDefinition\x12+\n" +
-	"\x11active_deployment\x18\x0f \x01(\tR\x10activeDeployment\x12#\n" +
+	"\x04role\x18\x05 \x01(\tR\x04role\x12%\n" +
+	"\x0elatest_version\x18\f \x01(\tR\rlatestVersion\x12#\n" +
 	"\rversion_count\x18\x10 \x01(\x03R\fversionCount\x12\x1a\n" +
 	"\bdeleting\x18\x11 \x01(\bR\bdeleting\x129\n" +
 	"\n" +
 	"created_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x124\n" +
-	"\x16last_completed_version\x18\x14 \x01(\tR\x14lastCompletedVersion\x124\n" +
-	"\x16desired_version_number\x18\x15 \x01(\x03R\x14desiredVersionNumber\x12A\n" +
-	"\x1dlast_completed_version_number\x18\x16 \x01(\x03R\x1alastCompletedVersionNumber\"I\n" +
+	"updated_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAtJ\x04\b\n" +
+	"\x10\vJ\x04\b\v\x10\fJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fJ\x04\b\x0f\x10\x10J\x04\b\x14\x10\x15J\x04\b\x15\x10\x16J\x04\b\x16\x10\x17R\x06statusR\x06healthR\x0fdesired_versionR\x17desired_task_definitionR\x11active_deploymentR\x16last_completed_versionR\x16desired_version_numberR\x1dlast_completed_version_number\"\x80\x03\n" +
+	"\x11EnvironmentStatus\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\tR\x06status\x12\x16\n" +
+	"\x06health\x18\x02 \x01(\tR\x06health\x12'\n" +
+	"\x0fdesired_version\x18\x03 \x01(\tR\x0edesiredVersion\x126\n" +
+	"\x17desired_task_definition\x18\x04 \x01(\tR\x15desiredTaskDefinition\x12+\n" +
+	"\x11active_deployment\x18\x05 \x01(\tR\x10activeDeployment\x124\n" +
+	"\x16last_completed_version\x18\x06 \x01(\tR\x14lastCompletedVersion\x124\n" +
+	"\x16desired_version_number\x18\a \x01(\x03R\x14desiredVersionNumber\x12A\n" +
+	"\x1dlast_completed_version_number\x18\b \x01(\x03R\x1alastCompletedVersionNumber\"I\n" +
 	"\rInstanceGroup\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1e\n" +
 	"\n" +
@@ -1429,41 +1477,42 @@ func file_api_scheduler_v1_scheduler_proto_rawDescGZIP() []byte {
 	return file_api_scheduler_v1_scheduler_proto_rawDescData
 }
 
-var file_api_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_api_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_api_scheduler_v1_scheduler_proto_goTypes = []any{
 	(*Environment)(nil),           // 0: trellis.scheduler.v1.Environment
-	(*InstanceGroup)(nil),         // 1: trellis.scheduler.v1.InstanceGroup
-	(*DeploymentConfig)(nil),      // 2: trellis.scheduler.v1.DeploymentConfig
-	(*EnvironmentVersion)(nil),    // 3: trellis.scheduler.v1.EnvironmentVersion
-	(*Deployment)(nil),            // 4: trellis.scheduler.v1.Deployment
-	(*InstanceProgress)(nil),      // 5: trellis.scheduler.v1.InstanceProgress
-	(*EnvironmentState)(nil),      // 6: trellis.scheduler.v1.EnvironmentState
-	(*TaskNames)(nil),             // 7: trellis.scheduler.v1.TaskNames
-	(*VersionCount)(nil),          // 8: trellis.scheduler.v1.VersionCount
-	(*InstanceState)(nil),         // 9: trellis.scheduler.v1.InstanceState
-	(*EnvironmentDiff)(nil),       // 10: trellis.scheduler.v1.EnvironmentDiff
-	(*InstanceChange)(nil),        // 11: trellis.scheduler.v1.InstanceChange
-	nil,                           // 12: trellis.scheduler.v1.EnvironmentState.CurrentEntry
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*EnvironmentStatus)(nil),     // 1: trellis.scheduler.v1.EnvironmentStatus
+	(*InstanceGroup)(nil),         // 2: trellis.scheduler.v1.InstanceGroup
+	(*DeploymentConfig)(nil),      // 3: trellis.scheduler.v1.DeploymentConfig
+	(*EnvironmentVersion)(nil),    // 4: trellis.scheduler.v1.EnvironmentVersion
+	(*Deployment)(nil),            // 5: trellis.scheduler.v1.Deployment
+	(*InstanceProgress)(nil),      // 6: trellis.scheduler.v1.InstanceProgress
+	(*EnvironmentState)(nil),      // 7: trellis.scheduler.v1.EnvironmentState
+	(*TaskNames)(nil),             // 8: trellis.scheduler.v1.TaskNames
+	(*VersionCount)(nil),          // 9: trellis.scheduler.v1.VersionCount
+	(*InstanceState)(nil),         // 10: trellis.scheduler.v1.InstanceState
+	(*EnvironmentDiff)(nil),       // 11: trellis.scheduler.v1.EnvironmentDiff
+	(*InstanceChange)(nil),        // 12: trellis.scheduler.v1.InstanceChange
+	nil,                           // 13: trellis.scheduler.v1.EnvironmentState.CurrentEntry
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_api_scheduler_v1_scheduler_proto_depIdxs = []int32{
-	1,  // 0: trellis.scheduler.v1.Environment.instance_group:type_name -> trellis.scheduler.v1.InstanceGroup
-	2,  // 1: trellis.scheduler.v1.Environment.deployment:type_name -> trellis.scheduler.v1.DeploymentConfig
-	13, // 2: trellis.scheduler.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
-	13, // 3: trellis.scheduler.v1.Environment.updated_at:type_name -> google.protobuf.Timestamp
-	1,  // 4: trellis.scheduler.v1.EnvironmentVersion.instance_group:type_name -> trellis.scheduler.v1.InstanceGroup
-	2,  // 5: trellis.scheduler.v1.EnvironmentVersion.deployment:type_name -> trellis.scheduler.v1.DeploymentConfig
-	13, // 6: trellis.scheduler.v1.EnvironmentVersion.created_at:type_name -> google.protobuf.Timestamp
-	13, // 7: trellis.scheduler.v1.Deployment.created_at:type_name -> google.protobuf.Timestamp
-	13, // 8: trellis.scheduler.v1.Deployment.start_time:type_name -> google.protobuf.Timestamp
-	13, // 9: trellis.scheduler.v1.Deployment.end_time:type_name -> google.protobuf.Timestamp
-	13, // 10: trellis.scheduler.v1.Deployment.last_progress_at:type_name -> google.protobuf.Timestamp
-	5,  // 11: trellis.scheduler.v1.Deployment.instances:type_name -> trellis.scheduler.v1.InstanceProgress
-	8,  // 12: trellis.scheduler.v1.EnvironmentState.versions:type_name -> trellis.scheduler.v1.VersionCount
-	9,  // 13: trellis.scheduler.v1.EnvironmentState.instances:type_name -> trellis.scheduler.v1.InstanceState
-	12, // 14: trellis.scheduler.v1.EnvironmentState.current:type_name -> trellis.scheduler.v1.EnvironmentState.CurrentEntry
-	11, // 15: trellis.scheduler.v1.EnvironmentDiff.changes:type_name -> trellis.scheduler.v1.InstanceChange
-	7,  // 16: trellis.scheduler.v1.EnvironmentState.CurrentEntry.value:type_name -> trellis.scheduler.v1.TaskNames
+	2,  // 0: trellis.scheduler.v1.Environment.instance_group:type_name -> trellis.scheduler.v1.InstanceGroup
+	3,  // 1: trellis.scheduler.v1.Environment.deployment:type_name -> trellis.scheduler.v1.DeploymentConfig
+	14, // 2: trellis.scheduler.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
+	14, // 3: trellis.scheduler.v1.Environment.updated_at:type_name -> google.protobuf.Timestamp
+	2,  // 4: trellis.scheduler.v1.EnvironmentVersion.instance_group:type_name -> trellis.scheduler.v1.InstanceGroup
+	3,  // 5: trellis.scheduler.v1.EnvironmentVersion.deployment:type_name -> trellis.scheduler.v1.DeploymentConfig
+	14, // 6: trellis.scheduler.v1.EnvironmentVersion.created_at:type_name -> google.protobuf.Timestamp
+	14, // 7: trellis.scheduler.v1.Deployment.created_at:type_name -> google.protobuf.Timestamp
+	14, // 8: trellis.scheduler.v1.Deployment.start_time:type_name -> google.protobuf.Timestamp
+	14, // 9: trellis.scheduler.v1.Deployment.end_time:type_name -> google.protobuf.Timestamp
+	14, // 10: trellis.scheduler.v1.Deployment.last_progress_at:type_name -> google.protobuf.Timestamp
+	6,  // 11: trellis.scheduler.v1.Deployment.instances:type_name -> trellis.scheduler.v1.InstanceProgress
+	9,  // 12: trellis.scheduler.v1.EnvironmentState.versions:type_name -> trellis.scheduler.v1.VersionCount
+	10, // 13: trellis.scheduler.v1.EnvironmentState.instances:type_name -> trellis.scheduler.v1.InstanceState
+	13, // 14: trellis.scheduler.v1.EnvironmentState.current:type_name -> trellis.scheduler.v1.EnvironmentState.CurrentEntry
+	12, // 15: trellis.scheduler.v1.EnvironmentDiff.changes:type_name -> trellis.scheduler.v1.InstanceChange
+	8,  // 16: trellis.scheduler.v1.EnvironmentState.CurrentEntry.value:type_name -> trellis.scheduler.v1.TaskNames
 	17, // [17:17] is the sub-list for method output_type
 	17, // [17:17] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
@@ -1476,14 +1525,14 @@ func file_api_scheduler_v1_scheduler_proto_init() {
 	if File_api_scheduler_v1_scheduler_proto != nil {
 		return
 	}
-	file_api_scheduler_v1_scheduler_proto_msgTypes[2].OneofWrappers = []any{}
+	file_api_scheduler_v1_scheduler_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_scheduler_v1_scheduler_proto_rawDesc), len(file_api_scheduler_v1_scheduler_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

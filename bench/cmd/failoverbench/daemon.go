@@ -15,6 +15,7 @@ import (
 
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/httpapi/wire"
+	schedclient "trellis.dev/trellis/internal/scheduler/client"
 	"trellis.dev/trellis/internal/testcluster"
 )
 
@@ -73,10 +74,13 @@ func (b *bench) daemonCell(ctx context.Context) (*daemonResult, error) {
 	}
 	mhp := int32(50)
 	for _, e := range daemonEnvs {
-		spec := client.EnvironmentSpec{Name: e.name, Type: "daemon", TaskDefinition: e.name + ":1",
-			InstanceGroup: &client.InstanceGroupSpec{Cluster: "default", Attributes: []string{"zone=" + e.zone}},
-			Deployment:    &client.DeploymentSettings{MinHealthyPercent: &mhp, MinHealthyTime: b.minHealthy.String()}}
-		if err := d.do(ctx, func(cl *client.Client) error { _, err := cl.CreateEnvironment(ctx, "", &spec); return err }); err != nil {
+		spec := schedclient.EnvironmentSpec{Name: e.name, Type: "daemon", TaskDefinition: e.name + ":1",
+			InstanceGroup: &schedclient.InstanceGroupSpec{Cluster: "default", Attributes: []string{"zone=" + e.zone}},
+			Deployment:    &schedclient.DeploymentSettings{MinHealthyPercent: &mhp, MinHealthyTime: b.minHealthy.String()}}
+		if err := d.do(ctx, func(cl *client.Client) error {
+			_, err := schedclient.New(cl).CreateEnvironment(ctx, "", &spec)
+			return err
+		}); err != nil {
 			return nil, fmt.Errorf("create environment %s: %w", e.name, err)
 		}
 	}
@@ -89,8 +93,11 @@ func (b *bench) daemonCell(ctx context.Context) (*daemonResult, error) {
 	for i := range 2 * b.deploys {
 		rev = 3 - rev
 		for _, e := range daemonEnvs {
-			spec := client.EnvironmentSpec{TaskDefinition: fmt.Sprintf("%s:%d", e.name, rev)}
-			if err := d.do(ctx, func(cl *client.Client) error { _, err := cl.UpdateEnvironment(ctx, "", e.name, &spec); return err }); err != nil {
+			spec := schedclient.EnvironmentSpec{TaskDefinition: fmt.Sprintf("%s:%d", e.name, rev)}
+			if err := d.do(ctx, func(cl *client.Client) error {
+				_, err := schedclient.New(cl).UpdateEnvironment(ctx, "", e.name, &spec)
+				return err
+			}); err != nil {
 				return nil, fmt.Errorf("update environment %s: %w", e.name, err)
 			}
 		}
@@ -223,7 +230,7 @@ func (d *daemonDriver) deployBoth(ctx context.Context, kill bool) (daemonRun, er
 	start := time.Now()
 	for _, e := range daemonEnvs {
 		if err := d.do(ctx, func(cl *client.Client) error {
-			dep, err := cl.StartDeployment(ctx, "", e.name, "")
+			dep, err := schedclient.New(cl).StartDeployment(ctx, "", e.name, "")
 			if err == nil {
 				ids[e.name] = dep.ID.Name
 			}
@@ -271,7 +278,7 @@ func (d *daemonDriver) deployBoth(ctx context.Context, kill bool) (daemonRun, er
 			}
 			var whole bool
 			_ = d.do(ctx, func(cl *client.Client) error {
-				st, err := cl.EnvironmentStatus(ctx, "", e.name)
+				st, err := schedclient.New(cl).EnvironmentStatus(ctx, "", e.name)
 				if err != nil {
 					return err
 				}
@@ -311,7 +318,7 @@ func (d *daemonDriver) deployBoth(ctx context.Context, kill bool) (daemonRun, er
 func (d *daemonDriver) deployment(ctx context.Context, env, id string) (deploymentData, error) {
 	var out deploymentData
 	err := d.do(ctx, func(cl *client.Client) error {
-		res, err := cl.GetDeployment(ctx, "", env, id)
+		res, err := schedclient.New(cl).GetDeployment(ctx, "", env, id)
 		if err != nil {
 			return err
 		}

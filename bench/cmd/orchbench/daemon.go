@@ -12,6 +12,7 @@ import (
 	"trellis.dev/trellis/bench/internal/report"
 
 	"trellis.dev/trellis/internal/client"
+	schedclient "trellis.dev/trellis/internal/scheduler/client"
 	"trellis.dev/trellis/internal/testcluster"
 )
 
@@ -147,12 +148,13 @@ func (b *bench) trellisDaemon(ctx context.Context) (*daemonResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, err := client.New(leader.httpAddr, client.WithHTTPClient(&http.Client{Timeout: 30 * time.Second}))
+	hc, err := client.New(leader.httpAddr, client.WithHTTPClient(&http.Client{Timeout: 30 * time.Second}))
 	if err != nil {
 		return nil, err
 	}
+	sc := schedclient.New(hc)
 	small := b.daemonInstances / daemonZones
-	fresh := func(label string, spec client.EnvironmentSpec, want int) (deployRun, error) {
+	fresh := func(label string, spec schedclient.EnvironmentSpec, want int) (deployRun, error) {
 		w, err := sc.CreateEnvironment(ctx, namespace, &spec)
 		if err != nil {
 			return deployRun{}, err
@@ -165,13 +167,13 @@ func (b *bench) trellisDaemon(ctx context.Context) (*daemonResult, error) {
 	// soon as it runs (min_healthy_time 0s).
 	for i, f := range []struct {
 		label string
-		spec  client.EnvironmentSpec
+		spec  schedclient.EnvironmentSpec
 		want  int
 	}{
-		{fmt.Sprintf("fresh deployment to %d instances", small), client.EnvironmentSpec{Name: "daemon-small", Type: "daemon", TaskDefinition: "daemon-a:1",
-			InstanceGroup: &client.InstanceGroupSpec{Cluster: "default", Attributes: []string{"zone=zone-1"}}}, small},
-		{fmt.Sprintf("fresh deployment to %d instances", b.daemonInstances), client.EnvironmentSpec{Name: "daemon-all", Type: "daemon", TaskDefinition: "daemon-b:1",
-			InstanceGroup: &client.InstanceGroupSpec{Cluster: "default", Attributes: []string{"simulated=true"}}}, b.daemonInstances},
+		{fmt.Sprintf("fresh deployment to %d instances", small), schedclient.EnvironmentSpec{Name: "daemon-small", Type: "daemon", TaskDefinition: "daemon-a:1",
+			InstanceGroup: &schedclient.InstanceGroupSpec{Cluster: "default", Attributes: []string{"zone=zone-1"}}}, small},
+		{fmt.Sprintf("fresh deployment to %d instances", b.daemonInstances), schedclient.EnvironmentSpec{Name: "daemon-all", Type: "daemon", TaskDefinition: "daemon-b:1",
+			InstanceGroup: &schedclient.InstanceGroupSpec{Cluster: "default", Attributes: []string{"simulated=true"}}}, b.daemonInstances},
 	} {
 		wait := func() {}
 		if i == 1 {
@@ -187,9 +189,9 @@ func (b *bench) trellisDaemon(ctx context.Context) (*daemonResult, error) {
 
 	// Rolling update of the small environment to a new revision.
 	mhp := int32(75)
-	spec := client.EnvironmentSpec{Name: "daemon-small", Type: "daemon", TaskDefinition: "daemon-a:2",
-		InstanceGroup: &client.InstanceGroupSpec{Cluster: "default", Attributes: []string{"zone=zone-1"}},
-		Deployment:    &client.DeploymentSettings{MinHealthyPercent: &mhp, MinHealthyTime: b.minHealthy.String()}}
+	spec := schedclient.EnvironmentSpec{Name: "daemon-small", Type: "daemon", TaskDefinition: "daemon-a:2",
+		InstanceGroup: &schedclient.InstanceGroupSpec{Cluster: "default", Attributes: []string{"zone=zone-1"}},
+		Deployment:    &schedclient.DeploymentSettings{MinHealthyPercent: &mhp, MinHealthyTime: b.minHealthy.String()}}
 	w, err := sc.UpdateEnvironment(ctx, namespace, spec.Name, &spec)
 	if err != nil {
 		return nil, err
@@ -203,8 +205,8 @@ func (b *bench) trellisDaemon(ctx context.Context) (*daemonResult, error) {
 
 	// The third environment: two zones of five.
 	if r.third, err = fresh(fmt.Sprintf("fresh deployment to %d instances (third environment)", 2*small),
-		client.EnvironmentSpec{Name: "daemon-two-zones", Type: "daemon", TaskDefinition: "daemon-c:1",
-			InstanceGroup: &client.InstanceGroupSpec{Cluster: "default", Attributes: []string{"zone in (zone-2,zone-3)"}}}, 2*small); err != nil {
+		schedclient.EnvironmentSpec{Name: "daemon-two-zones", Type: "daemon", TaskDefinition: "daemon-c:1",
+			InstanceGroup: &schedclient.InstanceGroupSpec{Cluster: "default", Attributes: []string{"zone in (zone-2,zone-3)"}}}, 2*small); err != nil {
 		return nil, err
 	}
 
@@ -261,7 +263,7 @@ func (b *bench) trellisDaemon(ctx context.Context) (*daemonResult, error) {
 // timeDeployment starts a deployment of version and waits until it is
 // completed, then checks that the environment is whole (every matching
 // instance runs one healthy task of it).
-func (b *bench) timeDeployment(ctx context.Context, sc *client.Client, dw *deploymentWatch, iw *instanceWatch, servers []*server, ws []watched,
+func (b *bench) timeDeployment(ctx context.Context, sc *schedclient.Client, dw *deploymentWatch, iw *instanceWatch, servers []*server, ws []watched,
 	label, env, version string, want int) (deployRun, error) {
 	run := deployRun{label: label, env: env}
 	leader0, err := trellisLeader(ctx, servers)

@@ -13,6 +13,16 @@
 // every agent receives. What is the tasks' own stays here: the key, the
 // reports kept back, and the task definitions a stream carries.
 //
+// The hub keeps its own index (the fan-out's) rather than reading the
+// controllers' cache (controller.Cache): that cache is fed by the
+// controller manager's watches, which run on the leader only, while every
+// server serves agents; and a subscription needs what the cache does not
+// give, a snapshot of one key taken under the same lock as the deltas
+// that follow it, the store's index with progress marks (for min_index),
+// and the previous version of each task (to keep the agent's own reports
+// back). A cache that ran on every server and gave all that would be the
+// fan-out again.
+//
 // A subscriber that falls behind, and every subscriber when the hub's own
 // watch must start over, is ended with OutOfRange: it opens a new stream,
 // which starts with a fresh snapshot. Streams never resume; a snapshot of

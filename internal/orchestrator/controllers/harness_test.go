@@ -96,8 +96,10 @@ func newEnv(t *testing.T) *env {
 	if e.tasks, err = controllers.TaskController(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.cache.Declare(e.tasks.Cached...); err != nil {
-		t.Fatal(err)
+	for _, c := range []controller.Controller{e.instances, e.tasks} {
+		if err := e.cache.Declare(c.Cached...); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		if err := e.cache.Verify(); err != nil {
@@ -107,11 +109,21 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// watched hands an event to the cache, then to the mapper, as the
+// watched hands an event to the cache, then to c's mapper of its type
+// (MapSelf for the managed type, unless c names another), as the
 // Manager's watch does, and returns what the mapper asked for.
 func (e *env) watched(c controller.Controller, ev controller.Event) []controller.Request {
 	e.cache.Apply(ev)
-	return c.Watches[0].Map(ev, controller.CacheLookup(e.cache))
+	typ := ev.Resource.GetId().GetType()
+	for _, w := range c.Watches {
+		if proto.Equal(w.Type, typ) {
+			return w.Map(ev, controller.CacheLookup(e.cache))
+		}
+	}
+	if !proto.Equal(c.ManagedType, typ) {
+		e.t.Fatalf("%s does not watch %s", c.Name, typ.GetKind())
+	}
+	return controller.MapSelf(ev, controller.CacheLookup(e.cache))
 }
 
 func (e *env) setLeader(v bool) {

@@ -45,9 +45,10 @@ type Config struct {
 	// Tracker keeps the heartbeats; its TTL is the one in stop reasons.
 	// Required.
 	Tracker *heartbeat.Tracker
-	// Cache is the controller manager's cache (controller.Config.Cache),
-	// where the task controller finds the tasks of an instance. Required by
-	// the task controller.
+	// Cache is the controller manager's cache (controller.Config.Cache):
+	// the task controller finds the tasks of an instance there, and the
+	// instance controller whether an instance changed since its last
+	// verdict. Required.
 	Cache *controller.Cache
 	// TaskResync is how often the task controller reconciles every
 	// instance and every task from the store (DefaultTaskResync when zero).
@@ -65,6 +66,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Tracker == nil {
 		return c, errors.New("orchestrator controllers: Config.Tracker is required")
+	}
+	if c.Cache == nil {
+		return c, errors.New("orchestrator controllers: Config.Cache is required")
 	}
 	if c.TaskResync == 0 {
 		c.TaskResync = DefaultTaskResync
@@ -102,14 +106,14 @@ func InstanceController(cfg Config) (controller.Controller, error) {
 		return controller.Controller{}, err
 	}
 	r := &instanceReconciler{
-		api: cfg.API, tracker: cfg.Tracker,
+		api: cfg.API, tracker: cfg.Tracker, cache: cfg.Cache,
 		log:    cfg.Logger.With("controller", InstanceControllerName),
-		latest: map[string]string{}, judged: map[string]judgement{},
+		judged: map[string]judgement{},
 	}
 	return controller.Controller{
 		Name:         InstanceControllerName,
 		ManagedType:  orchestrator.InstanceType,
-		Watches:      []controller.Watch{{Type: orchestrator.InstanceType, Map: r.mapInstance}},
+		Cached:       []controller.CachedType{{Type: orchestrator.InstanceType}},
 		Reconciler:   r,
 		OnStart:      r.startTerm,
 		ResyncPeriod: cfg.InstanceResync,
@@ -122,51 +126,41 @@ func InstanceController(cfg Config) (controller.Controller, error) {
 type instanceReconciler struct {
 	api     resource.API
 	tracker *heartbeat.Tracker
+	cache   *controller.Cache
 	log     *slog.Logger
 
 	// Most runs are an instance's own requeue at its heartbeat deadline,
 	// with nothing stored about it changed since it was last judged. Those
 	// ask the tracker alone: reading and decoding the Instance on each
-	// would cost the leader a read per instance per TTL for nothing.
+	// would cost the leader a read per instance per TTL for nothing. The
+	// cache says whether the watch has seen another version since.
 	mu     sync.Mutex
-	latest map[string]string    // instance -> version last seen on the watch
 	judged map[string]judgement // instance -> what the last full run read
 }
 
 // judgement is the Instance a full run read as ready or draining.
 type judgement struct{ session, version string }
 
-// mapInstance notes the version of every Instance change and asks for its
-// verdict.
-func (r *instanceReconciler) mapInstance(ev controller.Event, look controller.Lookup) []controller.Request {
-	name := ev.Resource.GetId().GetName()
-	r.mu.Lock()
-	if ev.Deleted {
-		delete(r.latest, name)
-	} else {
-		r.latest[name] = ev.Resource.GetVersion()
-	}
-	r.mu.Unlock()
-	return controller.MapSelf(ev, look)
-}
-
-// startTerm forgets what an earlier term saw: the watch lists every
-// Instance again, and the first verdict on each reads it (an instance
-// removed while another server led is forgotten here).
+// startTerm forgets what an earlier term judged: the first verdict on
+// each instance reads it (an instance removed while another server led is
+// forgotten here).
 func (r *instanceReconciler) startTerm() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.latest = map[string]string{}
 	r.judged = map[string]judgement{}
 }
 
 // unchanged returns what the last full run judged of the instance, when
-// the watch has seen no other version of it since.
+// the cache (so the watch) has seen no other version of it since.
 func (r *instanceReconciler) unchanged(name string) (judgement, bool) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	j, ok := r.judged[name]
-	return j, ok && r.latest[name] == j.version
+	r.mu.Unlock()
+	if !ok {
+		return j, false
+	}
+	o := r.cache.Get(orchestrator.InstanceID(name))
+	return j, o != nil && o.Resource.GetVersion() == j.version
 }
 
 func (r *instanceReconciler) setJudged(name string, j *judgement) {

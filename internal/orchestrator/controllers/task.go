@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -37,9 +36,6 @@ func TaskController(cfg Config) (controller.Controller, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return controller.Controller{}, err
-	}
-	if cfg.Cache == nil {
-		return controller.Controller{}, errors.New("orchestrator controllers: Config.Cache is required by the task controller")
 	}
 	r := &taskReconciler{
 		api: cfg.API, ttl: cfg.Tracker.TTL(), now: cfg.Tracker.Now, cache: cfg.Cache,

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
@@ -47,8 +48,8 @@ func TestDeployPlacesOnePerMatchingInstance(t *testing.T) {
 	if d.GetStatus() != scheduler.StatusCompleted || d.GetComplete() != 3 {
 		t.Fatalf("deployment %s %d/%d, want completed 3/3", d.GetStatus(), d.GetComplete(), d.GetTotal())
 	}
-	if e := h.Env("ls"); e.GetStatus() != scheduler.EnvActive || e.GetHealth() != scheduler.HealthHealthy || e.GetActiveDeployment() != "" {
-		t.Fatalf("environment %v", e)
+	if e := h.EnvStatus("ls"); e.GetStatus() != scheduler.EnvActive || e.GetHealth() != scheduler.HealthHealthy || e.GetActiveDeployment() != "" {
+		t.Fatalf("environment status %v", e)
 	}
 	if got := h.Summary("ls"); got != "3 desired: 3 active, 0 launching, 0 unhealthy" {
 		t.Fatalf("summary %q", got)
@@ -196,6 +197,10 @@ func TestUnhealthyDeploymentRollsBack(t *testing.T) {
 		t.Fatalf("deployment %s before the healthy deadline", d.GetStatus())
 	}
 	h.Clock.Advance(time.Minute)
+	h.Reconcile("ls")
+	if st := h.EnvStatus("ls"); st.GetHealth() != scheduler.HealthUnhealthy {
+		t.Fatalf("environment health %s once the deployment failed, want unhealthy", st.GetHealth())
+	}
 	h.Settle("ls", "i1")
 	d := h.Deployment("ls", bad)
 	if d.GetStatus() != scheduler.StatusUnhealthy || !strings.Contains(d.GetStatusReason(), "was not healthy within 1m0s") {
@@ -214,8 +219,13 @@ func TestUnhealthyDeploymentRollsBack(t *testing.T) {
 			t.Fatalf("%s runs %s after the rollback", inst, def)
 		}
 	}
-	if e := h.Env("ls"); e.GetHealth() != scheduler.HealthHealthy || e.GetDesiredVersion() == e.GetLatestVersion() {
-		t.Fatalf("environment health %s, desired %s latest %s", e.GetHealth(), e.GetDesiredVersion(), e.GetLatestVersion())
+	if e, st := h.Env("ls"), h.EnvStatus("ls"); st.GetHealth() != scheduler.HealthHealthy || st.GetDesiredVersion() == e.GetLatestVersion() {
+		t.Fatalf("environment health %s, desired %s latest %s", st.GetHealth(), st.GetDesiredVersion(), e.GetLatestVersion())
+	}
+	// A failure and a rollback are the scheduler's: the generation is the
+	// user's create and update.
+	if gen := h.EnvResource("ls").GetGeneration(); gen != 2 {
+		t.Fatalf("generation %d after a failed deployment and its rollback, want 2", gen)
 	}
 	// The failed deployment names its rollback and the version it returns
 	// to, so that whoever followed it is told; the environment names its
@@ -225,9 +235,9 @@ func TestUnhealthyDeploymentRollsBack(t *testing.T) {
 	} else if rb := h.Deployment("ls", d.GetRollbackDeployment()); rb.GetRollbackOf() != bad {
 		t.Fatalf("deployment %s is no rollback of %s: %v", d.GetRollbackDeployment(), bad, rb)
 	}
-	if e := h.Env("ls"); e.GetDesiredVersionNumber() != 1 || e.GetLastCompletedVersionNumber() != 1 || e.GetDesiredTaskDefinition() != v1 || e.GetVersionCount() != 2 {
+	if e, st := h.Env("ls"), h.EnvStatus("ls"); st.GetDesiredVersionNumber() != 1 || st.GetLastCompletedVersionNumber() != 1 || st.GetDesiredTaskDefinition() != v1 || e.GetVersionCount() != 2 {
 		t.Fatalf("environment after the rollback: desired %d (%s), last completed %d, latest %d; want desired 1 (%s), last completed 1, latest 2",
-			e.GetDesiredVersionNumber(), e.GetDesiredTaskDefinition(), e.GetLastCompletedVersionNumber(), e.GetVersionCount(), v1)
+			st.GetDesiredVersionNumber(), st.GetDesiredTaskDefinition(), st.GetLastCompletedVersionNumber(), e.GetVersionCount(), v1)
 	}
 	// GetEnvironment answers with the desired version too: its spec is
 	// what runs, where the environment's own is the latest version's.
@@ -574,6 +584,92 @@ func TestDeploymentOfManyWriteBatches(t *testing.T) {
 	h.Settle("ls")
 	if d := h.Deployment("ls", id); d.GetStatus() != scheduler.StatusCompleted || d.GetComplete() != n {
 		t.Fatalf("deployment %s %d/%d, want completed %d/%d", d.GetStatus(), d.GetComplete(), d.GetTotal(), n, n)
+	}
+}
+
+// TestGenerationMovesOnlyWithTheSpec: the scheduler reports through the
+// environment's status, so starting, completing, failing and stopping
+// deployments never move its generation; a user's update does, once, and
+// the status says which generation the scheduler last acted on.
+func TestGenerationMovesOnlyWithTheSpec(t *testing.T) {
+	h := schedulertest.New(t)
+	h.Fleet()
+	v1 := h.CreateLoggers("ls", 1)
+	v2 := h.TaskDefinition("ls", 2)
+	check := func(when string, gen uint64, status, health string) {
+		t.Helper()
+		res := h.EnvResource("ls")
+		st := h.EnvStatus("ls")
+		observed := res.GetStatus()[scheduler.StatusKey].GetObservedGeneration()
+		if res.GetGeneration() != gen || observed != gen || st.GetStatus() != status || st.GetHealth() != health {
+			t.Fatalf("%s: generation %d, observed %d, %s and %s; want generation %d observed, %s and %s",
+				when, res.GetGeneration(), observed, st.GetStatus(), st.GetHealth(), gen, status, health)
+		}
+	}
+	h.Reconcile("ls")
+	check("created", 1, scheduler.EnvInactive, scheduler.HealthHealthy)
+
+	h.Deploy("ls", "")
+	h.Reconcile("ls")
+	check("deploying", 1, scheduler.EnvActive, scheduler.HealthHealthy)
+	h.Settle("ls")
+	check("deployed", 1, scheduler.EnvActive, scheduler.HealthHealthy)
+	if st := h.EnvStatus("ls"); st.GetLastCompletedVersionNumber() != 1 || st.GetDesiredTaskDefinition() != v1 {
+		t.Fatalf("status after the first deployment: %v", st)
+	}
+
+	if _, err := h.Ops.UpdateEnvironment(h.Ctx, "default", "ls", operations.Spec{TaskDefinition: v2}); err != nil {
+		t.Fatal(err)
+	}
+	if gen := h.EnvResource("ls").GetGeneration(); gen != 2 {
+		t.Fatalf("an update left the generation at %d, want 2", gen)
+	}
+	h.Reconcile("ls")
+	check("updated", 2, scheduler.EnvActive, scheduler.HealthHealthy)
+
+	// A deployment that is stopped: the status moves, the generation does
+	// not (TestUnhealthyDeploymentRollsBack checks a failed one).
+	id := h.Deploy("ls", "")
+	h.Reconcile("ls")
+	if _, err := h.Ops.StopDeployment(h.Ctx, "default", "ls", id); err != nil {
+		t.Fatal(err)
+	}
+	h.Reconcile("ls")
+	check("stopped", 2, scheduler.EnvInactive, scheduler.HealthHealthy)
+	if st := h.EnvStatus("ls"); st.GetActiveDeployment() != "" || st.GetDesiredTaskDefinition() != v2 {
+		t.Fatalf("status after the stop: %v", st)
+	}
+}
+
+// TestStatusIsRepairedFromTheDeployments: a run that started a deployment
+// but ended before reporting it (a crash, a lost leadership) leaves a
+// deployment in progress that the status does not name; the next run
+// adopts it instead of cancelling it.
+func TestStatusIsRepairedFromTheDeployments(t *testing.T) {
+	h := schedulertest.New(t)
+	h.Fleet()
+	h.CreateLoggers("ls", 1)
+	h.Reconcile("ls")
+	id := h.Deploy("ls", "")
+	// What promote writes, without the status write that follows it.
+	dep := h.Deployment("ls", id)
+	dep.Status = scheduler.StatusInProgress
+	dep.StartTime, dep.LastProgressAt = timestamppb.New(h.Clock.Now()), timestamppb.New(h.Clock.Now())
+	res, err := h.Ops.GetDeployment(h.Ctx, "default", "ls", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Write(res.GetId(), res.GetOwner(), dep, res.GetVersion())
+	if st := h.EnvStatus("ls"); st.GetActiveDeployment() != "" {
+		t.Fatalf("status %v names a deployment before any run reported it", st)
+	}
+	h.Failover()
+	h.Settle("ls")
+	if d := h.Deployment("ls", id); d.GetStatus() != scheduler.StatusCompleted {
+		t.Fatalf("the deployment ended %s (%s), want completed", d.GetStatus(), d.GetStatusReason())
+	}
+	if st := h.EnvStatus("ls"); st.GetStatus() != scheduler.EnvActive || st.GetLastCompletedVersionNumber() != 1 {
+		t.Fatalf("status %v, want active with version 1 completed", st)
 	}
 }
 

@@ -16,8 +16,9 @@ import (
 )
 
 // promote starts the newest pending user deployment, cancelling older
-// pending ones, when none is in progress: the environment becomes active
-// with the deployment's version as its desired one, in one CAS batch.
+// pending ones, when none is in progress, in one CAS batch. The status
+// follows (scheduler.ReportStatus): the environment becomes active with
+// the deployment's version as its desired one.
 func (r *reconciler) promote(ctx context.Context, st *envState, now time.Time) (bool, error) {
 	var pending []*scheduler.StoredDeployment
 	for _, d := range st.deployments {
@@ -57,17 +58,6 @@ func (r *reconciler) promote(ctx context.Context, st *envState, now time.Time) (
 		return false, err
 	}
 	writes = append(writes, w)
-	env, err := scheduler.WithEnvironment(st.res, func(e *pbscheduler.Environment) {
-		e.Status = scheduler.EnvActive
-		e.DesiredVersion = next.Data.GetVersion()
-		e.DesiredVersionNumber = ver.GetNumber()
-		e.DesiredTaskDefinition = ver.GetTaskDefinition()
-		e.ActiveDeployment = next.Res.GetId().GetName()
-	})
-	if err != nil {
-		return false, err
-	}
-	writes = append(writes, env)
 	r.log.Info("deployment started", "environment", st.res.GetId().GetName(), "deployment", next.Res.GetId().GetName(), "version", ver.GetNumber())
 	return true, r.writeAll(ctx, writes)
 }
@@ -158,17 +148,16 @@ func (r *reconciler) planWrites(st *envState, plan scheduler.Plan, target schedu
 }
 
 // progress returns the writes that update the in-progress deployments
-// from the plan and the tasks, end those that are done, and keep the
-// environment's health and active deployment in step; and when time alone
-// may change that.
-func (r *reconciler) progress(st *envState, plan scheduler.Plan, views []scheduler.TaskView, active *scheduler.StoredDeployment, rollout scheduler.Rollout, group scheduler.Group, now time.Time) (time.Time, []*pbresource.Resource, error) {
+// from the plan and the tasks and end those that are done, the
+// deployments as these writes leave them (from which the environment's
+// status follows), and when time alone may change that.
+func (r *reconciler) progress(st *envState, plan scheduler.Plan, views []scheduler.TaskView, active *scheduler.StoredDeployment, rollout scheduler.Rollout, group scheduler.Group, now time.Time) (time.Time, []*pbresource.Resource, []*scheduler.StoredDeployment, error) {
 	var recheck time.Time
 	var writes []*pbresource.Resource
-	envChanged := false
-	nextEnv := proto.Clone(st.env).(*pbscheduler.Environment)
-	numberVersions(nextEnv, st.versions)
+	after := make([]*scheduler.StoredDeployment, 0, len(st.deployments))
 	for _, d := range st.deployments {
 		if d.Data.GetStatus() != scheduler.StatusInProgress {
+			after = append(after, d)
 			continue
 		}
 		view := scheduler.DeploymentView{ID: d.Res.GetId().GetName(), Type: d.Data.GetType(), TaskDef: d.Data.GetTaskDefinition(),
@@ -201,22 +190,11 @@ func (r *reconciler) progress(st *envState, plan scheduler.Plan, views []schedul
 		if pr.Status != "" {
 			next.Status, next.StatusReason, next.EndTime = pr.Status, pr.Reason, timestamppb.New(now)
 		}
-		switch pr.Status {
-		case scheduler.StatusCompleted:
-			if d == active {
-				nextEnv.Health = scheduler.HealthHealthy
-				nextEnv.LastCompletedVersion = d.Data.GetVersion()
-				nextEnv.LastCompletedVersionNumber = d.Data.GetVersionNumber()
-			}
-		case scheduler.StatusUnhealthy, scheduler.StatusTimedOut:
-			nextEnv.Health = scheduler.HealthUnhealthy
-			if d != active || !rollout.AutoRollback {
-				break
-			}
+		if (pr.Status == scheduler.StatusUnhealthy || pr.Status == scheduler.StatusTimedOut) && d == active && rollout.AutoRollback {
 			// The failed deployment names its rollback, written in the
 			// same batch, so that whoever watches it ending (deploy
 			// --wait) learns at once what happens next.
-			switch to := st.env.GetLastCompletedVersion(); {
+			switch to := st.status.GetLastCompletedVersion(); {
 			case to == "":
 				next.StatusReason += "; auto_rollback: no version has completed a deployment, so there is none to roll back to"
 			case to == d.Data.GetVersion():
@@ -224,10 +202,11 @@ func (r *reconciler) progress(st *envState, plan scheduler.Plan, views []schedul
 			default:
 				rb, rbd, err := r.rollbackDeployment(st, d, now)
 				if err != nil {
-					return recheck, nil, err
+					return recheck, nil, nil, err
 				}
 				next.RollbackDeployment, next.RollbackVersionNumber = rb.GetId().GetName(), rbd.GetVersionNumber()
 				writes = append(writes, rb)
+				after = append(after, &scheduler.StoredDeployment{Res: rb, Data: rbd})
 			}
 		}
 		if pr.Status != "" {
@@ -236,49 +215,25 @@ func (r *reconciler) progress(st *envState, plan scheduler.Plan, views []schedul
 		if !proto.Equal(next, d.Data) {
 			w, err := scheduler.WithData(d.Res, next)
 			if err != nil {
-				return recheck, nil, err
+				return recheck, nil, nil, err
 			}
 			writes = append(writes, w)
 		}
-		if d == active && pr.Status != "" {
-			nextEnv.ActiveDeployment = ""
-		}
+		after = append(after, &scheduler.StoredDeployment{Res: d.Res, Data: next})
 	}
-	if !proto.Equal(nextEnv, st.env) {
-		envChanged = true
-	}
-	if envChanged {
-		w, err := scheduler.WithData(st.res, nextEnv)
-		if err != nil {
-			return recheck, nil, err
-		}
-		writes = append(writes, w)
-	}
-	return recheck, writes, nil
-}
-
-// numberVersions fills in the numbers of an environment's desired and
-// last completed versions where they are missing (an environment deployed
-// before it recorded them).
-func numberVersions(e *pbscheduler.Environment, versions map[string]*pbscheduler.EnvironmentVersion) {
-	if v := versions[e.GetDesiredVersion()]; v != nil && e.GetDesiredVersionNumber() == 0 {
-		e.DesiredVersionNumber = v.GetNumber()
-	}
-	if v := versions[e.GetLastCompletedVersion()]; v != nil && e.GetLastCompletedVersionNumber() == 0 {
-		e.LastCompletedVersionNumber = v.GetNumber()
-	}
+	return recheck, writes, after, nil
 }
 
 // rollbackDeployment is the pending user deployment auto_rollback starts
 // after failed: the last version that completed.
 func (r *reconciler) rollbackDeployment(st *envState, failed *scheduler.StoredDeployment, now time.Time) (*pbresource.Resource, *pbscheduler.Deployment, error) {
-	ver := st.versions[st.env.GetLastCompletedVersion()]
+	ver := st.versions[st.status.GetLastCompletedVersion()]
 	id, err := scheduler.NewDeploymentID(now)
 	if err != nil {
 		return nil, nil, err
 	}
 	d := &pbscheduler.Deployment{
-		Environment: st.res.GetId().GetName(), Version: st.env.GetLastCompletedVersion(), VersionNumber: ver.GetNumber(),
+		Environment: st.res.GetId().GetName(), Version: st.status.GetLastCompletedVersion(), VersionNumber: ver.GetNumber(),
 		TaskDefinition: ver.GetTaskDefinition(), Type: scheduler.DeploymentUser, Status: scheduler.StatusPending, CreatedAt: timestamppb.New(now),
 		RollbackOf:   failed.Res.GetId().GetName(),
 		StatusReason: "auto_rollback after deployment " + failed.Res.GetId().GetName() + " failed",

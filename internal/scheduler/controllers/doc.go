@@ -13,4 +13,14 @@
 // and deployments (collect.go). The controller runtime paces each
 // environment's runs by their work, to bound the leader's CPU under a
 // stream of changes (controller.go declares it).
+//
+// The environment's data is the user's; the controller never writes it.
+// What it makes of the environment (active or not, healthy or not, the
+// desired version, the active deployment) it reports in the environment's
+// status under scheduler.StatusKey, with WriteStatus, after the batch of
+// deployments and tasks that status follows from (report, in
+// reconcile.go). The status is decided by scheduler.ReportStatus from the
+// deployments alone, at every read as well, so a run that ended between
+// its two writes is caught up by the next: a deployment started but not
+// yet reported is adopted as the active one, one that ended is folded in.
 package controllers

@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
@@ -29,27 +31,37 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 	}
 	now := r.now()
 	if st.env.GetDeleting() {
+		// Nothing runs for an environment being deleted.
+		inactive := proto.Clone(st.status).(*pbscheduler.EnvironmentStatus)
+		inactive.Status = scheduler.EnvInactive
+		if err := r.report(ctx, st, inactive); err != nil {
+			return err
+		}
 		return r.teardown(ctx, st)
 	}
-	if st.env.GetActiveDeployment() == "" {
+	if st.status.GetActiveDeployment() == "" {
 		promoted, err := r.promote(ctx, st, now)
 		if err != nil {
 			return err
 		}
 		if promoted {
 			// Go on at once with the deployment just started, on a fresh
-			// read (its writes changed the environment and deployments).
+			// read (its writes changed the deployments, and so the
+			// status: the deployment in progress is now the active one).
 			if st, err = r.read(ctx, req.ID); err != nil || st == nil {
 				return err
 			}
 		}
 	}
-	if st.env.GetStatus() != scheduler.EnvActive {
+	if st.status.GetStatus() != scheduler.EnvActive {
+		if err := r.report(ctx, st, st.status); err != nil {
+			return err
+		}
 		return r.collect(ctx, st)
 	}
-	ver := st.versions[st.env.GetDesiredVersion()]
+	ver := st.versions[st.status.GetDesiredVersion()]
 	if ver == nil {
-		return controller.Terminal(fmt.Errorf("environment %s: its desired version %s is missing", st.res.GetId().GetName(), st.env.GetDesiredVersion()))
+		return controller.Terminal(fmt.Errorf("environment %s: its desired version %s is missing", st.res.GetId().GetName(), st.status.GetDesiredVersion()))
 	}
 	group, err := scheduler.ParseGroup("instance_group", ver.GetInstanceGroup())
 	if err != nil {
@@ -59,7 +71,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 	if err != nil {
 		return controller.Terminal(err)
 	}
-	active := st.deployment(st.env.GetActiveDeployment())
+	active := st.deployment(st.status.GetActiveDeployment())
 	if active != nil && active.Data.GetStatus() != scheduler.StatusInProgress {
 		active = nil
 	}
@@ -68,22 +80,28 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 	// throughout it comes back with the old version, and is brought up to
 	// date like any other. After a failed deployment they are left as
 	// they are (a rollback or a new deployment decides).
-	replace := active != nil || st.env.GetLastCompletedVersion() == st.env.GetDesiredVersion()
-	target := scheduler.Target{TaskDefinition: ver.GetTaskDefinition(), Version: st.env.GetDesiredVersion(), Group: group, Rollout: rollout, Replace: replace}
+	replace := active != nil || st.status.GetLastCompletedVersion() == st.status.GetDesiredVersion()
+	target := scheduler.Target{TaskDefinition: ver.GetTaskDefinition(), Version: st.status.GetDesiredVersion(), Group: group, Rollout: rollout, Replace: replace}
 	views := viewsOf(st.tasks)
-	matching := r.cache.matching(envKey(st.res.GetId()), st.env.GetDesiredVersion(), group)
+	matching := r.cache.matching(envKey(st.res.GetId()), st.status.GetDesiredVersion(), group)
 	plan := scheduler.ComputePlan(target, matching.Relevant(views), views, now)
 	writes, err := r.planWrites(st, plan, target, active, ver.GetNumber(), now)
 	if err != nil {
 		return err
 	}
-	recheck, progressWrites, err := r.progress(st, plan, views, active, rollout, group, now)
+	recheck, progressWrites, after, err := r.progress(st, plan, views, active, rollout, group, now)
 	if err != nil {
 		return err
 	}
 	// The plan and the progress it makes go in one write: a run costs one
 	// commit, not two, and a batch of a rollout starts a round trip sooner.
 	if err := r.writeAll(ctx, append(writes, progressWrites...)); err != nil {
+		return err
+	}
+	// The status follows from the deployments as this run left them, and
+	// is written after them: a run that ends between the two leaves the
+	// status behind the deployments, and the next run's read catches up.
+	if err := r.report(ctx, st, scheduler.ReportStatus(st.status, after, st.versions)); err != nil {
 		return err
 	}
 	if len(plan.Places) > 0 || len(plan.Stops) > 0 {
@@ -106,12 +124,16 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 
 // envState is everything a reconcile reads of one environment.
 type envState struct {
-	res         *pbresource.Resource
-	env         *pbscheduler.Environment
-	versions    map[string]*pbscheduler.EnvironmentVersion
-	deployments []*scheduler.StoredDeployment
-	tasks       []*storedTask
-	instances   []scheduler.InstanceView
+	res *pbresource.Resource
+	env *pbscheduler.Environment
+	// reported is the status stored; status is what the deployments read
+	// make of it (scheduler.ReportStatus): what the run acts on, and
+	// reports when it differs.
+	reported, status *pbscheduler.EnvironmentStatus
+	versions         map[string]*pbscheduler.EnvironmentVersion
+	deployments      []*scheduler.StoredDeployment
+	tasks            []*storedTask
+	instances        []scheduler.InstanceView
 }
 
 type storedTask struct {
@@ -149,6 +171,10 @@ func (r *reconciler) read(ctx context.Context, id *pbresource.ID) (*envState, er
 		return nil, err
 	}
 	st.deployments = scheduler.DecodeDeployments(deployments)
+	if st.reported, err = scheduler.EnvironmentStatusOf(st.res); err != nil {
+		return nil, controller.Terminal(err)
+	}
+	st.status = scheduler.ReportStatus(st.reported, st.deployments, st.versions)
 
 	key := envKey(st.res.GetId())
 	instances, instancesPrimed, tasks, tasksPrimed := r.cache.snapshot(key)
@@ -204,4 +230,31 @@ func viewsOf(tasks []*storedTask) []scheduler.TaskView {
 		out[i] = t.view
 	}
 	return out
+}
+
+// report writes the environment's status when next differs from what is
+// stored, or the generation it acted on moved. It is not a
+// compare-and-swap: the controller alone writes its key, so a user's
+// change of the environment meanwhile is no reason to fail; the uid keeps
+// it from reporting on a re-created environment.
+func (r *reconciler) report(ctx context.Context, st *envState, next *pbscheduler.EnvironmentStatus) error {
+	gen := st.res.GetGeneration()
+	if stored := st.res.GetStatus()[scheduler.StatusKey]; stored != nil && stored.GetObservedGeneration() == gen && proto.Equal(next, st.reported) {
+		return nil
+	}
+	data, err := anypb.New(next)
+	if err != nil {
+		return err
+	}
+	_, err = r.api.WriteStatus(ctx, &pbresource.WriteStatusRequest{
+		Id: st.res.GetId(), Key: scheduler.StatusKey,
+		Status: &pbresource.Status{ObservedGeneration: gen, Data: data},
+	})
+	if err != nil {
+		return fmt.Errorf("reporting the status of environment %s: %w", st.res.GetId().GetName(), err)
+	}
+	if next.GetStatus() != st.reported.GetStatus() || next.GetActiveDeployment() != st.reported.GetActiveDeployment() || next.GetHealth() != st.reported.GetHealth() {
+		r.log.Debug("environment status", "environment", st.res.GetId().GetName(), "status", next.GetStatus(), "health", next.GetHealth(), "active_deployment", next.GetActiveDeployment())
+	}
+	return nil
 }

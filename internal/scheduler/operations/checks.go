@@ -51,7 +51,7 @@ func checkOverlap(name string, spec Spec, mine scheduler.Group, envs []*pbresour
 		if err != nil || other.GetDeleting() || other.GetType() != scheduler.TypeDaemon {
 			continue
 		}
-		if other.GetTaskDefinition() != spec.TaskDefinition && other.GetDesiredTaskDefinition() != spec.TaskDefinition {
+		if other.GetTaskDefinition() != spec.TaskDefinition && desiredTaskDefinition(r) != spec.TaskDefinition {
 			continue
 		}
 		g, err := scheduler.ParseGroup("instance_group", other.GetInstanceGroup())
@@ -81,4 +81,14 @@ func (o *Operations) taskDefinition(ctx context.Context, ns, field, ref string) 
 	}
 	td, err := resource.DecodeData[*pborch.TaskDefinition](resp.GetResource())
 	return resp.GetResource(), td, err
+}
+
+// desiredTaskDefinition is the task definition the scheduler keeps running
+// for an environment, "" when it has none or its status does not decode.
+func desiredTaskDefinition(res *pbresource.Resource) string {
+	st, err := scheduler.EnvironmentStatusOf(res)
+	if err != nil {
+		return ""
+	}
+	return st.GetDesiredTaskDefinition()
 }

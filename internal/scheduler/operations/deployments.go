@@ -58,6 +58,10 @@ func (o *Operations) RollbackDeployment(ctx context.Context, ns, name, version s
 	return o.newUserDeployment(ctx, res, env, uuid, ver, "user")
 }
 
+// maxStatusRetries bounds how often a deployment is made again because
+// the environment's status, and nothing a user decides, changed under it.
+const maxStatusRetries = 5
+
 func (o *Operations) newUserDeployment(ctx context.Context, res *pbresource.Resource, env *pbscheduler.Environment, uuid string, ver *pbscheduler.EnvironmentVersion, rollbackOf string) (*pbresource.Resource, error) {
 	name, ns := res.GetId().GetName(), res.GetId().GetTenancy().GetNamespace()
 	if env.GetDeleting() {
@@ -66,6 +70,28 @@ func (o *Operations) newUserDeployment(ctx context.Context, res *pbresource.Reso
 	if _, _, err := o.taskDefinition(ctx, ns, "version", ver.GetTaskDefinition()); err != nil {
 		return nil, err
 	}
+	for try := 1; ; try++ {
+		out, err := o.writeUserDeployment(ctx, res, uuid, ver, rollbackOf)
+		if status.Code(err) != codes.Aborted || try == maxStatusRetries {
+			return out, conflictf(err, "environment %s changed while the deployment was being made; retry", name)
+		}
+		// The controller reporting the environment's status (or starting
+		// or ending a deployment) is no reason to refuse: the same
+		// decision is made again on what is stored, as long as the user's
+		// spec (the generation) is the one read.
+		cur, rerr := o.API.Read(ctx, &pbresource.ReadRequest{Id: res.GetId(), Consistent: true})
+		if rerr != nil || cur.GetResource().GetGeneration() != res.GetGeneration() || cur.GetResource().GetId().GetUid() != res.GetId().GetUid() {
+			return nil, conflictf(err, "environment %s changed while the deployment was being made; retry", name)
+		}
+		res = cur.GetResource()
+	}
+}
+
+// writeUserDeployment writes a pending user deployment of version uuid,
+// cancelling the pending ones, with the environment compared at the
+// version of res.
+func (o *Operations) writeUserDeployment(ctx context.Context, res *pbresource.Resource, uuid string, ver *pbscheduler.EnvironmentVersion, rollbackOf string) (*pbresource.Resource, error) {
+	name, ns := res.GetId().GetName(), res.GetId().GetTenancy().GetNamespace()
 	deps, err := o.deployments(ctx, res)
 	if err != nil {
 		return nil, err
@@ -103,17 +129,17 @@ func (o *Operations) newUserDeployment(ctx context.Context, res *pbresource.Reso
 		Compares:  []*pbresource.Compare{{Op: pbresource.Compare_OP_VERSION, Id: res.GetId(), Version: res.GetVersion()}},
 	})
 	if err != nil {
-		return nil, conflictf(err, "environment %s changed while the deployment was being made; retry", name)
+		return nil, err
 	}
 	return out.GetResources()[0], nil
 }
 
 // StopDeployment halts a pending or in-progress deployment: tasks it
-// started stay, and the environment becomes inactive.
+// started stay. The deployment alone is written: the scheduler makes the
+// environment inactive when its active deployment has stopped
+// (scheduler.ReportStatus), as its next run reads it.
 func (o *Operations) StopDeployment(ctx context.Context, ns, name, id string) (*pbresource.Resource, error) {
-	ctx = resource.FromOperations(ctx) // it may write the environment
-	res, env, err := o.readEnvironment(ctx, ns, name)
-	if err != nil {
+	if _, _, err := o.readEnvironment(ctx, ns, name); err != nil {
 		return nil, err
 	}
 	dr, d, err := o.readDeployment(ctx, ns, name, id)
@@ -133,24 +159,11 @@ func (o *Operations) StopDeployment(ctx context.Context, ns, name, id string) (*
 	if err != nil {
 		return nil, err
 	}
-	writes := []*pbresource.Resource{dw}
-	if d.GetStatus() == scheduler.StatusInProgress {
-		e := proto.Clone(env).(*pbscheduler.Environment)
-		e.Status, e.UpdatedAt = scheduler.EnvInactive, now
-		if e.ActiveDeployment == id {
-			e.ActiveDeployment = ""
-		}
-		ew, err := scheduler.WithData(res, e)
-		if err != nil {
-			return nil, err
-		}
-		writes = append(writes, ew)
-	}
-	out, err := o.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: writes})
+	out, err := o.API.Write(ctx, &pbresource.WriteRequest{Resource: dw})
 	if err != nil {
 		return nil, conflictf(err, "deployment %s changed while it was being stopped; retry", id)
 	}
-	return out.GetResources()[0], nil
+	return out.GetResource(), nil
 }
 
 // GetDeployment returns one deployment of an environment.

@@ -49,7 +49,7 @@ func (o *Operations) createOnce(ctx context.Context, ns string, spec Spec) (*Env
 	}
 	env := &pbscheduler.Environment{
 		Type: spec.Type, TaskDefinition: spec.TaskDefinition, InstanceGroup: spec.InstanceGroup, Deployment: spec.Deployment, Role: spec.Role,
-		Status: scheduler.EnvInactive, Health: scheduler.HealthHealthy, LatestVersion: uuid, VersionCount: 1,
+		LatestVersion: uuid, VersionCount: 1,
 		CreatedAt: timestamppb.New(now), UpdatedAt: timestamppb.New(now),
 	}
 	res, err := scheduler.NewResource(id, nil, env)
@@ -195,7 +195,7 @@ func (o *Operations) DeleteEnvironment(ctx context.Context, ns, name string) (*p
 		}
 	}
 	next := proto.Clone(env).(*pbscheduler.Environment)
-	next.Deleting, next.Status, next.UpdatedAt = true, scheduler.EnvInactive, now
+	next.Deleting, next.UpdatedAt = true, now
 	w, err := scheduler.WithData(res, next)
 	if err != nil {
 		return nil, err

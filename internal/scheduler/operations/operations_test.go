@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
@@ -258,4 +259,78 @@ func TestEnvironmentWrittenOnlyThroughOperations(t *testing.T) {
 	if h.Fingerprint() != before {
 		t.Fatal("a refused generic write wrote something")
 	}
+}
+
+// reportingAPI is the resource API with the scheduler reporting an
+// environment's status just before each of the next n WriteBatch calls
+// lands: the race a user's deploy meets while a deployment starts or ends.
+type reportingAPI struct {
+	resource.API
+	t      *testing.T
+	env    *pbresource.ID
+	n      int
+	health []string
+}
+
+func (r *reportingAPI) WriteBatch(ctx context.Context, req *pbresource.WriteBatchRequest) (*pbresource.WriteBatchResponse, error) {
+	if r.n > 0 {
+		r.n--
+		data, err := anypb.New(&pbscheduler.EnvironmentStatus{Status: scheduler.EnvInactive, Health: r.health[r.n%len(r.health)]})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if _, err := r.API.WriteStatus(ctx, &pbresource.WriteStatusRequest{Id: r.env, Key: scheduler.StatusKey, Status: &pbresource.Status{ObservedGeneration: 1, Data: data}}); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	return r.API.WriteBatch(ctx, req)
+}
+
+// TestDeployDoesNotCompeteWithTheScheduler: the scheduler's status writes
+// move the environment's version, not its generation; a deploy that
+// meets them makes its deployment again rather than fail, and fails only
+// when a user changed the environment meanwhile.
+func TestDeployDoesNotCompeteWithTheScheduler(t *testing.T) {
+	h := schedulertest.New(t)
+	h.Fleet()
+	v1, v2 := h.TaskDefinition("ls", 1), h.TaskDefinition("ls", 2)
+	if _, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("ls", v1, 75, "")); err != nil {
+		t.Fatal(err)
+	}
+	racing := &reportingAPI{API: h.API, t: t, env: scheduler.EnvironmentID("default", "ls"), n: 2, health: []string{scheduler.HealthHealthy, scheduler.HealthUnhealthy}}
+	ops := &operations.Operations{API: racing, Now: h.Clock.Now}
+	d, err := ops.StartDeployment(h.Ctx, "default", "ls", "")
+	if err != nil {
+		t.Fatalf("a deploy racing two status reports: %v", err)
+	}
+	if racing.n != 0 {
+		t.Fatalf("%d status reports did not race the deploy", racing.n)
+	}
+	if deps := h.DeploymentsOf("ls"); len(deps) != 1 || deps[0].GetStatus() != scheduler.StatusPending {
+		t.Fatalf("deployments %v, want the one pending deployment %s", deps, d.GetId().GetName())
+	}
+
+	// A user's update between the read and the write is a conflict.
+	user := &updatingAPI{API: h.API, update: func() {
+		if _, err := h.Ops.UpdateEnvironment(h.Ctx, "default", "ls", operations.Spec{TaskDefinition: v2}); err != nil {
+			t.Fatal(err)
+		}
+	}}
+	_, err = (&operations.Operations{API: user, Now: h.Clock.Now}).StartDeployment(h.Ctx, "default", "ls", "")
+	schedulertest.RequireCode(t, err, codes.Aborted, "environment ls changed while the deployment was being made")
+}
+
+// updatingAPI runs update once, just before the first WriteBatch.
+type updatingAPI struct {
+	resource.API
+	update func()
+}
+
+func (u *updatingAPI) WriteBatch(ctx context.Context, req *pbresource.WriteBatchRequest) (*pbresource.WriteBatchResponse, error) {
+	if u.update != nil {
+		f := u.update
+		u.update = nil
+		f()
+	}
+	return u.API.WriteBatch(ctx, req)
 }

@@ -62,11 +62,15 @@ func (o *Operations) resolveVersion(ctx context.Context, res *pbresource.Resourc
 // place; else the newest other version a deployment completed; else the
 // version numbered one below the one in place.
 func (o *Operations) previousVersion(ctx context.Context, res *pbresource.Resource, env *pbscheduler.Environment) (string, error) {
-	cur := env.GetDesiredVersion()
+	reported, err := scheduler.EnvironmentStatusOf(res)
+	if err != nil {
+		return "", err
+	}
+	cur := reported.GetDesiredVersion()
 	if cur == "" {
 		return "", status.Errorf(codes.FailedPrecondition, "environment %s has never been deployed: there is no earlier version to roll back to", res.GetId().GetName())
 	}
-	if v := env.GetLastCompletedVersion(); v != "" && v != cur {
+	if v := reported.GetLastCompletedVersion(); v != "" && v != cur {
 		return v, nil
 	}
 	deps, err := o.deployments(ctx, res)

@@ -38,13 +38,17 @@ func (o *Operations) GetEnvironment(ctx context.Context, ns, name string) (*Envi
 		return nil, err
 	}
 	info := &EnvironmentInfo{Environment: res, State: st}
-	if id := env.GetActiveDeployment(); id != "" {
+	reported, err := scheduler.EnvironmentStatusOf(res)
+	if err != nil {
+		return nil, err
+	}
+	if id := reported.GetActiveDeployment(); id != "" {
 		r, err := o.API.Read(ctx, &pbresource.ReadRequest{Id: scheduler.DeploymentID(ns, id)})
 		if err == nil {
 			info.ActiveDeployment = r.GetResource()
 		}
 	}
-	if v := env.GetDesiredVersion(); v != "" {
+	if v := reported.GetDesiredVersion(); v != "" {
 		r, err := o.API.Read(ctx, &pbresource.ReadRequest{Id: scheduler.VersionID(ns, v)})
 		if err == nil {
 			info.DesiredVersion = r.GetResource()
@@ -133,7 +137,11 @@ func (o *Operations) state(ctx context.Context, res *pbresource.Resource, env *p
 		return nil, err
 	}
 	g := env.GetInstanceGroup()
-	if v := env.GetDesiredVersion(); v != "" {
+	reported, err := scheduler.EnvironmentStatusOf(res)
+	if err != nil {
+		return nil, err
+	}
+	if v := reported.GetDesiredVersion(); v != "" {
 		if r, err := o.API.Read(ctx, &pbresource.ReadRequest{Id: scheduler.VersionID(res.GetId().GetTenancy().GetNamespace(), v)}); err == nil {
 			if ver, err := resource.DecodeData[*pbscheduler.EnvironmentVersion](r.GetResource()); err == nil {
 				g = ver.GetInstanceGroup()

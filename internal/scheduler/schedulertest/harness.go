@@ -344,6 +344,26 @@ func (h *Harness) Env(name string) *pbscheduler.Environment {
 	return e
 }
 
+// EnvStatus reads what the scheduler reports of environment name.
+func (h *Harness) EnvStatus(name string) *pbscheduler.EnvironmentStatus {
+	h.T.Helper()
+	st, err := scheduler.EnvironmentStatusOf(h.EnvResource(name))
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	return st
+}
+
+// EnvResource reads environment name's resource.
+func (h *Harness) EnvResource(name string) *pbresource.Resource {
+	h.T.Helper()
+	res, err := h.API.Read(h.Ctx, &pbresource.ReadRequest{Id: scheduler.EnvironmentID("default", name)})
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	return res.GetResource()
+}
+
 // Deployment reads deployment id of environment env.
 func (h *Harness) Deployment(env, id string) *pbscheduler.Deployment {
 	h.T.Helper()

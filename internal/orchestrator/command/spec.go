@@ -1,4 +1,4 @@
-package cli
+package command
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
 )
@@ -20,6 +21,10 @@ type TaskDefinitionSpec struct {
 	Definition *pborch.TaskDefinition // without a revision: registration assigns it
 }
 
+// taskDefinitionShape is a task definition file: a TaskDefinition's JSON
+// form (its revision is refused apart, with a reason).
+var taskDefinitionShape = cli.MessageShape((&pborch.TaskDefinition{}).ProtoReflect().Descriptor())
+
 // ParseTaskDefinition reads a task definition file (`trellis taskdef
 // register -f`): one YAML or JSON document, a TaskDefinition without its
 // revision. name is how errors call the file. When types has the
@@ -27,41 +32,27 @@ type TaskDefinitionSpec struct {
 // makes (its Mutate and Validate hooks) before anything is sent; types may
 // be nil.
 func ParseTaskDefinition(data []byte, name string, types *resource.Registry) (*TaskDefinitionSpec, error) {
-	roots, err := parseSpec(data)
+	doc, err := cli.ReadSpecDocument(data, name, taskDefinitionShape, cli.SpecKind{What: "a task definition", One: "task definition", Mapping: "family and containers"})
 	if err != nil {
-		return nil, inFile(err, name)
-	}
-	shape := messageShape((&pborch.TaskDefinition{}).ProtoReflect().Descriptor())
-	switch {
-	case len(roots) == 0:
-		return nil, &SpecError{File: name, Reason: "empty: a task definition has " + shape.fieldNames()}
-	case len(roots) > 1:
-		return nil, &SpecError{File: name, Line: roots[1].line, Reason: "one task definition per file: this is a second document"}
-	}
-	root := roots[0]
-	if root.kind != mapNode {
-		return nil, &SpecError{File: name, Line: root.line, Reason: "a task definition is a mapping with family and containers, not " + root.describe()}
-	}
-	if err := check(shape, root, ""); err != nil {
-		return nil, inFile(err, name)
+		return nil, err
 	}
 	for _, key := range []string{"revision"} {
-		if e, ok := root.field(key); ok {
-			return nil, &SpecError{File: name, Line: e.line, Path: key, Reason: "is assigned at registration; leave it out"}
+		if line, ok := doc.Has(key); ok {
+			return nil, &cli.SpecError{File: name, Line: line, Path: key, Reason: "is assigned at registration; leave it out"}
 		}
 	}
 	var td pborch.TaskDefinition
-	if err := protojson.Unmarshal(root.toJSON(), &td); err != nil {
-		return nil, &SpecError{File: name, Line: root.line, Reason: err.Error()} // the shape check should have said why
+	if err := protojson.Unmarshal(doc.JSON(), &td); err != nil {
+		return nil, doc.Refuse(err, nil) // the shape check should have said why
 	}
 	if td.GetFamily() == "" {
-		return nil, &SpecError{File: name, Line: lineOf(root, "family"), Path: "family", Reason: "is required: the name the revisions share"}
+		return nil, &cli.SpecError{File: name, Line: doc.Line("family"), Path: "family", Reason: "is required: the name the revisions share"}
 	}
-	if err := locate(orchestrator.ValidateFamily("family", td.GetFamily()), root, nil); err != nil {
-		return nil, inFile(err, name)
+	if err := doc.Refuse(orchestrator.ValidateFamily("family", td.GetFamily()), nil); err != nil {
+		return nil, err
 	}
-	if err := checkTaskDefinition(&td, types); err != nil {
-		return nil, inFile(locate(err, root, func(f string) string { return strings.TrimPrefix(f, "data.") }), name)
+	if err := doc.Refuse(checkTaskDefinition(&td, types), func(f string) string { return strings.TrimPrefix(f, "data.") }); err != nil {
+		return nil, err
 	}
 	return &TaskDefinitionSpec{Source: name, Family: td.GetFamily(), Definition: &td}, nil
 }

@@ -1,4 +1,4 @@
-package cli
+package command
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"trellis.dev/trellis/internal/cli"
 )
 
 const webTaskDef = `family: web
@@ -141,7 +142,7 @@ func TestParseTaskDefinitionErrors(t *testing.T) {
 			if err == nil {
 				t.Fatal("no error")
 			}
-			if err.Error() != tc.want || !errors.Is(err, ErrSpec) {
+			if err.Error() != tc.want || !errors.Is(err, cli.ErrSpec) {
 				t.Fatalf("got  %v\nwant %s", err, tc.want)
 			}
 		})

@@ -1,4 +1,4 @@
-package cli
+package command
 
 import (
 	"bytes"
@@ -79,14 +79,15 @@ func TestWaitResult(t *testing.T) {
 
 func TestEnvironmentHealth(t *testing.T) {
 	for _, tc := range []struct {
-		e    *pbscheduler.Environment
+		e    *pbscheduler.EnvironmentStatus
 		want string
 	}{
 		// The stored default says healthy before anything was judged.
-		{&pbscheduler.Environment{Status: "inactive", Health: "healthy", LatestVersion: "v1"}, "not deployed"},
-		{&pbscheduler.Environment{Status: "active", Health: "healthy", DesiredVersion: "v1"}, "healthy"},
-		{&pbscheduler.Environment{Status: "active", Health: "unhealthy", DesiredVersion: "v2"}, "unhealthy"},
-		{&pbscheduler.Environment{Status: "inactive", Health: "healthy", DesiredVersion: "v2"}, "healthy"}, // stopped: still deployed
+		{&pbscheduler.EnvironmentStatus{Status: "inactive", Health: "healthy"}, "not deployed"},
+		{nil, "not deployed"}, // the scheduler has not reported yet
+		{&pbscheduler.EnvironmentStatus{Status: "active", Health: "healthy", DesiredVersion: "v1"}, "healthy"},
+		{&pbscheduler.EnvironmentStatus{Status: "active", Health: "unhealthy", DesiredVersion: "v2"}, "unhealthy"},
+		{&pbscheduler.EnvironmentStatus{Status: "inactive", Health: "healthy", DesiredVersion: "v2"}, "healthy"}, // stopped: still deployed
 	} {
 		if got := EnvironmentHealth(tc.e); got != tc.want {
 			t.Errorf("EnvironmentHealth(%v) = %q, want %q", tc.e, got, tc.want)
@@ -189,15 +190,17 @@ node-4     keep      ls:4   ls:4   -
 func TestWriteEnvironments(t *testing.T) {
 	var b bytes.Buffer
 	err := WriteEnvironments(&b, []NamedEnvironment{
-		{"log-shipper", &pbscheduler.Environment{Type: "daemon", Status: "active", Health: "healthy", TaskDefinition: "ls:4", VersionCount: 2, ActiveDeployment: "d2",
-			DesiredVersion: "v2", DesiredVersionNumber: 2, DesiredTaskDefinition: "ls:4"}},
+		{"log-shipper", &pbscheduler.Environment{Type: "daemon", TaskDefinition: "ls:4", VersionCount: 2},
+			&pbscheduler.EnvironmentStatus{Status: "active", Health: "healthy", ActiveDeployment: "d2", DesiredVersion: "v2", DesiredVersionNumber: 2, DesiredTaskDefinition: "ls:4"}},
 		// Rolled back: what runs is version 1, not the latest.
-		{"rolled", &pbscheduler.Environment{Type: "daemon", Status: "active", Health: "healthy", TaskDefinition: "r:2", VersionCount: 2,
-			DesiredVersion: "u1", DesiredVersionNumber: 1, DesiredTaskDefinition: "r:1"}},
-		// Never deployed: not "healthy".
-		{"exporter", &pbscheduler.Environment{Type: "daemon", Status: "inactive", Health: "healthy", TaskDefinition: "ne:1", VersionCount: 1}},
-		{"old", &pbscheduler.Environment{Type: "daemon", Status: "active", Deleting: true, Health: "unhealthy", TaskDefinition: "old:1", VersionCount: 1,
-			DesiredVersion: "u9", DesiredVersionNumber: 1, DesiredTaskDefinition: "old:1"}},
+		{"rolled", &pbscheduler.Environment{Type: "daemon", TaskDefinition: "r:2", VersionCount: 2},
+			&pbscheduler.EnvironmentStatus{Status: "active", Health: "healthy", DesiredVersion: "u1", DesiredVersionNumber: 1, DesiredTaskDefinition: "r:1"}},
+		// Never deployed: not "healthy"; nor when not reported on yet.
+		{"exporter", &pbscheduler.Environment{Type: "daemon", TaskDefinition: "ne:1", VersionCount: 1},
+			&pbscheduler.EnvironmentStatus{Status: "inactive", Health: "healthy"}},
+		{"fresh", &pbscheduler.Environment{Type: "daemon", TaskDefinition: "f:1", VersionCount: 1}, nil},
+		{"old", &pbscheduler.Environment{Type: "daemon", Deleting: true, TaskDefinition: "old:1", VersionCount: 1},
+			&pbscheduler.EnvironmentStatus{Status: "active", Health: "unhealthy", DesiredVersion: "u9", DesiredVersionNumber: 1, DesiredTaskDefinition: "old:1"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -206,6 +209,7 @@ func TestWriteEnvironments(t *testing.T) {
 log-shipper   daemon   active     healthy        2 (ls:4)    2 (ls:4)    d2
 rolled        daemon   active     healthy        1 (r:1)     2 (r:2)     -
 exporter      daemon   inactive   not deployed   -           1 (ne:1)    -
+fresh         daemon   inactive   not deployed   -           1 (f:1)     -
 old           daemon   deleting   unhealthy      1 (old:1)   1 (old:1)   -
 `)
 }
@@ -218,10 +222,14 @@ func TestWriteEnvironment(t *testing.T) {
 	v := EnvironmentView{
 		Name: "ls", Namespace: "default",
 		Env: &pbscheduler.Environment{
-			Type: "daemon", TaskDefinition: "ls:4", Status: "active", Health: "healthy",
+			Type: "daemon", TaskDefinition: "ls:4",
 			InstanceGroup: &pbscheduler.InstanceGroup{Attributes: []string{"role=logger", "zone in (a,b)"}},
 			Deployment:    &pbscheduler.DeploymentConfig{MinHealthyPercent: &p, MinHealthyTime: "10s", AutoRollback: true},
-			LatestVersion: "v2", DesiredVersion: "v1", DesiredVersionNumber: 1, DesiredTaskDefinition: "ls:3", VersionCount: 2,
+			LatestVersion: "v2", VersionCount: 2,
+		},
+		Status: &pbscheduler.EnvironmentStatus{
+			Status: "active", Health: "healthy",
+			DesiredVersion: "v1", DesiredVersionNumber: 1, DesiredTaskDefinition: "ls:3",
 			LastCompletedVersion: "v1", LastCompletedVersionNumber: 1,
 		},
 		Desired: &pbscheduler.EnvironmentVersion{Number: 1, TaskDefinition: "ls:3",
@@ -249,7 +257,7 @@ Tasks:             2 desired: 2 active, 0 launching, 0 unhealthy
 `)
 
 	// A deployment in progress of the latest version: desired is latest.
-	v.Env.DesiredVersion, v.Env.DesiredVersionNumber, v.Env.DesiredTaskDefinition, v.Env.ActiveDeployment = "v2", 2, "ls:4", "d2"
+	v.Status.DesiredVersion, v.Status.DesiredVersionNumber, v.Status.DesiredTaskDefinition, v.Status.ActiveDeployment = "v2", 2, "ls:4", "d2"
 	v.Desired = &pbscheduler.EnvironmentVersion{Number: 2, TaskDefinition: "ls:4", InstanceGroup: v.Env.InstanceGroup, Deployment: v.Env.Deployment}
 	v.ActiveID, v.Active = "d2", &pbscheduler.Deployment{Status: "in-progress", VersionNumber: 2, Total: 2, Complete: 1}
 	b.Reset()
@@ -263,7 +271,7 @@ Tasks:             2 desired: 2 active, 0 launching, 0 unhealthy
 
 	// A server that sends no desired version: its task definition still
 	// comes from the environment's record of it, not from the latest spec.
-	v.Desired, v.Env.DesiredVersion, v.Env.DesiredVersionNumber, v.Env.DesiredTaskDefinition = nil, "v1", 0, "ls:3"
+	v.Desired, v.Status.DesiredVersion, v.Status.DesiredVersionNumber, v.Status.DesiredTaskDefinition = nil, "v1", 0, "ls:3"
 	b.Reset()
 	_ = WriteEnvironment(&b, v)
 	if !strings.Contains(b.String(), "Desired version:   v1 (ls:3)\n") || !strings.Contains(b.String(), "Task definition:   ls:3\n") {
@@ -271,7 +279,7 @@ Tasks:             2 desired: 2 active, 0 launching, 0 unhealthy
 	}
 
 	b.Reset()
-	_ = WriteEnvironment(&b, EnvironmentView{Name: "new", Env: &pbscheduler.Environment{Type: "daemon", Status: "inactive", Health: "healthy", TaskDefinition: "n:1", LatestVersion: "v1", VersionCount: 1}})
+	_ = WriteEnvironment(&b, EnvironmentView{Name: "new", Env: &pbscheduler.Environment{Type: "daemon", TaskDefinition: "n:1", LatestVersion: "v1", VersionCount: 1}})
 	for _, want := range []string{"Health:            not deployed\n", "Desired version:   none: never deployed (trellis deploy new)\n", "Task definition:   n:1\n",
 		"Latest version:    1 (v1, n:1)\n", "Deploying:         nothing\n", "min healthy 75%, healthy for 0s, healthy deadline 5m, progress deadline 10m\n"} {
 		if !strings.Contains(b.String(), want) {

@@ -1,14 +1,14 @@
-package cli
+package command
 
 import (
 	"encoding/json"
 	"errors"
-	"reflect"
 	"strings"
 	"testing"
 
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
-	"trellis.dev/trellis/internal/client"
+	"trellis.dev/trellis/internal/cli"
+	schedclient "trellis.dev/trellis/internal/scheduler/client"
 )
 
 const envSpec = `name: log-shipper
@@ -82,35 +82,11 @@ func TestParseEnvironmentSpecErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseEnvironmentSpec([]byte(tc.in), "f.yaml")
-			if err == nil || !errors.Is(err, ErrSpec) || !strings.HasPrefix(err.Error(), tc.want) {
+			if err == nil || !errors.Is(err, cli.ErrSpec) || !strings.HasPrefix(err.Error(), tc.want) {
 				t.Fatalf("got  %v\nwant %s", err, tc.want)
 			}
 		})
 	}
-}
-
-// The spec file's shape is client.EnvironmentSpec's: the same fields,
-// spelt as its JSON tags.
-func TestEnvironmentShapeIsTheSpec(t *testing.T) {
-	var walk func(s *shape, typ reflect.Type, path string)
-	walk = func(s *shape, typ reflect.Type, path string) {
-		for typ.Kind() == reflect.Pointer {
-			typ = typ.Elem()
-		}
-		var tags []string
-		for i := 0; i < typ.NumField(); i++ {
-			tags = append(tags, strings.Split(typ.Field(i).Tag.Get("json"), ",")[0])
-		}
-		if got := s.fieldNames(); got != strings.Join(tags, ", ") {
-			t.Errorf("%s: shape has %s, the struct %s", path, got, strings.Join(tags, ", "))
-		}
-		for i := 0; i < typ.NumField(); i++ {
-			if f := s.fields[i]; f.shape.kind == objectShape {
-				walk(f.shape, typ.Field(i).Type, path+"."+f.name)
-			}
-		}
-	}
-	walk(environmentShape, reflect.TypeOf(client.EnvironmentSpec{}), "spec")
 }
 
 func TestEnvironmentFlags(t *testing.T) {
@@ -187,7 +163,7 @@ func TestCheckSpecName(t *testing.T) {
 		{"a", "", "a"}, {"", "a", "a"}, {"a", "a", "a"},
 		{"", "", `error: f: name: required`}, {"a", "b", `error: f: name: "a", but the command names "b"`},
 	} {
-		spec := clientSpec(tc.file)
+		spec := &schedclient.EnvironmentSpec{Name: tc.file}
 		got := ""
 		if err := CheckSpecName(spec, tc.arg, "f"); err != nil {
 			got = "error: " + err.Error()

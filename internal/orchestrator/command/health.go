@@ -1,9 +1,10 @@
-package cli
+package command
 
 import (
 	"strings"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/orchestrator"
 )
 
@@ -13,7 +14,7 @@ import (
 
 // TaskHealth is the HEALTH cell of `trellis task list`: healthy, unhealthy,
 // unknown, or "-" for a task that does not run.
-func TaskHealth(t *pborch.Task) string { return Dash(orchestrator.TaskHealth(t)) }
+func TaskHealth(t *pborch.Task) string { return cli.Dash(orchestrator.TaskHealth(t)) }
 
 // TaskHealthDetail is the Health line of `trellis task show`: the word,
 // and what it rests on when that is not plain from the containers.
@@ -34,4 +35,4 @@ func TaskHealthDetail(t *pborch.Task) string {
 
 // CheckHealth is a container's HEALTH cell: what its health check says, in
 // the words above, or "-" for a container without one.
-func CheckHealth(s string) string { return Dash(strings.ToLower(s)) }
+func CheckHealth(s string) string { return cli.Dash(strings.ToLower(s)) }

@@ -1,4 +1,4 @@
-package cli
+package command
 
 import (
 	"errors"
@@ -8,9 +8,13 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/cli"
+	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/scheduler"
 )
 
@@ -87,9 +91,9 @@ func RolledBack(d *pbscheduler.Deployment) string {
 // followed by: "unhealthy, rolled back to version 1".
 func DeploymentStatus(d *pbscheduler.Deployment) string {
 	if d.GetRollbackDeployment() == "" {
-		return Dash(d.GetStatus())
+		return cli.Dash(d.GetStatus())
 	}
-	return fmt.Sprintf("%s, rolled back to version %s", Dash(d.GetStatus()), versionNumber(d.GetRollbackVersionNumber()))
+	return fmt.Sprintf("%s, rolled back to version %s", cli.Dash(d.GetStatus()), versionNumber(d.GetRollbackVersionNumber()))
 }
 
 // ProgressLine is one line of `trellis deploy --wait`: the status and the
@@ -98,9 +102,9 @@ func DeploymentStatus(d *pbscheduler.Deployment) string {
 // completed placing nothing, why nothing was placed.
 func ProgressLine(d *pbscheduler.Deployment) string {
 	if PlacedNothing(d) {
-		return Dash(d.GetStatus()) + ": " + nothingPlacedReason(d)
+		return cli.Dash(d.GetStatus()) + ": " + nothingPlacedReason(d)
 	}
-	s := Dash(d.GetStatus()) + ": " + Progress(d)
+	s := cli.Dash(d.GetStatus()) + ": " + Progress(d)
 	if DeploymentRunning(d) || d.GetStatus() == DeploymentCompleted {
 		return s
 	}
@@ -123,7 +127,7 @@ func WaitResult(env, id string, d *pbscheduler.Deployment) error {
 	case d.GetStatus() == DeploymentCompleted:
 		return nil
 	}
-	msg := fmt.Sprintf("deployment %s of %s ended %s: %s", id, env, Dash(d.GetStatus()), Dash(d.GetStatusReason()))
+	msg := fmt.Sprintf("deployment %s of %s ended %s: %s", id, env, cli.Dash(d.GetStatus()), cli.Dash(d.GetStatusReason()))
 	if rb := d.GetRollbackDeployment(); rb != "" {
 		msg += fmt.Sprintf("\nauto_rollback started deployment %s, which returns %s to version %s; follow it with: trellis deployment get %s %s",
 			rb, env, versionNumber(d.GetRollbackVersionNumber()), env, rb)
@@ -149,13 +153,44 @@ func versionNumber(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
-// EnvironmentStatusWord is an environment's status, saying when it is
-// being deleted.
-func EnvironmentStatusWord(e *pbscheduler.Environment) string {
+// EnvironmentStatusWord is an environment's status (what the scheduler
+// reports, s), saying when it is being deleted (what a user asked, e).
+func EnvironmentStatusWord(e *pbscheduler.Environment, s *pbscheduler.EnvironmentStatus) string {
 	if e.GetDeleting() {
 		return "deleting"
 	}
-	return Dash(e.GetStatus())
+	return cli.Dash(s.GetStatus())
+}
+
+// DecodeEnvironmentStatus reads what the scheduler reports of an
+// environment: the payload of its status key, nil when it has reported
+// nothing yet.
+func DecodeEnvironmentStatus(r *wire.Resource) (*pbscheduler.EnvironmentStatus, error) {
+	raw, ok := r.Status[scheduler.StatusKey]
+	if !ok {
+		return nil, nil
+	}
+	var st pbresource.Status
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, &st); err != nil {
+		return nil, fmt.Errorf("environment %s: the server returned a status this CLI cannot read: %w", r.ID.Name, err)
+	}
+	if st.GetData() == nil {
+		return nil, nil
+	}
+	var out pbscheduler.EnvironmentStatus
+	if err := st.GetData().UnmarshalTo(&out); err != nil {
+		return nil, fmt.Errorf("environment %s: the server returned a status this CLI cannot read: %w", r.ID.Name, err)
+	}
+	return &out, nil
+}
+
+// orInactive is s, or before the scheduler has reported on an
+// environment, what that means: inactive and healthy, nothing deployed.
+func orInactive(s *pbscheduler.EnvironmentStatus) *pbscheduler.EnvironmentStatus {
+	if s == nil {
+		return &pbscheduler.EnvironmentStatus{Status: scheduler.EnvInactive, Health: scheduler.HealthHealthy}
+	}
+	return s
 }
 
 // NotDeployed is the health of an environment that was never deployed:
@@ -165,41 +200,43 @@ const NotDeployed = "not deployed"
 // EnvironmentHealth is an environment's health: the server's (healthy,
 // unhealthy), or "not deployed" before its first deployment, whatever the
 // stored default says.
-func EnvironmentHealth(e *pbscheduler.Environment) string {
-	if e.GetDesiredVersion() == "" {
+func EnvironmentHealth(s *pbscheduler.EnvironmentStatus) string {
+	if s.GetDesiredVersion() == "" {
 		return NotDeployed
 	}
-	return Dash(e.GetHealth())
+	return cli.Dash(s.GetHealth())
 }
 
 // desiredVersion names an environment's desired version: "1 (ls:3)", or
 // "-" before its first deployment.
-func desiredVersion(e *pbscheduler.Environment) string {
-	if e.GetDesiredVersion() == "" {
+func desiredVersion(s *pbscheduler.EnvironmentStatus) string {
+	if s.GetDesiredVersion() == "" {
 		return "-"
 	}
-	if e.GetDesiredVersionNumber() > 0 {
-		return describeVersion(e.GetDesiredVersionNumber(), "", e.GetDesiredTaskDefinition())
+	if s.GetDesiredVersionNumber() > 0 {
+		return describeVersion(s.GetDesiredVersionNumber(), "", s.GetDesiredTaskDefinition())
 	}
-	return describeVersion(0, e.GetDesiredVersion(), e.GetDesiredTaskDefinition()) // a server that sends no number
+	return describeVersion(0, s.GetDesiredVersion(), s.GetDesiredTaskDefinition()) // a server that sends no number
 }
 
-// NamedEnvironment is an environment and its name.
+// NamedEnvironment is an environment, its name, and what the scheduler
+// reports of it (nil before it has: inactive, not deployed).
 type NamedEnvironment struct {
-	Name string
-	Env  *pbscheduler.Environment
+	Name   string
+	Env    *pbscheduler.Environment
+	Status *pbscheduler.EnvironmentStatus
 }
 
 // WriteEnvironments prints `trellis env list`: the desired version (what
 // the scheduler keeps running) and the latest, each by number and task
 // definition.
 func WriteEnvironments(w io.Writer, envs []NamedEnvironment) error {
-	tw := NewTable(w)
+	tw := cli.NewTable(w)
 	fmt.Fprintln(tw, "NAME\tTYPE\tSTATUS\tHEALTH\tDESIRED\tLATEST\tDEPLOYING")
 	for _, n := range envs {
-		e := n.Env
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, Dash(e.GetType()), EnvironmentStatusWord(e), EnvironmentHealth(e),
-			desiredVersion(e), describeVersion(e.GetVersionCount(), "", e.GetTaskDefinition()), Dash(e.GetActiveDeployment()))
+		e, s := n.Env, orInactive(n.Status)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, cli.Dash(e.GetType()), EnvironmentStatusWord(e, s), EnvironmentHealth(s),
+			desiredVersion(s), describeVersion(e.GetVersionCount(), "", e.GetTaskDefinition()), cli.Dash(s.GetActiveDeployment()))
 	}
 	return tw.Flush()
 }
@@ -243,7 +280,9 @@ func DescribeDeploymentConfig(d *pbscheduler.DeploymentConfig) string {
 type EnvironmentView struct {
 	Name, Namespace string
 	Env             *pbscheduler.Environment
-	State           *pbscheduler.EnvironmentState // nil when the server sent none
+	// Status is what the scheduler reports (nil before it has).
+	Status *pbscheduler.EnvironmentStatus
+	State  *pbscheduler.EnvironmentState // nil when the server sent none
 	// ActiveID and Active are the deployment in progress, if any.
 	ActiveID string
 	Active   *pbscheduler.Deployment
@@ -257,45 +296,45 @@ type EnvironmentView struct {
 // version's, which differs after a rollback or an update not yet
 // deployed; the latest version is then named apart.
 func WriteEnvironment(w io.Writer, v EnvironmentView) error {
-	e := v.Env
-	deployed := e.GetDesiredVersion() != ""
+	e, s := v.Env, orInactive(v.Status)
+	deployed := s.GetDesiredVersion() != ""
 	taskdef, group, config, role := e.GetTaskDefinition(), e.GetInstanceGroup(), e.GetDeployment(), e.GetRole()
 	switch {
 	case v.Desired != nil:
 		taskdef, group, config, role = v.Desired.GetTaskDefinition(), v.Desired.GetInstanceGroup(), v.Desired.GetDeployment(), v.Desired.GetRole()
 	case deployed:
-		taskdef = e.GetDesiredTaskDefinition()
+		taskdef = s.GetDesiredTaskDefinition()
 	}
-	tw := NewTable(w)
+	tw := cli.NewTable(w)
 	fmt.Fprintf(tw, "Environment:\t%s\n", v.Name)
-	fmt.Fprintf(tw, "Namespace:\t%s\n", Dash(v.Namespace))
-	fmt.Fprintf(tw, "Type:\t%s\n", Dash(e.GetType()))
-	fmt.Fprintf(tw, "Status:\t%s\n", EnvironmentStatusWord(e))
-	fmt.Fprintf(tw, "Health:\t%s\n", EnvironmentHealth(e))
+	fmt.Fprintf(tw, "Namespace:\t%s\n", cli.Dash(v.Namespace))
+	fmt.Fprintf(tw, "Type:\t%s\n", cli.Dash(e.GetType()))
+	fmt.Fprintf(tw, "Status:\t%s\n", EnvironmentStatusWord(e, s))
+	fmt.Fprintf(tw, "Health:\t%s\n", EnvironmentHealth(s))
 	if deployed {
-		fmt.Fprintf(tw, "Desired version:\t%s\n", describeVersion(e.GetDesiredVersionNumber(), e.GetDesiredVersion(), e.GetDesiredTaskDefinition()))
+		fmt.Fprintf(tw, "Desired version:\t%s\n", describeVersion(s.GetDesiredVersionNumber(), s.GetDesiredVersion(), s.GetDesiredTaskDefinition()))
 	} else {
 		fmt.Fprintf(tw, "Desired version:\tnone: never deployed (trellis deploy %s)\n", v.Name)
 	}
-	fmt.Fprintf(tw, "Task definition:\t%s\n", Dash(taskdef))
+	fmt.Fprintf(tw, "Task definition:\t%s\n", cli.Dash(taskdef))
 	fmt.Fprintf(tw, "Instance group:\t%s\n", DescribeInstanceGroup(group))
 	fmt.Fprintf(tw, "Deployment:\t%s\n", DescribeDeploymentConfig(config))
 	if role != "" {
 		fmt.Fprintf(tw, "Role:\t%s\n", role)
 	}
 	latest := describeVersion(e.GetVersionCount(), e.GetLatestVersion(), e.GetTaskDefinition())
-	if deployed && e.GetLatestVersion() != e.GetDesiredVersion() {
+	if deployed && e.GetLatestVersion() != s.GetDesiredVersion() {
 		latest += fmt.Sprintf(", not desired: trellis env diff %s shows what deploying it would change", v.Name)
 	}
 	fmt.Fprintf(tw, "Latest version:\t%s\n", latest)
-	if e.GetLastCompletedVersion() != "" {
-		fmt.Fprintf(tw, "Last completed:\t%s\n", describeVersion(e.GetLastCompletedVersionNumber(), e.GetLastCompletedVersion(), ""))
+	if s.GetLastCompletedVersion() != "" {
+		fmt.Fprintf(tw, "Last completed:\t%s\n", describeVersion(s.GetLastCompletedVersionNumber(), s.GetLastCompletedVersion(), ""))
 	}
 	switch {
 	case v.Active != nil:
-		fmt.Fprintf(tw, "Deploying:\t%s, version %s, %s: %s\n", v.ActiveID, versionNumber(v.Active.GetVersionNumber()), Dash(v.Active.GetStatus()), Progress(v.Active))
-	case e.GetActiveDeployment() != "":
-		fmt.Fprintf(tw, "Deploying:\t%s\n", e.GetActiveDeployment())
+		fmt.Fprintf(tw, "Deploying:\t%s, version %s, %s: %s\n", v.ActiveID, versionNumber(v.Active.GetVersionNumber()), cli.Dash(v.Active.GetStatus()), Progress(v.Active))
+	case s.GetActiveDeployment() != "":
+		fmt.Fprintf(tw, "Deploying:\t%s\n", s.GetActiveDeployment())
 	default:
 		fmt.Fprintf(tw, "Deploying:\tnothing\n")
 	}
@@ -325,9 +364,9 @@ func describeVersion(number int64, id, taskdef string) string {
 		rest = append(rest, taskdef)
 	}
 	if len(rest) == 0 {
-		return Dash(head)
+		return cli.Dash(head)
 	}
-	return Dash(head) + " (" + strings.Join(rest, ", ") + ")"
+	return cli.Dash(head) + " (" + strings.Join(rest, ", ") + ")"
 }
 
 // FormatTime shows a timestamp in local time, to the millisecond.
@@ -345,10 +384,10 @@ func WriteEnvironmentStatus(w io.Writer, st *pbscheduler.EnvironmentState) error
 	fmt.Fprintln(w, Summary(st))
 	if len(st.GetVersions()) > 0 {
 		fmt.Fprintln(w)
-		tw := NewTable(w)
+		tw := cli.NewTable(w)
 		fmt.Fprintln(tw, "VERSION\tTASKDEF\tTASKS\tHEALTHY")
 		for _, v := range st.GetVersions() {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", versionNumber(v.GetVersionNumber()), Dash(v.GetTaskDefinition()), v.GetTasks(), v.GetHealthy())
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", versionNumber(v.GetVersionNumber()), cli.Dash(v.GetTaskDefinition()), v.GetTasks(), v.GetHealthy())
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -359,15 +398,15 @@ func WriteEnvironmentStatus(w io.Writer, st *pbscheduler.EnvironmentState) error
 		return nil
 	}
 	fmt.Fprintln(w)
-	tw := NewTable(w)
+	tw := cli.NewTable(w)
 	fmt.Fprintln(tw, "INSTANCE\tVERSION\tTASKDEF\tTASK\tSTATE\tHEALTH")
 	for _, in := range st.GetInstances() {
-		state := Dash(in.GetState())
+		state := cli.Dash(in.GetState())
 		if !in.GetMatches() {
 			state += " (no longer matches)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.GetInstance(), versionNumber(in.GetVersionNumber()), Dash(in.GetTaskDefinition()),
-			Dash(in.GetTask()), state, Dash(in.GetHealth()))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.GetInstance(), versionNumber(in.GetVersionNumber()), cli.Dash(in.GetTaskDefinition()),
+			cli.Dash(in.GetTask()), state, cli.Dash(in.GetHealth()))
 	}
 	return tw.Flush()
 }
@@ -382,10 +421,10 @@ func WriteDiff(w io.Writer, d *pbscheduler.EnvironmentDiff) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	tw := NewTable(w)
+	tw := cli.NewTable(w)
 	fmt.Fprintln(tw, "INSTANCE\tACTION\tFROM\tTO\tREASON")
 	for _, c := range d.GetChanges() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.GetInstance(), c.GetAction(), Dash(c.GetFromTaskDefinition()), Dash(c.GetToTaskDefinition()), Dash(c.GetReason()))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.GetInstance(), c.GetAction(), cli.Dash(c.GetFromTaskDefinition()), cli.Dash(c.GetToTaskDefinition()), cli.Dash(c.GetReason()))
 	}
 	return tw.Flush()
 }
@@ -399,7 +438,7 @@ type NamedVersion struct {
 // WriteVersions prints `trellis env versions`, marking the latest and the
 // desired (deployed) version.
 func WriteVersions(w io.Writer, versions []NamedVersion, latest, desired string) error {
-	tw := NewTable(w)
+	tw := cli.NewTable(w)
 	fmt.Fprintln(tw, "VERSION\tID\tTASKDEF\tINSTANCE GROUP\tCREATED\t")
 	for _, n := range versions {
 		var marks []string
@@ -409,7 +448,7 @@ func WriteVersions(w io.Writer, versions []NamedVersion, latest, desired string)
 		if n.ID == desired {
 			marks = append(marks, "desired")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", versionNumber(n.V.GetNumber()), n.ID, Dash(n.V.GetTaskDefinition()),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", versionNumber(n.V.GetNumber()), n.ID, cli.Dash(n.V.GetTaskDefinition()),
 			DescribeInstanceGroup(n.V.GetInstanceGroup()), FormatTime(n.V.GetCreatedAt()), strings.Join(marks, ","))
 	}
 	return tw.Flush()
@@ -423,15 +462,15 @@ type NamedDeployment struct {
 
 // WriteDeployments prints `trellis deployment list`.
 func WriteDeployments(w io.Writer, deps []NamedDeployment, now time.Time) error {
-	tw := NewTable(w)
+	tw := cli.NewTable(w)
 	fmt.Fprintln(tw, "ID\tTYPE\tVERSION\tTASKDEF\tSTATUS\tPROGRESS\tAGE")
 	for _, n := range deps {
 		d := n.D
 		age := "-"
 		if t := d.GetCreatedAt(); t != nil {
-			age = FormatAge(now.Sub(t.AsTime()))
+			age = cli.FormatAge(now.Sub(t.AsTime()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, Dash(d.GetType()), versionNumber(d.GetVersionNumber()), Dash(d.GetTaskDefinition()),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, cli.Dash(d.GetType()), versionNumber(d.GetVersionNumber()), cli.Dash(d.GetTaskDefinition()),
 			DeploymentStatus(d), Progress(d), age)
 	}
 	return tw.Flush()
@@ -439,10 +478,10 @@ func WriteDeployments(w io.Writer, deps []NamedDeployment, now time.Time) error 
 
 // WriteDeployment prints `trellis deployment get`.
 func WriteDeployment(w io.Writer, id string, d *pbscheduler.Deployment) error {
-	tw := NewTable(w)
+	tw := cli.NewTable(w)
 	fmt.Fprintf(tw, "Deployment:\t%s\n", id)
 	fmt.Fprintf(tw, "Environment:\t%s\n", d.GetEnvironment())
-	fmt.Fprintf(tw, "Type:\t%s\n", Dash(d.GetType()))
+	fmt.Fprintf(tw, "Type:\t%s\n", cli.Dash(d.GetType()))
 	fmt.Fprintf(tw, "Version:\t%s\n", describeVersion(d.GetVersionNumber(), d.GetVersion(), d.GetTaskDefinition()))
 	fmt.Fprintf(tw, "Status:\t%s\n", DeploymentStatus(d))
 	if d.GetStatusReason() != "" {
@@ -476,10 +515,10 @@ func WriteDeployment(w io.Writer, id string, d *pbscheduler.Deployment) error {
 	if len(d.GetInstances()) < notComplete {
 		fmt.Fprintf(w, "%d of the %d instances not yet complete:\n", len(d.GetInstances()), notComplete)
 	}
-	tw = NewTable(w)
+	tw = cli.NewTable(w)
 	fmt.Fprintln(tw, "INSTANCE\tSTATE\tTASK\tREASON")
 	for _, in := range d.GetInstances() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", in.GetInstance(), Dash(in.GetState()), Dash(in.GetTask()), Dash(in.GetReason()))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", in.GetInstance(), cli.Dash(in.GetState()), cli.Dash(in.GetTask()), cli.Dash(in.GetReason()))
 	}
 	return tw.Flush()
 }

@@ -1,4 +1,4 @@
-package main
+package command
 
 import (
 	"context"
@@ -9,33 +9,24 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/proto"
+	"github.com/spf13/pflag"
 
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/httpapi/wire"
+	schedclient "trellis.dev/trellis/internal/scheduler/client"
 )
 
 // pollEvery is how often --wait reads the deployment.
 const pollEvery = 250 * time.Millisecond
-
-// writeProto prints a scheduler message as -o json or yaml, as the API
-// sends it.
-func writeProto(e *env, out string, m proto.Message) error {
-	b, err := client.MarshalProto(m)
-	if err != nil {
-		return err
-	}
-	return cli.WriteRaw(e.stdout, out, b)
-}
 
 func decodeDeployment(r *wire.Resource) (*pbscheduler.Deployment, error) {
 	if r == nil {
 		return nil, errors.New("the server returned no deployment")
 	}
 	var d pbscheduler.Deployment
-	if err := decodeData(r, &d); err != nil {
+	if err := cli.DecodeData(r, &d); err != nil {
 		return nil, err
 	}
 	return &d, nil
@@ -56,11 +47,11 @@ func followDeployment(ctx context.Context, w io.Writer, get func(context.Context
 		switch {
 		case err == nil:
 			failures = 0
-			if line := cli.ProgressLine(d); line != last {
+			if line := ProgressLine(d); line != last {
 				fmt.Fprintln(w, line)
 				last = line
 			}
-			if !cli.DeploymentRunning(d) {
+			if !DeploymentRunning(d) {
 				return d, nil
 			}
 		case ctx.Err() != nil || permanent(err):
@@ -95,33 +86,30 @@ func sleepFor(d time.Duration) func(context.Context) error {
 	}
 }
 
-// reportDeployment prints a deployment that was just started, and with
-// wait follows it to its end: an end other than completed is an error.
-func reportDeployment(ctx context.Context, e *env, c *client.Client, namespace, envName string, r *wire.Resource, wait bool, out string) error {
+// reportDeployment says what a deployment that was just started is, and
+// with wait follows it to its end: an end other than completed is an
+// error.
+func reportDeployment(ctx context.Context, call *cli.Call, c *schedclient.Client, envName string, r *wire.Resource, wait bool) (cli.Result, error) {
 	d, err := decodeDeployment(r)
 	if err != nil {
-		return err
+		return cli.Result{}, err
 	}
 	id := r.ID.Name
 	if !wait {
-		if out != cli.FormatTable {
-			return cli.WriteValue(e.stdout, out, map[string]any{"deployment": r})
-		}
-		fmt.Fprintf(e.stdout, "deployment %s of %s version %d (%s) is %s\n", id, envName, d.GetVersionNumber(), d.GetTaskDefinition(), d.GetStatus())
-		fmt.Fprintf(e.stdout, "Follow it with: trellis deployment get %s %s\n", envName, id)
-		return nil
+		return cli.Say("deployment %s of %s version %d (%s) is %s\nFollow it with: trellis deployment get %s %s",
+			id, envName, d.GetVersionNumber(), d.GetTaskDefinition(), d.GetStatus(), envName, id).With(map[string]any{"deployment": r}), nil
 	}
-	progress := e.stdout
-	if out != cli.FormatTable {
-		progress = e.stderr // stdout holds only the JSON or YAML
+	progress := call.Stdout
+	if call.Format != cli.FormatTable {
+		progress = call.Stderr // stdout holds only the JSON or YAML
 	} else {
-		fmt.Fprintf(e.stdout, "deployment %s of %s version %d (%s)\n", id, envName, d.GetVersionNumber(), d.GetTaskDefinition())
+		fmt.Fprintf(call.Stdout, "deployment %s of %s version %d (%s)\n", id, envName, d.GetVersionNumber(), d.GetTaskDefinition())
 	}
-	ctx, stop := signalContext(ctx)
+	ctx, stop := cli.SignalContext(ctx)
 	defer stop()
 	var final *wire.Resource
 	end, err := followDeployment(ctx, progress, func(ctx context.Context) (*pbscheduler.Deployment, error) {
-		r, err := c.GetDeployment(ctx, namespace, envName, id)
+		r, err := c.GetDeployment(ctx, call.Namespace, envName, id)
 		if err != nil {
 			return nil, err
 		}
@@ -130,20 +118,17 @@ func reportDeployment(ctx context.Context, e *env, c *client.Client, namespace, 
 	}, sleepFor(pollEvery))
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("stopped following deployment %s; it goes on (trellis deployment get %s %s)", id, envName, id)
+			return cli.Result{}, fmt.Errorf("stopped following deployment %s; it goes on (trellis deployment get %s %s)", id, envName, id)
 		}
-		return serverError(c, err)
+		return cli.Result{}, err
 	}
-	if out != cli.FormatTable {
-		if err := cli.WriteValue(e.stdout, out, map[string]any{"deployment": final}); err != nil {
-			return err
-		}
-	}
-	return cli.WaitResult(envName, id, end)
+	// The deployment as it ended is printed (as JSON or YAML) whether it
+	// completed or not; then the command fails unless it completed.
+	return cli.Result{Value: map[string]any{"deployment": final}}, WaitResult(envName, id, end)
 }
 
-func newDeployCmd(e *env, cf *clientFlags) *cobra.Command {
-	return newStartCmd(e, cf, startCmd{
+func newDeployCmd(e *cli.Env) *cobra.Command {
+	return newStartCmd(e, startCmd{
 		use:   "deploy ENV [--version V] [--wait]",
 		short: "Deploy a version of an environment (the latest by default)",
 		long: `Start a deployment of the environment's latest version, or of --version V (a
@@ -161,12 +146,12 @@ says "completed: nothing placed: ..." and why.`,
 		example: `  trellis deploy log-shipper
   trellis deploy log-shipper --version 3 --wait`,
 		versionHelp: "version to deploy: a number or a uuid (default the latest)",
-		start:       (*client.Client).StartDeployment,
+		start:       (*schedclient.Client).StartDeployment,
 	})
 }
 
-func newRollbackCmd(e *env, cf *clientFlags) *cobra.Command {
-	return newStartCmd(e, cf, startCmd{
+func newRollbackCmd(e *cli.Env) *cobra.Command {
+	return newStartCmd(e, startCmd{
 		use:   "rollback ENV [--version V] [--wait]",
 		short: "Deploy the version before the one deployed (or a given one)",
 		long: `Start a deployment of the version before the environment's deployed one, or of
@@ -175,48 +160,43 @@ trellis deploy --wait does.`,
 		example: `  trellis rollback log-shipper --wait
   trellis rollback log-shipper --version 1`,
 		versionHelp: "version to return to: a number or a uuid (default the one before the deployed version)",
-		start:       (*client.Client).Rollback,
+		start:       (*schedclient.Client).Rollback,
 	})
 }
 
 // startCmd is a command that starts a deployment: deploy or rollback.
 type startCmd struct {
 	use, short, long, example, versionHelp string
-	start                                  func(c *client.Client, ctx context.Context, namespace, env, version string) (*wire.Resource, error)
+	start                                  func(c *schedclient.Client, ctx context.Context, namespace, env, version string) (*wire.Resource, error)
 }
 
-func newStartCmd(e *env, cf *clientFlags, sc startCmd) *cobra.Command {
-	var namespace, version, out string
+func newStartCmd(e *cli.Env, sc startCmd) *cobra.Command {
+	var version string
 	var wait bool
-	cmd := &cobra.Command{
+	return e.Command(cli.ClientCommand{
 		Use:     sc.use,
 		Short:   sc.short,
 		Long:    sc.long,
 		Example: sc.example,
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := cli.ParseVersionArg(version); err != nil {
-				return usageError{err}
-			}
-			c, err := cf.client(e)
-			if err != nil {
-				return err
-			}
-			r, err := sc.start(c, cmd.Context(), namespace, args[0], version)
-			if err != nil {
-				return envError(c, err)
-			}
-			return reportDeployment(cmd.Context(), e, c, namespace, args[0], r, wait, out)
+		Flags: func(fs *pflag.FlagSet) {
+			fs.StringVar(&version, "version", "", sc.versionHelp)
+			fs.BoolVar(&wait, "wait", false, "follow the deployment until it ends; fail unless it completes with its version placed")
 		},
-	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
-	cmd.Flags().StringVar(&version, "version", "", sc.versionHelp)
-	cmd.Flags().BoolVar(&wait, "wait", false, "follow the deployment until it ends; fail unless it completes with its version placed")
-	addOutputFlag(cmd, &out)
-	return cmd
+		Namespaced: true, Output: true,
+		Check: func(*cli.Call) error { return usage(ParseVersionArg(version)) },
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			c := schedclient.New(call.Client)
+			r, err := sc.start(c, ctx, call.Namespace, call.Args[0], version)
+			if err != nil {
+				return cli.Result{}, envError(err)
+			}
+			return reportDeployment(ctx, call, c, call.Args[0], r, wait)
+		},
+	})
 }
 
-func newDeploymentCmd(e *env, cf *clientFlags) *cobra.Command {
+func newDeploymentCmd(e *cli.Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "deployment",
 		Short: "List, show and stop an environment's deployments",
@@ -231,93 +211,79 @@ reads "unhealthy, rolled back to version N".`,
   trellis deployment get log-shipper 01jd3k...
   trellis deployment stop log-shipper`,
 	}
-	cmd.AddCommand(newDeploymentListCmd(e, cf), newDeploymentGetCmd(e, cf), newDeploymentStopCmd(e, cf))
+	cmd.AddCommand(newDeploymentListCmd(e), newDeploymentGetCmd(e), newDeploymentStopCmd(e))
 	return cmd
 }
 
-func newDeploymentListCmd(e *env, cf *clientFlags) *cobra.Command {
-	var namespace, out string
-	cmd := &cobra.Command{
-		Use:     "list ENV",
-		Short:   "List an environment's deployments, latest first",
-		Example: `  trellis deployment list log-shipper`,
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client(e)
+func newDeploymentListCmd(e *cli.Env) *cobra.Command {
+	return e.Command(cli.ClientCommand{
+		Use:        "list ENV",
+		Short:      "List an environment's deployments, latest first",
+		Example:    `  trellis deployment list log-shipper`,
+		Args:       cobra.ExactArgs(1),
+		Namespaced: true, Output: true,
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			env := call.Args[0]
+			list, err := schedclient.New(call.Client).ListDeployments(ctx, call.Namespace, env)
 			if err != nil {
-				return err
+				return cli.Result{}, envError(err)
 			}
-			list, err := c.ListDeployments(cmd.Context(), namespace, args[0])
-			if err != nil {
-				return envError(c, err)
-			}
-			if out != cli.FormatTable {
-				return cli.WriteValue(e.stdout, out, map[string]any{"deployments": list})
+			value := map[string]any{"deployments": list}
+			if call.Format != cli.FormatTable {
+				return cli.Result{Value: value}, nil
 			}
 			if len(list) == 0 {
-				fmt.Fprintf(e.stdout, "No deployments of %s yet. Deploy it with: trellis deploy %s\n", args[0], args[0])
-				return nil
+				return cli.Say("No deployments of %s yet. Deploy it with: trellis deploy %s", env, env), nil
 			}
-			rows := make([]cli.NamedDeployment, 0, len(list))
+			rows := make([]NamedDeployment, 0, len(list))
 			for _, r := range list {
 				d, err := decodeDeployment(r)
 				if err != nil {
-					return err
+					return cli.Result{}, err
 				}
-				rows = append(rows, cli.NamedDeployment{ID: r.ID.Name, D: d})
+				rows = append(rows, NamedDeployment{ID: r.ID.Name, D: d})
 			}
-			return cli.WriteDeployments(e.stdout, rows, e.now())
+			return cli.Result{Table: func(w io.Writer) error { return WriteDeployments(w, rows, call.Now()) }}, nil
 		},
-	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
-	addOutputFlag(cmd, &out)
-	return cmd
+	})
 }
 
-func newDeploymentGetCmd(e *env, cf *clientFlags) *cobra.Command {
-	var namespace, out string
-	cmd := &cobra.Command{
+func newDeploymentGetCmd(e *cli.Env) *cobra.Command {
+	return e.Command(cli.ClientCommand{
 		Use:   "get ENV ID",
 		Short: "Show a deployment: version, status, progress, and the instances not yet complete",
 		Example: `  trellis deployment get log-shipper 01jd3kq8w6r3x0t5v2m4n7p9yb
   trellis deployment get log-shipper 01jd3kq8w6r3x0t5v2m4n7p9yb -o json`,
-		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client(e)
+		Args:       cobra.ExactArgs(2),
+		Namespaced: true, Output: true,
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			r, err := schedclient.New(call.Client).GetDeployment(ctx, call.Namespace, call.Args[0], call.Args[1])
 			if err != nil {
-				return err
+				return cli.Result{}, deploymentError(err, call.Args[0])
 			}
-			r, err := c.GetDeployment(cmd.Context(), namespace, args[0], args[1])
-			if err != nil {
-				return deploymentError(c, err, args[0])
-			}
-			if out != cli.FormatTable {
-				return cli.WriteValue(e.stdout, out, map[string]any{"deployment": r})
+			if call.Format != cli.FormatTable {
+				return cli.Result{Value: map[string]any{"deployment": r}}, nil
 			}
 			d, err := decodeDeployment(r)
 			if err != nil {
-				return err
+				return cli.Result{}, err
 			}
-			return cli.WriteDeployment(e.stdout, r.ID.Name, d)
+			return cli.Result{Table: func(w io.Writer) error { return WriteDeployment(w, r.ID.Name, d) }}, nil
 		},
-	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
-	addOutputFlag(cmd, &out)
-	return cmd
+	})
 }
 
 // deploymentError adds a hint to "not found" from a deployment's
 // operations.
-func deploymentError(c *client.Client, err error, envName string) error {
+func deploymentError(err error, envName string) error {
 	if client.IsCode(err, wire.CodeNotFound) {
 		return fmt.Errorf("%w (trellis deployment list %s shows its deployments)", err, envName)
 	}
-	return serverError(c, err)
+	return err
 }
 
-func newDeploymentStopCmd(e *env, cf *clientFlags) *cobra.Command {
-	var namespace, out string
-	cmd := &cobra.Command{
+func newDeploymentStopCmd(e *cli.Env) *cobra.Command {
+	return e.Command(cli.ClientCommand{
 		Use:   "stop ENV [ID]",
 		Short: "Stop a deployment (by default the environment's deployment in progress)",
 		Long: `Halt a deployment. The tasks it has started keep running; the environment
@@ -325,61 +291,54 @@ becomes inactive: the scheduler stops acting on it until the next deployment.
 Without ID, the environment's deployment in progress is stopped.`,
 		Example: `  trellis deployment stop log-shipper
   trellis deployment stop log-shipper 01jd3kq8w6r3x0t5v2m4n7p9yb`,
-		Args: cobra.RangeArgs(1, 2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client(e)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			envName, id := args[0], ""
-			if len(args) == 2 {
-				id = args[1]
+		Args:       cobra.RangeArgs(1, 2),
+		Namespaced: true, Output: true,
+		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
+			c := schedclient.New(call.Client)
+			envName, id := call.Args[0], ""
+			if len(call.Args) == 2 {
+				id = call.Args[1]
 			} else {
-				info, err := getEnvironment(ctx, c, namespace, envName)
+				info, err := getEnvironment(ctx, c, call.Namespace, envName)
 				if err != nil {
-					return err
+					return cli.Result{}, err
 				}
 				if id, err = activeDeploymentID(info); err != nil {
-					return err
+					return cli.Result{}, err
 				}
 			}
-			r, err := c.StopDeployment(ctx, namespace, envName, id)
+			r, err := c.StopDeployment(ctx, call.Namespace, envName, id)
 			if err != nil {
-				return deploymentError(c, err, envName)
+				return cli.Result{}, deploymentError(err, envName)
 			}
-			if out != cli.FormatTable {
-				return cli.WriteValue(e.stdout, out, map[string]any{"deployment": r})
+			value := map[string]any{"deployment": r}
+			if call.Format != cli.FormatTable {
+				return cli.Result{Value: value}, nil
 			}
 			d, err := decodeDeployment(r)
 			if err != nil {
-				return err
+				return cli.Result{}, err
 			}
-			if d.GetStatus() == cli.DeploymentCanceled {
-				fmt.Fprintf(e.stdout, "deployment %s of %s is canceled: it had not started\n", id, envName)
-				return nil
+			if d.GetStatus() == DeploymentCanceled {
+				return cli.Say("deployment %s of %s is canceled: it had not started", id, envName), nil
 			}
-			fmt.Fprintf(e.stdout, "deployment %s of %s is %s (%s); the tasks it started keep running, and %s is inactive until the next deployment\n",
-				id, envName, d.GetStatus(), cli.Progress(d), envName)
-			return nil
+			return cli.Say("deployment %s of %s is %s (%s); the tasks it started keep running, and %s is inactive until the next deployment",
+				id, envName, d.GetStatus(), Progress(d), envName), nil
 		},
-	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", `namespace (default "default")`)
-	addOutputFlag(cmd, &out)
-	return cmd
+	})
 }
 
 // activeDeploymentID is the id of an environment's deployment in
 // progress.
-func activeDeploymentID(info *client.EnvironmentInfo) (string, error) {
+func activeDeploymentID(info *schedclient.EnvironmentInfo) (string, error) {
 	if r := info.ActiveDeployment; r != nil {
 		return r.ID.Name, nil
 	}
-	envData, err := decodeEnvironment(info.Environment)
+	envStatus, err := DecodeEnvironmentStatus(info.Environment)
 	if err != nil {
 		return "", err
 	}
-	if id := envData.GetActiveDeployment(); id != "" {
+	if id := envStatus.GetActiveDeployment(); id != "" {
 		return id, nil
 	}
 	name := info.Environment.ID.Name

@@ -1,3 +1,9 @@
+// Package client is a Go client of the daemon scheduler's operations
+// (docs/scheduler.md, "HTTP API"): environments, their versions and
+// deployments. It sends its requests through the generic client of the
+// HTTP API (internal/client) and speaks only the public JSON shapes, so
+// the CLI (internal/scheduler/command), tests and benchmarks can drive a
+// server from outside without linking the scheduler.
 package client
 
 import (
@@ -11,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	apiclient "trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/httpapi/wire"
 )
 
@@ -18,6 +25,13 @@ import (
 // one takes the namespace of the environment ("" for the default one).
 // Environments, versions and deployments come back as wire.Resources;
 // the environment's state and diff as the scheduler.v1 messages.
+
+// Client calls the scheduler's operations on a server.
+type Client struct{ c *apiclient.Client }
+
+// New is a Client that sends its requests through c, a client of the
+// server's HTTP API.
+func New(c *apiclient.Client) *Client { return &Client{c: c} }
 
 // EnvironmentSpec is the body of CreateEnvironment and UpdateEnvironment:
 // the spec file's shape. On an update an absent field keeps its value,
@@ -80,19 +94,13 @@ type environmentInfoJSON struct {
 func (i *EnvironmentInfo) MarshalJSON() ([]byte, error) {
 	out := environmentInfoJSON{Environment: i.Environment, ActiveDeployment: i.ActiveDeployment, DesiredVersion: i.DesiredVersion}
 	if i.State != nil {
-		b, err := MarshalProto(i.State)
+		b, err := apiclient.MarshalProto(i.State)
 		if err != nil {
 			return nil, err
 		}
 		out.State = b
 	}
 	return json.Marshal(out)
-}
-
-// MarshalProto is the JSON the API uses for a message: protobuf JSON with
-// the proto field names.
-func MarshalProto(m proto.Message) ([]byte, error) {
-	return protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
 }
 
 // unmarshalProto reads a message, skipping fields of a newer server.
@@ -117,18 +125,21 @@ func (c *Client) environmentURL(namespace, name string, rest string, q url.Value
 		p += "/" + url.PathEscape(name)
 	}
 	p += rest
-	ns := nsQuery(namespace)
-	for k, v := range q {
-		ns[k] = v
+	query := url.Values{}
+	if namespace != "" {
+		query.Set("namespace", namespace)
 	}
-	return c.pathURL(p) + encodeQuery(ns)
+	for k, v := range q {
+		query[k] = v
+	}
+	return c.c.URL(p, query)
 }
 
 // CreateEnvironment creates an environment (inactive until its first
 // deployment) and its first version.
 func (c *Client) CreateEnvironment(ctx context.Context, namespace string, spec *EnvironmentSpec) (*EnvironmentWrite, error) {
 	var out EnvironmentWrite
-	if err := c.do(ctx, http.MethodPost, c.environmentURL(namespace, "", "", nil), spec, &out); err != nil {
+	if err := c.c.Do(ctx, http.MethodPost, c.environmentURL(namespace, "", "", nil), spec, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -139,7 +150,7 @@ func (c *Client) CreateEnvironment(ctx context.Context, namespace string, spec *
 // version, unless nothing changed. It deploys nothing.
 func (c *Client) UpdateEnvironment(ctx context.Context, namespace, name string, spec *EnvironmentSpec) (*EnvironmentWrite, error) {
 	var out EnvironmentWrite
-	if err := c.do(ctx, http.MethodPut, c.environmentURL(namespace, name, "", nil), spec, &out); err != nil {
+	if err := c.c.Do(ctx, http.MethodPut, c.environmentURL(namespace, name, "", nil), spec, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -149,7 +160,7 @@ func (c *Client) UpdateEnvironment(ctx context.Context, namespace, name string, 
 // progress and its desired version.
 func (c *Client) GetEnvironment(ctx context.Context, namespace, name string) (*EnvironmentInfo, error) {
 	var raw environmentInfoJSON
-	if err := c.do(ctx, http.MethodGet, c.environmentURL(namespace, name, "", nil), nil, &raw); err != nil {
+	if err := c.c.Do(ctx, http.MethodGet, c.environmentURL(namespace, name, "", nil), nil, &raw); err != nil {
 		return nil, err
 	}
 	info := &EnvironmentInfo{Environment: raw.Environment, ActiveDeployment: raw.ActiveDeployment, DesiredVersion: raw.DesiredVersion}
@@ -172,7 +183,7 @@ func (c *Client) ListEnvironments(ctx context.Context, namespace, typ string) ([
 	var out struct {
 		Environments []*wire.Resource `json:"environments"`
 	}
-	if err := c.do(ctx, http.MethodGet, c.environmentURL(namespace, "", "", q), nil, &out); err != nil {
+	if err := c.c.Do(ctx, http.MethodGet, c.environmentURL(namespace, "", "", q), nil, &out); err != nil {
 		return nil, err
 	}
 	return out.Environments, nil
@@ -185,7 +196,7 @@ func (c *Client) DeleteEnvironment(ctx context.Context, namespace, name string) 
 	var out struct {
 		Environment *wire.Resource `json:"environment"`
 	}
-	if err := c.do(ctx, http.MethodDelete, c.environmentURL(namespace, name, "", nil), nil, &out); err != nil {
+	if err := c.c.Do(ctx, http.MethodDelete, c.environmentURL(namespace, name, "", nil), nil, &out); err != nil {
 		return nil, err
 	}
 	return out.Environment, nil
@@ -227,7 +238,7 @@ func (c *Client) ListVersions(ctx context.Context, namespace, name string) ([]*w
 	var out struct {
 		Versions []*wire.Resource `json:"versions"`
 	}
-	if err := c.do(ctx, http.MethodGet, c.environmentURL(namespace, name, "/versions", nil), nil, &out); err != nil {
+	if err := c.c.Do(ctx, http.MethodGet, c.environmentURL(namespace, name, "/versions", nil), nil, &out); err != nil {
 		return nil, err
 	}
 	return out.Versions, nil
@@ -237,7 +248,7 @@ func (c *Client) ListVersions(ctx context.Context, namespace, name string) ([]*w
 // The deployment starts pending.
 func (c *Client) StartDeployment(ctx context.Context, namespace, name, version string) (*wire.Resource, error) {
 	var out deploymentResponse
-	if err := c.do(ctx, http.MethodPost, c.environmentURL(namespace, name, "/deployments", nil), versionRequest{version}, &out); err != nil {
+	if err := c.c.Do(ctx, http.MethodPost, c.environmentURL(namespace, name, "/deployments", nil), versionRequest{version}, &out); err != nil {
 		return nil, err
 	}
 	return out.Deployment, nil
@@ -248,7 +259,7 @@ func (c *Client) ListDeployments(ctx context.Context, namespace, name string) ([
 	var out struct {
 		Deployments []*wire.Resource `json:"deployments"`
 	}
-	if err := c.do(ctx, http.MethodGet, c.environmentURL(namespace, name, "/deployments", nil), nil, &out); err != nil {
+	if err := c.c.Do(ctx, http.MethodGet, c.environmentURL(namespace, name, "/deployments", nil), nil, &out); err != nil {
 		return nil, err
 	}
 	return out.Deployments, nil
@@ -257,7 +268,7 @@ func (c *Client) ListDeployments(ctx context.Context, namespace, name string) ([
 // GetDeployment returns one deployment of an environment.
 func (c *Client) GetDeployment(ctx context.Context, namespace, name, id string) (*wire.Resource, error) {
 	var out deploymentResponse
-	if err := c.do(ctx, http.MethodGet, c.environmentURL(namespace, name, "/deployments/"+url.PathEscape(id), nil), nil, &out); err != nil {
+	if err := c.c.Do(ctx, http.MethodGet, c.environmentURL(namespace, name, "/deployments/"+url.PathEscape(id), nil), nil, &out); err != nil {
 		return nil, err
 	}
 	return out.Deployment, nil
@@ -267,7 +278,7 @@ func (c *Client) GetDeployment(ctx context.Context, namespace, name, id string) 
 // left, and the environment becomes inactive.
 func (c *Client) StopDeployment(ctx context.Context, namespace, name, id string) (*wire.Resource, error) {
 	var out deploymentResponse
-	if err := c.do(ctx, http.MethodPost, c.environmentURL(namespace, name, "/deployments/"+url.PathEscape(id)+"/stop", nil), nil, &out); err != nil {
+	if err := c.c.Do(ctx, http.MethodPost, c.environmentURL(namespace, name, "/deployments/"+url.PathEscape(id)+"/stop", nil), nil, &out); err != nil {
 		return nil, err
 	}
 	return out.Deployment, nil
@@ -276,7 +287,7 @@ func (c *Client) StopDeployment(ctx context.Context, namespace, name, id string)
 // Rollback deploys version, or ("") the version before the one deployed.
 func (c *Client) Rollback(ctx context.Context, namespace, name, version string) (*wire.Resource, error) {
 	var out deploymentResponse
-	if err := c.do(ctx, http.MethodPost, c.environmentURL(namespace, name, "/rollback", nil), versionRequest{version}, &out); err != nil {
+	if err := c.c.Do(ctx, http.MethodPost, c.environmentURL(namespace, name, "/rollback", nil), versionRequest{version}, &out); err != nil {
 		return nil, err
 	}
 	return out.Deployment, nil
@@ -285,7 +296,7 @@ func (c *Client) Rollback(ctx context.Context, namespace, name, version string) 
 // getRaw returns a 200 response's body as it is.
 func (c *Client) getRaw(ctx context.Context, url string) (json.RawMessage, error) {
 	var raw json.RawMessage
-	if err := c.do(ctx, http.MethodGet, url, nil, &raw); err != nil {
+	if err := c.c.Do(ctx, http.MethodGet, url, nil, &raw); err != nil {
 		return nil, err
 	}
 	return raw, nil

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/url"
 	"testing"
+
+	apiclient "trellis.dev/trellis/internal/client"
 )
 
 // An update sends only what was given: absent fields are left out, while a
@@ -36,7 +38,11 @@ func TestEnvironmentSpecJSON(t *testing.T) {
 }
 
 func TestEnvironmentURL(t *testing.T) {
-	c, _ := New("http://h:1/base")
+	hc, err := apiclient.New("http://h:1/base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(hc)
 	got := c.environmentURL("prod", "a/b", "/diff", url.Values{"version": {"3"}})
 	if want := "http://h:1/base/v1/environments/a%2Fb/diff?namespace=prod&version=3"; got != want {
 		t.Fatalf("environmentURL = %s, want %s", got, want)

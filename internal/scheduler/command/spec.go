@@ -1,7 +1,6 @@
-package cli
+package command
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,10 +9,11 @@ import (
 	"time"
 
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
-	"trellis.dev/trellis/internal/client"
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/scheduler"
+	schedclient "trellis.dev/trellis/internal/scheduler/client"
 )
 
 // An environment's spec comes from a file (`trellis env create -f`) or
@@ -24,24 +24,10 @@ import (
 // What only the server can know (does the task definition exist, do two
 // environments overlap) is left to it.
 
-// environmentShape is an environment spec file: client.EnvironmentSpec.
-var environmentShape = object("an environment spec",
-	field("name", aString),
-	field("type", aString),
-	field("task_definition", aString),
-	field("instance_group", object("instance_group",
-		field("cluster", aString),
-		field("attributes", listOf(aString)),
-	)),
-	field("deployment", object("deployment",
-		field("min_healthy_percent", wholeNumber(32, true)),
-		field("min_healthy_time", aDuration),
-		field("healthy_deadline", aDuration),
-		field("progress_deadline", aDuration),
-		field("auto_rollback", aBool),
-	)),
-	field("role", aString),
-)
+// environmentShape is an environment spec file: the JSON form of
+// EnvironmentSpec, the body the operations take, so that the file and the
+// request it becomes cannot drift apart.
+var environmentShape = cli.StructShape(schedclient.EnvironmentSpec{}, "an environment spec")
 
 // EnvironmentTypeDaemon is the only type of environment there is.
 const EnvironmentTypeDaemon = "daemon"
@@ -49,31 +35,17 @@ const EnvironmentTypeDaemon = "daemon"
 // ParseEnvironmentSpec reads an environment spec file: one YAML or JSON
 // document. name is how errors call the file. The spec's name may be
 // absent (the command line can give it).
-func ParseEnvironmentSpec(data []byte, name string) (*client.EnvironmentSpec, error) {
-	roots, err := parseSpec(data)
+func ParseEnvironmentSpec(data []byte, name string) (*schedclient.EnvironmentSpec, error) {
+	doc, err := cli.ReadSpecDocument(data, name, environmentShape, cli.SpecKind{What: "an environment spec", One: "environment"})
 	if err != nil {
-		return nil, inFile(err, name)
+		return nil, err
 	}
-	switch {
-	case len(roots) == 0:
-		return nil, &SpecError{File: name, Reason: "empty: an environment spec has " + environmentShape.fieldNames()}
-	case len(roots) > 1:
-		return nil, &SpecError{File: name, Line: roots[1].line, Reason: "one environment per file: this is a second document"}
+	var spec schedclient.EnvironmentSpec
+	if err := doc.Decode(&spec); err != nil {
+		return nil, err
 	}
-	root := roots[0]
-	if root.kind != mapNode {
-		return nil, &SpecError{File: name, Line: root.line,
-			Reason: fmt.Sprintf("an environment spec is a mapping with %s, not %s", environmentShape.fieldNames(), root.describe())}
-	}
-	if err := check(environmentShape, root, ""); err != nil {
-		return nil, inFile(err, name)
-	}
-	var spec client.EnvironmentSpec
-	if err := json.Unmarshal(root.toJSON(), &spec); err != nil {
-		return nil, &SpecError{File: name, Line: root.line, Reason: err.Error()} // the shape admits only what decodes
-	}
-	if err := locate(CheckEnvironmentSpec(&spec, specPath), root, nil); err != nil {
-		return nil, inFile(err, name)
+	if err := doc.Refuse(CheckEnvironmentSpec(&spec, specPath), nil); err != nil {
+		return nil, err
 	}
 	return &spec, nil
 }
@@ -100,7 +72,7 @@ func flagName(field string) string {
 // the type, the form of the task definition and of each filter, the
 // percentage and the durations. label names a field (a spec path like
 // "deployment.min_healthy_time") as the user wrote it.
-func CheckEnvironmentSpec(s *client.EnvironmentSpec, label func(field string) string) error {
+func CheckEnvironmentSpec(s *schedclient.EnvironmentSpec, label func(field string) string) error {
 	fail := func(field, format string, args ...any) error {
 		return resource.NewFieldError(label(field), format, args...)
 	}
@@ -161,13 +133,13 @@ func (f *EnvironmentFlags) Given() bool {
 }
 
 // apply writes the given flags over s.
-func (f *EnvironmentFlags) apply(s *client.EnvironmentSpec) {
+func (f *EnvironmentFlags) apply(s *schedclient.EnvironmentSpec) {
 	if f.TaskDefinition != "" {
 		s.TaskDefinition = f.TaskDefinition
 	}
 	if f.Cluster != "" || f.Attributes != nil {
 		if s.InstanceGroup == nil {
-			s.InstanceGroup = &client.InstanceGroupSpec{}
+			s.InstanceGroup = &schedclient.InstanceGroupSpec{}
 		}
 		if f.Cluster != "" {
 			s.InstanceGroup.Cluster = f.Cluster
@@ -178,7 +150,7 @@ func (f *EnvironmentFlags) apply(s *client.EnvironmentSpec) {
 	}
 	if f.MinHealthyPercent != nil || f.MinHealthyTime != "" || f.HealthyDeadline != "" || f.ProgressDeadline != "" || f.AutoRollback != nil {
 		if s.Deployment == nil {
-			s.Deployment = &client.DeploymentSettings{}
+			s.Deployment = &schedclient.DeploymentSettings{}
 		}
 		d := s.Deployment
 		if f.MinHealthyPercent != nil {
@@ -200,11 +172,11 @@ func (f *EnvironmentFlags) apply(s *client.EnvironmentSpec) {
 }
 
 // CreateSpec is the spec `trellis env create NAME --taskdef ...` sends.
-func (f *EnvironmentFlags) CreateSpec(name string) (*client.EnvironmentSpec, error) {
+func (f *EnvironmentFlags) CreateSpec(name string) (*schedclient.EnvironmentSpec, error) {
 	if f.TaskDefinition == "" {
 		return nil, errors.New("--taskdef: required: the task definition to run, FAMILY:REVISION")
 	}
-	s := &client.EnvironmentSpec{Name: name, Type: EnvironmentTypeDaemon}
+	s := &schedclient.EnvironmentSpec{Name: name, Type: EnvironmentTypeDaemon}
 	f.apply(s)
 	if err := CheckEnvironmentSpec(s, flagName); err != nil {
 		return nil, err
@@ -215,7 +187,7 @@ func (f *EnvironmentFlags) CreateSpec(name string) (*client.EnvironmentSpec, err
 // UpdateSpec is the spec `trellis env update NAME --flag...` sends: the
 // environment's current spec with the given flags over it, whole, so that
 // what was not given is kept whatever the server does with absent fields.
-func (f *EnvironmentFlags) UpdateSpec(name string, current *pbscheduler.Environment) (*client.EnvironmentSpec, error) {
+func (f *EnvironmentFlags) UpdateSpec(name string, current *pbscheduler.Environment) (*schedclient.EnvironmentSpec, error) {
 	s := SpecOf(name, current)
 	f.apply(s)
 	if err := CheckEnvironmentSpec(s, flagName); err != nil {
@@ -225,16 +197,16 @@ func (f *EnvironmentFlags) UpdateSpec(name string, current *pbscheduler.Environm
 }
 
 // SpecOf is an environment's spec as a spec file would say it.
-func SpecOf(name string, e *pbscheduler.Environment) *client.EnvironmentSpec {
-	s := &client.EnvironmentSpec{Name: name, Type: e.GetType(), TaskDefinition: e.GetTaskDefinition(), Role: e.GetRole()}
+func SpecOf(name string, e *pbscheduler.Environment) *schedclient.EnvironmentSpec {
+	s := &schedclient.EnvironmentSpec{Name: name, Type: e.GetType(), TaskDefinition: e.GetTaskDefinition(), Role: e.GetRole()}
 	if g := e.GetInstanceGroup(); g != nil {
-		s.InstanceGroup = &client.InstanceGroupSpec{Cluster: g.GetCluster(), Attributes: slices.Clone(g.GetAttributes())}
+		s.InstanceGroup = &schedclient.InstanceGroupSpec{Cluster: g.GetCluster(), Attributes: slices.Clone(g.GetAttributes())}
 		if s.InstanceGroup.Attributes == nil {
 			s.InstanceGroup.Attributes = []string{}
 		}
 	}
 	if d := e.GetDeployment(); d != nil {
-		s.Deployment = &client.DeploymentSettings{
+		s.Deployment = &schedclient.DeploymentSettings{
 			MinHealthyTime:   d.GetMinHealthyTime(),
 			HealthyDeadline:  d.GetHealthyDeadline(),
 			ProgressDeadline: d.GetProgressDeadline(),
@@ -251,7 +223,7 @@ func SpecOf(name string, e *pbscheduler.Environment) *client.EnvironmentSpec {
 
 // CheckSpecName reconciles the NAME argument with the spec file's name:
 // either may be absent, but not both, and they may not differ.
-func CheckSpecName(spec *client.EnvironmentSpec, arg, file string) error {
+func CheckSpecName(spec *schedclient.EnvironmentSpec, arg, file string) error {
 	switch {
 	case arg == "" && spec.Name == "":
 		return fmt.Errorf("%s: name: required (or give it as NAME)", file)
