@@ -44,6 +44,12 @@ func TestSchedulerCommands(t *testing.T) {
 	}
 	expect(0, "", "ls     daemon   active", "env", "list", "--type", "daemon")
 	expect(0, "", `"summary": "1 desired: 1 active, 0 launching, 0 unhealthy"`, "env", "status", "ls", "-o", "json")
+	// What the scheduler reports is the environment's status, typed: the
+	// resource views show it with its @type.
+	out = expect(0, "", `"@type": "type.googleapis.com/trellis.scheduler.v1.EnvironmentStatus"`, "resource", "get", "scheduler/v1/Environment", "ls", "-o", "json")
+	if !strings.Contains(out, `"daemon-scheduler": {`) || !strings.Contains(out, `"status": "active"`) {
+		t.Errorf("resource get does not show the scheduler's status of ls:\n%s", out)
+	}
 
 	// Widen the group: a new version, a diff that places on dev-2 only.
 	expect(0, "", "environment ls updated: version 2 (", "env", "update", "ls", "--attribute", "zone in (zone-1,zone-2)")

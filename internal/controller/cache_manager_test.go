@@ -137,6 +137,9 @@ func TestCacheFollowsTheManagersWatches(t *testing.T) {
 		h.start()
 		h.setLeader(true)
 		o.expect(t, "d:t1=a")
+		if got := h.metric("trellis_controller_cache_objects", map[string]string{"type": "test/v1/Task"}); got != 1 {
+			t.Errorf("cache_objects{type=test/v1/Task} = %v, want 1", got)
+		}
 
 		h.write(taskType, "t2", "b", d)
 		synctest.Wait()

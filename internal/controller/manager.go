@@ -73,6 +73,11 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Cache == nil {
 		cfg.Cache = NewCache()
 	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(newCacheCollector(cfg.Cache)); err != nil {
+			return nil, fmt.Errorf("controller manager: cache metrics: %w", err)
+		}
+	}
 	return &Manager{cfg: cfg, logger: logger, metrics: m}, nil
 }
 
