@@ -120,11 +120,15 @@ func TestSchedulerCommands(t *testing.T) {
 	}
 
 	// A deployment that fails is followed by auto_rollback, and --wait
-	// says so, naming the version it returns to.
+	// says so, naming the version it returns to. min_healthy_time makes
+	// the failure certain: without it a task that runs an instant before
+	// it exits counts as healthy whenever the scheduler reads the report of
+	// its start before the report of its exit, which under load it did
+	// (about one run in five with -race on a busy machine).
 	expect(0, strings.Replace(sleeperSpec, "sleeper", "idle", 1), "registered idle:1", "taskdef", "register", "-f", "-")
 	expect(0, strings.NewReplacer("sleeper", "idle", "exec sleep 600", "exit 3").Replace(sleeperSpec), "registered idle:2", "taskdef", "register", "-f", "-")
 	expect(0, "", "environment rb created: version 1", "env", "create", "rb", "--taskdef", "idle:1", "--attribute", "zone in (zone-2)",
-		"--min-healthy-percent", "0", "--auto-rollback")
+		"--min-healthy-percent", "0", "--min-healthy-time", "1s", "--auto-rollback")
 	expect(0, "", "completed: 1/1 complete", "deploy", "rb", "--wait")
 	expect(0, "", "environment rb updated: version 2", "env", "update", "rb", "--taskdef", "idle:2")
 	code, out, errOut := run(t, "", vars, "deploy", "rb", "--wait")

@@ -30,9 +30,9 @@ import (
 //     later ones. It is never older than the cause, but it is no snapshot:
 //     it may move during a Reconcile, and two types move independently.
 //   - A controller's workers start, each term, only once every type it
-//     caches has been listed whole into the cache (synced). Before that,
-//     and while this server does not lead, the cache may be empty or hold
-//     an earlier term's view.
+//     caches has been listed whole into the cache (synced). Before that
+//     the cache holds part of the list; while this server does not lead it
+//     is empty (the Manager empties it when a term ends, to free it).
 //   - It lags the store: a reconciler's own write is not in it until the
 //     watch brings it back, and a request mapped by a resync (a list from
 //     the store) may name a change the cache has not seen yet. Writes must
@@ -42,8 +42,9 @@ import (
 // Objects are shared, not copied: every reader gets the same *Object, its
 // Resource and its Data, and the same slices from List and ByIndex. They
 // must never be modified; clone an object (proto.Clone) before editing it
-// to write it back, and copy a slice before sorting or editing it. NewCache with
-// CheckReadOnly catches a reader that does (tests turn it on).
+// to write it back, and copy a slice before sorting or editing it. A
+// cache made with CheckReadOnly catches a reader that edits an object
+// (tests turn it on).
 //
 // Only declared types are cached: the owner reaper follows every type,
 // and a decoded copy of the whole store would double the leader's memory.
@@ -401,7 +402,8 @@ func (c *Cache) Verify() error {
 	return nil
 }
 
-// reset empties every type for a new term: its watches list afresh.
+// reset empties every type, when a term starts (its watches list afresh)
+// and when it ends (a follower reads nothing from the cache).
 func (c *Cache) reset() {
 	c.markFed()
 	for _, tc := range c.cachedTypes() {

@@ -244,6 +244,9 @@ func TestCacheStartsAfreshEachTerm(t *testing.T) {
 		o.expect(t, "d:t1=a,t2=b")
 
 		h.setLeader(false)
+		if got := h.mgr.Cache().List(taskType); len(got) != 0 {
+			t.Errorf("the cache holds %q after the term ended, want nothing", names(got))
+		}
 		h.delete(taskType, "t1")
 		h.write(taskType, "t2", "b2", d)
 		h.write(taskType, "t3", "c", d)

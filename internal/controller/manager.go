@@ -226,6 +226,8 @@ func (m *Manager) startTerm(ctx context.Context, controllers []Controller) (stop
 			select {
 			case <-done:
 				m.metrics.leader.Set(0)
+				// A follower reads nothing from the cache: free it.
+				m.cfg.Cache.reset()
 				return
 			case <-tick.C:
 				var stuck []string
