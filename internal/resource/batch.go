@@ -53,6 +53,9 @@ func (s *Service) writeBatch(ctx context.Context, req *pbresource.WriteBatchRequ
 		if err := s.authorizeWrite(a, c.reg, c.res); err != nil {
 			return nil, withPrefix(memberField(i), err)
 		}
+		if err := checkWrittenThrough(ctx, c.reg); err != nil {
+			return nil, withPrefix(memberField(i), err)
+		}
 		cands[i], idList[i] = c, c.res.GetId()
 	}
 	if err := linkOwners(cands, first); err != nil {

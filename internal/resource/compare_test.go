@@ -6,10 +6,12 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/acl"
 	"trellis.dev/trellis/internal/core"
+	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
 )
@@ -211,5 +213,36 @@ func TestWriteIntoNamespaceDeletedMeanwhile(t *testing.T) {
 		if h.stored(widgetID("doomed", "a")) != nil {
 			t.Fatalf("batch %v: a widget was stored in a namespace that is gone", batch)
 		}
+	}
+}
+
+// A type written only through its own operations refuses the generic
+// writes, pointing at them; its operations (FromOperations) write it.
+func TestWrittenThroughOperationsOnly(t *testing.T) {
+	sealed := &pbresource.Type{Group: "demo", GroupVersion: "v1", Kind: "Sealed"}
+	h := newHarness(t)
+	reg := resource.NewRegistry()
+	registerTestTypes(reg)
+	reg.Register(resource.Registration{Type: sealed, Proto: &wrapperspb.StringValue{}, Scope: resource.ScopeNamespace, WrittenThrough: "/v1/sealed"})
+	svc := resource.NewService(resource.Config{Backend: h.backend, Registry: reg})
+	res := &pbresource.Resource{Id: &pbresource.ID{Type: sealed, Name: "s"}, Data: anyOf(t, wrapperspb.String("x"))}
+
+	before := h.state()
+	_, err := svc.Write(h.ctx, &pbresource.WriteRequest{Resource: res})
+	requireCode(t, err, codes.FailedPrecondition, "demo/v1/Sealed is written only through its own operations (/v1/sealed)")
+	_, err = svc.WriteBatch(h.ctx, &pbresource.WriteBatchRequest{Resources: []*pbresource.Resource{widget(t, "", "w", "v"), res}})
+	requireCode(t, err, codes.FailedPrecondition, "resources[1]: demo/v1/Sealed is written only")
+	h.requireUnchanged(before)
+
+	out, err := svc.Write(resource.FromOperations(h.ctx), &pbresource.WriteRequest{Resource: res})
+	if err != nil {
+		t.Fatalf("a write from the type's operations: %v", err)
+	}
+	// Reads and deletes are the generic ones.
+	if _, err := svc.Read(h.ctx, &pbresource.ReadRequest{Id: out.GetResource().GetId()}); err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if _, err := svc.Delete(h.ctx, &pbresource.DeleteRequest{Id: out.GetResource().GetId()}); err != nil {
+		t.Fatalf("delete: %v", err)
 	}
 }

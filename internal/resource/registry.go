@@ -48,6 +48,14 @@ type Registration struct {
 	// change is a new resource (a TaskDefinition revision, say). Metadata
 	// may still change.
 	Immutable bool
+	// WrittenThrough, when set, names the operations through which alone
+	// the type is created and changed (the HTTP path people use, e.g.
+	// "/v1/environments"): they check and version it beyond what the
+	// type's hooks can see. Write and WriteBatch then refuse the type,
+	// pointing there, unless the call comes from those operations or the
+	// domain's controllers (FromOperations). Reads, deletes and status
+	// writes are not affected.
+	WrittenThrough string
 	// ACLs decides who may read, write and list the type. Nil, or a nil
 	// hook in it, means the default of DefaultACLHooks: namespace read and
 	// write for namespaced types, operator read and write for

@@ -346,6 +346,9 @@ func (s *Service) write(ctx context.Context, req *pbresource.WriteRequest) (*pbr
 	if err := s.authorizeWrite(a, c.reg, c.res); err != nil {
 		return nil, err
 	}
+	if err := checkWrittenThrough(ctx, c.reg); err != nil {
+		return nil, err
+	}
 	if err := s.checkNamespaces(ctx, []*pbresource.ID{c.res.GetId()}, func(int) string { return "" }); err != nil {
 		return nil, err
 	}

@@ -17,11 +17,11 @@ var (
 	EnvironmentType        = &pbresource.Type{Group: APIGroup, GroupVersion: GroupVersion, Kind: "Environment"}
 	EnvironmentVersionType = &pbresource.Type{Group: APIGroup, GroupVersion: GroupVersion, Kind: "EnvironmentVersion"}
 	DeploymentType         = &pbresource.Type{Group: APIGroup, GroupVersion: GroupVersion, Kind: "Deployment"}
-	EnvironmentGuardType   = &pbresource.Type{Group: APIGroup, GroupVersion: GroupVersion, Kind: "EnvironmentGuard"}
 )
 
-// GuardName is the name of a namespace's EnvironmentGuard.
-const GuardName = "daemon-environments"
+// EnvironmentsPath is the HTTP path of the environment operations, through
+// which alone environments are created and changed.
+const EnvironmentsPath = "/v1/environments"
 
 // Vocabulary of the scheduler's types.
 const (
@@ -63,6 +63,9 @@ func Register(r *resource.Registry) {
 		Scope:    resource.ScopeNamespace,
 		Mutate:   MutateEnvironment,
 		Validate: ValidateEnvironment,
+		// A create or update checks the other environments for overlap
+		// and writes a version with the change: /v1/resources cannot.
+		WrittenThrough: EnvironmentsPath,
 		Statuses: map[string]resource.StatusPayload{
 			StatusKey: {Proto: &pbscheduler.EnvironmentStatus{}, Validate: validateEnvironmentStatus},
 		},
@@ -80,24 +83,6 @@ func Register(r *resource.Registry) {
 		Scope:    resource.ScopeNamespace,
 		Validate: ValidateDeployment,
 	})
-	r.Register(resource.Registration{
-		Type:     EnvironmentGuardType,
-		Proto:    &pbscheduler.EnvironmentGuard{},
-		Scope:    resource.ScopeNamespace,
-		Validate: validateGuard,
-	})
-}
-
-// GuardID is the id of namespace ns's EnvironmentGuard.
-func GuardID(ns string) *pbresource.ID {
-	return &pbresource.ID{Type: EnvironmentGuardType, Tenancy: &pbresource.Tenancy{Namespace: ns}, Name: GuardName}
-}
-
-func validateGuard(res *pbresource.Resource) error {
-	if res.GetId().GetName() != GuardName {
-		return resource.NewFieldError("id.name", "is %q: a namespace has one environment guard, named %q", res.GetId().GetName(), GuardName)
-	}
-	return nil
 }
 
 // EnvironmentID is the id of the environment name in namespace ns.

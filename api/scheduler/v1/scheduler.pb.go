@@ -436,8 +436,11 @@ func (x *DeploymentConfig) GetAutoRollback() bool {
 type EnvironmentVersion struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Environment string                 `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
-	// environment_uid ties the version to one incarnation of the
-	// environment: a re-created environment does not inherit versions.
+	// environment_uid is the uid of the environment's incarnation the
+	// version was made for. It is empty on a first version, which is
+	// written in one batch with its environment, before the uid is known:
+	// the version's owner (always set, uid included) is what ties it to one
+	// incarnation, so a re-created environment does not inherit versions.
 	EnvironmentUid string `protobuf:"bytes,2,opt,name=environment_uid,json=environmentUid,proto3" json:"environment_uid,omitempty"`
 	// number counts the environment's versions from 1.
 	Number         int64                  `protobuf:"varint,3,opt,name=number,proto3" json:"number,omitempty"`
@@ -536,57 +539,6 @@ func (x *EnvironmentVersion) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
-// EnvironmentGuard serializes the environment operations of a namespace
-// that check instance groups for overlap (scheduler/v1/EnvironmentGuard,
-// namespaced, one named "daemon-environments"). Create and update read it
-// before they check, and write it, compare-and-swap on what they read, in
-// the batch that stores their change: two overlapping environments written
-// at once cannot both pass the check.
-type EnvironmentGuard struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// changes counts the writes it has guarded.
-	Changes       uint64 `protobuf:"varint,1,opt,name=changes,proto3" json:"changes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *EnvironmentGuard) Reset() {
-	*x = EnvironmentGuard{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[5]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *EnvironmentGuard) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*EnvironmentGuard) ProtoMessage() {}
-
-func (x *EnvironmentGuard) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[5]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use EnvironmentGuard.ProtoReflect.Descriptor instead.
-func (*EnvironmentGuard) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
-}
-
-func (x *EnvironmentGuard) GetChanges() uint64 {
-	if x != nil {
-		return x.Changes
-	}
-	return 0
-}
-
 // Deployment places a version of an environment on its instances
 // (scheduler/v1/Deployment, namespaced, named by its id, owned by its
 // environment). All of its progress is in this resource and in the tasks
@@ -637,7 +589,7 @@ type Deployment struct {
 
 func (x *Deployment) Reset() {
 	*x = Deployment{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +601,7 @@ func (x *Deployment) String() string {
 func (*Deployment) ProtoMessage() {}
 
 func (x *Deployment) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +614,7 @@ func (x *Deployment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deployment.ProtoReflect.Descriptor instead.
 func (*Deployment) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Deployment) GetEnvironment() string {
@@ -813,7 +765,7 @@ type InstanceProgress struct {
 
 func (x *InstanceProgress) Reset() {
 	*x = InstanceProgress{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +777,7 @@ func (x *InstanceProgress) String() string {
 func (*InstanceProgress) ProtoMessage() {}
 
 func (x *InstanceProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +790,7 @@ func (x *InstanceProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceProgress.ProtoReflect.Descriptor instead.
 func (*InstanceProgress) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *InstanceProgress) GetInstance() string {
@@ -894,7 +846,7 @@ type EnvironmentState struct {
 
 func (x *EnvironmentState) Reset() {
 	*x = EnvironmentState{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +858,7 @@ func (x *EnvironmentState) String() string {
 func (*EnvironmentState) ProtoMessage() {}
 
 func (x *EnvironmentState) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +871,7 @@ func (x *EnvironmentState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentState.ProtoReflect.Descriptor instead.
 func (*EnvironmentState) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EnvironmentState) GetDesired() int32 {
@@ -994,7 +946,7 @@ type TaskNames struct {
 
 func (x *TaskNames) Reset() {
 	*x = TaskNames{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +958,7 @@ func (x *TaskNames) String() string {
 func (*TaskNames) ProtoMessage() {}
 
 func (x *TaskNames) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +971,7 @@ func (x *TaskNames) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskNames.ProtoReflect.Descriptor instead.
 func (*TaskNames) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TaskNames) GetTasks() []string {
@@ -1043,7 +995,7 @@ type VersionCount struct {
 
 func (x *VersionCount) Reset() {
 	*x = VersionCount{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1007,7 @@ func (x *VersionCount) String() string {
 func (*VersionCount) ProtoMessage() {}
 
 func (x *VersionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1020,7 @@ func (x *VersionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCount.ProtoReflect.Descriptor instead.
 func (*VersionCount) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *VersionCount) GetTaskDefinition() string {
@@ -1124,7 +1076,7 @@ type InstanceState struct {
 
 func (x *InstanceState) Reset() {
 	*x = InstanceState{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1088,7 @@ func (x *InstanceState) String() string {
 func (*InstanceState) ProtoMessage() {}
 
 func (x *InstanceState) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1101,7 @@ func (x *InstanceState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceState.ProtoReflect.Descriptor instead.
 func (*InstanceState) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *InstanceState) GetInstance() string {
@@ -1220,7 +1172,7 @@ type EnvironmentDiff struct {
 
 func (x *EnvironmentDiff) Reset() {
 	*x = EnvironmentDiff{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1184,7 @@ func (x *EnvironmentDiff) String() string {
 func (*EnvironmentDiff) ProtoMessage() {}
 
 func (x *EnvironmentDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1197,7 @@ func (x *EnvironmentDiff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentDiff.ProtoReflect.Descriptor instead.
 func (*EnvironmentDiff) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EnvironmentDiff) GetVersion() string {
@@ -1320,7 +1272,7 @@ type InstanceChange struct {
 
 func (x *InstanceChange) Reset() {
 	*x = InstanceChange{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1284,7 @@ func (x *InstanceChange) String() string {
 func (*InstanceChange) ProtoMessage() {}
 
 func (x *InstanceChange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1297,7 @@ func (x *InstanceChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceChange.ProtoReflect.Descriptor instead.
 func (*InstanceChange) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InstanceChange) GetInstance() string {
@@ -1436,9 +1388,7 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"deployment\x12\x12\n" +
 	"\x04role\x18\a \x01(\tR\x04role\x129\n" +
 	"\n" +
-	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\",\n" +
-	"\x10EnvironmentGuard\x12\x18\n" +
-	"\achanges\x18\x01 \x01(\x04R\achanges\"\x95\x06\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x95\x06\n" +
 	"\n" +
 	"Deployment\x12 \n" +
 	"\venvironment\x18\x01 \x01(\tR\venvironment\x12\x18\n" +
@@ -1527,43 +1477,42 @@ func file_api_scheduler_v1_scheduler_proto_rawDescGZIP() []byte {
 	return file_api_scheduler_v1_scheduler_proto_rawDescData
 }
 
-var file_api_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_api_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_api_scheduler_v1_scheduler_proto_goTypes = []any{
 	(*Environment)(nil),           // 0: trellis.scheduler.v1.Environment
 	(*EnvironmentStatus)(nil),     // 1: trellis.scheduler.v1.EnvironmentStatus
 	(*InstanceGroup)(nil),         // 2: trellis.scheduler.v1.InstanceGroup
 	(*DeploymentConfig)(nil),      // 3: trellis.scheduler.v1.DeploymentConfig
 	(*EnvironmentVersion)(nil),    // 4: trellis.scheduler.v1.EnvironmentVersion
-	(*EnvironmentGuard)(nil),      // 5: trellis.scheduler.v1.EnvironmentGuard
-	(*Deployment)(nil),            // 6: trellis.scheduler.v1.Deployment
-	(*InstanceProgress)(nil),      // 7: trellis.scheduler.v1.InstanceProgress
-	(*EnvironmentState)(nil),      // 8: trellis.scheduler.v1.EnvironmentState
-	(*TaskNames)(nil),             // 9: trellis.scheduler.v1.TaskNames
-	(*VersionCount)(nil),          // 10: trellis.scheduler.v1.VersionCount
-	(*InstanceState)(nil),         // 11: trellis.scheduler.v1.InstanceState
-	(*EnvironmentDiff)(nil),       // 12: trellis.scheduler.v1.EnvironmentDiff
-	(*InstanceChange)(nil),        // 13: trellis.scheduler.v1.InstanceChange
-	nil,                           // 14: trellis.scheduler.v1.EnvironmentState.CurrentEntry
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*Deployment)(nil),            // 5: trellis.scheduler.v1.Deployment
+	(*InstanceProgress)(nil),      // 6: trellis.scheduler.v1.InstanceProgress
+	(*EnvironmentState)(nil),      // 7: trellis.scheduler.v1.EnvironmentState
+	(*TaskNames)(nil),             // 8: trellis.scheduler.v1.TaskNames
+	(*VersionCount)(nil),          // 9: trellis.scheduler.v1.VersionCount
+	(*InstanceState)(nil),         // 10: trellis.scheduler.v1.InstanceState
+	(*EnvironmentDiff)(nil),       // 11: trellis.scheduler.v1.EnvironmentDiff
+	(*InstanceChange)(nil),        // 12: trellis.scheduler.v1.InstanceChange
+	nil,                           // 13: trellis.scheduler.v1.EnvironmentState.CurrentEntry
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_api_scheduler_v1_scheduler_proto_depIdxs = []int32{
 	2,  // 0: trellis.scheduler.v1.Environment.instance_group:type_name -> trellis.scheduler.v1.InstanceGroup
 	3,  // 1: trellis.scheduler.v1.Environment.deployment:type_name -> trellis.scheduler.v1.DeploymentConfig
-	15, // 2: trellis.scheduler.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
-	15, // 3: trellis.scheduler.v1.Environment.updated_at:type_name -> google.protobuf.Timestamp
+	14, // 2: trellis.scheduler.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
+	14, // 3: trellis.scheduler.v1.Environment.updated_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: trellis.scheduler.v1.EnvironmentVersion.instance_group:type_name -> trellis.scheduler.v1.InstanceGroup
 	3,  // 5: trellis.scheduler.v1.EnvironmentVersion.deployment:type_name -> trellis.scheduler.v1.DeploymentConfig
-	15, // 6: trellis.scheduler.v1.EnvironmentVersion.created_at:type_name -> google.protobuf.Timestamp
-	15, // 7: trellis.scheduler.v1.Deployment.created_at:type_name -> google.protobuf.Timestamp
-	15, // 8: trellis.scheduler.v1.Deployment.start_time:type_name -> google.protobuf.Timestamp
-	15, // 9: trellis.scheduler.v1.Deployment.end_time:type_name -> google.protobuf.Timestamp
-	15, // 10: trellis.scheduler.v1.Deployment.last_progress_at:type_name -> google.protobuf.Timestamp
-	7,  // 11: trellis.scheduler.v1.Deployment.instances:type_name -> trellis.scheduler.v1.InstanceProgress
-	10, // 12: trellis.scheduler.v1.EnvironmentState.versions:type_name -> trellis.scheduler.v1.VersionCount
-	11, // 13: trellis.scheduler.v1.EnvironmentState.instances:type_name -> trellis.scheduler.v1.InstanceState
-	14, // 14: trellis.scheduler.v1.EnvironmentState.current:type_name -> trellis.scheduler.v1.EnvironmentState.CurrentEntry
-	13, // 15: trellis.scheduler.v1.EnvironmentDiff.changes:type_name -> trellis.scheduler.v1.InstanceChange
-	9,  // 16: trellis.scheduler.v1.EnvironmentState.CurrentEntry.value:type_name -> trellis.scheduler.v1.TaskNames
+	14, // 6: trellis.scheduler.v1.EnvironmentVersion.created_at:type_name -> google.protobuf.Timestamp
+	14, // 7: trellis.scheduler.v1.Deployment.created_at:type_name -> google.protobuf.Timestamp
+	14, // 8: trellis.scheduler.v1.Deployment.start_time:type_name -> google.protobuf.Timestamp
+	14, // 9: trellis.scheduler.v1.Deployment.end_time:type_name -> google.protobuf.Timestamp
+	14, // 10: trellis.scheduler.v1.Deployment.last_progress_at:type_name -> google.protobuf.Timestamp
+	6,  // 11: trellis.scheduler.v1.Deployment.instances:type_name -> trellis.scheduler.v1.InstanceProgress
+	9,  // 12: trellis.scheduler.v1.EnvironmentState.versions:type_name -> trellis.scheduler.v1.VersionCount
+	10, // 13: trellis.scheduler.v1.EnvironmentState.instances:type_name -> trellis.scheduler.v1.InstanceState
+	13, // 14: trellis.scheduler.v1.EnvironmentState.current:type_name -> trellis.scheduler.v1.EnvironmentState.CurrentEntry
+	12, // 15: trellis.scheduler.v1.EnvironmentDiff.changes:type_name -> trellis.scheduler.v1.InstanceChange
+	8,  // 16: trellis.scheduler.v1.EnvironmentState.CurrentEntry.value:type_name -> trellis.scheduler.v1.TaskNames
 	17, // [17:17] is the sub-list for method output_type
 	17, // [17:17] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
@@ -1583,7 +1532,7 @@ func file_api_scheduler_v1_scheduler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_scheduler_v1_scheduler_proto_rawDesc), len(file_api_scheduler_v1_scheduler_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -375,10 +374,11 @@ func TestDeleteStopsTasksThenRemoves(t *testing.T) {
 	if _, err := h.Ops.GetEnvironment(h.Ctx, "default", "ls"); err == nil {
 		t.Fatal("the environment is still there after its tasks stopped")
 	}
-	// The last environment of the namespace took its guard with it, so
-	// the guard does not keep the namespace from being deleted.
-	if _, err := h.API.Read(h.Ctx, &pbresource.ReadRequest{Id: scheduler.GuardID("default")}); status.Code(err) != codes.NotFound {
-		t.Fatalf("the namespace's environment guard after its last environment: %v, want NotFound", err)
+	// Nothing of the scheduler's own (there was an environment guard per
+	// namespace once) is left to keep the namespace from being deleted.
+	left, err := h.API.List(h.Ctx, &pbresource.ListRequest{Type: scheduler.EnvironmentType, Tenancy: &pbresource.Tenancy{Namespace: "default"}, Consistent: true})
+	if err != nil || len(left.GetResources()) != 0 {
+		t.Fatalf("environments of the namespace after its last was deleted: %v, %v; want none", left.GetResources(), err)
 	}
 }
 

@@ -20,6 +20,9 @@ import (
 
 // Reconcile converges one environment.
 func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) error {
+	// The scheduler writes the environments it manages, which only the
+	// scheduler's own code may (resource.Registration.WrittenThrough).
+	ctx = resource.FromOperations(ctx)
 	st, err := r.read(ctx, req.ID)
 	if err != nil || st == nil {
 		return err

@@ -3,8 +3,6 @@ package controllers
 import (
 	"context"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -72,29 +70,5 @@ func (r *reconciler) teardown(ctx context.Context, st *envState) error {
 		return err
 	}
 	r.log.Info("environment deleted", "environment", st.res.GetId().GetName())
-	return r.dropGuardIfLast(ctx, st.res.GetId().GetTenancy().GetNamespace())
-}
-
-// dropGuardIfLast deletes the namespace's EnvironmentGuard once no
-// environment is left in it, so that it does not keep the namespace from
-// being deleted. The delete is a compare-and-swap on the guard read: a
-// create that read it meanwhile either lands first (and the delete fails,
-// keeping the guard) or fails its own write and starts over.
-func (r *reconciler) dropGuardIfLast(ctx context.Context, ns string) error {
-	guard, err := r.api.Read(ctx, &pbresource.ReadRequest{Id: scheduler.GuardID(ns), Consistent: true})
-	if status.Code(err) == codes.NotFound {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	envs, err := r.api.List(ctx, &pbresource.ListRequest{Type: scheduler.EnvironmentType, Tenancy: &pbresource.Tenancy{Namespace: ns}, Consistent: true})
-	if err != nil || len(envs.GetResources()) > 0 {
-		return err
-	}
-	_, err = r.api.Delete(ctx, &pbresource.DeleteRequest{Id: guard.GetResource().GetId(), Version: guard.GetResource().GetVersion()})
-	if status.Code(err) == codes.Aborted || status.Code(err) == codes.NotFound {
-		return nil // a create or update wrote it meanwhile: it stays
-	}
-	return err
+	return nil
 }

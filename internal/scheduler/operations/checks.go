@@ -16,23 +16,34 @@ import (
 
 // checkSpec validates a spec, checks that its task definition is
 // registered, and that no other daemon environment whose instance group
-// can overlap runs the same task definition.
-func (o *Operations) checkSpec(ctx context.Context, ns, name string, spec Spec) error {
+// can overlap runs the same task definition. It returns the compare that
+// keeps the overlap check true until the write it goes with
+// (environmentsUnchanged).
+func (o *Operations) checkSpec(ctx context.Context, ns, name string, spec Spec) (*pbresource.Compare, error) {
 	if err := scheduler.ValidateSpec("", spec.Type, spec.TaskDefinition, spec.InstanceGroup, spec.Deployment); err != nil {
-		return err
+		return nil, err
 	}
 	if _, _, err := o.taskDefinition(ctx, ns, "task_definition", spec.TaskDefinition); err != nil {
-		return err
+		return nil, err
 	}
 	mine, err := scheduler.ParseGroup("instance_group", spec.InstanceGroup)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	envs, err := o.API.List(ctx, &pbresource.ListRequest{Type: scheduler.EnvironmentType, Tenancy: &pbresource.Tenancy{Namespace: ns}, Consistent: true})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for _, r := range envs.GetResources() {
+	if err := checkOverlap(name, spec, mine, envs.GetResources()); err != nil {
+		return nil, err
+	}
+	return environmentsUnchanged(ns, envs.GetResources()), nil
+}
+
+// checkOverlap refuses a daemon whose instance group (mine) can overlap
+// that of another environment running the same task definition.
+func checkOverlap(name string, spec Spec, mine scheduler.Group, envs []*pbresource.Resource) error {
+	for _, r := range envs {
 		if r.GetId().GetName() == name {
 			continue
 		}

@@ -122,10 +122,12 @@ func (o *Operations) writeUserDeployment(ctx context.Context, res *pbresource.Re
 		return nil, err
 	}
 	dr.Version = resource.CreateOnly
-	// The environment rides along unchanged, at the version read: a
-	// concurrent update or delete fails this batch.
-	envGuard := &pbresource.Resource{Id: res.GetId(), Owner: res.GetOwner(), Version: res.GetVersion(), Metadata: res.GetMetadata(), Data: res.GetData()}
-	out, err := o.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: append([]*pbresource.Resource{dr, envGuard}, writes...)})
+	// The environment must still be at the version read: a concurrent
+	// update or delete fails this batch.
+	out, err := o.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{
+		Resources: append([]*pbresource.Resource{dr}, writes...),
+		Compares:  []*pbresource.Compare{{Op: pbresource.Compare_OP_VERSION, Id: res.GetId(), Version: res.GetVersion()}},
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -3,9 +3,11 @@
 // environments (environments.go), start, stop and roll back deployments
 // (deployments.go), and look at environments, their state and versions
 // (views.go). Each is a few reads and one CAS write or batch; the
-// controller (package controllers) does the rest. Checks of a spec
-// (checks.go) and of concurrent changes to a namespace (guard.go) run
-// before anything is written.
+// controller (package controllers) does the rest. A spec is checked
+// (checks.go) before anything is written, and the write carries a compare
+// that keeps the check true until it lands, or starts it over
+// (rechecked.go). Environments are written only through these operations
+// and the controller (resource.FromOperations).
 //
 // The operations write an environment's data (its spec) and its
 // deployments, never its status, which the controller alone reports:

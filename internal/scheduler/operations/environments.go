@@ -2,7 +2,6 @@ package operations
 
 import (
 	"context"
-	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,7 +16,7 @@ import (
 )
 
 // CreateEnvironment stores a new, inactive environment and its first
-// version.
+// version, in one batch.
 func (o *Operations) CreateEnvironment(ctx context.Context, ns string, spec Spec) (*EnvironmentResult, error) {
 	if err := resource.ValidateName("name", spec.Name); err != nil {
 		return nil, err
@@ -28,20 +27,19 @@ func (o *Operations) CreateEnvironment(ctx context.Context, ns string, spec Spec
 	if spec.Type == "" {
 		spec.Type = scheduler.TypeDaemon
 	}
-	return guarded(func() (*EnvironmentResult, error) { return o.createOnce(ctx, ns, spec) })
+	ctx = resource.FromOperations(ctx)
+	return rechecked(func() (*EnvironmentResult, error) { return o.createOnce(ctx, ns, spec) })
 }
 
 func (o *Operations) createOnce(ctx context.Context, ns string, spec Spec) (*EnvironmentResult, error) {
-	guard, err := o.guardWrite(ctx, ns)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := o.API.Read(ctx, &pbresource.ReadRequest{Id: scheduler.EnvironmentID(ns, spec.Name), Consistent: true}); err == nil {
+	id := scheduler.EnvironmentID(ns, spec.Name)
+	if _, err := o.API.Read(ctx, &pbresource.ReadRequest{Id: id, Consistent: true}); err == nil {
 		return nil, alreadyExists(ns, spec.Name)
 	} else if status.Code(err) != codes.NotFound {
 		return nil, err
 	}
-	if err := o.checkSpec(ctx, ns, spec.Name, spec); err != nil {
+	unchanged, err := o.checkSpec(ctx, ns, spec.Name, spec)
+	if err != nil {
 		return nil, err
 	}
 	now := o.now()
@@ -54,37 +52,38 @@ func (o *Operations) createOnce(ctx context.Context, ns string, spec Spec) (*Env
 		LatestVersion: uuid, VersionCount: 1,
 		CreatedAt: timestamppb.New(now), UpdatedAt: timestamppb.New(now),
 	}
-	res, err := scheduler.NewResource(scheduler.EnvironmentID(ns, spec.Name), nil, env)
+	res, err := scheduler.NewResource(id, nil, env)
 	if err != nil {
 		return nil, err
 	}
 	res.Version = resource.CreateOnly
-	wr, err := o.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: []*pbresource.Resource{res, guard}})
+	// The first version names the environment as its owner without a uid:
+	// the batch gives it the new one.
+	ver, err := versionResource(ns, uuid, id, spec.Name, 1, env, now)
+	if err != nil {
+		return nil, err
+	}
+	wr, err := o.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{
+		Resources: []*pbresource.Resource{res, ver},
+		Compares:  []*pbresource.Compare{unchanged},
+	})
 	if status.Code(err) == codes.Aborted {
-		// The environment exists now, or another create or update of the
-		// namespace wrote first: then start over, and check again.
-		if _, rerr := o.API.Read(ctx, &pbresource.ReadRequest{Id: scheduler.EnvironmentID(ns, spec.Name), Consistent: true}); rerr == nil {
+		// The environment exists now, or another environment of the
+		// namespace was written after the checks: then check again.
+		if _, rerr := o.API.Read(ctx, &pbresource.ReadRequest{Id: id, Consistent: true}); rerr == nil {
 			return nil, alreadyExists(ns, spec.Name)
 		}
-		return nil, errGuardMoved
+		return nil, errChecksStale
 	}
 	if err != nil {
 		return nil, err
 	}
-	stored := wr.GetResources()[0]
-	ver, err := versionResource(ns, uuid, stored.GetId(), spec.Name, 1, env, now)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := o.API.Write(ctx, &pbresource.WriteRequest{Resource: ver}); err != nil {
-		return nil, fmt.Errorf("environment %s was created, but writing its first version failed (update it to make one): %w", spec.Name, err)
-	}
-	return &EnvironmentResult{Environment: stored, Version: uuid}, nil
+	return &EnvironmentResult{Environment: wr.GetResources()[0], Version: uuid}, nil
 }
 
 // UpdateEnvironment changes an environment's spec: fields spec leaves
 // empty keep their values, but the task definition is required. A change
-// makes a new version; it deploys nothing.
+// makes a new version, written with it; it deploys nothing.
 func (o *Operations) UpdateEnvironment(ctx context.Context, ns, name string, spec Spec) (*EnvironmentResult, error) {
 	if spec.Name != "" && spec.Name != name {
 		return nil, resource.NewFieldError("name", "is %q but the path names %q", spec.Name, name)
@@ -92,14 +91,11 @@ func (o *Operations) UpdateEnvironment(ctx context.Context, ns, name string, spe
 	if spec.TaskDefinition == "" {
 		return nil, resource.NewFieldError("task_definition", "is required: an update names the task definition, even when it keeps it")
 	}
-	return guarded(func() (*EnvironmentResult, error) { return o.updateOnce(ctx, ns, name, spec) })
+	ctx = resource.FromOperations(ctx)
+	return rechecked(func() (*EnvironmentResult, error) { return o.updateOnce(ctx, ns, name, spec) })
 }
 
 func (o *Operations) updateOnce(ctx context.Context, ns, name string, spec Spec) (*EnvironmentResult, error) {
-	guard, err := o.guardWrite(ctx, ns)
-	if err != nil {
-		return nil, err
-	}
 	res, env, err := o.readEnvironment(ctx, ns, name)
 	if err != nil {
 		return nil, err
@@ -128,7 +124,8 @@ func (o *Operations) updateOnce(ctx context.Context, ns, name string, spec Spec)
 		return &EnvironmentResult{Environment: res, Version: env.GetLatestVersion(), Unchanged: true}, nil
 	}
 	merged := Spec{Name: name, Type: next.Type, TaskDefinition: next.TaskDefinition, InstanceGroup: next.InstanceGroup, Deployment: next.Deployment, Role: next.Role}
-	if err := o.checkSpec(ctx, ns, name, merged); err != nil {
+	unchanged, err := o.checkSpec(ctx, ns, name, merged)
+	if err != nil {
 		return nil, err
 	}
 	now := o.now()
@@ -147,13 +144,16 @@ func (o *Operations) updateOnce(ctx context.Context, ns, name string, spec Spec)
 	if err != nil {
 		return nil, err
 	}
-	out, err := o.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: []*pbresource.Resource{w, ver, guard}})
+	out, err := o.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{
+		Resources: []*pbresource.Resource{w, ver},
+		Compares:  []*pbresource.Compare{unchanged},
+	})
 	if status.Code(err) == codes.Aborted {
-		// The environment changed (say so), or only the guard did: another
-		// create or update of the namespace wrote first; start over.
+		// The environment changed (say so), or only another one of the
+		// namespace did after the checks: check again.
 		cur, rerr := o.API.Read(ctx, &pbresource.ReadRequest{Id: res.GetId(), Consistent: true})
 		if rerr == nil && cur.GetResource().GetVersion() == res.GetVersion() {
-			return nil, errGuardMoved
+			return nil, errChecksStale
 		}
 	}
 	if err != nil {
@@ -166,6 +166,7 @@ func (o *Operations) updateOnce(ctx context.Context, ns, name string, spec Spec)
 // stops its tasks and removes it. Refused while a user deployment is in
 // progress.
 func (o *Operations) DeleteEnvironment(ctx context.Context, ns, name string) (*pbresource.Resource, error) {
+	ctx = resource.FromOperations(ctx)
 	res, env, err := o.readEnvironment(ctx, ns, name)
 	if err != nil {
 		return nil, err

@@ -145,7 +145,8 @@ func TestStaleVersionIsAConflict(t *testing.T) {
 
 // Two overlapping environments of one task definition, created at once:
 // the second to write finds the first when it checks again, and is
-// refused. Without the guard both checks passed before either wrote.
+// refused. Without the compare that the environments are unchanged
+// since the checks, both checks passed before either wrote.
 func TestConcurrentOverlappingCreatesCannotBothPass(t *testing.T) {
 	h := schedulertest.New(t)
 	h.Fleet()
@@ -173,7 +174,7 @@ func TestConcurrentOverlappingCreatesCannotBothPass(t *testing.T) {
 		t.Fatalf("the refused environment: %v, want NotFound", err)
 	}
 
-	// Updates are guarded the same way.
+	// Updates are checked the same way.
 	slipIn.before = nil
 	if _, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("c", td, 75, "", "role=web")); err != nil {
 		t.Fatal(err)
@@ -206,6 +207,58 @@ func (w *writeHook) WriteBatch(ctx context.Context, req *pbresource.WriteBatchRe
 		w.before()
 	}
 	return w.API.WriteBatch(ctx, req)
+}
+
+// An environment and its first version are one write: both stored at the
+// same version, the version owned by the environment's incarnation.
+func TestCreateWritesEnvironmentAndFirstVersionAtOnce(t *testing.T) {
+	h := schedulertest.New(t)
+	h.Fleet()
+	td := h.TaskDefinition("ls", 1)
+	created, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("ls", td, 75, "", "role=logger"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ver, err := h.API.Read(h.Ctx, &pbresource.ReadRequest{Id: scheduler.VersionID("default", created.Version)})
+	if err != nil {
+		t.Fatalf("the first version: %v", err)
+	}
+	env := created.Environment
+	if ver.GetResource().GetVersion() != env.GetVersion() {
+		t.Fatalf("environment at version %s, its first version at %s: two writes", env.GetVersion(), ver.GetResource().GetVersion())
+	}
+	if !proto.Equal(ver.GetResource().GetOwner(), env.GetId()) {
+		t.Fatalf("the first version is owned by %v, not the environment %v", ver.GetResource().GetOwner(), env.GetId())
+	}
+	// It resolves as the environment's version, by uuid and by number.
+	for _, v := range []string{created.Version, "1"} {
+		if _, err := h.Ops.StartDeployment(h.Ctx, "default", "ls", v); err != nil {
+			t.Fatalf("deploying version %s: %v", v, err)
+		}
+	}
+}
+
+// An environment is written only through the operations: the generic
+// write and batch refuse it, pointing at them, and write nothing.
+func TestEnvironmentWrittenOnlyThroughOperations(t *testing.T) {
+	h := schedulertest.New(t)
+	h.Fleet()
+	td := h.TaskDefinition("ls", 1)
+	created, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("ls", td, 75, "", "role=logger"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := h.Fingerprint()
+	changed := proto.Clone(created.Environment).(*pbresource.Resource)
+	changed.Metadata = map[string]string{"team": "ops"}
+	_, err = h.API.Write(h.Ctx, &pbresource.WriteRequest{Resource: changed})
+	schedulertest.RequireCode(t, err, codes.FailedPrecondition, "scheduler/v1/Environment is written only through its own operations (/v1/environments)")
+	fresh := &pbresource.Resource{Id: scheduler.EnvironmentID("default", "sneaky"), Data: created.Environment.GetData()}
+	_, err = h.API.WriteBatch(h.Ctx, &pbresource.WriteBatchRequest{Resources: []*pbresource.Resource{fresh}})
+	schedulertest.RequireCode(t, err, codes.FailedPrecondition, "resources[0]: scheduler/v1/Environment is written only")
+	if h.Fingerprint() != before {
+		t.Fatal("a refused generic write wrote something")
+	}
 }
 
 // reportingAPI is the resource API with the scheduler reporting an

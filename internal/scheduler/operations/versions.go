@@ -48,7 +48,10 @@ func (o *Operations) resolveVersion(ctx context.Context, res *pbresource.Resourc
 	if err != nil {
 		return "", nil, err
 	}
-	if v.GetEnvironment() != name || v.GetEnvironmentUid() != res.GetId().GetUid() {
+	// The owner's uid ties the version to one incarnation of the
+	// environment (its environment_uid is empty on a first version, which
+	// is written with the environment, before its uid is known).
+	if v.GetEnvironment() != name || resp.GetResource().GetOwner().GetUid() != res.GetId().GetUid() {
 		return "", nil, resource.NewFieldError("version", "%s is a version of environment %s, not of %s", version, v.GetEnvironment(), name)
 	}
 	return version, v, nil
