@@ -56,8 +56,14 @@ type UsageError struct{ Err error }
 func (e UsageError) Error() string { return e.Err.Error() }
 func (e UsageError) Unwrap() error { return e.Err }
 
-// Usage marks err as a mistake in how the command was called.
-func Usage(err error) error { return UsageError{Err: err} }
+// Usage marks err as a mistake in how the command was called; nil stays
+// nil, so that a check's result can be passed as it is.
+func Usage(err error) error {
+	if err == nil {
+		return nil
+	}
+	return UsageError{Err: err}
+}
 
 // ClientFlags are the flags of every command that talks to a server's HTTP
 // API.

@@ -161,3 +161,9 @@ func TestUnreachable(t *testing.T) {
 		t.Fatalf("an answer of the server was reworded: %v", got)
 	}
 }
+
+func TestUsageOfNil(t *testing.T) {
+	if Usage(nil) != nil {
+		t.Fatal("Usage(nil) is not nil")
+	}
+}

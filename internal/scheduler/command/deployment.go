@@ -184,7 +184,7 @@ func newStartCmd(e *cli.Env, sc startCmd) *cobra.Command {
 			fs.BoolVar(&wait, "wait", false, "follow the deployment until it ends; fail unless it completes with its version placed")
 		},
 		Namespaced: true, Output: true,
-		Check: func(*cli.Call) error { return usage(ParseVersionArg(version)) },
+		Check: func(*cli.Call) error { return cli.Usage(ParseVersionArg(version)) },
 		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
 			c := schedclient.New(call.Client)
 			r, err := sc.start(c, ctx, call.Namespace, call.Args[0], version)

@@ -402,7 +402,7 @@ definition runs), stop (the instance no longer matches) or keep.`,
 			fs.StringVar(&version, "version", "", "version to compare with what runs: a number or a uuid (default the latest)")
 		},
 		Namespaced: true, Output: true,
-		Check: func(*cli.Call) error { return usage(ParseVersionArg(version)) },
+		Check: func(*cli.Call) error { return cli.Usage(ParseVersionArg(version)) },
 		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
 			d, err := schedclient.New(call.Client).EnvironmentDiff(ctx, call.Namespace, call.Args[0], version)
 			if err != nil {
@@ -411,14 +411,6 @@ definition runs), stop (the instance no longer matches) or keep.`,
 			return cli.Result{Value: d, Table: func(w io.Writer) error { return WriteDiff(w, d) }}, nil
 		},
 	})
-}
-
-// usage marks err, if any, as a mistake in how the command was called.
-func usage(err error) error {
-	if err == nil {
-		return nil
-	}
-	return cli.Usage(err)
 }
 
 func newEnvStatusCmd(e *cli.Env) *cobra.Command {
