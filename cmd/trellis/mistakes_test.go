@@ -264,6 +264,22 @@ func TestClientFlagsOnlyOnClientCommands(t *testing.T) {
 		}
 	})
 
+	// Every command that takes the client flags and runs is declared
+	// through cli.Env.Command, so that it parses, prints and fails as the
+	// others do; only the groups above them are not.
+	walkCommands(func(c *cobra.Command) {
+		path := pathArgs(c)
+		if len(path) == 0 || !slices.Contains(clients, path[0]) {
+			if c.Annotations[cli.ClientAnnotation] != "" {
+				t.Errorf("%s: made as a client command", c.CommandPath())
+			}
+			return
+		}
+		if declared := c.Annotations[cli.ClientAnnotation] == "true"; declared == isGroup(c) {
+			t.Errorf("%s: made by cli.Env.Command %v, a group %v", c.CommandPath(), declared, isGroup(c))
+		}
+	})
+
 	for _, args := range [][]string{
 		{"dev", "-addr", "http://127.0.0.1:1"},
 		{"dev", "--token", "t"},

@@ -238,6 +238,11 @@ func AddOutputFlag(cmd *cobra.Command, out *string) {
 	cmd.Flags().VarP(NewChoice(out, FormatTable, "an output format", OutputFormats...), "output", "o", "output format: table, json or yaml")
 }
 
+// ClientAnnotation marks a command that Env.Command made, so that a test
+// of the whole tree can check that every command talking to a server is
+// one.
+const ClientAnnotation = "trellis/client"
+
 // namespaceHelp is what -n says unless a command says otherwise.
 const namespaceHelp = `namespace (default "default")`
 
@@ -246,7 +251,8 @@ const namespaceHelp = `namespace (default "default")`
 func (e *Env) Command(cc ClientCommand) *cobra.Command {
 	var namespace, format string
 	var all bool
-	cmd := &cobra.Command{Use: cc.Use, Short: cc.Short, Long: cc.Long, Example: cc.Example, Args: cc.Args}
+	cmd := &cobra.Command{Use: cc.Use, Short: cc.Short, Long: cc.Long, Example: cc.Example, Args: cc.Args,
+		Annotations: map[string]string{ClientAnnotation: "true"}}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		call := &Call{Env: e, Args: args, Flags: cmd.Flags(), Namespace: namespace, Format: FormatTable}
 		if cc.Output {

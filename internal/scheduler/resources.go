@@ -69,14 +69,3 @@ func WithDeployment(res *pbresource.Resource, f func(*pbscheduler.Deployment)) (
 	f(d)
 	return WithData(res, d)
 }
-
-// WithEnvironment is res (a CAS on its version) with its environment
-// changed by f.
-func WithEnvironment(res *pbresource.Resource, f func(*pbscheduler.Environment)) (*pbresource.Resource, error) {
-	e, err := resource.DecodeData[*pbscheduler.Environment](res)
-	if err != nil {
-		return nil, err
-	}
-	f(e)
-	return WithData(res, e)
-}
