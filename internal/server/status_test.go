@@ -40,7 +40,10 @@ func TestWriteStatusesThroughAFollower(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := c.Write(ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: scheduler.EnvironmentID("default", name), Data: data}})
+		// Environments are written only through the scheduler's own code
+		// (resource.Registration.WrittenThrough): the follower's service,
+		// in process, writes them as its operations would.
+		out, err := follower.API().Write(resource.FromOperations(ctx), &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: scheduler.EnvironmentID("default", name), Data: data}})
 		if err != nil {
 			t.Fatal(err)
 		}
