@@ -21,13 +21,13 @@ import (
 	"trellis.dev/trellis/internal/tlsutil"
 )
 
-// This file is the one way a command that talks to a server is made. Such
-// a command used to repeat the same body: parse its flags, build the
-// client, call, print in the -o format, word the failure. A domain now
-// declares only what sets its command apart (a ClientCommand) and
-// Env.Command makes the cobra command, so every client command refuses
-// mistakes, prints and fails the same way, and a domain's commands can
-// live beside its client code rather than in cmd/trellis.
+// This file is the one way a command that talks to a server is made.
+// Every such command does the same: parse its flags, make the client,
+// call, print in the -o format, word the failure. A domain declares only
+// what sets its command apart (a ClientCommand) and Env.Command makes the
+// cobra command, so that every client command refuses mistakes, prints
+// and fails the same way, and a domain's commands can live beside its
+// client code rather than in cmd/trellis.
 
 // Env is what commands are built with: the process's streams, environment
 // and clock (tests run commands in process with their own), and the client

@@ -7,9 +7,9 @@
 // JSON or YAML. A domain's commands live beside its client code
 // (internal/orchestrator/command, internal/scheduler/command) and build on
 // this package; cmd/trellis only assembles the tree.
-// Apart from Env.Command, which runs a command, everything here is a pure
-// function over plain values (bytes in, bytes or values out), tested by
-// tables.
+// Apart from Env (command.go), which reads the flags, the files and the
+// streams and runs a command, everything here is a pure function over
+// plain values (bytes in, bytes or values out), tested by tables.
 //
 // Design decisions:
 //
