@@ -172,7 +172,7 @@ func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now 
 		ins[i] = int32(i)
 	}
 	byName := func(a, b int32) int { return strings.Compare(instances[a].Name, instances[b].Name) }
-	if !slices.IsSortedFunc(ins, byName) { // the scheduler's cache keeps them sorted
+	if !slices.IsSortedFunc(ins, byName) { // the scheduler's controller keeps them sorted
 		slices.SortFunc(ins, byName)
 	}
 	order := make([]int32, len(tasks))

@@ -3,16 +3,22 @@ package controllers_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/scheduler"
 	"trellis.dev/trellis/internal/scheduler/schedulertest"
 )
 
-// BenchmarkReconcileSteady5000 is one reconcile of an environment whose
-// 5,000 instances all run their task: the cost the scheduler pays on
-// every change once deployed (reading the world and planning).
-func BenchmarkReconcileSteady5000(b *testing.B) {
+// deployed5000 is a harness with an environment deployed to 5,000
+// instances, every task running.
+func deployed5000(b *testing.B) *schedulertest.Harness {
 	t := &testing.T{}
 	h := schedulertest.New(t)
 	h.T = t
@@ -28,9 +34,42 @@ func BenchmarkReconcileSteady5000(b *testing.B) {
 	if n := len(h.Live()); n != 5000 {
 		b.Fatalf("%d live tasks", n)
 	}
+	return h
+}
+
+// BenchmarkReconcileSteady5000 is one reconcile of an environment whose
+// 5,000 instances all run their task: the cost the scheduler pays on
+// every change once deployed (reading the world and planning).
+func BenchmarkReconcileSteady5000(b *testing.B) {
+	h := deployed5000(b)
 	req := controller.Request{ID: scheduler.EnvironmentID("default", "ls")}
 	b.ResetTimer()
 	for b.Loop() {
+		if err := h.Ctl.Reconciler.Reconcile(h.Ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReconcileAfterAReport5000 is one task's report and the
+// reconcile it causes, in the same environment: the scheduler's cost per
+// report while a fleet's tasks report (a rollout, health changes).
+func BenchmarkReconcileAfterAReport5000(b *testing.B) {
+	h := deployed5000(b)
+	list, err := h.API.List(h.Ctx, &pbresource.ListRequest{Type: orchestrator.TaskType, Tenancy: &pbresource.Tenancy{Namespace: "default"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	res := list.GetResources()[0]
+	req := controller.Request{ID: scheduler.EnvironmentID("default", "ls")}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		task, err := resource.DecodeData[*pborch.Task](res)
+		if err != nil {
+			b.Fatal(err)
+		}
+		task.ReportedAt = timestamppb.New(h.Clock.Now().Add(time.Duration(i)))
+		res = h.Write(res.GetId(), res.GetOwner(), task, res.GetVersion())
 		if err := h.Ctl.Reconciler.Reconcile(h.Ctx, req); err != nil {
 			b.Fatal(err)
 		}

@@ -50,8 +50,11 @@ func (r *reconciler) collect(ctx context.Context, st *envState) error {
 		if err != nil && status.Code(err) != codes.Aborted && status.Code(err) != codes.NotFound {
 			return err
 		}
+		// Seen deleted at once, not when the watch brings it, so that the
+		// next run does not delete it again.
 		if ids.SameType(res.GetId().GetType(), orchestrator.TaskType) {
-			r.cache.observeTask(res, true)
+			r.cache.Apply(controller.Event{Resource: res, Deleted: true})
+			r.tasks.changed(res.GetOwner(), res.GetId().GetName())
 		}
 	}
 	return nil

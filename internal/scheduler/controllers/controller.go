@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -52,12 +53,19 @@ type Config struct {
 	Now func() time.Time
 	// Resync is the full resync period (DefaultResync when zero).
 	Resync time.Duration
+	// Cache is the controller manager's cache (controller.Config.Cache),
+	// which the scheduler reads its tasks and the instances from.
+	// Required.
+	Cache *controller.Cache
 }
 
 // Controller returns the daemon scheduler's controller. Its requests are
 // environments; it watches their deployments and tasks (owned by them)
 // and every instance (an instance change may change what matches).
-func Controller(cfg Config) controller.Controller {
+func Controller(cfg Config) (controller.Controller, error) {
+	if cfg.Cache == nil {
+		return controller.Controller{}, errors.New("daemon scheduler: Config.Cache is required")
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -67,7 +75,7 @@ func Controller(cfg Config) controller.Controller {
 	if cfg.Resync == 0 {
 		cfg.Resync = DefaultResync
 	}
-	r := &reconciler{api: cfg.API, now: cfg.Now, log: cfg.Logger.With("controller", ControllerName), envs: map[string]*pbresource.ID{}, cache: newCache()}
+	r := &reconciler{api: cfg.API, now: cfg.Now, log: cfg.Logger.With("controller", ControllerName), envs: map[string]*pbresource.ID{}, cache: cfg.Cache, instances: newInstanceViews(cfg.Cache), tasks: newTaskViews()}
 	return controller.Controller{
 		Name:        ControllerName,
 		ManagedType: scheduler.EnvironmentType,
@@ -77,12 +85,13 @@ func Controller(cfg Config) controller.Controller {
 			{Type: orchestrator.TaskType, Map: r.mapTask},
 			{Type: orchestrator.InstanceType, Map: r.mapInstance},
 		},
+		Cached:       cachedTypes,
 		Reconciler:   r,
 		ResyncPeriod: cfg.Resync,
 		Workers:      4,
 		Pacing:       pacing,
 		OnStart:      r.startTerm,
-	}
+	}, nil
 }
 
 type reconciler struct {
@@ -93,7 +102,9 @@ type reconciler struct {
 	mu   sync.Mutex
 	envs map[string]*pbresource.ID // every environment, for mapInstance
 
-	cache *cache
+	cache     *controller.Cache
+	instances *instanceViews
+	tasks     *taskViews
 }
 
 func (r *reconciler) mapEnvironment(ev controller.Event, look controller.Lookup) []controller.Request {
@@ -102,7 +113,8 @@ func (r *reconciler) mapEnvironment(ev controller.Event, look controller.Lookup)
 	r.mu.Lock()
 	if ev.Deleted {
 		delete(r.envs, key)
-		r.cache.forgetEnvironment(envKey(id))
+		r.instances.forget(envKey(id))
+		r.tasks.forget(envKey(id))
 	} else {
 		c := proto.Clone(id).(*pbresource.ID)
 		c.Uid = ""
@@ -112,24 +124,26 @@ func (r *reconciler) mapEnvironment(ev controller.Event, look controller.Lookup)
 	return controller.MapSelf(ev, look)
 }
 
-// startTerm forgets what an earlier term cached: while another server
-// led, tasks and instances changed and were deleted without this
-// server's watches seeing it. The cache is primed again at first use.
+// startTerm forgets what was derived from an earlier term's cache: while
+// another server led, instances and tasks changed without this server's
+// watches seeing it. The Manager lists them into the cache again.
 func (r *reconciler) startTerm() {
-	r.cache.reset()
+	r.instances.changed()
+	r.tasks.reset()
 }
 
-// mapTask keeps the cache of tasks and maps a task to its environment.
+// mapTask notes that an environment's tasks changed and maps the task to
+// its environment.
 func (r *reconciler) mapTask(ev controller.Event, look controller.Lookup) []controller.Request {
-	r.cache.observeTask(ev.Resource, ev.Deleted)
+	r.tasks.changed(ev.Resource.GetOwner(), ev.Resource.GetId().GetName())
 	return controller.MapOwner(ev, look)
 }
 
-// mapInstance keeps the cache of instances and asks for every
+// mapInstance notes that the instances changed and asks for every
 // environment: whether an instance matches is the reconciler's to decide,
 // and environments are few.
 func (r *reconciler) mapInstance(ev controller.Event, _ controller.Lookup) []controller.Request {
-	r.cache.observeInstance(ev.Resource, ev.Deleted)
+	r.instances.changed()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]controller.Request, 0, len(r.envs))

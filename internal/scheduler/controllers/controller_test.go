@@ -550,7 +550,7 @@ func TestNewTermForgetsTheCache(t *testing.T) {
 			}
 		}
 	}
-	h.Ctl.OnStart() // leading again
+	h.NewTerm() // leading again
 	h.Reconcile("ls")
 	if _, ok := h.Live()["i2"]; !ok {
 		t.Fatal("the task that died while another server led was not replaced")

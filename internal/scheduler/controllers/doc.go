@@ -2,8 +2,10 @@
 // on the leader (controller.Manager). Its requests are environments; it
 // watches their deployments and tasks and every instance.
 //
-// A reconcile (reconcile.go) reads an environment, what it owns and the
-// instances, mostly from a cache the watches keep (cache.go); computes
+// A reconcile (reconcile.go) reads an environment and its versions and
+// deployments from the store, and its tasks and the instances from the
+// controllers' cache (controller.Cache), through views of them it keeps
+// up to date (views.go); computes
 // the plan and the deployments' progress with the scheduler's pure
 // decisions; and writes both in one batch, chunked for large fleets
 // (write.go). Around it: the deployment lifecycle, which starts the newest

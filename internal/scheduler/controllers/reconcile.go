@@ -14,8 +14,6 @@ import (
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
 	"trellis.dev/trellis/internal/controller"
-	"trellis.dev/trellis/internal/ids"
-	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/scheduler"
 )
@@ -83,7 +81,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 	replace := active != nil || st.status.GetLastCompletedVersion() == st.status.GetDesiredVersion()
 	target := scheduler.Target{TaskDefinition: ver.GetTaskDefinition(), Version: st.status.GetDesiredVersion(), Group: group, Rollout: rollout, Replace: replace}
 	views := viewsOf(st.tasks)
-	matching := r.cache.matching(envKey(st.res.GetId()), st.status.GetDesiredVersion(), group)
+	matching := r.instances.matching(envKey(st.res.GetId()), st.status.GetDesiredVersion(), group)
 	plan := scheduler.ComputePlan(target, matching.Relevant(views), views, now)
 	writes, err := r.planWrites(st, plan, target, active, ver.GetNumber(), now)
 	if err != nil {
@@ -137,6 +135,7 @@ type envState struct {
 }
 
 type storedTask struct {
+	obj  *controller.Object // what the cache held, for taskViews
 	res  *pbresource.Resource
 	t    *pborch.Task
 	view scheduler.TaskView
@@ -156,7 +155,6 @@ func (r *reconciler) read(ctx context.Context, id *pbresource.ID) (*envState, er
 	if st.env, err = resource.DecodeData[*pbscheduler.Environment](st.res); err != nil {
 		return nil, controller.Terminal(err)
 	}
-	name, uid := st.res.GetId().GetName(), st.res.GetId().GetUid()
 	versions, err := scheduler.ListOwned(ctx, r.api, st.res, scheduler.EnvironmentVersionType, false)
 	if err != nil {
 		return nil, err
@@ -176,42 +174,8 @@ func (r *reconciler) read(ctx context.Context, id *pbresource.ID) (*envState, er
 	}
 	st.status = scheduler.ReportStatus(st.reported, st.deployments, st.versions)
 
-	key := envKey(st.res.GetId())
-	instances, instancesPrimed, tasks, tasksPrimed := r.cache.snapshot(key)
-	if !instancesPrimed {
-		list, err := r.api.List(ctx, &pbresource.ListRequest{Type: orchestrator.InstanceType, Tenancy: &pbresource.Tenancy{}})
-		if err != nil {
-			return nil, err
-		}
-		r.cache.primeInstances(list.GetResources())
-	}
-	if !tasksPrimed {
-		r.cache.beginPrime(key)
-		owned, err := r.api.ListByOwner(ctx, &pbresource.ListByOwnerRequest{Owner: st.res.GetId()})
-		if err != nil {
-			return nil, err
-		}
-		var mine []*storedTask
-		for _, o := range owned.GetResources() {
-			if !ids.SameType(o.GetId().GetType(), orchestrator.TaskType) {
-				continue
-			}
-			if t, err := resource.DecodeData[*pborch.Task](o); err == nil {
-				mine = append(mine, &storedTask{res: o, t: t, view: scheduler.TaskViewOf(name, o, t)})
-			}
-		}
-		r.cache.primeTasks(key, mine)
-	}
-	if !instancesPrimed || !tasksPrimed {
-		instances, _, tasks, _ = r.cache.snapshot(key)
-	}
-	// Tasks of an earlier incarnation of the environment are not ours.
-	for _, t := range tasks {
-		if t.res.GetOwner().GetUid() == uid {
-			st.tasks = append(st.tasks, t)
-		}
-	}
-	st.instances = instances
+	st.tasks = r.tasks.of(r.cache, st.res.GetId())
+	st.instances = r.instances.all()
 	return st, nil
 }
 

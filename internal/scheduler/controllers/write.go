@@ -8,6 +8,8 @@ import (
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/ids"
+	"trellis.dev/trellis/internal/orchestrator"
 )
 
 // writeAll writes in atomic batches of at most writeChunk members. All
@@ -44,6 +46,13 @@ func (r *reconciler) writeBatch(ctx context.Context, batch []*pbresource.Resourc
 	if err != nil {
 		return fmt.Errorf("writing %d resources: %w", len(batch), err)
 	}
-	r.cache.written(out.GetResources())
+	// The next run sees what this one placed and stopped before the watch
+	// brings it back (only the cached types are kept).
+	for _, res := range out.GetResources() {
+		r.cache.Apply(controller.Event{Resource: res})
+		if ids.SameType(res.GetId().GetType(), orchestrator.TaskType) {
+			r.tasks.changed(res.GetOwner(), res.GetId().GetName())
+		}
+	}
 	return nil
 }

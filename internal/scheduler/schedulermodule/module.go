@@ -36,9 +36,13 @@ func (schedulerModule) Setup(d module.Deps) (module.Parts, error) {
 			return module.Parts{}, errors.New("needs the orchestrator's types: add the orchestrator's module to the server")
 		}
 	}
+	ctl, err := controllers.Controller(controllers.Config{API: d.API, Logger: d.Logger.With("component", "scheduler"), Cache: d.Cache})
+	if err != nil {
+		return module.Parts{}, err
+	}
 	ops := &operations.Operations{API: d.API}
 	return module.Parts{
-		Controllers: []controller.Controller{controllers.Controller(controllers.Config{API: d.API, Logger: d.Logger.With("component", "scheduler")})},
+		Controllers: []controller.Controller{ctl},
 		Routes:      routes{ops: ops, reg: d.Registry}.table(),
 	}, nil
 }

@@ -58,7 +58,7 @@ type api struct {
 func newAPI(t *testing.T, maxBody int64) *api {
 	h := schedulertest.New(t)
 	reg := registry()
-	parts, err := schedulermodule.New().Setup(module.Deps{API: h.API, Registry: reg, Logger: slog.New(slog.DiscardHandler)})
+	parts, err := schedulermodule.New().Setup(module.Deps{API: h.API, Registry: reg, Cache: h.Cache, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestRoutesRefuseBadInput(t *testing.T) {
 // reads need namespace:read, anything that writes namespace:write.
 func TestRoutesDeclareNamespacePermissions(t *testing.T) {
 	h := schedulertest.New(t)
-	parts, err := schedulermodule.New().Setup(module.Deps{API: h.API, Registry: registry(), Logger: slog.New(slog.DiscardHandler)})
+	parts, err := schedulermodule.New().Setup(module.Deps{API: h.API, Registry: registry(), Cache: h.Cache, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func (c *Clock) Advance(d time.Duration) {
 
 // Harness runs the scheduler's reconciler by hand over the real resource
 // service on the in-memory backend, on a fake clock. The test plays the
-// Agents: it writes their reports as they would.
+// agents: it writes their reports as they would.
 type Harness struct {
 	T     *testing.T
 	Ctx   context.Context
@@ -62,6 +62,9 @@ type Harness struct {
 	// Ops are the user operations; a test may swap their API.
 	Ops *operations.Operations
 	Ctl controller.Controller
+	// Cache is the controllers' cache the controller reads, fed by Write
+	// (and the controller's own writes) as the Manager's watches would.
+	Cache *controller.Cache
 	// Requeue is the last RequeueAfter a reconcile asked for.
 	Requeue time.Duration
 }
@@ -80,14 +83,63 @@ func New(t *testing.T) *Harness {
 		t.Fatal(err)
 	}
 	h.Ops = &operations.Operations{API: h.API, Now: h.Clock.Now}
-	h.Ctl = controllers.Controller(controllers.Config{API: h.API, Now: h.Clock.Now})
+	h.Failover()
 	return h
 }
 
-// Failover replaces the controller with a new one, as a new leader would
-// start with nothing in memory.
+// Failover replaces the controller and its cache with new ones, the cache
+// listed from the store, as a new leader would start with nothing in
+// memory.
 func (h *Harness) Failover() {
-	h.Ctl = controllers.Controller(controllers.Config{API: h.API, Now: h.Clock.Now})
+	h.T.Helper()
+	h.Cache = controller.NewCache(controller.CheckReadOnly())
+	ctl, err := controllers.Controller(controllers.Config{API: h.API, Now: h.Clock.Now, Cache: h.Cache})
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	if err := h.Cache.Declare(ctl.Cached...); err != nil {
+		h.T.Fatal(err)
+	}
+	cache := h.Cache
+	h.T.Cleanup(func() {
+		if err := cache.Verify(); err != nil {
+			h.T.Error(err)
+		}
+	})
+	h.Ctl = ctl
+	h.relist()
+}
+
+// NewTerm starts a new term of this server's leadership: the cache is
+// listed again from the store, where it may have missed changes while
+// another server led, and the controller is started again.
+func (h *Harness) NewTerm() {
+	h.T.Helper()
+	h.relist()
+	h.Ctl.OnStart()
+}
+
+// relist brings the cache in line with the store, as the Manager's
+// watches do when they open: every cached resource of the store is
+// written to it, and what the store no longer holds is deleted from it.
+func (h *Harness) relist() {
+	h.T.Helper()
+	for _, ct := range h.Ctl.Cached {
+		list, err := h.API.List(h.Ctx, &pbresource.ListRequest{Type: ct.Type, Tenancy: &pbresource.Tenancy{Namespace: ids.WildcardNamespace}})
+		if err != nil {
+			h.T.Fatal(err)
+		}
+		stored := map[string]bool{}
+		for _, r := range list.GetResources() {
+			stored[ids.String(r.GetId())] = true
+			h.Feed(r)
+		}
+		for _, o := range h.Cache.List(ct.Type) {
+			if !stored[ids.String(o.Resource.GetId())] {
+				h.Cache.Apply(controller.Event{Resource: o.Resource, Deleted: true})
+			}
+		}
+	}
 }
 
 // TaskDefinition registers task definition family:revision in namespace
@@ -155,12 +207,14 @@ func (h *Harness) Write(id, owner *pbresource.ID, m proto.Message, version strin
 	return out.GetResource()
 }
 
-// Feed hands a change to the controller's mappers, as the Manager's
-// watches would.
+// Feed hands a change to the cache, then to the controller's mappers, as
+// the Manager's watches would.
 func (h *Harness) Feed(res *pbresource.Resource) {
+	ev := controller.Event{Resource: res}
+	h.Cache.Apply(ev)
 	for _, w := range h.Ctl.Watches {
 		if ids.SameType(w.Type, res.GetId().GetType()) {
-			w.Map(controller.Event{Resource: res}, nil)
+			w.Map(ev, controller.CacheLookup(h.Cache))
 		}
 	}
 }
@@ -218,11 +272,9 @@ func (h *Harness) Tasks() map[string]*pborch.Task {
 	return out
 }
 
-// Live returns, by instance, the live tasks' definitions, failing the
-// test if any instance has two.
 // Live returns, per instance, the task definition of the live task that
 // is meant to run there, and fails the test if an instance has two such
-// Tasks, or two running.
+// tasks, or two running.
 func (h *Harness) Live() map[string]string {
 	h.T.Helper()
 	out := map[string]string{}
