@@ -205,7 +205,9 @@ func (x *WriteOp) GetResource() *v1.Resource {
 
 // WriteBatchOp writes every resource or none (storage.Backend.WriteBatch),
 // and only when every compare holds. Entries written before compares
-// existed have none and apply as they always did.
+// existed have none and apply as they always did. A server older than
+// compares would skip the field and apply the writes unchecked, so a
+// cluster runs one version before any batch carries compares.
 type WriteBatchOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Resources     []*v1.Resource         `protobuf:"bytes,1,rep,name=resources,proto3" json:"resources,omitempty"`

@@ -334,3 +334,26 @@ func (u *updatingAPI) WriteBatch(ctx context.Context, req *pbresource.WriteBatch
 	}
 	return u.API.WriteBatch(ctx, req)
 }
+
+// The scheduler reporting on another environment of the namespace moves
+// what a create's compare looks at; the create checks again and goes
+// through rather than fail.
+func TestCreateRechecksPastStatusReports(t *testing.T) {
+	h := schedulertest.New(t)
+	h.Fleet()
+	td := h.TaskDefinition("ls", 1)
+	if _, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("a", td, 75, "", "role=logger")); err != nil {
+		t.Fatal(err)
+	}
+	racing := &reportingAPI{API: h.API, t: t, env: scheduler.EnvironmentID("default", "a"), n: 3, health: []string{scheduler.HealthHealthy, scheduler.HealthUnhealthy}}
+	ops := &operations.Operations{API: racing, Now: h.Clock.Now}
+	if _, err := ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("b", td, 75, "", "role=web")); err != nil {
+		t.Fatalf("a create racing three status reports: %v", err)
+	}
+	if racing.n != 0 {
+		t.Fatalf("%d status reports did not race the create", racing.n)
+	}
+	if got := h.Env("b").GetVersionCount(); got != 1 {
+		t.Fatalf("environment b has %d versions, want 1", got)
+	}
+}
