@@ -252,7 +252,9 @@ func (c *Cache) typeOf(t *pbresource.Type) *typeCache {
 
 // mustType returns the cache of a type, panicking when no controller
 // declared it: reading an undeclared type is a programming error that
-// every test of the reader finds.
+// every test of the reader finds. In a running server the panic costs one
+// event (in a mapper) or one retried reconcile, never the process: the
+// runner recovers both.
 func (c *Cache) mustType(t *pbresource.Type) *typeCache {
 	tc := c.typeOf(t)
 	if tc == nil {

@@ -49,8 +49,23 @@ func (r *runner) subscribe(w Watch, in *informer) {
 		if managed && r.refs != nil {
 			r.refs.observe(ev)
 		}
-		r.enqueue(w.Map(ev, r))
+		r.enqueue(r.mapEvent(w, ev))
 	})
+}
+
+// mapEvent runs a watch's mapper on an event. A mapper that panics (a
+// programming error, such as a cache lookup of an undeclared index) is
+// logged with its stack and maps to nothing: it runs on the informer's
+// goroutine, where a panic would take the whole server down, not one
+// request. The next resync maps the resource again.
+func (r *runner) mapEvent(w Watch, ev Event) (reqs []Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.logger.Error("controller mapper panicked, event dropped", "type", ids.TypeString(w.Type), "resource", ids.String(ev.Resource.GetId()), "panic", v, "stack", string(debug.Stack()))
+			reqs = nil
+		}
+	}()
+	return w.Map(ev, r)
 }
 
 // enqueue adds the requests a mapper returned, dropping those the
@@ -118,7 +133,7 @@ func (r *runner) resync(ctx context.Context) {
 			continue
 		}
 		for _, res := range resp.GetResources() {
-			r.enqueue(w.Map(Event{Resource: res}, r))
+			r.enqueue(r.mapEvent(w, Event{Resource: res}))
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
 )
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -386,6 +388,38 @@ func TestRunnerStopWaitsForReconcileInFlight(t *testing.T) {
 		}
 		if got := testutil.ToFloat64(m.retries.WithLabelValues("test")); got != 0 {
 			t.Errorf("retries = %v, want 0: a reconcile cut short by the end of the term is not retried", got)
+		}
+	})
+}
+
+// A mapper that panics drops its event and leaves the informer's goroutine,
+// and so the server, running: the next event is mapped as usual.
+func TestRunnerRecoversMapperPanic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCalls()
+		r, _ := startRunner(t, Controller{Reconciler: ReconcileFunc(func(_ context.Context, rq Request) error {
+			c.record(rq.ID.GetName())
+			return nil
+		})})
+		w := Watch{Type: testType, Map: func(ev Event, _ Lookup) []Request {
+			if ev.Resource.GetId().GetName() == "bad" {
+				panic("index not declared")
+			}
+			return []Request{{ID: ev.Resource.GetId()}}
+		}}
+		event := func(name string) Event {
+			return Event{Resource: &pbresource.Resource{Id: req(name).ID}}
+		}
+		if got := r.mapEvent(w, event("bad")); got != nil {
+			t.Fatalf("a panicking mapper returned %v; want nothing", got)
+		}
+		r.enqueue(r.mapEvent(w, event("good")))
+		synctest.Wait()
+		if got := len(c.times("good")); got != 1 {
+			t.Fatalf("the event after the panic was reconciled %d times; want 1", got)
+		}
+		if got := len(c.times("bad")); got != 0 {
+			t.Fatalf("the panicking event was reconciled %d times; want 0", got)
 		}
 	})
 }
