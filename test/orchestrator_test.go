@@ -479,6 +479,9 @@ func (in instanceJSON) driverAvailable(name string) bool {
 }
 
 type taskJSON struct {
+	// Data is the task's data with what its agent reported over it
+	// (decodeTask): last_status, stop_reason and containers are the
+	// agent's.
 	Data struct {
 		Instance      string          `json:"instance"`
 		DesiredStatus string          `json:"desired_status"`
@@ -486,6 +489,17 @@ type taskJSON struct {
 		StopReason    string          `json:"stop_reason"`
 		Containers    []containerJSON `json:"containers"`
 	} `json:"data"`
+}
+
+func (tk *taskJSON) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Data   json.RawMessage            `json:"data"`
+		Status map[string]json.RawMessage `json:"status"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	return decodeTask(raw.Data, raw.Status, &tk.Data)
 }
 
 type containerJSON struct {

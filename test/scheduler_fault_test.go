@@ -707,7 +707,21 @@ func (f *faultEnv) checkDeployments() {
 type taskJSONFull struct {
 	ID      wire.ID  `json:"id"`
 	Version string   `json:"version"`
-	Data    histTask `json:"data"`
+	Data    histTask `json:"data"` // with what its agent reported (decodeTask)
+}
+
+func (tk *taskJSONFull) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		ID      wire.ID                    `json:"id"`
+		Version string                     `json:"version"`
+		Data    json.RawMessage            `json:"data"`
+		Status  map[string]json.RawMessage `json:"status"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	tk.ID, tk.Version = raw.ID, raw.Version
+	return decodeTask(raw.Data, raw.Status, &tk.Data)
 }
 
 type instanceJSONFull struct {

@@ -38,6 +38,29 @@ type histTask struct {
 	StartedAt      string `json:"started_at"`
 }
 
+// decodeTask decodes a task's data into v, then, over it, what its agent
+// reported (its status["agent"], whose payload has the same field names:
+// last_status, stop_reason, started_at, containers, ...); a task whose
+// agent reported nothing is PENDING. The checks read the two as one.
+func decodeTask(data json.RawMessage, status map[string]json.RawMessage, v any) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return err
+	}
+	report := json.RawMessage(`{"last_status":"PENDING"}`)
+	if raw, ok := status["agent"]; ok {
+		var entry struct {
+			Data json.RawMessage `json:"data"`
+		}
+		if err := json.Unmarshal(raw, &entry); err != nil {
+			return fmt.Errorf("status agent: %w", err)
+		}
+		if entry.Data != nil {
+			report = entry.Data
+		}
+	}
+	return json.Unmarshal(report, v)
+}
+
 // claims: the task is live and meant to go on running. A task asked to
 // stop is live until its agent reports it STOPPED, but no longer claims
 // its instance: its replacement may be placed beside it, and waits.
@@ -98,7 +121,7 @@ func (h *storeHistory) add(kind string, ev *wire.Event) error {
 	he := histEvent{index: ev.Index, kind: kind, name: ev.Resource.ID.Name, version: ev.Resource.Version, deleted: ev.Op == wire.OpDelete}
 	var err error
 	if kind == taskType.Kind {
-		err = json.Unmarshal(ev.Resource.Data, &he.task)
+		err = decodeTask(ev.Resource.Data, ev.Resource.Status, &he.task)
 	} else {
 		err = json.Unmarshal(ev.Resource.Data, &he.inst)
 	}

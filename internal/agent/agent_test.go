@@ -121,7 +121,7 @@ func TestReRegistersWhenTheServersForgetItsSession(t *testing.T) {
 		s := a.Session()
 		return s != first && in.GetSession() == s
 	})
-	srv.waitTask(t, "default", "t1", "is reported with the new session", func(tk *pborch.Task) bool {
+	srv.waitTask(t, "default", "t1", "is reported with the new session", func(tk *storedTask) bool {
 		return tk.GetSession() == a.Session() && tk.GetLastStatus() == orchestrator.StatusRunning
 	})
 	if n := pt.starts.Load(); n != 1 {
@@ -239,10 +239,14 @@ func TestReportsAreBatchedAndMergedOnConflict(t *testing.T) {
 			t.Errorf("%s lost its label: %v", name, res.GetMetadata())
 		}
 	}
-	// The held batch failed on the conflict; its tasks were read again and
-	// every report went in one more batch. No task was written alone.
-	if got := counts.count("WriteBatch"); got != 2 {
-		t.Errorf("%d WriteBatch calls for %d tasks starting, want 2 (the held one, then all in one)", got, n)
+	// Every member of the held batch failed on the conflict; its tasks were
+	// read again and every report went in one more batch. No task was
+	// written alone.
+	if got := counts.count("WriteStatuses"); got != 2 {
+		t.Errorf("%d WriteStatuses calls for %d tasks starting, want 2 (the held one, then all in one)", got, n)
+	}
+	if got := counts.count("WriteStatus"); got != 0 {
+		t.Errorf("%d WriteStatus calls, want none (reports go in batches)", got)
 	}
 	if got := counts.count("Write"); got != 1 {
 		t.Errorf("%d Write calls, want 1 (the registration)", got)
@@ -277,7 +281,7 @@ func TestKilledAgentResumesItsTasks(t *testing.T) {
 	}
 
 	a2 := startAgent(t, cfg)
-	after := srv.waitTask(t, "default", "t1", "is reported by the new agent", func(tk *pborch.Task) bool {
+	after := srv.waitTask(t, "default", "t1", "is reported by the new agent", func(tk *storedTask) bool {
 		return tk.GetSession() == a2.Session() && tk.GetLastStatus() == orchestrator.StatusRunning
 	})
 	if pt.starts.Load() != 1 || pt.resume.Load() != 1 {
@@ -345,34 +349,37 @@ func TestKilledAgentLosesNoReport(t *testing.T) {
 func TestLostTasks(t *testing.T) {
 	srv := startServer(t)
 	pt := newProcTable(t)
-	a := startAgent(t, config(t, "i-1", pt, srv))
+	cfg := config(t, "i-1", pt, srv)
+	a := startAgent(t, cfg)
 	registered(t, srv, a)
 	srv.registerDefinition(t, "default", shDefinition("sleeper", "exec sleep 1000"))
 	srv.place(t, "default", "t1", "sleeper:1", "i-1")
 	srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
 
 	// The servers marked it lost; it still runs here: re-adopted.
-	srv.editTask(t, "default", "t1", func(tk *pborch.Task) {
-		tk.LastStatus, tk.StopReason = orchestrator.StatusLost, "instance down"
+	srv.editStatus(t, "default", "t1", func(st *pborch.TaskStatus) {
+		st.LastStatus, st.StopReason = orchestrator.StatusLost, "instance down"
 	})
 	tk := srv.waitTask(t, "default", "t1", "is re-adopted", lastStatus(orchestrator.StatusRunning))
 	if tk.GetStopReason() != "" || tk.GetSession() != a.Session() {
 		t.Errorf("re-adopted task: stop reason %q session %q", tk.GetStopReason(), tk.GetSession())
 	}
 
-	// A lost task this agent does not run is reported stopped, not run.
-	srv.write(t, orchestrator.TaskID("default", "t2"), &pborch.Task{
-		TaskDefinition: "sleeper:1", Instance: "i-1", StartedBy: "test", LastStatus: orchestrator.StatusLost,
-	})
+	// A lost task this agent does not run is reported stopped, not run:
+	// one placed and marked lost while the agent was away (a task and its
+	// status are two writes, which the agent must not see apart).
+	a.kill(t)
+	srv.write(t, orchestrator.TaskID("default", "t2"), &pborch.Task{TaskDefinition: "sleeper:1", Instance: "i-1", StartedBy: "test"})
+	srv.editStatus(t, "default", "t2", func(st *pborch.TaskStatus) { st.LastStatus = orchestrator.StatusLost })
+	startAgent(t, cfg)
 	tk = srv.waitTask(t, "default", "t2", "is closed", lastStatus(orchestrator.StatusStopped))
 	if !strings.HasPrefix(tk.GetStopReason(), "lost: ") {
 		t.Errorf("stop reason %q", tk.GetStopReason())
 	}
 
 	// Lost and no longer wanted: stopped.
-	srv.editTask(t, "default", "t1", func(tk *pborch.Task) {
-		tk.LastStatus, tk.DesiredStatus = orchestrator.StatusLost, orchestrator.StatusStopped
-	})
+	srv.editStatus(t, "default", "t1", func(st *pborch.TaskStatus) { st.LastStatus = orchestrator.StatusLost })
+	srv.editTask(t, "default", "t1", func(tk *pborch.Task) { tk.DesiredStatus = orchestrator.StatusStopped })
 	tk = srv.waitTask(t, "default", "t1", "stops", lastStatus(orchestrator.StatusStopped))
 	if tk.GetContainers()[0].GetExitCode() != 128+int32(syscall.SIGTERM) {
 		t.Errorf("container %v; want stopped by SIGTERM", tk.GetContainers()[0])
@@ -388,8 +395,8 @@ func TestLostTasks(t *testing.T) {
 func TestLostTasksAreReadoptedAfterRepairsRanOut(t *testing.T) {
 	srv, pt, a := runningTask(t)
 	lose := func() {
-		srv.editTask(t, "default", "t1", func(tk *pborch.Task) {
-			tk.LastStatus, tk.StopReason = orchestrator.StatusLost, "instance down"
+		srv.editStatus(t, "default", "t1", func(st *pborch.TaskStatus) {
+			st.LastStatus, st.StopReason = orchestrator.StatusLost, "instance down"
 		})
 	}
 	for range tasks.MaxRepairs {
@@ -406,7 +413,7 @@ func TestLostTasksAreReadoptedAfterRepairsRanOut(t *testing.T) {
 	first := a.Session()
 	srv.forgetSession(t)
 	eventually(t, "a new session is registered", func() bool { return a.Session() != first })
-	srv.waitTask(t, "default", "t1", "is re-adopted with the new session", func(tk *pborch.Task) bool {
+	srv.waitTask(t, "default", "t1", "is re-adopted with the new session", func(tk *storedTask) bool {
 		return tk.GetSession() == a.Session() && tk.GetLastStatus() == orchestrator.StatusRunning
 	})
 	if n := pt.starts.Load(); n != 1 {

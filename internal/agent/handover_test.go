@@ -78,7 +78,7 @@ func (l *taskLog) maxRunning(t *testing.T, instance string) int {
 			t.Fatal(err)
 		}
 		if tk.GetInstance() == instance {
-			state[ev.GetResource().GetId().GetName()] = tk.GetLastStatus()
+			state[ev.GetResource().GetId().GetName()] = orchestrator.TaskStatusOf(ev.GetResource()).GetLastStatus()
 		}
 		if i+1 < len(l.events) && l.events[i+1].GetIndex() == ev.GetIndex() {
 			continue // the rest of this index's changes first
@@ -110,8 +110,8 @@ func TestReplacementStartsOnceTheOldTaskStopped(t *testing.T) {
 
 	for {
 		old, tk := srv.task(t, "default", "ls-1")
-		tk.DesiredStatus, tk.StopReason = orchestrator.StatusStopped, "replaced by a new version of the environment"
-		oldData, _ := anypb.New(tk)
+		tk.DesiredStatus, tk.Task.StopReason = orchestrator.StatusStopped, "replaced by a new version of the environment"
+		oldData, _ := anypb.New(tk.Task)
 		newData, _ := anypb.New(&pborch.Task{TaskDefinition: "sleeper:1", Instance: "i-1", StartedBy: "test", Environment: "ls", Replaces: "ls-1"})
 		_, err := srv.res.WriteBatch(context.Background(), &pbresource.WriteBatchRequest{Resources: []*pbresource.Resource{
 			{Id: old.GetId(), Version: old.GetVersion(), Data: oldData},
@@ -137,7 +137,7 @@ func TestReplacementStartsOnceTheOldTaskStopped(t *testing.T) {
 		log.mu.Lock()
 		defer log.mu.Unlock()
 		for _, ev := range log.events {
-			if ev.GetResource().GetId().GetName() == "ls-2" && strings.Contains(string(ev.GetResource().GetData().GetValue()), orchestrator.StatusRunning) {
+			if ev.GetResource().GetId().GetName() == "ls-2" && orchestrator.TaskStatusOf(ev.GetResource()).GetLastStatus() == orchestrator.StatusRunning {
 				return true
 			}
 		}

@@ -161,8 +161,18 @@ func (ts *testServer) place(t *testing.T, ns, name, ref, instance string) *pbres
 	return ts.write(t, orchestrator.TaskID(ns, name), &pborch.Task{TaskDefinition: ref, Instance: instance, StartedBy: "test"})
 }
 
+// storedTask is a task as the store has it: what was placed (its data)
+// and what its agent reported (its status["agent"]).
+type storedTask struct {
+	*pborch.Task
+	*pborch.TaskStatus
+}
+
+// GetStopReason is why the task stopped, as its agent reported it.
+func (s *storedTask) GetStopReason() string { return s.TaskStatus.GetStopReason() }
+
 // task reads a task; nil when there is none.
-func (ts *testServer) task(t testing.TB, ns, name string) (*pbresource.Resource, *pborch.Task) {
+func (ts *testServer) task(t testing.TB, ns, name string) (*pbresource.Resource, *storedTask) {
 	t.Helper()
 	resp, err := ts.res.Read(context.Background(), &pbresource.ReadRequest{Id: orchestrator.TaskID(ns, name)})
 	if status.Code(err) == codes.NotFound {
@@ -175,13 +185,13 @@ func (ts *testServer) task(t testing.TB, ns, name string) (*pbresource.Resource,
 	if err := resp.GetResource().GetData().UnmarshalTo(&tk); err != nil {
 		t.Fatal(err)
 	}
-	return resp.GetResource(), &tk
+	return resp.GetResource(), &storedTask{&tk, orchestrator.TaskStatusOf(resp.GetResource())}
 }
 
 // waitTask waits until the task satisfies cond and returns it.
-func (ts *testServer) waitTask(t testing.TB, ns, name, what string, cond func(*pborch.Task) bool) *pborch.Task {
+func (ts *testServer) waitTask(t testing.TB, ns, name, what string, cond func(*storedTask) bool) *storedTask {
 	t.Helper()
-	var got *pborch.Task
+	var got *storedTask
 	eventually(t, name+" "+what, func() bool {
 		_, got = ts.task(t, ns, name)
 		return got != nil && cond(got)
@@ -189,8 +199,8 @@ func (ts *testServer) waitTask(t testing.TB, ns, name, what string, cond func(*p
 	return got
 }
 
-func lastStatus(s string) func(*pborch.Task) bool {
-	return func(t *pborch.Task) bool { return t.GetLastStatus() == s }
+func lastStatus(s string) func(*storedTask) bool {
+	return func(t *storedTask) bool { return t.GetLastStatus() == s }
 }
 
 // editTask changes a stored task with CAS, again on conflict.
@@ -201,8 +211,8 @@ func (ts *testServer) editTask(t *testing.T, ns, name string, edit func(*pborch.
 		if res == nil {
 			t.Fatalf("task %s is gone", name)
 		}
-		edit(tk)
-		data, _ := anypb.New(tk)
+		edit(tk.Task)
+		data, _ := anypb.New(tk.Task)
 		res.Data = data
 		_, err := ts.res.Write(context.Background(), &pbresource.WriteRequest{Resource: res})
 		if status.Code(err) == codes.Aborted {
@@ -210,6 +220,31 @@ func (ts *testServer) editTask(t *testing.T, ns, name string, edit func(*pborch.
 		}
 		if err != nil {
 			t.Fatalf("edit task %s: %v", name, err)
+		}
+		return
+	}
+}
+
+// editStatus changes what the store says of a task's state (its
+// status["agent"]) with CAS, again on conflict: as the servers do when
+// they mark a task LOST.
+func (ts *testServer) editStatus(t *testing.T, ns, name string, edit func(*pborch.TaskStatus)) {
+	t.Helper()
+	for {
+		res, tk := ts.task(t, ns, name)
+		if res == nil {
+			t.Fatalf("task %s is gone", name)
+		}
+		st := proto.Clone(tk.TaskStatus).(*pborch.TaskStatus)
+		edit(st)
+		payload, _ := anypb.New(st)
+		_, err := ts.res.WriteStatus(context.Background(), &pbresource.WriteStatusRequest{Id: res.GetId(), Version: res.GetVersion(),
+			Key: orchestrator.TaskStatusKey, Status: &pbresource.Status{ObservedGeneration: res.GetGeneration(), Data: payload}})
+		if status.Code(err) == codes.Aborted {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("edit the status of task %s: %v", name, err)
 		}
 		return
 	}
@@ -241,11 +276,12 @@ func shDefinition(family string, script string) *pborch.TaskDefinition {
 	}
 }
 
-// rpcs counts the agent's RPCs by method and can hold WriteBatch calls.
+// rpcs counts the agent's RPCs by method and can hold its report writes
+// (WriteStatuses calls).
 type rpcs struct {
 	mu     sync.Mutex
 	counts map[string]int
-	// gate, when set, holds every WriteBatch until it is closed; held
+	// gate, when set, holds every WriteStatuses until it is closed; held
 	// counts the calls waiting at it.
 	gate chan struct{}
 	held atomic.Int32
@@ -282,7 +318,7 @@ func (r *rpcs) dialOptions() []grpc.DialOption {
 			r.counts[short(method)]++
 			gate := r.gate
 			r.mu.Unlock()
-			if gate != nil && short(method) == "WriteBatch" {
+			if gate != nil && short(method) == "WriteStatuses" {
 				r.held.Add(1)
 				select {
 				case <-gate:

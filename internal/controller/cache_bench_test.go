@@ -35,9 +35,15 @@ func benchTask(b *testing.B, i int, version uint64) *pbresource.Resource {
 	b.Helper()
 	data, err := anypb.New(&pborch.Task{
 		TaskDefinition: "web:3", Instance: fmt.Sprintf("instance-%05d", i), StartedBy: "deployment/0f8fad5b-d9cb-469f-a165-70867728950e",
-		DesiredStatus: "RUNNING", LastStatus: "RUNNING", Health: "HEALTHY", Session: "5f0c6e1e2b7d4c2a",
-		Environment: "web", EnvironmentVersion: "0f8fad5b-d9cb-469f-a165-70867728950e",
-		CreatedAt: timestamppb.Now(), StartedAt: timestamppb.Now(), ReportedAt: timestamppb.Now(),
+		DesiredStatus: "RUNNING", Environment: "web", EnvironmentVersion: "0f8fad5b-d9cb-469f-a165-70867728950e",
+		CreatedAt: timestamppb.Now(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// What the agent reports rides along in the status, as stored.
+	report, err := anypb.New(&pborch.TaskStatus{
+		LastStatus: "RUNNING", Health: "HEALTHY", Session: "5f0c6e1e2b7d4c2a", StartedAt: timestamppb.Now(), ReportedAt: timestamppb.Now(),
 		Containers: []*pborch.ContainerState{{Name: "app", Status: "RUNNING", Health: "HEALTHY"}},
 	})
 	if err != nil {
@@ -48,6 +54,7 @@ func benchTask(b *testing.B, i int, version uint64) *pbresource.Resource {
 		Owner:   &pbresource.ID{Type: benchEnvType, Tenancy: &pbresource.Tenancy{Namespace: "default"}, Name: "web", Uid: "env-uid"},
 		Version: fmt.Sprint(version),
 		Data:    data,
+		Status:  map[string]*pbresource.Status{"agent": {Data: report}},
 	}
 }
 

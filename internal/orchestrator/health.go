@@ -20,11 +20,11 @@ const (
 // passed yet, or once its instance stopped reporting (LOST). A task that
 // does not run (PENDING, STOPPED) has no health: "".
 //
-// The task's health field is something else: what the agent's checks say,
+// The status' health field is something else: what the agent's checks say,
 // UNKNOWN for a task without any, as ECS reports it. Views show this
 // function's answer, so that one task never reads "healthy" in one place
 // and "UNKNOWN" in another.
-func TaskHealth(t *pborch.Task) string {
+func TaskHealth(t *pborch.TaskStatus) string {
 	switch t.GetLastStatus() {
 	case StatusLost:
 		return TaskHealthUnknown
@@ -46,7 +46,7 @@ func TaskHealth(t *pborch.Task) string {
 
 // TaskHasChecks reports whether any container of the task has a health
 // check: the agent reports a container's health only then.
-func TaskHasChecks(t *pborch.Task) bool {
+func TaskHasChecks(t *pborch.TaskStatus) bool {
 	for _, c := range t.GetContainers() {
 		if c.GetHealth() != "" {
 			return true

@@ -28,7 +28,7 @@ func TestTaskHealth(t *testing.T) {
 		{"pending has no health yet", StatusPending, HealthUnknown, nil, ""},
 		{"stopped has none any more", StatusStopped, HealthUnhealthy, checked(HealthUnhealthy), ""},
 	} {
-		got := TaskHealth(&pborch.Task{LastStatus: tc.last, Health: tc.health, Containers: tc.containers})
+		got := TaskHealth(&pborch.TaskStatus{LastStatus: tc.last, Health: tc.health, Containers: tc.containers})
 		if got != tc.want {
 			t.Errorf("%s: TaskHealth = %q, want %q", tc.name, got, tc.want)
 		}

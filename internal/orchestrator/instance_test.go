@@ -93,8 +93,6 @@ func TestTaskValidation(t *testing.T) {
 		{func(tk *pborch.Task) { tk.TaskDefinition = "web:x" }, `data.task_definition: "web:x" is not family:revision`},
 		{func(tk *pborch.Task) { tk.Instance = "" }, `data.instance: is required`},
 		{func(tk *pborch.Task) { tk.DesiredStatus = "PAUSED" }, `data.desired_status: "PAUSED" is not RUNNING or STOPPED`},
-		{func(tk *pborch.Task) { tk.LastStatus = "DONE" }, `data.last_status: "DONE" is not one of`},
-		{func(tk *pborch.Task) { tk.Containers = []*pborch.ContainerState{{Name: "app", Status: "UP"}} }, `data.containers[0].status: "UP" is not one of`},
 		{func(tk *pborch.Task) { tk.Replaces = "t0" }, `data.replaces: names task "t0", but only a task of an environment replaces another`},
 		{func(tk *pborch.Task) { tk.Environment, tk.Replaces = "logs", "T_0" }, `data.replaces: `},
 		{func(tk *pborch.Task) { tk.Environment, tk.Replaces = "logs", "t1" }, `data.replaces: names the task itself`},
@@ -105,9 +103,28 @@ func TestTaskValidation(t *testing.T) {
 	}
 }
 
+// What an agent reports is checked as the payload of status["agent"].
+func TestTaskStatusValidation(t *testing.T) {
+	if err := orchestrator.ValidateTaskStatus(&pborch.TaskStatus{LastStatus: "RUNNING", Health: "HEALTHY"}); err != nil {
+		t.Fatalf("a plain report is refused: %v", err)
+	}
+	for _, c := range []struct {
+		st   *pborch.TaskStatus
+		want string
+	}{
+		{&pborch.TaskStatus{LastStatus: "DONE"}, `last_status: "DONE" is not one of`},
+		{&pborch.TaskStatus{LastStatus: "RUNNING", Health: "FINE"}, `health: "FINE" is not one of`},
+		{&pborch.TaskStatus{LastStatus: "RUNNING", Containers: []*pborch.ContainerState{{Name: "app", Status: "UP"}}}, `containers[0].status: "UP" is not one of`},
+	} {
+		if err := orchestrator.ValidateTaskStatus(c.st); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want %q", err, c.want)
+		}
+	}
+}
+
 func TestTaskUpdates(t *testing.T) {
 	task := func(edit func(*pborch.Task)) *pbresource.Resource {
-		tk := &pborch.Task{TaskDefinition: "web:1", Instance: "i-1", StartedBy: "alice", DesiredStatus: "RUNNING", LastStatus: "RUNNING"}
+		tk := &pborch.Task{TaskDefinition: "web:1", Instance: "i-1", StartedBy: "alice", DesiredStatus: "RUNNING"}
 		edit(tk)
 		data, _ := anypb.New(tk)
 		return &pbresource.Resource{Id: orchestrator.TaskID("default", "t1"), Data: data}
@@ -115,8 +132,7 @@ func TestTaskUpdates(t *testing.T) {
 	stored := task(func(*pborch.Task) {})
 	for _, ok := range []func(*pborch.Task){
 		func(tk *pborch.Task) { tk.DesiredStatus = "STOPPED" },
-		func(tk *pborch.Task) { tk.LastStatus = "LOST" },
-		func(tk *pborch.Task) { tk.Health = "HEALTHY" },
+		func(tk *pborch.Task) { tk.DesiredStatus, tk.StopReason = "STOPPED", "stopped by user: done" },
 	} {
 		if err := orchestrator.ValidateTaskUpdate(stored, task(ok)); err != nil {
 			t.Errorf("a legal update is refused: %v", err)

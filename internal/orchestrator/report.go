@@ -4,56 +4,82 @@ import (
 	"maps"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 )
 
-// MergeReport returns stored with the fields an agent owns replaced by
-// report's, and reported_at set: what an agent writes over a stored task.
-// It is the one list of those fields (last_status, containers, health,
-// stop_reason, started_at, stopping_at, stopped_at, session and
-// reported_at); everything else belongs to whoever placed the task.
-func MergeReport(stored, report *pborch.Task, reportedAt *timestamppb.Timestamp) *pborch.Task {
-	t := proto.Clone(stored).(*pborch.Task)
-	t.LastStatus = report.GetLastStatus()
-	t.Containers = report.GetContainers()
-	t.Health = report.GetHealth()
-	t.StopReason = report.GetStopReason()
-	t.StartedAt = report.GetStartedAt()
-	t.StoppingAt = report.GetStoppingAt()
-	t.StoppedAt = report.GetStoppedAt()
-	t.Session = report.GetSession()
-	t.ReportedAt = reportedAt
-	return t
+// TaskStatusKey is the status key under which a Task carries what its
+// agent reports (a TaskStatus). The agent owns it; the servers write it
+// only to mark the task LOST with its instance.
+const TaskStatusKey = "agent"
+
+// TaskStatusOf is what the agent last reported about a task, from its
+// status["agent"]: a task without one (nothing reported yet) is PENDING,
+// of unknown health. It never returns nil; the result must not be
+// changed (it may be shared by a cache).
+func TaskStatusOf(res *pbresource.Resource) *pborch.TaskStatus {
+	if st := res.GetStatus()[TaskStatusKey]; st.GetData() != nil {
+		ts := &pborch.TaskStatus{}
+		if err := st.GetData().UnmarshalTo(ts); err == nil {
+			return ts
+		}
+	}
+	return pendingStatus
 }
 
-// SameReport reports whether stored carries report: the fields an agent
-// owns are equal, reported_at aside.
-func SameReport(stored, report *pborch.Task) bool {
-	return proto.Equal(MergeReport(stored, report, stored.GetReportedAt()), stored)
+var pendingStatus = &pborch.TaskStatus{LastStatus: StatusPending, Health: HealthUnknown}
+
+// TaskStopReason is why a task stopped, as views show it: what its agent
+// (or the servers, marking it LOST) reported, or, before that, why it was
+// asked to stop.
+func TaskStopReason(t *pborch.Task, st *pborch.TaskStatus) string {
+	if r := st.GetStopReason(); r != "" {
+		return r
+	}
+	return t.GetStopReason()
+}
+
+// SameReport reports whether stored carries report: equal but for
+// reported_at.
+func SameReport(stored, report *pborch.TaskStatus) bool {
+	s := proto.Clone(stored).(*pborch.TaskStatus)
+	s.ReportedAt = report.GetReportedAt()
+	return proto.Equal(s, report)
 }
 
 // IsAgentReport reports whether next is prev changed by nothing but an
-// agent's report: the same task (uid) and metadata, only the fields an
-// agent owns changed, and a new reported_at (which only a report sets; the
-// servers marking a task LOST change the agent's fields without it). The
-// agent that wrote such a change has it from its own write, so the servers
-// need not stream it back. nextTask is next's data, decoded by the caller.
-func IsAgentReport(prev, next *pbresource.Resource, nextTask *pborch.Task) bool {
-	if prev.GetId().GetUid() != next.GetId().GetUid() || !maps.Equal(prev.GetMetadata(), next.GetMetadata()) {
+// agent's report: the same task (uid), data and metadata, no other status
+// key changed, and status["agent"] written with a new reported_at (which
+// only a report sets; the servers marking a task LOST write it without).
+// The agent that wrote such a change has it from its own write, so the
+// servers need not stream it back.
+func IsAgentReport(prev, next *pbresource.Resource) bool {
+	if prev.GetId().GetUid() != next.GetId().GetUid() || prev.GetGeneration() != next.GetGeneration() ||
+		!maps.Equal(prev.GetMetadata(), next.GetMetadata()) || !proto.Equal(prev.GetData(), next.GetData()) {
 		return false
 	}
-	if nextTask.GetReportedAt() == nil {
+	for k, st := range next.GetStatus() {
+		if k != TaskStatusKey && !proto.Equal(st, prev.GetStatus()[k]) {
+			return false
+		}
+	}
+	for k := range prev.GetStatus() {
+		if _, ok := next.GetStatus()[k]; !ok {
+			return false
+		}
+	}
+	ns := next.GetStatus()[TaskStatusKey]
+	if ns.GetData() == nil {
 		return false
 	}
-	p := &pborch.Task{}
-	if err := prev.GetData().UnmarshalTo(p); err != nil {
+	n := &pborch.TaskStatus{}
+	if ns.GetData().UnmarshalTo(n) != nil || n.GetReportedAt() == nil {
 		return false
 	}
-	if proto.Equal(p.GetReportedAt(), nextTask.GetReportedAt()) {
+	p := &pborch.TaskStatus{}
+	if ps := prev.GetStatus()[TaskStatusKey]; ps.GetData() != nil && ps.GetData().UnmarshalTo(p) != nil {
 		return false
 	}
-	return proto.Equal(MergeReport(p, nextTask, nextTask.GetReportedAt()), nextTask)
+	return !proto.Equal(p.GetReportedAt(), n.GetReportedAt())
 }

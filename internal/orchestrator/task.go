@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/resource"
@@ -15,18 +16,13 @@ const (
 	MaxReasonLength    = 2048
 )
 
-// MutateTask fills the defaults of a new task: it should run, and nothing
-// has happened to it yet.
+// MutateTask fills the defaults of a new task: it should run. (That
+// nothing has happened to it yet is said by its having no status["agent"]:
+// TaskStatusOf.)
 func MutateTask(res *pbresource.Resource) error {
 	return resource.MutateData(res, func(t *pborch.Task) {
 		if t.DesiredStatus == "" {
 			t.DesiredStatus = StatusRunning
-		}
-		if t.LastStatus == "" {
-			t.LastStatus = StatusPending
-		}
-		if t.Health == "" {
-			t.Health = HealthUnknown
 		}
 	})
 }
@@ -66,19 +62,35 @@ func ValidateTask(res *pbresource.Resource) error {
 	default:
 		return resource.NewFieldError("data.desired_status", "%q is not RUNNING or STOPPED", t.GetDesiredStatus())
 	}
-	switch t.GetLastStatus() {
-	case StatusPending, StatusRunning, StatusStopped, StatusLost:
-	default:
-		return resource.NewFieldError("data.last_status", "%q is not one of PENDING, RUNNING, STOPPED, LOST", t.GetLastStatus())
-	}
-	if err := validateHealth("data.health", t.GetHealth()); err != nil {
-		return err
-	}
 	if utf8.RuneCountInString(t.GetStopReason()) > MaxReasonLength {
 		return resource.NewFieldError("data.stop_reason", "is over the limit of %d characters", MaxReasonLength)
 	}
-	for i, c := range t.GetContainers() {
-		field := fmt.Sprintf("data.containers[%d]", i)
+	return nil
+}
+
+// ValidateTaskStatus checks a TaskStatus, the payload of a Task's
+// status["agent"] (the service names its fields under status.data).
+func ValidateTaskStatus(m proto.Message) error {
+	st, ok := m.(*pborch.TaskStatus)
+	if !ok {
+		return resource.NewFieldError("", "is not a TaskStatus")
+	}
+	switch st.GetLastStatus() {
+	case StatusPending, StatusRunning, StatusStopped, StatusLost:
+	default:
+		return resource.NewFieldError("last_status", "%q is not one of PENDING, RUNNING, STOPPED, LOST", st.GetLastStatus())
+	}
+	if err := validateHealth("health", st.GetHealth()); err != nil {
+		return err
+	}
+	if utf8.RuneCountInString(st.GetStopReason()) > MaxReasonLength {
+		return resource.NewFieldError("stop_reason", "is over the limit of %d characters", MaxReasonLength)
+	}
+	if utf8.RuneCountInString(st.GetSession()) > MaxStartedByLength {
+		return resource.NewFieldError("session", "is over the limit of %d characters", MaxStartedByLength)
+	}
+	for i, c := range st.GetContainers() {
+		field := fmt.Sprintf("containers[%d]", i)
 		if err := resource.ValidateName(field+".name", c.GetName()); err != nil {
 			return err
 		}

@@ -44,6 +44,9 @@ func Register(r *resource.Registry) {
 		Mutate:         MutateTask,
 		Validate:       ValidateTask,
 		ValidateUpdate: ValidateTaskUpdate,
+		Statuses: map[string]resource.StatusPayload{
+			TaskStatusKey: {Proto: &pborch.TaskStatus{}, Validate: ValidateTaskStatus},
+		},
 	})
 }
 

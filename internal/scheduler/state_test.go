@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"google.golang.org/protobuf/types/known/anypb"
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/orchestrator"
@@ -17,23 +18,23 @@ func TestStateHealthWords(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name        string
-		task        *pborch.Task
+		status      *pborch.TaskStatus
 		state, word string
+		desired     string
 	}{
-		{"running without checks", &pborch.Task{LastStatus: "RUNNING", Health: "UNKNOWN"}, ViewActive, "healthy"},
-		{"running, checks pass", &pborch.Task{LastStatus: "RUNNING", Health: "HEALTHY", Containers: checks("HEALTHY")}, ViewActive, "healthy"},
-		{"running, checks not passed yet", &pborch.Task{LastStatus: "RUNNING", Health: "UNKNOWN", Containers: checks("UNKNOWN")}, ViewLaunching, "unknown"},
-		{"running, a check fails", &pborch.Task{LastStatus: "RUNNING", Health: "UNHEALTHY", Containers: checks("UNHEALTHY")}, ViewUnhealthy, "unhealthy"},
-		{"lost with its instance", &pborch.Task{LastStatus: "LOST", Health: "UNKNOWN"}, ViewUnhealthy, "unknown"},
-		{"placed, not started", &pborch.Task{LastStatus: "PENDING", Health: "UNKNOWN"}, ViewLaunching, ""},
-		{"asked to stop, still running", &pborch.Task{DesiredStatus: "STOPPED", LastStatus: "RUNNING", Health: "UNKNOWN"}, ViewStopping, "healthy"},
+		{"running without checks", &pborch.TaskStatus{LastStatus: "RUNNING", Health: "UNKNOWN"}, ViewActive, "healthy", ""},
+		{"running, checks pass", &pborch.TaskStatus{LastStatus: "RUNNING", Health: "HEALTHY", Containers: checks("HEALTHY")}, ViewActive, "healthy", ""},
+		{"running, checks not passed yet", &pborch.TaskStatus{LastStatus: "RUNNING", Health: "UNKNOWN", Containers: checks("UNKNOWN")}, ViewLaunching, "unknown", ""},
+		{"running, a check fails", &pborch.TaskStatus{LastStatus: "RUNNING", Health: "UNHEALTHY", Containers: checks("UNHEALTHY")}, ViewUnhealthy, "unhealthy", ""},
+		{"lost with its instance", &pborch.TaskStatus{LastStatus: "LOST", Health: "UNKNOWN"}, ViewUnhealthy, "unknown", ""},
+		{"placed, not started", &pborch.TaskStatus{LastStatus: "PENDING", Health: "UNKNOWN"}, ViewLaunching, "", ""},
+		{"asked to stop, still running", &pborch.TaskStatus{LastStatus: "RUNNING", Health: "UNKNOWN"}, ViewStopping, "healthy", "STOPPED"},
 	} {
-		tk := tc.task
-		tk.Instance, tk.TaskDefinition = "i1", "ls:1"
+		tk := &pborch.Task{Instance: "i1", TaskDefinition: "ls:1", DesiredStatus: tc.desired}
 		if tk.DesiredStatus == "" {
 			tk.DesiredStatus = orchestrator.StatusRunning
 		}
-		v := TaskViewOf("ls", &pbresource.Resource{Id: &pbresource.ID{Name: TaskName("ls", "i1", 1)}}, tk)
+		v := TaskViewOf("ls", reportedTask(t, TaskName("ls", "i1", 1), tc.status), tk)
 		st := State(groupOf(t), []InstanceView{ready("i1")}, []TaskView{v}, nil)
 		if got := st.GetInstances()[0]; got.GetState() != tc.state || got.GetHealth() != tc.word {
 			t.Errorf("%s: state %q health %q, want %q %q", tc.name, got.GetState(), got.GetHealth(), tc.state, tc.word)
@@ -70,4 +71,14 @@ func TestNothingPlaced(t *testing.T) {
 			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
 		}
 	}
+}
+
+// reportedTask is a stored task called name whose agent reported st.
+func reportedTask(t *testing.T, name string, st *pborch.TaskStatus) *pbresource.Resource {
+	t.Helper()
+	payload, err := anypb.New(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pbresource.Resource{Id: &pbresource.ID{Name: name}, Status: map[string]*pbresource.Status{orchestrator.TaskStatusKey: {Data: payload}}}
 }

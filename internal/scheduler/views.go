@@ -14,12 +14,15 @@ import (
 // TaskHealthy reports whether a task is meant to run, runs and is
 // healthy by orchestrator.TaskHealth: its checks pass, or it has none (a
 // task without checks is healthy once it runs, as in ECS).
-func TaskHealthy(t *pborch.Task) bool {
-	return t.GetDesiredStatus() == orchestrator.StatusRunning && orchestrator.TaskHealth(t) == orchestrator.TaskHealthy
+func TaskHealthy(t *pborch.Task, st *pborch.TaskStatus) bool {
+	return t.GetDesiredStatus() == orchestrator.StatusRunning && orchestrator.TaskHealth(st) == orchestrator.TaskHealthy
 }
 
-// TaskViewOf turns a stored task of environment env into what a plan reads.
+// TaskViewOf turns a stored task of environment env (t is res's data) into
+// what a plan reads: what was placed, and what its agent reports
+// (status["agent"]).
 func TaskViewOf(env string, res *pbresource.Resource, t *pborch.Task) TaskView {
+	st := orchestrator.TaskStatusOf(res)
 	v := TaskView{
 		Name:           res.GetId().GetName(),
 		Instance:       t.GetInstance(),
@@ -27,16 +30,16 @@ func TaskViewOf(env string, res *pbresource.Resource, t *pborch.Task) TaskView {
 		Version:        t.GetEnvironmentVersion(),
 		Deployment:     t.GetDeployment(),
 		Desired:        t.GetDesiredStatus(),
-		Last:           t.GetLastStatus(),
-		Health:         t.GetHealth(),
-		Shown:          orchestrator.TaskHealth(t),
-		Healthy:        TaskHealthy(t),
+		Last:           st.GetLastStatus(),
+		Health:         st.GetHealth(),
+		Shown:          orchestrator.TaskHealth(st),
+		Healthy:        TaskHealthy(t, st),
 		CreatedAt:      t.GetCreatedAt().AsTime(),
-		Started:        t.GetStartedAt() != nil,
-		StopReason:     t.GetStopReason(),
+		Started:        st.GetStartedAt() != nil,
+		StopReason:     orchestrator.TaskStopReason(t, st),
 	}
 	if v.Healthy {
-		v.HealthySince = healthySince(t)
+		v.HealthySince = healthySince(st)
 	}
 	v.Seq, _ = TaskSeq(env, t.GetInstance(), v.Name)
 	return v
@@ -58,7 +61,7 @@ func InstanceViewOf(res *pbresource.Resource) (InstanceView, bool) {
 // report's trip to every min_healthy_time, which a rolling update waits
 // out once per batch. A task with checks counts from its last report, the
 // first that could have said HEALTHY: no check records when it passed.
-func healthySince(t *pborch.Task) time.Time {
+func healthySince(t *pborch.TaskStatus) time.Time {
 	var since time.Time
 	checked := t.GetHealth() == orchestrator.HealthHealthy || orchestrator.TaskHasChecks(t)
 	for _, c := range t.GetContainers() {

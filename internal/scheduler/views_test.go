@@ -7,20 +7,19 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
-	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/orchestrator"
 )
 
 func TestHealthySince(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 7, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(t0.Add(d)) }
-	running := func(containers ...*pborch.ContainerState) *pborch.Task {
-		return &pborch.Task{Instance: "i-1", DesiredStatus: orchestrator.StatusRunning, LastStatus: orchestrator.StatusRunning,
+	running := func(containers ...*pborch.ContainerState) *pborch.TaskStatus {
+		return &pborch.TaskStatus{LastStatus: orchestrator.StatusRunning,
 			Health: orchestrator.HealthUnknown, StartedAt: at(0), ReportedAt: at(300 * time.Millisecond), Containers: containers}
 	}
 	for _, tc := range []struct {
 		name string
-		task *pborch.Task
+		task *pborch.TaskStatus
 		want time.Duration
 	}{
 		{"no checks: from the start, not the report",
@@ -31,16 +30,17 @@ func TestHealthySince(t *testing.T) {
 			running(&pborch.ContainerState{Name: "main", Status: "RUNNING", StartedAt: at(0)},
 				&pborch.ContainerState{Name: "init", Status: "STOPPED", StartedAt: at(0), FinishedAt: at(100 * time.Millisecond)}), 100 * time.Millisecond},
 		{"checks: from the report that said HEALTHY",
-			func() *pborch.Task {
+			func() *pborch.TaskStatus {
 				tk := running(&pborch.ContainerState{Name: "main", Status: "RUNNING", Health: orchestrator.HealthHealthy, StartedAt: at(0)})
 				tk.Health = orchestrator.HealthHealthy
 				return tk
 			}(), 300 * time.Millisecond},
 		{"nothing timed by the agent: from the report",
-			func() *pborch.Task { tk := running(); tk.StartedAt = nil; return tk }(), 300 * time.Millisecond},
+			func() *pborch.TaskStatus { tk := running(); tk.StartedAt = nil; return tk }(), 300 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := TaskViewOf("env", &pbresource.Resource{Id: &pbresource.ID{Name: "env-x-1"}}, tc.task)
+			placed := &pborch.Task{Instance: "i-1", DesiredStatus: orchestrator.StatusRunning}
+			v := TaskViewOf("env", reportedTask(t, "env-x-1", tc.task), placed)
 			if !v.Healthy {
 				t.Fatal("the task is not healthy")
 			}

@@ -208,26 +208,33 @@ func readInstance(t *testing.T, c pbresource.ResourceServiceClient, name string)
 	return in
 }
 
-func readTask(t *testing.T, c pbresource.ResourceServiceClient, name string) *pborch.Task {
+// readTask is what the store says of a task's state: its status["agent"].
+func readTask(t *testing.T, c pbresource.ResourceServiceClient, name string) *pborch.TaskStatus {
 	t.Helper()
 	resp, err := c.Read(context.Background(), &pbresource.ReadRequest{Id: orchestrator.TaskID("default", name)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk, err := resource.DecodeData[*pborch.Task](resp.GetResource())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tk
+	return orchestrator.TaskStatusOf(resp.GetResource())
 }
 
+// placeTask places a task on instance and has it reported lastStatus.
 func placeTask(t *testing.T, c pbresource.ResourceServiceClient, name, instance, lastStatus string) {
 	t.Helper()
-	data, err := anypb.New(&pborch.Task{TaskDefinition: "web:1", Instance: instance, StartedBy: "test", LastStatus: lastStatus})
+	data, err := anypb.New(&pborch.Task{TaskDefinition: "web:1", Instance: instance, StartedBy: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Write(context.Background(), &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: orchestrator.TaskID("default", name), Data: data}}); err != nil {
+	out, err := c.Write(context.Background(), &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: orchestrator.TaskID("default", name), Data: data}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := anypb.New(&pborch.TaskStatus{LastStatus: lastStatus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteStatus(context.Background(), &pbresource.WriteStatusRequest{Id: out.GetResource().GetId(), Key: orchestrator.TaskStatusKey,
+		Status: &pbresource.Status{Data: payload}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -87,8 +87,7 @@ func TestFleetRegistersAndRunsTasks(t *testing.T) {
 			if err != nil {
 				return false
 			}
-			tk, _ := resource.DecodeData[*pborch.Task](r.GetResource())
-			if tk.GetLastStatus() != orchestrator.StatusRunning {
+			if orchestrator.TaskStatusOf(r.GetResource()).GetLastStatus() != orchestrator.StatusRunning {
 				return false
 			}
 		}

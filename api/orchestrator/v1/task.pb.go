@@ -24,9 +24,10 @@ const (
 
 // Task is one run of a task definition on one instance
 // (orchestrator/v1/Task, namespaced). Whoever places it writes the desired
-// state; the agent of its instance writes what happens (last_status and
-// containers), through the resource's data, in one batched write per
-// change.
+// state in its data; the agent of its instance writes what happens to it
+// in its status, under the key "agent" (a TaskStatus), in one batched
+// status write per change. A Task's generation thus moves only when whoever
+// placed it changes it.
 type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// task_definition: "family:revision".
@@ -37,23 +38,11 @@ type Task struct {
 	StartedBy string `protobuf:"bytes,3,opt,name=started_by,json=startedBy,proto3" json:"started_by,omitempty"`
 	// desired_status: "RUNNING" or "STOPPED".
 	DesiredStatus string `protobuf:"bytes,4,opt,name=desired_status,json=desiredStatus,proto3" json:"desired_status,omitempty"`
-	// last_status: "PENDING", "RUNNING", "STOPPED" or "LOST".
-	LastStatus string            `protobuf:"bytes,5,opt,name=last_status,json=lastStatus,proto3" json:"last_status,omitempty"`
-	Containers []*ContainerState `protobuf:"bytes,6,rep,name=containers,proto3" json:"containers,omitempty"`
-	// stop_reason says why it stopped ("stopped by user", "essential
-	// container app exited with code 1", "instance down", ...).
+	// stop_reason says why it was asked to stop ("stopped by user: ...",
+	// "replaced by deployment ..."), set with desired_status STOPPED. Why it
+	// did stop is TaskStatus.stop_reason.
 	StopReason string                 `protobuf:"bytes,7,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
 	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	StartedAt  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	StoppingAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=stopping_at,json=stoppingAt,proto3" json:"stopping_at,omitempty"`
-	StoppedAt  *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
-	// health: "HEALTHY", "UNHEALTHY" or "UNKNOWN", over the containers
-	// that have health checks.
-	Health string `protobuf:"bytes,12,opt,name=health,proto3" json:"health,omitempty"`
-	// session is the agent session that last reported it.
-	Session string `protobuf:"bytes,13,opt,name=session,proto3" json:"session,omitempty"`
-	// reported_at is when the agent last reported it.
-	ReportedAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
 	// environment is the daemon environment that placed it (empty for a
 	// task run by hand); fixed once placed. An agent runs at most one live
 	// task of an environment.
@@ -131,20 +120,6 @@ func (x *Task) GetDesiredStatus() string {
 	return ""
 }
 
-func (x *Task) GetLastStatus() string {
-	if x != nil {
-		return x.LastStatus
-	}
-	return ""
-}
-
-func (x *Task) GetContainers() []*ContainerState {
-	if x != nil {
-		return x.Containers
-	}
-	return nil
-}
-
 func (x *Task) GetStopReason() string {
 	if x != nil {
 		return x.StopReason
@@ -155,48 +130,6 @@ func (x *Task) GetStopReason() string {
 func (x *Task) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
-	}
-	return nil
-}
-
-func (x *Task) GetStartedAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.StartedAt
-	}
-	return nil
-}
-
-func (x *Task) GetStoppingAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.StoppingAt
-	}
-	return nil
-}
-
-func (x *Task) GetStoppedAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.StoppedAt
-	}
-	return nil
-}
-
-func (x *Task) GetHealth() string {
-	if x != nil {
-		return x.Health
-	}
-	return ""
-}
-
-func (x *Task) GetSession() string {
-	if x != nil {
-		return x.Session
-	}
-	return ""
-}
-
-func (x *Task) GetReportedAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.ReportedAt
 	}
 	return nil
 }
@@ -229,6 +162,126 @@ func (x *Task) GetReplaces() string {
 	return ""
 }
 
+// TaskStatus is what the agent of a task's instance reports about it:
+// the payload of the Task's status["agent"]. The servers write it too in
+// one case: when the instance is lost, they mark its live tasks LOST. A
+// task without it is PENDING: nothing has happened to it yet.
+type TaskStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// last_status: "PENDING", "RUNNING", "STOPPED" or "LOST".
+	LastStatus string            `protobuf:"bytes,1,opt,name=last_status,json=lastStatus,proto3" json:"last_status,omitempty"`
+	Containers []*ContainerState `protobuf:"bytes,2,rep,name=containers,proto3" json:"containers,omitempty"`
+	// stop_reason says why it stopped ("stopped by user", "essential
+	// container app exited with code 1", "instance down", ...).
+	StopReason string                 `protobuf:"bytes,3,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
+	StartedAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	StoppingAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=stopping_at,json=stoppingAt,proto3" json:"stopping_at,omitempty"`
+	StoppedAt  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	// health: "HEALTHY", "UNHEALTHY" or "UNKNOWN", over the containers
+	// that have health checks.
+	Health string `protobuf:"bytes,7,opt,name=health,proto3" json:"health,omitempty"`
+	// session is the agent session that last reported it.
+	Session string `protobuf:"bytes,8,opt,name=session,proto3" json:"session,omitempty"`
+	// reported_at is when the agent last reported it (the servers marking it
+	// LOST leave it as it was: that is how a report is told from theirs).
+	ReportedAt    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskStatus) Reset() {
+	*x = TaskStatus{}
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskStatus) ProtoMessage() {}
+
+func (x *TaskStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskStatus.ProtoReflect.Descriptor instead.
+func (*TaskStatus) Descriptor() ([]byte, []int) {
+	return file_api_orchestrator_v1_task_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TaskStatus) GetLastStatus() string {
+	if x != nil {
+		return x.LastStatus
+	}
+	return ""
+}
+
+func (x *TaskStatus) GetContainers() []*ContainerState {
+	if x != nil {
+		return x.Containers
+	}
+	return nil
+}
+
+func (x *TaskStatus) GetStopReason() string {
+	if x != nil {
+		return x.StopReason
+	}
+	return ""
+}
+
+func (x *TaskStatus) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *TaskStatus) GetStoppingAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StoppingAt
+	}
+	return nil
+}
+
+func (x *TaskStatus) GetStoppedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StoppedAt
+	}
+	return nil
+}
+
+func (x *TaskStatus) GetHealth() string {
+	if x != nil {
+		return x.Health
+	}
+	return ""
+}
+
+func (x *TaskStatus) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *TaskStatus) GetReportedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportedAt
+	}
+	return nil
+}
+
 // ContainerState is one container as the agent last saw it.
 type ContainerState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -251,7 +304,7 @@ type ContainerState struct {
 
 func (x *ContainerState) Reset() {
 	*x = ContainerState{}
-	mi := &file_api_orchestrator_v1_task_proto_msgTypes[1]
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -263,7 +316,7 @@ func (x *ContainerState) String() string {
 func (*ContainerState) ProtoMessage() {}
 
 func (x *ContainerState) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_task_proto_msgTypes[1]
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -276,7 +329,7 @@ func (x *ContainerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerState.ProtoReflect.Descriptor instead.
 func (*ContainerState) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_task_proto_rawDescGZIP(), []int{1}
+	return file_api_orchestrator_v1_task_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ContainerState) GetName() string {
@@ -346,39 +399,47 @@ var File_api_orchestrator_v1_task_proto protoreflect.FileDescriptor
 
 const file_api_orchestrator_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/orchestrator/v1/task.proto\x12\x17trellis.orchestrator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x88\x06\n" +
+	"\x1eapi/orchestrator/v1/task.proto\x12\x17trellis.orchestrator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x88\x04\n" +
 	"\x04Task\x12'\n" +
 	"\x0ftask_definition\x18\x01 \x01(\tR\x0etaskDefinition\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x1d\n" +
 	"\n" +
 	"started_by\x18\x03 \x01(\tR\tstartedBy\x12%\n" +
 	"\x0edesired_status\x18\x04 \x01(\tR\rdesiredStatus\x12\x1f\n" +
-	"\vlast_status\x18\x05 \x01(\tR\n" +
-	"lastStatus\x12G\n" +
-	"\n" +
-	"containers\x18\x06 \x03(\v2'.trellis.orchestrator.v1.ContainerStateR\n" +
-	"containers\x12\x1f\n" +
 	"\vstop_reason\x18\a \x01(\tR\n" +
 	"stopReason\x129\n" +
 	"\n" +
-	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
-	"\n" +
-	"started_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
-	"\vstopping_at\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"stoppingAt\x129\n" +
-	"\n" +
-	"stopped_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x16\n" +
-	"\x06health\x18\f \x01(\tR\x06health\x12\x18\n" +
-	"\asession\x18\r \x01(\tR\asession\x12;\n" +
-	"\vreported_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"reportedAt\x12 \n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12 \n" +
 	"\venvironment\x18\x0f \x01(\tR\venvironment\x12/\n" +
 	"\x13environment_version\x18\x10 \x01(\tR\x12environmentVersion\x12\x1e\n" +
 	"\n" +
 	"deployment\x18\x11 \x01(\tR\n" +
 	"deployment\x12\x1a\n" +
-	"\breplaces\x18\x12 \x01(\tR\breplaces\"\xcf\x02\n" +
+	"\breplaces\x18\x12 \x01(\tR\breplacesJ\x04\b\x05\x10\x06J\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
+	"J\x04\b\n" +
+	"\x10\vJ\x04\b\v\x10\fJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fR\vlast_statusR\n" +
+	"containersR\n" +
+	"started_atR\vstopping_atR\n" +
+	"stopped_atR\x06healthR\asessionR\vreported_at\"\xb9\x03\n" +
+	"\n" +
+	"TaskStatus\x12\x1f\n" +
+	"\vlast_status\x18\x01 \x01(\tR\n" +
+	"lastStatus\x12G\n" +
+	"\n" +
+	"containers\x18\x02 \x03(\v2'.trellis.orchestrator.v1.ContainerStateR\n" +
+	"containers\x12\x1f\n" +
+	"\vstop_reason\x18\x03 \x01(\tR\n" +
+	"stopReason\x129\n" +
+	"\n" +
+	"started_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
+	"\vstopping_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"stoppingAt\x129\n" +
+	"\n" +
+	"stopped_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x16\n" +
+	"\x06health\x18\a \x01(\tR\x06health\x12\x18\n" +
+	"\asession\x18\b \x01(\tR\asession\x12;\n" +
+	"\vreported_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportedAt\"\xcf\x02\n" +
 	"\x0eContainerState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
@@ -407,21 +468,22 @@ func file_api_orchestrator_v1_task_proto_rawDescGZIP() []byte {
 	return file_api_orchestrator_v1_task_proto_rawDescData
 }
 
-var file_api_orchestrator_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_api_orchestrator_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_api_orchestrator_v1_task_proto_goTypes = []any{
 	(*Task)(nil),                  // 0: trellis.orchestrator.v1.Task
-	(*ContainerState)(nil),        // 1: trellis.orchestrator.v1.ContainerState
-	(*timestamppb.Timestamp)(nil), // 2: google.protobuf.Timestamp
+	(*TaskStatus)(nil),            // 1: trellis.orchestrator.v1.TaskStatus
+	(*ContainerState)(nil),        // 2: trellis.orchestrator.v1.ContainerState
+	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
 }
 var file_api_orchestrator_v1_task_proto_depIdxs = []int32{
-	1, // 0: trellis.orchestrator.v1.Task.containers:type_name -> trellis.orchestrator.v1.ContainerState
-	2, // 1: trellis.orchestrator.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	2, // 2: trellis.orchestrator.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	2, // 3: trellis.orchestrator.v1.Task.stopping_at:type_name -> google.protobuf.Timestamp
-	2, // 4: trellis.orchestrator.v1.Task.stopped_at:type_name -> google.protobuf.Timestamp
-	2, // 5: trellis.orchestrator.v1.Task.reported_at:type_name -> google.protobuf.Timestamp
-	2, // 6: trellis.orchestrator.v1.ContainerState.started_at:type_name -> google.protobuf.Timestamp
-	2, // 7: trellis.orchestrator.v1.ContainerState.finished_at:type_name -> google.protobuf.Timestamp
+	3, // 0: trellis.orchestrator.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	2, // 1: trellis.orchestrator.v1.TaskStatus.containers:type_name -> trellis.orchestrator.v1.ContainerState
+	3, // 2: trellis.orchestrator.v1.TaskStatus.started_at:type_name -> google.protobuf.Timestamp
+	3, // 3: trellis.orchestrator.v1.TaskStatus.stopping_at:type_name -> google.protobuf.Timestamp
+	3, // 4: trellis.orchestrator.v1.TaskStatus.stopped_at:type_name -> google.protobuf.Timestamp
+	3, // 5: trellis.orchestrator.v1.TaskStatus.reported_at:type_name -> google.protobuf.Timestamp
+	3, // 6: trellis.orchestrator.v1.ContainerState.started_at:type_name -> google.protobuf.Timestamp
+	3, // 7: trellis.orchestrator.v1.ContainerState.finished_at:type_name -> google.protobuf.Timestamp
 	8, // [8:8] is the sub-list for method output_type
 	8, // [8:8] is the sub-list for method input_type
 	8, // [8:8] is the sub-list for extension type_name
@@ -434,14 +496,14 @@ func file_api_orchestrator_v1_task_proto_init() {
 	if File_api_orchestrator_v1_task_proto != nil {
 		return
 	}
-	file_api_orchestrator_v1_task_proto_msgTypes[1].OneofWrappers = []any{}
+	file_api_orchestrator_v1_task_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_orchestrator_v1_task_proto_rawDesc), len(file_api_orchestrator_v1_task_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -77,7 +77,6 @@ func (a *api) placeTask(ctx context.Context, name, instance string) error {
 		Instance:       instance,
 		StartedBy:      "orchbench",
 		DesiredStatus:  orchestrator.StatusRunning,
-		LastStatus:     orchestrator.StatusPending,
 	})
 	if err != nil {
 		return err

@@ -108,7 +108,8 @@ func (b *bench) etcdDaemon(ctx context.Context, sizes []int) ([]etcdDeployRun, e
 }
 
 // taskValues are the encoded Task of instance i as placed and as
-// reported running.
+// reported running (its data, then its data and the agent's TaskStatus,
+// which Trellis keeps in the task's status).
 func taskValues(i int) (placed, running []byte, err error) {
 	now := timestamppb.Now()
 	t := &pborch.Task{
@@ -116,7 +117,6 @@ func taskValues(i int) (placed, running []byte, err error) {
 		Instance:           fmt.Sprintf("sim-%d", i),
 		StartedBy:          "scheduler",
 		DesiredStatus:      orchestrator.StatusRunning,
-		LastStatus:         orchestrator.StatusPending,
 		CreatedAt:          now,
 		Environment:        "daemon-all",
 		EnvironmentVersion: "0b6f0f3c-6a0e-4b8e-9d43-5c1f7c8e2a11",
@@ -125,10 +125,13 @@ func taskValues(i int) (placed, running []byte, err error) {
 	if placed, err = proto.Marshal(t); err != nil {
 		return nil, nil, err
 	}
-	t.LastStatus, t.StartedAt, t.ReportedAt, t.Session = orchestrator.StatusRunning, now, now, "session-"+strconv.Itoa(i)
-	t.Containers = []*pborch.ContainerState{{Name: "daemon", Status: orchestrator.StatusRunning, StartedAt: now, RuntimeId: strconv.Itoa(i)}}
-	running, err = proto.Marshal(t)
-	return placed, running, err
+	st := &pborch.TaskStatus{LastStatus: orchestrator.StatusRunning, StartedAt: now, ReportedAt: now, Session: "session-" + strconv.Itoa(i),
+		Containers: []*pborch.ContainerState{{Name: "daemon", Status: orchestrator.StatusRunning, StartedAt: now, RuntimeId: strconv.Itoa(i)}}}
+	report, err := proto.Marshal(st)
+	if err != nil {
+		return nil, nil, err
+	}
+	return placed, append(append([]byte(nil), placed...), report...), nil
 }
 
 // etcdDeployStore does the store work of one deployment to n instances

@@ -171,12 +171,13 @@ func (w *envTaskWatch) observe(res *pbresource.Resource, at time.Time) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	switch t.GetLastStatus() {
+	st := orchestrator.TaskStatusOf(res)
+	switch st.GetLastStatus() {
 	case orchestrator.StatusRunning:
 		if _, ok := w.firstRun[inst]; !ok {
 			w.firstRun[inst] = at
 		}
-		if d, ok := w.died[inst]; ok && t.GetStartedAt().AsTime().After(d) {
+		if d, ok := w.died[inst]; ok && st.GetStartedAt().AsTime().After(d) {
 			if _, ok := w.replacedRun[inst]; !ok {
 				w.replacedRun[inst] = at
 			}
@@ -185,14 +186,14 @@ func (w *envTaskWatch) observe(res *pbresource.Resource, at time.Time) {
 		// Nothing stops a joined instance's task during the cell but its
 		// own exit (the joining fleet's -exit-rate 1), so a task that ran
 		// and stopped died by itself.
-		if t.GetStartedAt() == nil {
+		if st.GetStartedAt() == nil {
 			break
 		}
 		if _, ok := w.died[inst]; ok {
 			break
 		}
-		end := t.GetStoppedAt().AsTime()
-		for _, c := range t.GetContainers() {
+		end := st.GetStoppedAt().AsTime()
+		for _, c := range st.GetContainers() {
 			if c.GetFinishedAt() != nil {
 				end = c.GetFinishedAt().AsTime()
 			}

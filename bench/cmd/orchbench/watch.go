@@ -92,13 +92,14 @@ func (w *taskWatch) observe(res *pbresource.Resource, at time.Time) {
 	if tw == nil {
 		return
 	}
-	tw.status = t.GetLastStatus()
-	switch t.GetLastStatus() {
+	st := orchestrator.TaskStatusOf(res)
+	tw.status = st.GetLastStatus()
+	switch st.GetLastStatus() {
 	case orchestrator.StatusRunning:
 		if tw.runAt.IsZero() {
 			tw.runAt = at
-			tw.startedAt = t.GetStartedAt().AsTime()
-			tw.reportedAt = t.GetReportedAt().AsTime()
+			tw.startedAt = st.GetStartedAt().AsTime()
+			tw.reportedAt = st.GetReportedAt().AsTime()
 			close(tw.running)
 		}
 	case orchestrator.StatusStopped, orchestrator.StatusLost:
@@ -107,7 +108,7 @@ func (w *taskWatch) observe(res *pbresource.Resource, at time.Time) {
 			return
 		default:
 		}
-		tw.reason = t.GetStopReason()
+		tw.reason = orchestrator.TaskStopReason(&t, st)
 		if tw.runAt.IsZero() {
 			close(tw.running)
 		}

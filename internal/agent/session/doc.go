@@ -38,11 +38,12 @@
 //
 // # Reports
 //
-// The task manager says what to write (Tasks.Reports, in order: a
-// replaced task's STOPPED report before its replacement's); the reporter
-// writes every pending report in one WriteBatch shortly after the first
-// change (ReportDelay), each member a CAS on the version last seen. A
-// conflict re-reads the members from the leader and hands them to the
-// task manager, which merges its fields into what is stored on the next
-// round, never the other way round.
+// The task manager says what to write (Tasks.Reports: each task's
+// status["agent"]); the reporter writes every pending report in one
+// WriteStatuses shortly after the first change (ReportDelay), each member
+// a CAS on the version last seen, and a report that must follow another
+// (a replacement after the STOPPED report of the task it replaces) in a
+// second round, only once that one is stored. A member refused as stale
+// is re-read from the leader and handed to the task manager, which reports
+// again over what is stored on the next round.
 package session

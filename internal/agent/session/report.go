@@ -3,12 +3,14 @@ package session
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/resource"
 )
 
 // maxReportBatch bounds one WriteBatch, well within the resource
@@ -24,10 +26,15 @@ func (c *conn) reportLoop(ctx context.Context) error {
 	for {
 		batch := s.tasks.Reports()
 		if len(batch) > 0 {
-			if err := c.writeReports(ctx, batch); err != nil {
+			wrote, err := c.writeReports(ctx, batch)
+			if err != nil {
 				return fmt.Errorf("report: %w", err)
 			}
-			continue
+			if wrote {
+				continue
+			}
+			// Nothing could be written (each report waits for one that is
+			// not in the batch): wait for a change rather than spin.
 		}
 		select {
 		case <-ctx.Done():
@@ -42,59 +49,97 @@ func (c *conn) reportLoop(ctx context.Context) error {
 	}
 }
 
-// writeReports writes the reports in batches. A batch is atomic, so one
-// stale member fails it: then every member is read again (merging happens
-// on the next collect, over what is stored now) and the loop goes round.
-// A batch refused as invalid is written member by member, so that one bad
-// report cannot hold back the others.
-func (c *conn) writeReports(ctx context.Context, batch []Report) error {
+// writeReports writes the reports with WriteStatuses, in batches: a
+// report that must follow another (Report.After) goes in a later round,
+// and only once that one is stored. A member refused as stale (Aborted) or
+// gone (NotFound) is read again from the leader and handed to the task
+// manager, which reports it again on the next collect, over what is
+// stored now. A request refused as a whole as invalid is written member
+// by member, so that one bad report cannot hold back the others.
+//
+// wrote says whether any report was sent.
+func (c *conn) writeReports(ctx context.Context, batch []Report) (wrote bool, err error) {
+	stored := make(map[string]bool)
 	for len(batch) > 0 {
-		n := min(len(batch), maxReportBatch)
-		chunk := batch[:n]
-		batch = batch[n:]
-		members := make([]*pbresource.Resource, n)
-		for i, p := range chunk {
-			members[i] = p.Resource
+		var round, later []Report
+		for _, r := range batch {
+			switch {
+			case r.After == "" || stored[r.After]:
+				round = append(round, r)
+			case slices.ContainsFunc(batch, func(o Report) bool { return uidOf(o) == r.After }):
+				later = append(later, r)
+			}
+			// Else the report it follows was not stored: it waits for the
+			// next collect.
 		}
-		wctx, cancel := context.WithTimeout(ctx, c.s.cfg.RPCTimeout)
-		resp, err := c.res.WriteBatch(wctx, &pbresource.WriteBatchRequest{Resources: members})
-		cancel()
+		if len(round) == 0 {
+			return wrote, nil
+		}
+		for len(round) > 0 {
+			n := min(len(round), maxReportBatch)
+			chunk := round[:n]
+			round = round[n:]
+			wrote = true
+			if err := c.writeChunk(ctx, chunk, stored); err != nil {
+				return wrote, err
+			}
+		}
+		batch = later
+	}
+	return wrote, nil
+}
+
+// writeChunk writes one WriteStatuses request; stored collects the uids
+// of the reports the store took.
+func (c *conn) writeChunk(ctx context.Context, chunk []Report, stored map[string]bool) error {
+	members := make([]*pbresource.WriteStatusRequest, len(chunk))
+	for i, p := range chunk {
+		members[i] = p.Request
+	}
+	wctx, cancel := context.WithTimeout(ctx, c.s.cfg.RPCTimeout)
+	resp, err := c.res.WriteStatuses(wctx, &pbresource.WriteStatusesRequest{Statuses: members})
+	cancel()
+	switch status.Code(err) {
+	case codes.OK:
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted:
+		return c.writeEach(ctx, chunk, stored)
+	default:
+		return err
+	}
+	var reread []Report
+	for i, p := range chunk {
+		res, err := resource.StatusResult(resp.GetResults()[i])
 		switch status.Code(err) {
 		case codes.OK:
-			for i, p := range chunk {
-				c.s.written(p, resp.GetResources()[i])
-			}
-		case codes.Aborted:
-			if err := c.reread(ctx, chunk); err != nil {
-				return err
-			}
-		case codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted:
-			if err := c.writeEach(ctx, chunk); err != nil {
-				return err
-			}
+			stored[uidOf(p)] = true
+			c.s.written(p, res)
+		case codes.Aborted, codes.NotFound:
+			reread = append(reread, p)
 		default:
-			return err
+			c.s.log.Error("the servers refused a task report; dropping it", "task", taskKey(p), "err", err)
+			c.s.written(p, nil)
 		}
 	}
-	return nil
+	return c.reread(ctx, reread)
 }
 
 // writeEach writes reports one by one, in order; refused ones are logged
-// and dropped. A stale one ends the chunk: the rest are collected again,
-// after it (a replacement's report never goes before the STOPPED report
-// of the task it replaced).
-func (c *conn) writeEach(ctx context.Context, chunk []Report) error {
+// and dropped.
+func (c *conn) writeEach(ctx context.Context, chunk []Report, stored map[string]bool) error {
 	for _, p := range chunk {
 		wctx, cancel := context.WithTimeout(ctx, c.s.cfg.RPCTimeout)
-		resp, err := c.res.Write(wctx, &pbresource.WriteRequest{Resource: p.Resource})
+		resp, err := c.res.WriteStatus(wctx, p.Request)
 		cancel()
 		switch status.Code(err) {
 		case codes.OK:
+			stored[uidOf(p)] = true
 			c.s.written(p, resp.GetResource())
-		case codes.Aborted:
-			return c.reread(ctx, []Report{p})
+		case codes.Aborted, codes.NotFound:
+			if err := c.reread(ctx, []Report{p}); err != nil {
+				return err
+			}
 		case codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted:
-			c.s.log.Error("the servers refused a task report; dropping it", "task", taskKey(p.Resource), "err", err)
+			c.s.log.Error("the servers refused a task report; dropping it", "task", taskKey(p), "err", err)
 			c.s.written(p, nil)
 		default:
 			return err
@@ -103,11 +148,11 @@ func (c *conn) writeEach(ctx context.Context, chunk []Report) error {
 	return nil
 }
 
-// reread reads the tasks of a refused batch again and takes in what the
-// store has.
-func (c *conn) reread(ctx context.Context, chunk []Report) error {
-	for _, p := range chunk {
-		id := proto.Clone(p.Resource.GetId()).(*pbresource.ID)
+// reread reads the tasks of refused reports again and hands the task
+// manager what the store has.
+func (c *conn) reread(ctx context.Context, reports []Report) error {
+	for _, p := range reports {
+		id := proto.Clone(p.Request.GetId()).(*pbresource.ID)
 		id.Uid = ""
 		rctx, cancel := context.WithTimeout(ctx, c.s.cfg.RPCTimeout)
 		// From the leader: a server behind it could call the task
@@ -115,17 +160,18 @@ func (c *conn) reread(ctx context.Context, chunk []Report) error {
 		// happen.
 		resp, err := c.res.Read(rctx, &pbresource.ReadRequest{Id: id, Consistent: true})
 		cancel()
+		gone := &pbresource.Resource{Id: p.Request.GetId()}
 		switch status.Code(err) {
 		case codes.OK:
 			got := resp.GetResource()
 			c.s.sawVersion(got)
-			if got.GetId().GetUid() != p.Resource.GetId().GetUid() {
+			if got.GetId().GetUid() != uidOf(p) {
 				// Deleted and created again: a different task.
-				c.s.tasks.Observe(p.Resource, true)
+				c.s.tasks.Observe(gone, true)
 			}
 			c.s.tasks.Observe(got, false)
 		case codes.NotFound:
-			c.s.tasks.Observe(p.Resource, true)
+			c.s.tasks.Observe(gone, true)
 		default:
 			return err
 		}
@@ -144,6 +190,9 @@ func (s *Session) written(r Report, stored *pbresource.Resource) {
 	s.tasks.Written(r, stored)
 }
 
-func taskKey(res *pbresource.Resource) string {
-	return res.GetId().GetTenancy().GetNamespace() + "/" + res.GetId().GetName()
+func uidOf(r Report) string { return r.Request.GetId().GetUid() }
+
+func taskKey(r Report) string {
+	id := r.Request.GetId()
+	return id.GetTenancy().GetNamespace() + "/" + id.GetName()
 }

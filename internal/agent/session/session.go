@@ -92,11 +92,14 @@ type Tasks interface {
 // ref from the servers.
 type DefinitionReader func(ctx context.Context, ns, ref string) (*pborch.TaskDefinition, error)
 
-// Report is one task's report: the task to write, as a CAS on its
-// version; Seq identifies it to Tasks.Written.
+// Report is one task's report: a status write (a CAS on the task's
+// version); Seq identifies it to Tasks.Written; After, when set, is the
+// uid of a report of the same batch that must be stored before this one
+// is written (else this one waits for the next batch).
 type Report struct {
-	Resource *pbresource.Resource
-	Seq      uint64
+	Request *pbresource.WriteStatusRequest
+	Seq     uint64
+	After   string
 }
 
 // Session is the agent's side of its servers: see the package comment.

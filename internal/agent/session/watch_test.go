@@ -70,11 +70,17 @@ func (s *scriptedStream) Recv() (*pbresource.WatchEvent, error) {
 	return ev, nil
 }
 
-func taskEvent(op pbresource.WatchEvent_Op, index uint64, name string, tk *pborch.Task) *pbresource.WatchEvent {
+// taskEvent is an event of task name; last, when set, is the status its
+// agent reported.
+func taskEvent(op pbresource.WatchEvent_Op, index uint64, name string, tk *pborch.Task, last ...string) *pbresource.WatchEvent {
 	ev := &pbresource.WatchEvent{Op: op, Index: index}
 	if tk != nil {
 		data, _ := anypb.New(tk)
 		ev.Resource = &pbresource.Resource{Id: &pbresource.ID{Name: name, Uid: name + "-uid", Type: orchestrator.TaskType, Tenancy: &pbresource.Tenancy{Namespace: "default"}}, Generation: 1, Data: data}
+		if len(last) > 0 {
+			payload, _ := anypb.New(&pborch.TaskStatus{LastStatus: last[0]})
+			ev.Resource.Status = map[string]*pbresource.Status{orchestrator.TaskStatusKey: {Data: payload}}
+		}
 	}
 	return ev
 }
@@ -91,9 +97,9 @@ func TestAListingIsActedOnOnlyWhole(t *testing.T) {
 	// before its end.
 	stream := &scriptedStream{read: make(chan struct{}), release: make(chan struct{}), events: []*pbresource.WatchEvent{
 		taskEvent(pbresource.WatchEvent_OP_UPSERT, 7, "ls-2", &pborch.Task{TaskDefinition: "sleeper:1", Instance: "i-1", Environment: "ls", Replaces: "ls-1",
-			DesiredStatus: orchestrator.StatusRunning, LastStatus: orchestrator.StatusPending}),
+			DesiredStatus: orchestrator.StatusRunning}),
 		taskEvent(pbresource.WatchEvent_OP_UPSERT, 7, "ls-1", &pborch.Task{TaskDefinition: "sleeper:1", Instance: "i-1", Environment: "ls",
-			DesiredStatus: orchestrator.StatusStopped, LastStatus: orchestrator.StatusLost}),
+			DesiredStatus: orchestrator.StatusStopped}, orchestrator.StatusLost),
 	}}
 	done := make(chan error, 1)
 	go func() { done <- s.consume(stream) }()

@@ -47,6 +47,9 @@ func (p phase) live() bool { return p == phaseStarting || p == phaseRunning || p
 // deleted) and the agent's side of it.
 type situation struct {
 	stored *pborch.Task
+	// status is what the store says of it: the last report stored, or
+	// the servers' LOST (nil once it is deleted).
+	status *pborch.TaskStatus
 	phase  phase
 	// reported: the agent's last report is stored (nothing newer to write).
 	reported bool
@@ -89,7 +92,7 @@ const (
 // agent does not run is reported STOPPED, never started again; replacing
 // it is the scheduler's business.
 func decide(s situation) decision {
-	t := s.stored
+	t, st := s.stored, s.status
 	if t == nil { // deleted
 		switch s.phase {
 		case phaseStarting, phaseRunning:
@@ -99,7 +102,7 @@ func decide(s situation) decision {
 		}
 		return decision{forget: true}
 	}
-	if t.GetLastStatus() == orchestrator.StatusStopped {
+	if st.GetLastStatus() == orchestrator.StatusStopped {
 		switch s.phase {
 		case phaseIdle:
 			return decision{forget: true}
@@ -115,10 +118,10 @@ func decide(s situation) decision {
 	if t.GetDesiredStatus() == orchestrator.StatusStopped {
 		switch s.phase {
 		case phaseIdle:
-			if t.GetLastStatus() == orchestrator.StatusPending {
+			if st.GetLastStatus() == orchestrator.StatusPending {
 				return decision{finish: "stopped before it started: desired status is STOPPED"}
 			}
-			return decision{finish: notRunHere(t)}
+			return decision{finish: notRunHere(t, st)}
 		case phaseStarting, phaseRunning:
 			// Whoever stopped it may have said why (trellis task stop
 			// --reason, a deployment); that is the task's stop reason.
@@ -133,20 +136,20 @@ func decide(s situation) decision {
 	if s.phase != phaseIdle {
 		return decision{}
 	}
-	switch t.GetLastStatus() {
+	switch st.GetLastStatus() {
 	case orchestrator.StatusPending:
 		if s.leaving || s.waiting {
 			return decision{}
 		}
 		return decision{start: true}
 	case orchestrator.StatusRunning, orchestrator.StatusLost:
-		return decision{finish: notRunHere(t)}
+		return decision{finish: notRunHere(t, st)}
 	}
 	return decision{}
 }
 
-func notRunHere(t *pborch.Task) string {
-	if t.GetLastStatus() == orchestrator.StatusLost {
+func notRunHere(t *pborch.Task, st *pborch.TaskStatus) string {
+	if st.GetLastStatus() == orchestrator.StatusLost {
 		return orchestrator.LostReason(t.GetInstance())
 	}
 	return "it no longer runs on instance " + t.GetInstance() + ": the agent has no record of it"

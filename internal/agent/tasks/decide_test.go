@@ -6,13 +6,18 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	"trellis.dev/trellis/internal/orchestrator"
 )
 
-func stored(desired, last string) *pborch.Task {
-	return &pborch.Task{TaskDefinition: "web:1", Instance: "i-1", DesiredStatus: desired, LastStatus: last}
+func stored(desired string) *pborch.Task {
+	return &pborch.Task{TaskDefinition: "web:1", Instance: "i-1", DesiredStatus: desired}
+}
+
+func reported(last string) *pborch.TaskStatus {
+	return &pborch.TaskStatus{LastStatus: last}
 }
 
 func withReason(t *pborch.Task, reason string) *pborch.Task {
@@ -33,32 +38,32 @@ func TestDecide(t *testing.T) {
 		want decision
 	}{
 		// Starting happens once, from PENDING.
-		{"new task starts", situation{stored: stored(run, pend)}, decision{start: true}},
-		{"not while leaving", situation{stored: stored(run, pend), leaving: true}, decision{}},
-		{"not while the task it replaces stops", situation{stored: stored(run, pend), waiting: true}, decision{}},
-		{"a stop while waiting", situation{stored: stored(stop, pend), waiting: true}, decision{finish: "stopped before it started: desired status is STOPPED"}},
-		{"starting: nothing more", situation{stored: stored(run, pend), phase: phaseStarting}, decision{}},
-		{"running: nothing", situation{stored: stored(run, run), phase: phaseRunning}, decision{}},
-		{"done: never again", situation{stored: stored(run, run), phase: phaseDone}, decision{}},
+		{"new task starts", situation{stored: stored(run), status: reported(pend)}, decision{start: true}},
+		{"not while leaving", situation{stored: stored(run), status: reported(pend), leaving: true}, decision{}},
+		{"not while the task it replaces stops", situation{stored: stored(run), status: reported(pend), waiting: true}, decision{}},
+		{"a stop while waiting", situation{stored: stored(stop), status: reported(pend), waiting: true}, decision{finish: "stopped before it started: desired status is STOPPED"}},
+		{"starting: nothing more", situation{stored: stored(run), status: reported(pend), phase: phaseStarting}, decision{}},
+		{"running: nothing", situation{stored: stored(run), status: reported(run), phase: phaseRunning}, decision{}},
+		{"done: never again", situation{stored: stored(run), status: reported(run), phase: phaseDone}, decision{}},
 		// Not run here, though the store says it runs or was lost: closed.
-		{"running elsewhere in time", situation{stored: stored(run, run)}, decision{finish: "it no longer runs on instance i-1: the agent has no record of it"}},
-		{"lost, not run here", situation{stored: stored(run, lost)}, decision{finish: "lost: it no longer runs on instance i-1"}},
+		{"running elsewhere in time", situation{stored: stored(run), status: reported(run)}, decision{finish: "it no longer runs on instance i-1: the agent has no record of it"}},
+		{"lost, not run here", situation{stored: stored(run), status: reported(lost)}, decision{finish: "lost: it no longer runs on instance i-1"}},
 		// Desired STOPPED.
-		{"stop before start", situation{stored: stored(stop, pend)}, decision{finish: "stopped before it started: desired status is STOPPED"}},
-		{"stop running", situation{stored: stored(stop, run), phase: phaseRunning}, decision{stop: ReasonDesiredStopped}},
-		{"stop starting", situation{stored: stored(stop, pend), phase: phaseStarting}, decision{stop: ReasonDesiredStopped}},
-		{"stop with the stopper's reason", situation{stored: withReason(stored(stop, run), "stopped by user: replaced"), phase: phaseRunning}, decision{stop: "stopped by user: replaced"}},
-		{"stop lost but running", situation{stored: stored(stop, lost), phase: phaseRunning}, decision{stop: ReasonDesiredStopped}},
-		{"stopping already", situation{stored: stored(stop, run), phase: phaseStopping}, decision{}},
-		{"stop lost, not here", situation{stored: stored(stop, lost)}, decision{finish: "lost: it no longer runs on instance i-1"}},
+		{"stop before start", situation{stored: stored(stop), status: reported(pend)}, decision{finish: "stopped before it started: desired status is STOPPED"}},
+		{"stop running", situation{stored: stored(stop), status: reported(run), phase: phaseRunning}, decision{stop: ReasonDesiredStopped}},
+		{"stop starting", situation{stored: stored(stop), status: reported(pend), phase: phaseStarting}, decision{stop: ReasonDesiredStopped}},
+		{"stop with the stopper's reason", situation{stored: withReason(stored(stop), "stopped by user: replaced"), status: reported(run), phase: phaseRunning}, decision{stop: "stopped by user: replaced"}},
+		{"stop lost but running", situation{stored: stored(stop), status: reported(lost), phase: phaseRunning}, decision{stop: ReasonDesiredStopped}},
+		{"stopping already", situation{stored: stored(stop), status: reported(run), phase: phaseStopping}, decision{}},
+		{"stop lost, not here", situation{stored: stored(stop), status: reported(lost)}, decision{finish: "lost: it no longer runs on instance i-1"}},
 		// Lost but running here: nothing to decide (the report re-adopts it).
-		{"lost, running here", situation{stored: stored(run, lost), phase: phaseRunning}, decision{}},
+		{"lost, running here", situation{stored: stored(run), status: reported(lost), phase: phaseRunning}, decision{}},
 		// STOPPED in the store.
-		{"stopped, never ours", situation{stored: stored(run, stop)}, decision{forget: true}},
-		{"stopped and reported", situation{stored: stored(run, stop), phase: phaseDone, reported: true}, decision{forget: true}},
-		{"stopped, report pending", situation{stored: stored(run, stop), phase: phaseDone}, decision{}},
-		{"stopped by someone, running here", situation{stored: stored(run, stop), phase: phaseRunning}, decision{}},
-		{"stopped by someone, unwanted", situation{stored: stored(stop, stop), phase: phaseRunning}, decision{stop: ReasonDesiredStopped}},
+		{"stopped, never ours", situation{stored: stored(run), status: reported(stop)}, decision{forget: true}},
+		{"stopped and reported", situation{stored: stored(run), status: reported(stop), phase: phaseDone, reported: true}, decision{forget: true}},
+		{"stopped, report pending", situation{stored: stored(run), status: reported(stop), phase: phaseDone}, decision{}},
+		{"stopped by someone, running here", situation{stored: stored(run), status: reported(stop), phase: phaseRunning}, decision{}},
+		{"stopped by someone, unwanted", situation{stored: stored(stop), status: reported(stop), phase: phaseRunning}, decision{stop: ReasonDesiredStopped}},
 		// Deleted.
 		{"deleted, idle", situation{phase: phaseIdle}, decision{forget: true}},
 		{"deleted, starting", situation{phase: phaseStarting}, decision{stop: ReasonDeleted, silent: true}},
@@ -86,7 +91,7 @@ func TestDecideStartsOnlyIdlePending(t *testing.T) {
 					for flags := range 8 {
 						s := situation{phase: p, reported: flags&1 != 0, leaving: flags&2 != 0, waiting: flags&4 != 0}
 						if !deleted {
-							s.stored = stored(desired, last)
+							s.stored, s.status = stored(desired), reported(last)
 						}
 						d := decide(s)
 						set := 0
@@ -123,20 +128,17 @@ func TestReportRoundTrip(t *testing.T) {
 		StartedAt: now, StoppingAt: now.Add(time.Second), StoppedAt: now.Add(2 * time.Second),
 		Containers: []ContainerStatus{{Name: "app", Status: orchestrator.StatusStopped, ExitCode: &code, StartedAt: now, FinishedAt: now.Add(time.Second), RuntimeID: "42", Restarts: 1}},
 	}
-	placed := &pborch.Task{TaskDefinition: "web:1", Instance: "i-1", StartedBy: "alice", DesiredStatus: orchestrator.StatusRunning, LastStatus: orchestrator.StatusRunning}
-	merged := mergeReport(placed, reportOf(snap, "s1"), now)
-	if merged.GetStartedBy() != "alice" || merged.GetDesiredStatus() != orchestrator.StatusRunning || merged.GetTaskDefinition() != "web:1" {
-		t.Errorf("the placer's fields changed: %v", merged)
-	}
+	merged := reportOf(snap, "s1")
+	merged.ReportedAt = timestamppb.New(now)
 	if merged.GetHealth() != orchestrator.HealthUnknown || merged.GetContainers()[0].GetExitCode() != 3 || merged.GetSession() != "s1" {
-		t.Errorf("merged %v", merged)
+		t.Errorf("report %v", merged)
 	}
 	// What the store gives back (through the wire) carries the report.
 	b, err := proto.Marshal(merged)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back pborch.Task
+	var back pborch.TaskStatus
 	if err := proto.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +148,7 @@ func TestReportRoundTrip(t *testing.T) {
 	if orchestrator.SameReport(&back, reportOf(snap, "s2")) {
 		t.Errorf("a report of another session compares equal")
 	}
-	lost := proto.Clone(&back).(*pborch.Task)
+	lost := proto.Clone(&back).(*pborch.TaskStatus)
 	lost.LastStatus = orchestrator.StatusLost
 	if orchestrator.SameReport(lost, reportOf(snap, "s1")) {
 		t.Errorf("a task marked lost compares equal to the report")

@@ -21,13 +21,15 @@
 //
 // # Reports
 //
-// The agent owns a task's last_status, containers, health, timestamps,
-// stop_reason, session and reported_at; whoever placed it owns the rest
-// (desired_status above all). Runner snapshots mark a task dirty; Reports
-// merges the agent's fields into the task as last stored, STOPPED reports
-// first, and holds back a replacement's report until the STOPPED report
-// of the task it replaced is written or goes in the same batch (the store
-// never shows the two running).
+// The agent owns a task's status["agent"] (orchestrator.TaskStatusKey), a
+// TaskStatus: last_status, containers, health, timestamps, stop_reason,
+// session and reported_at. Whoever placed the task owns its data
+// (desired_status above all), which a report never touches. Runner
+// snapshots mark a task dirty; Reports builds a status write of each,
+// a CAS on the version last seen, STOPPED reports first, and holds back a
+// replacement's report until the STOPPED report of the task it replaced
+// is stored, or goes in the same batch ahead of it (Report.After): the
+// store never shows the two running.
 //
 // # Local state
 //

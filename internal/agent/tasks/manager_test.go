@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
@@ -61,16 +62,18 @@ func waitReports(t *testing.T, m *Manager, n int) []Report {
 	}
 }
 
-// storedAs is what a store that took r gives back: r at version (and
-// generation: the report changed its data).
-func storedAs(t *testing.T, r Report, version int) (*pbresource.Resource, *pborch.Task) {
+// storedAs is what a store that took r over prev gives back: prev with
+// r's status at version (its generation unchanged: a status write does
+// not move it).
+func storedAs(t *testing.T, prev *pbresource.Resource, r Report, version int) (*pbresource.Resource, *pborch.TaskStatus) {
 	t.Helper()
-	tk := &pborch.Task{}
-	if err := r.Resource.GetData().UnmarshalTo(tk); err != nil {
-		t.Fatal(err)
+	if r.Request.GetKey() != orchestrator.TaskStatusKey || r.Request.GetId().GetUid() != prev.GetId().GetUid() {
+		t.Fatalf("report %v: want status %q of %s", r.Request, orchestrator.TaskStatusKey, prev.GetId().GetUid())
 	}
-	res := &pbresource.Resource{Id: r.Resource.GetId(), Version: strconv.Itoa(version), Generation: uint64(version), Data: r.Resource.GetData()}
-	return res, tk
+	res := proto.Clone(prev).(*pbresource.Resource)
+	res.Version = strconv.Itoa(version)
+	res.Status = map[string]*pbresource.Status{orchestrator.TaskStatusKey: r.Request.GetStatus()}
+	return res, orchestrator.TaskStatusOf(res)
 }
 
 // The task manager runs a task through what a session hands it, with no
@@ -105,14 +108,14 @@ func TestManagerRunsATaskWithoutAServer(t *testing.T) {
 	})
 	defer detach()
 
-	placed := &pborch.Task{TaskDefinition: "web:1", Instance: "i-1", DesiredStatus: orchestrator.StatusRunning, LastStatus: orchestrator.StatusPending}
+	placed := &pborch.Task{TaskDefinition: "web:1", Instance: "i-1", DesiredStatus: orchestrator.StatusRunning}
 	data, _ := anypb.New(placed)
 	res := &pbresource.Resource{Id: orchestrator.TaskID("default", "t1"), Version: "5", Generation: 1, Data: data}
 	res.Id.Uid = "t1-uid"
 	// Another instance's task is none of this manager's business.
 	other := &pbresource.Resource{Id: orchestrator.TaskID("default", "t2"), Version: "5", Generation: 1}
 	other.Id.Uid = "t2-uid"
-	other.Data, _ = anypb.New(&pborch.Task{TaskDefinition: "web:1", Instance: "i-2", DesiredStatus: orchestrator.StatusRunning, LastStatus: orchestrator.StatusPending})
+	other.Data, _ = anypb.New(&pborch.Task{TaskDefinition: "web:1", Instance: "i-2", DesiredStatus: orchestrator.StatusRunning})
 	m.ObserveListing([]*pbresource.Resource{res, other})
 
 	r := <-runners
@@ -120,9 +123,9 @@ func TestManagerRunsATaskWithoutAServer(t *testing.T) {
 		t.Fatalf("runner config %+v", r.rc)
 	}
 	rs := waitReports(t, m, 1)
-	got, tk := storedAs(t, rs[0], 6)
-	if tk.GetLastStatus() != orchestrator.StatusRunning || tk.GetSession() != "s1" || tk.GetDesiredStatus() != orchestrator.StatusRunning || rs[0].Resource.GetVersion() != "5" {
-		t.Fatalf("report %v at version %s; want RUNNING of session s1 over the placer's fields, a CAS on version 5", tk, rs[0].Resource.GetVersion())
+	got, st := storedAs(t, res, rs[0], 6)
+	if st.GetLastStatus() != orchestrator.StatusRunning || st.GetSession() != "s1" || st.GetReportedAt() == nil || rs[0].Request.GetVersion() != "5" {
+		t.Fatalf("report %v at version %s; want RUNNING of session s1, a CAS on version 5", st, rs[0].Request.GetVersion())
 	}
 	m.Written(rs[0], got)
 	if rs := m.Reports(); len(rs) != 0 {
@@ -133,13 +136,13 @@ func TestManagerRunsATaskWithoutAServer(t *testing.T) {
 	stop := &pborch.Task{}
 	_ = got.GetData().UnmarshalTo(stop)
 	stop.DesiredStatus, stop.StopReason = orchestrator.StatusStopped, "stopped by user: done"
-	got.Version, got.Generation = "7", 7
+	got.Version, got.Generation = "7", 2
 	got.Data, _ = anypb.New(stop)
 	m.Observe(got, false)
 	rs = waitReports(t, m, 1)
-	final, tk := storedAs(t, rs[0], 8)
-	if tk.GetLastStatus() != orchestrator.StatusStopped || tk.GetStopReason() != "stopped by user: done" {
-		t.Fatalf("report %v; want STOPPED with the stopper's reason", tk)
+	final, st := storedAs(t, got, rs[0], 8)
+	if st.GetLastStatus() != orchestrator.StatusStopped || st.GetStopReason() != "stopped by user: done" {
+		t.Fatalf("report %v; want STOPPED with the stopper's reason", st)
 	}
 	m.Written(rs[0], final)
 	for {

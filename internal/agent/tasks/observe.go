@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"os"
+	"strconv"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
@@ -154,7 +155,7 @@ func (m *Manager) takeLocked(res *pbresource.Resource, t *pborch.Task, deleted b
 	}
 	e := m.tasks[uid]
 	if e == nil {
-		if deleted || t.GetInstance() != m.cfg.Instance || t.GetLastStatus() == orchestrator.StatusStopped {
+		if deleted || t.GetInstance() != m.cfg.Instance || orchestrator.TaskStatusOf(res).GetLastStatus() == orchestrator.StatusStopped {
 			return nil
 		}
 		e = m.addTaskLocked(res.GetId().GetTenancy().GetNamespace(), res.GetId().GetName(), res.GetId().GetUid())
@@ -162,11 +163,11 @@ func (m *Manager) takeLocked(res *pbresource.Resource, t *pborch.Task, deleted b
 	switch {
 	case deleted:
 		e.deleted = true
-		e.stored = nil
-	case !e.seen || res.GetGeneration() >= e.res.GetGeneration():
-		// Never go back to an older generation: a write's answer can come
+		e.stored, e.status = nil, nil
+	case !e.seen || !olderThan(res, e.res):
+		// Never go back to an older version: a write's answer can come
 		// before the watch delivers what preceded it.
-		e.res, e.stored, e.seen = res, t, true
+		e.res, e.stored, e.status, e.seen = res, t, orchestrator.TaskStatusOf(res), true
 	}
 	return e
 }
@@ -190,14 +191,15 @@ func (m *Manager) reconcileLocked(e *task) effects {
 		return fx // resumed from local state; the store has not spoken yet
 	}
 	var stored *pborch.Task
+	var status *pborch.TaskStatus
 	if !e.deleted {
-		stored = e.stored
+		stored, status = e.stored, e.status
 	}
 	mine := reportOf(e.snap, m.session)
-	reported := e.written >= e.seq && (stored == nil || orchestrator.SameReport(stored, mine) || e.repairs >= MaxRepairs)
+	reported := e.written >= e.seq && (stored == nil || orchestrator.SameReport(status, mine) || e.repairs >= MaxRepairs)
 	waiting := e.phase == phaseIdle && stored.GetDesiredStatus() == orchestrator.StatusRunning &&
-		stored.GetLastStatus() == orchestrator.StatusPending && m.predecessorLocked(e) != nil
-	d := decide(situation{stored: stored, phase: e.phase, reported: reported, leaving: m.leaving, waiting: waiting})
+		status.GetLastStatus() == orchestrator.StatusPending && m.predecessorLocked(e) != nil
+	d := decide(situation{stored: stored, status: status, phase: e.phase, reported: reported, leaving: m.leaving, waiting: waiting})
 	if d.silent && !e.silent {
 		e.silent = true
 		fx.persist = append(fx.persist, e)
@@ -219,10 +221,10 @@ func (m *Manager) reconcileLocked(e *task) effects {
 	default:
 		// Nothing to decide: repair the store if it no longer carries the
 		// report (the servers marked the task lost, a new session began).
-		if e.hasReport && !e.silent && stored != nil && e.written >= e.seq && !orchestrator.SameReport(stored, mine) && e.repairs < MaxRepairs {
+		if e.hasReport && !e.silent && stored != nil && e.written >= e.seq && !orchestrator.SameReport(status, mine) && e.repairs < MaxRepairs {
 			e.repairs++
 			e.seq++
-			m.log.Info("the store differs from the agent's report; reporting again", "task", e.key(), "stored", stored.GetLastStatus(), "report", mine.GetLastStatus())
+			m.log.Info("the store differs from the agent's report; reporting again", "task", e.key(), "stored", status.GetLastStatus(), "report", mine.GetLastStatus())
 		}
 	}
 	if e.dirty() {
@@ -315,10 +317,22 @@ func (m *Manager) sweep(seen map[string]bool) {
 	for uid, e := range m.tasks {
 		if !seen[uid] {
 			e.deleted = true
-			e.stored = nil
+			e.stored, e.status = nil, nil
 			fx.merge(m.reconcileLocked(e))
 		}
 	}
 	m.mu.Unlock()
 	m.apply(fx)
+}
+
+// olderThan reports whether res is an older version of the task than
+// seen. Versions grow with every write (they are the store's index), the
+// agent's own reports included, which do not move the generation.
+func olderThan(res, seen *pbresource.Resource) bool {
+	v, err1 := strconv.ParseUint(res.GetVersion(), 10, 64)
+	w, err2 := strconv.ParseUint(seen.GetVersion(), 10, 64)
+	if err1 != nil || err2 != nil {
+		return res.GetGeneration() < seen.GetGeneration()
+	}
+	return v < w
 }

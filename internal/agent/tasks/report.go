@@ -15,16 +15,16 @@ import (
 	"trellis.dev/trellis/internal/orchestrator"
 )
 
-// The agent's side of a task: which fields of a Task it writes. Everything
-// else (task_definition, instance, started_by, desired_status, created_at)
-// belongs to whoever placed the task, and a report never touches it.
+// The agent's side of a task: its status["agent"], a TaskStatus. The
+// Task's data (task_definition, instance, started_by, desired_status,
+// created_at, ...) belongs to whoever placed the task, and a report never
+// touches it.
 
-// reportOf turns a snapshot into the agent-owned fields of a Task (the
-// other fields empty). Values the resource service would default are
-// filled the same way, so that a stored report compares equal to the one
-// that was written.
-func reportOf(s Snapshot, session string) *pborch.Task {
-	t := &pborch.Task{
+// reportOf turns a snapshot into the TaskStatus the agent reports
+// (reported_at aside, which is set as it is written). Defaults are filled
+// in, so that a stored report compares equal to the one that was written.
+func reportOf(s Snapshot, session string) *pborch.TaskStatus {
+	t := &pborch.TaskStatus{
 		LastStatus: s.Status,
 		Health:     s.Health,
 		StopReason: s.StopReason,
@@ -69,12 +69,6 @@ func timestamp(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
-// mergeReport is what the agent writes over a stored task
-// (orchestrator.MergeReport), reported now.
-func mergeReport(stored, report *pborch.Task, reportedAt time.Time) *pborch.Task {
-	return orchestrator.MergeReport(stored, report, timestamppb.New(reportedAt))
-}
-
 // finishedSnapshot is the report of a task that stops here without its
 // runner saying so: it never started (finish), or its runner ended
 // without a STOPPED snapshot. Containers that were not seen to stop are
@@ -116,44 +110,58 @@ func pendingSnapshot(def *pborch.TaskDefinition) Snapshot {
 	return s
 }
 
-// Report is one task's report, ready to write: the task as the store had
-// it with the agent's fields merged in, written as a CAS on its version.
+// Report is one task's report, ready to write: its status["agent"],
+// written as a CAS on the version of the task last seen.
 type Report struct {
-	Resource *pbresource.Resource
+	Request *pbresource.WriteStatusRequest
 	// Seq identifies the report to Written.
 	Seq uint64
+	// After is the uid of another report of the same batch that must be
+	// stored before this one is written (the STOPPED report of the task
+	// this one replaces); "" when none. If that one is not stored, this
+	// one waits for the next batch.
+	After string
 }
 
 // Reports builds the report of every dirty task, STOPPED reports first.
 // A task whose environment has another task stopped here with its
 // STOPPED report not yet stored (the task it replaced) waits unless that
-// report is in the same batch: the store never shows the two running.
-// Whoever writes them must keep their order, and tell Written what the
-// store took.
+// report is in the same batch, and then names it in After: the store
+// never shows the two running. Whoever writes them must keep to that, and
+// tell Written what the store took.
 func (m *Manager) Reports() []Report {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := m.clock.Now()
+	now := timestamppb.New(m.clock.Now())
 	var out []pendingReport
 	for _, t := range m.tasks {
 		if !t.dirty() {
 			continue
 		}
-		if o := m.unreportedStopLocked(t); o != nil && !o.dirty() {
-			continue // its turn comes once o's report is in
+		after := ""
+		if o := m.unreportedStopLocked(t); o != nil {
+			if !o.dirty() {
+				continue // its turn comes once o's report is in
+			}
+			// Only a report that does not say STOPPED must follow: two
+			// tasks of an environment stopped here may be reported in any
+			// order (each would otherwise wait for the other).
+			if t.snap.Status != orchestrator.StatusStopped {
+				after = o.uid
+			}
 		}
-		merged := mergeReport(t.stored, reportOf(t.snap, m.session), now)
-		data, err := anypb.New(merged)
+		st := reportOf(t.snap, m.session)
+		st.ReportedAt = now
+		payload, err := anypb.New(st)
 		if err != nil {
 			m.log.Error("cannot encode a task report", "task", t.key(), "err", err)
 			continue
 		}
-		out = append(out, pendingReport{t: t, Report: Report{Seq: t.seq, Resource: &pbresource.Resource{
-			Id:       t.res.GetId(),
-			Owner:    t.res.GetOwner(),
-			Metadata: t.res.GetMetadata(),
-			Version:  t.res.GetVersion(),
-			Data:     data,
+		out = append(out, pendingReport{t: t, Report: Report{Seq: t.seq, After: after, Request: &pbresource.WriteStatusRequest{
+			Id:      t.res.GetId(),
+			Version: t.res.GetVersion(),
+			Key:     orchestrator.TaskStatusKey,
+			Status:  &pbresource.Status{ObservedGeneration: t.res.GetGeneration(), Data: payload},
 		}}})
 	}
 	slices.SortStableFunc(out, func(x, y pendingReport) int {
@@ -183,16 +191,16 @@ func stoppedFirst(t *task) int {
 // nil when the report was dropped, refused for good).
 func (m *Manager) Written(r Report, stored *pbresource.Resource) {
 	m.mu.Lock()
-	t := m.tasks[r.Resource.GetId().GetUid()]
+	t := m.tasks[r.Request.GetId().GetUid()]
 	if t == nil {
 		m.mu.Unlock()
 		return // forgotten meanwhile: nothing more to do about it
 	}
 	t.written = max(t.written, r.Seq)
-	if stored != nil && stored.GetId().GetUid() == t.uid && (!t.seen || stored.GetGeneration() >= t.res.GetGeneration()) {
+	if stored != nil && stored.GetId().GetUid() == t.uid && (!t.seen || !olderThan(stored, t.res)) {
 		tk := &pborch.Task{}
 		if err := stored.GetData().UnmarshalTo(tk); err == nil {
-			t.res, t.stored, t.seen = stored, tk, true
+			t.res, t.stored, t.status, t.seen = stored, tk, orchestrator.TaskStatusOf(stored), true
 		}
 	}
 	// The answer is what the store has now: a task whose STOPPED report

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	"trellis.dev/trellis/internal/orchestrator"
 )
 
 // Keeping tasks across agent restarts: each task's record is written at
@@ -64,6 +65,7 @@ func (m *Manager) resume() {
 			e.res = res
 			e.stored = &pborch.Task{}
 			_ = res.GetData().UnmarshalTo(e.stored)
+			e.status = orchestrator.TaskStatusOf(res)
 		}
 		e.stopReason, e.silent = r.StopReason, r.Silent
 		e.snap = r.Snapshot

@@ -14,12 +14,14 @@ import (
 type task struct {
 	uid, namespace, name string
 
-	// res is the task as last seen in the store, stored its data; seen
-	// says the store has shown it since the agent started (a task resumed
-	// from local state has the res it was started with until then).
-	// deleted: the store no longer has it.
+	// res is the task as last seen in the store, stored its data and
+	// status what it says of the task (its status["agent"], the last
+	// report stored); seen says the store has shown it since the agent
+	// started (a task resumed from local state has the res it was started
+	// with until then). deleted: the store no longer has it.
 	res     *pbresource.Resource
 	stored  *pborch.Task
+	status  *pborch.TaskStatus
 	seen    bool
 	deleted bool
 

@@ -126,7 +126,7 @@ func (m *Manager) Tasks() []TaskView {
 	for _, e := range m.tasks {
 		out = append(out, TaskView{
 			Namespace: e.namespace, Name: e.name, UID: e.uid, Phase: e.phase.String(), Status: e.snap.Status,
-			Metadata: e.res.GetMetadata(), StoredStatus: e.stored.GetLastStatus(),
+			Metadata: e.res.GetMetadata(), StoredStatus: e.status.GetLastStatus(),
 		})
 	}
 	m.mu.Unlock()

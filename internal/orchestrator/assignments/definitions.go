@@ -79,7 +79,7 @@ func (c *definitionCarrier) before(ctx context.Context, ev *pbresource.WatchEven
 		return nil
 	}
 	task := taskOf(ev.GetResource())
-	if task.GetTaskDefinition() == "" || task.GetLastStatus() == orchestrator.StatusStopped {
+	if task.GetTaskDefinition() == "" || orchestrator.TaskStatusOf(ev.GetResource()).GetLastStatus() == orchestrator.StatusStopped {
 		return nil
 	}
 	k := defKey{ev.GetResource().GetId().GetTenancy().GetNamespace(), task.GetTaskDefinition()}

@@ -3,7 +3,6 @@ package assignments
 import (
 	"context"
 	"log/slog"
-	"sync"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
@@ -20,14 +19,6 @@ type Hub struct {
 	api resource.API
 	fan *fanout.Fanout[string]
 
-	// last is the task the fan-out's Key decoded last: Suppress, asked
-	// about the same event right after, takes it from here rather than
-	// decoding it again under the fan-out's lock.
-	last struct {
-		sync.Mutex
-		res  *pbresource.Resource
-		task *pborch.Task
-	}
 	definitions definitionCache
 }
 
@@ -65,11 +56,7 @@ func (h *Hub) Subscribe(ctx context.Context, instance string, minIndex uint64) (
 // on; none when it is not placed, or does not decode (no agent is told of
 // it).
 func (h *Hub) instanceOf(res *pbresource.Resource) (string, bool) {
-	task := taskOf(res)
-	h.last.Lock()
-	h.last.res, h.last.task = res, task
-	h.last.Unlock()
-	return keyOfTask(task)
+	return keyOfTask(taskOf(res))
 }
 
 // keyOfTask is the instance a task is placed on, if any.
@@ -78,17 +65,12 @@ func keyOfTask(task *pborch.Task) (string, bool) {
 	return inst, inst != ""
 }
 
-// isAgentReport is the fan-out's Suppress: the agent's own report is not
-// sent back to it, for it has it from its write. Echoing each report back
-// would double what every agent receives.
+// isAgentReport is the fan-out's Suppress: the agent's own report (a
+// write of status["agent"] alone) is not sent back to it, for it has it
+// from its write. Echoing each report back would double what every agent
+// receives.
 func (h *Hub) isAgentReport(prev, next *pbresource.Resource) bool {
-	h.last.Lock()
-	task := h.last.task
-	if h.last.res != next {
-		task = taskOf(next)
-	}
-	h.last.Unlock()
-	return orchestrator.IsAgentReport(prev, next, task)
+	return orchestrator.IsAgentReport(prev, next)
 }
 
 // taskOf is a task's data; nil (so no instance, and no agent is told of

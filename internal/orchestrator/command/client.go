@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -81,9 +82,27 @@ func decodeTasks(list []*wire.Resource) ([]taskRow, error) {
 		if err := cli.DecodeData(r, &t); err != nil {
 			return nil, err
 		}
-		rows = append(rows, taskRow{r, &t})
+		st, err := taskStatusOf(r)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, taskRow{r, &t, st})
 	}
 	return rows, nil
+}
+
+// taskStatusOf decodes what the agent reports of a task, its
+// status["agent"]; a task without one is PENDING (orchestrator.TaskStatusOf).
+func taskStatusOf(r *wire.Resource) (*pborch.TaskStatus, error) {
+	raw, ok := r.Status[orchestrator.TaskStatusKey]
+	if !ok {
+		return orchestrator.TaskStatusOf(nil), nil
+	}
+	var st pbresource.Status
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, &st); err != nil {
+		return nil, fmt.Errorf("task %s: the server returned a status this CLI cannot read: %w", r.ID.Name, err)
+	}
+	return orchestrator.TaskStatusOf(&pbresource.Resource{Status: map[string]*pbresource.Status{orchestrator.TaskStatusKey: &st}}), nil
 }
 
 // tasksOn lists the tasks placed on an instance, in every namespace.
@@ -105,19 +124,24 @@ func tasksOn(ctx context.Context, c *client.Client, instance string) ([]taskRow,
 	return kept, nil
 }
 
-func readTask(ctx context.Context, c *client.Client, namespace, name string) (*wire.Resource, *pborch.Task, error) {
+// readTask reads a task: what was placed, and what its agent reports.
+func readTask(ctx context.Context, c *client.Client, namespace, name string) (*wire.Resource, *pborch.Task, *pborch.TaskStatus, error) {
 	r, err := c.Read(ctx, client.Ref{Type: taskWire, Namespace: namespace, Name: name}, false)
 	if err != nil {
 		if client.IsCode(err, wire.CodeNotFound) {
-			return nil, nil, fmt.Errorf("task %q not found (trellis task list -A shows the tasks)", name)
+			return nil, nil, nil, fmt.Errorf("task %q not found (trellis task list -A shows the tasks)", name)
 		}
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var t pborch.Task
 	if err := cli.DecodeData(r, &t); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return r, &t, nil
+	st, err := taskStatusOf(r)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return r, &t, st, nil
 }
 
 // environmentVersionName names a task's environment version by its

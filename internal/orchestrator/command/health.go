@@ -14,11 +14,11 @@ import (
 
 // TaskHealth is the HEALTH cell of `trellis task list`: healthy, unhealthy,
 // unknown, or "-" for a task that does not run.
-func TaskHealth(t *pborch.Task) string { return cli.Dash(orchestrator.TaskHealth(t)) }
+func TaskHealth(t *pborch.TaskStatus) string { return cli.Dash(orchestrator.TaskHealth(t)) }
 
 // TaskHealthDetail is the Health line of `trellis task show`: the word,
 // and what it rests on when that is not plain from the containers.
-func TaskHealthDetail(t *pborch.Task) string {
+func TaskHealthDetail(t *pborch.TaskStatus) string {
 	word := orchestrator.TaskHealth(t)
 	switch {
 	case word == "":

@@ -14,18 +14,18 @@ func TestTaskHealthWords(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name         string
-		task         *pborch.Task
+		task         *pborch.TaskStatus
 		cell, detail string
 	}{
-		{"running, no checks (the agent says UNKNOWN)", &pborch.Task{LastStatus: "RUNNING", Health: "UNKNOWN", Containers: []*pborch.ContainerState{{Name: "app", Status: "RUNNING"}}},
+		{"running, no checks (the agent says UNKNOWN)", &pborch.TaskStatus{LastStatus: "RUNNING", Health: "UNKNOWN", Containers: []*pborch.ContainerState{{Name: "app", Status: "RUNNING"}}},
 			"healthy", "healthy (no health checks: healthy once it runs)"},
-		{"running, checks pass", &pborch.Task{LastStatus: "RUNNING", Health: "HEALTHY", Containers: checked("HEALTHY")}, "healthy", "healthy"},
-		{"running, checks not passed yet", &pborch.Task{LastStatus: "RUNNING", Health: "UNKNOWN", Containers: checked("UNKNOWN")},
+		{"running, checks pass", &pborch.TaskStatus{LastStatus: "RUNNING", Health: "HEALTHY", Containers: checked("HEALTHY")}, "healthy", "healthy"},
+		{"running, checks not passed yet", &pborch.TaskStatus{LastStatus: "RUNNING", Health: "UNKNOWN", Containers: checked("UNKNOWN")},
 			"unknown", "unknown (its health checks have not passed yet)"},
-		{"running, a check fails", &pborch.Task{LastStatus: "RUNNING", Health: "UNHEALTHY", Containers: checked("UNHEALTHY")}, "unhealthy", "unhealthy"},
-		{"lost", &pborch.Task{LastStatus: "LOST", Health: "HEALTHY", Containers: checked("HEALTHY")}, "unknown", "unknown (its instance stopped reporting)"},
-		{"pending", &pborch.Task{LastStatus: "PENDING", Health: "UNKNOWN"}, "-", "-"},
-		{"stopped", &pborch.Task{LastStatus: "STOPPED", Health: "UNHEALTHY", Containers: checked("UNHEALTHY")}, "-", "-"},
+		{"running, a check fails", &pborch.TaskStatus{LastStatus: "RUNNING", Health: "UNHEALTHY", Containers: checked("UNHEALTHY")}, "unhealthy", "unhealthy"},
+		{"lost", &pborch.TaskStatus{LastStatus: "LOST", Health: "HEALTHY", Containers: checked("HEALTHY")}, "unknown", "unknown (its instance stopped reporting)"},
+		{"pending", &pborch.TaskStatus{LastStatus: "PENDING", Health: "UNKNOWN"}, "-", "-"},
+		{"stopped", &pborch.TaskStatus{LastStatus: "STOPPED", Health: "UNHEALTHY", Containers: checked("UNHEALTHY")}, "-", "-"},
 	} {
 		if got := TaskHealth(tc.task); got != tc.cell {
 			t.Errorf("%s: TaskHealth = %q, want %q", tc.name, got, tc.cell)

@@ -112,7 +112,6 @@ down or gone is refused.`,
 				Instance:       instance,
 				StartedBy:      by,
 				DesiredStatus:  orchestrator.StatusRunning,
-				LastStatus:     orchestrator.StatusPending,
 			})
 			if err != nil {
 				return cli.Result{}, err
@@ -163,7 +162,7 @@ func newTaskListCmd(e *cli.Env) *cobra.Command {
 				if instance != "" && row.task.GetInstance() != instance {
 					continue
 				}
-				if status != "" && !strings.EqualFold(row.task.GetLastStatus(), status) {
+				if status != "" && !strings.EqualFold(row.status.GetLastStatus(), status) {
 					continue
 				}
 				kept = append(kept, row)
@@ -187,7 +186,7 @@ func newTaskShowCmd(e *cli.Env) *cobra.Command {
 		Args:       cobra.ExactArgs(1),
 		Namespaced: true, Output: true,
 		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
-			r, t, err := readTask(ctx, call.Client, call.Namespace, call.Args[0])
+			r, t, st, err := readTask(ctx, call.Client, call.Namespace, call.Args[0])
 			if err != nil {
 				return cli.Result{}, err
 			}
@@ -198,14 +197,14 @@ func newTaskShowCmd(e *cli.Env) *cobra.Command {
 			if t.GetEnvironment() != "" {
 				version = environmentVersionName(ctx, call.Client, r.ID.Tenancy.Namespace, t.GetEnvironmentVersion())
 			}
-			return cli.Result{Table: func(w io.Writer) error { return writeTask(w, r, t, version) }}, nil
+			return cli.Result{Table: func(w io.Writer) error { return writeTask(w, r, t, st, version) }}, nil
 		},
 	})
 }
 
-// writeTask is the table of task show; version names the task's
-// environment version.
-func writeTask(w io.Writer, r *wire.Resource, t *pborch.Task, version string) error {
+// writeTask is the table of task show: what was placed (t) and what its
+// agent reports (st); version names the task's environment version.
+func writeTask(w io.Writer, r *wire.Resource, t *pborch.Task, st *pborch.TaskStatus, version string) error {
 	tw := cli.NewTable(w)
 	fmt.Fprintf(tw, "Task:\t%s\n", r.ID.Name)
 	fmt.Fprintf(tw, "Namespace:\t%s\n", r.ID.Tenancy.Namespace)
@@ -219,26 +218,26 @@ func writeTask(w io.Writer, r *wire.Resource, t *pborch.Task, version string) er
 		fmt.Fprintf(tw, "Replaces:\t%s\n", t.GetReplaces())
 	}
 	fmt.Fprintf(tw, "Desired status:\t%s\n", t.GetDesiredStatus())
-	fmt.Fprintf(tw, "Last status:\t%s\n", t.GetLastStatus())
-	fmt.Fprintf(tw, "Health:\t%s\n", TaskHealthDetail(t))
-	if t.GetStopReason() != "" {
-		fmt.Fprintf(tw, "Stop reason:\t%s\n", t.GetStopReason())
+	fmt.Fprintf(tw, "Last status:\t%s\n", st.GetLastStatus())
+	fmt.Fprintf(tw, "Health:\t%s\n", TaskHealthDetail(st))
+	if reason := orchestrator.TaskStopReason(t, st); reason != "" {
+		fmt.Fprintf(tw, "Stop reason:\t%s\n", reason)
 	}
-	if s := t.GetStartedAt(); s != nil {
+	if s := st.GetStartedAt(); s != nil {
 		fmt.Fprintf(tw, "Started at:\t%s\n", s.AsTime().Local().Format("2006-01-02 15:04:05.000"))
 	}
-	if s := t.GetStoppedAt(); s != nil {
+	if s := st.GetStoppedAt(); s != nil {
 		fmt.Fprintf(tw, "Stopped at:\t%s\n", s.AsTime().Local().Format("2006-01-02 15:04:05.000"))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	if len(t.GetContainers()) == 0 {
+	if len(st.GetContainers()) == 0 {
 		fmt.Fprintln(w, "No container has been reported yet.")
 		return nil
 	}
 	tw = cli.NewTable(w)
 	fmt.Fprintln(tw, "CONTAINER\tSTATUS\tHEALTH\tEXIT\tRESTARTS\tRUNTIME ID\tREASON")
-	for _, cs := range t.GetContainers() {
+	for _, cs := range st.GetContainers() {
 		exit := "-"
 		switch {
 		case cs.ExitCode == nil:
@@ -269,12 +268,12 @@ func newTaskStopCmd(e *cli.Env) *cobra.Command {
 		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
 			name := call.Args[0]
 			for attempt := 0; ; attempt++ {
-				r, t, err := readTask(ctx, call.Client, call.Namespace, name)
+				r, t, st, err := readTask(ctx, call.Client, call.Namespace, name)
 				if err != nil {
 					return cli.Result{}, err
 				}
 				if t.GetDesiredStatus() == orchestrator.StatusStopped {
-					return cli.Say("task %s is already stopping (last status %s)", name, t.GetLastStatus()), nil
+					return cli.Say("task %s is already stopping (last status %s)", name, st.GetLastStatus()), nil
 				}
 				t.DesiredStatus = orchestrator.StatusStopped
 				if t.GetStopReason() == "" {
@@ -327,7 +326,7 @@ address the instance registered; -f follows them until Ctrl-C.`,
 // task's instance.
 func copyLogs(ctx context.Context, call *cli.Call, follow, stderr bool) error {
 	c := call.Client
-	r, t, err := readTask(ctx, c, call.Namespace, call.Args[0])
+	r, t, _, err := readTask(ctx, c, call.Namespace, call.Args[0])
 	if err != nil {
 		return err
 	}

@@ -16,19 +16,20 @@ import (
 
 // How the orchestrator's objects are shown in tables.
 
-// taskRow is a task with its decoded data.
+// taskRow is a task with its decoded data and what its agent reports.
 type taskRow struct {
-	r    *wire.Resource
-	task *pborch.Task
+	r      *wire.Resource
+	task   *pborch.Task
+	status *pborch.TaskStatus
 }
 
 func writeTaskTable(w io.Writer, rows []taskRow, indent string, now time.Time) error {
 	tw := cli.NewTable(w)
 	fmt.Fprintln(tw, indent+"TASK\tNAMESPACE\tTASKDEF\tINSTANCE\tDESIRED\tLAST\tHEALTH\tAGE")
 	for _, row := range rows {
-		t := row.task
+		t, st := row.task, row.status
 		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", indent, row.r.ID.Name, row.r.ID.Tenancy.Namespace, t.GetTaskDefinition(), t.GetInstance(),
-			t.GetDesiredStatus(), t.GetLastStatus(), TaskHealth(t), cli.Age(row.r.ID.UID, now))
+			t.GetDesiredStatus(), st.GetLastStatus(), TaskHealth(st), cli.Age(row.r.ID.UID, now))
 	}
 	return tw.Flush()
 }

@@ -277,12 +277,7 @@ func TestTaskReportsDoNotAskForTheirInstanceAgain(t *testing.T) {
 		if cur, err := e.api.Read(e.ctx, &pbresource.ReadRequest{Id: id}); err == nil {
 			res = cur.GetResource()
 		}
-		res.Data = mustAny(t, &pborch.Task{TaskDefinition: "web:1", Instance: instance, StartedBy: "test", LastStatus: status})
-		out, err := e.api.Write(e.ctx, &pbresource.WriteRequest{Resource: res})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out.GetResource()
+		return e.writeTask(res, instance, status)
 	}
 	mapped := func(name, instance, status string) int {
 		return len(e.watched(e.tasks, controller.Event{Resource: write(name, instance, status)}))

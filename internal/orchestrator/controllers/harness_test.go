@@ -190,25 +190,37 @@ func (e *env) place(name, instance, lastStatus string) {
 	if cur, err := e.api.Read(e.ctx, &pbresource.ReadRequest{Id: id}); err == nil {
 		res = cur.GetResource()
 	}
-	res.Data = mustAny(e.t, &pborch.Task{TaskDefinition: "web:1", Instance: instance, StartedBy: "test", LastStatus: lastStatus})
+	e.watched(e.tasks, controller.Event{Resource: e.writeTask(res, instance, lastStatus)})
+}
+
+// writeTask writes res as a task placed on instance, then what its agent
+// reports (lastStatus; nothing for ""), and returns it as stored.
+func (e *env) writeTask(res *pbresource.Resource, instance, lastStatus string) *pbresource.Resource {
+	e.t.Helper()
+	res.Data = mustAny(e.t, &pborch.Task{TaskDefinition: "web:1", Instance: instance, StartedBy: "test"})
 	out, err := e.api.Write(e.ctx, &pbresource.WriteRequest{Resource: res})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.watched(e.tasks, controller.Event{Resource: out.GetResource()})
+	if lastStatus == "" {
+		return out.GetResource()
+	}
+	st, err := e.api.WriteStatus(e.ctx, &pbresource.WriteStatusRequest{Id: out.GetResource().GetId(), Key: orchestrator.TaskStatusKey,
+		Status: &pbresource.Status{Data: mustAny(e.t, &pborch.TaskStatus{LastStatus: lastStatus})}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st.GetResource()
 }
 
-func (e *env) task(name string) *pborch.Task {
+// task is what the store says of a task's state: its status["agent"].
+func (e *env) task(name string) *pborch.TaskStatus {
 	e.t.Helper()
 	resp, err := e.api.Read(e.ctx, &pbresource.ReadRequest{Id: orchestrator.TaskID("default", name)})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	t, err := resource.DecodeData[*pborch.Task](resp.GetResource())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return t
+	return orchestrator.TaskStatusOf(resp.GetResource())
 }
 
 func (e *env) reconcileInstance(name string) error {

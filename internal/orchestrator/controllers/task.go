@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -75,7 +76,7 @@ func mapTask(ev controller.Event, look controller.Lookup) []controller.Request {
 		return nil
 	}
 	t := taskOf(ev.Resource, look.Cache())
-	if t == nil || !orchestrator.TaskLive(t.GetLastStatus()) || t.GetInstance() == "" {
+	if t == nil || !orchestrator.TaskLive(orchestrator.TaskStatusOf(ev.Resource).GetLastStatus()) || t.GetInstance() == "" {
 		return nil
 	}
 	if o := look.Cache().Get(orchestrator.InstanceID(t.GetInstance())); o != nil {
@@ -133,7 +134,7 @@ func (r *taskReconciler) Reconcile(ctx context.Context, req controller.Request) 
 	stored := map[string]*pbresource.Resource{}
 	var states []TaskState
 	for _, o := range r.cache.ByIndex(orchestrator.TaskType, orchestrator.TasksByInstance.Name, name) {
-		if t, ok := controller.Decoded[*pborch.Task](o); !ok || !orchestrator.TaskLive(t.GetLastStatus()) {
+		if _, ok := controller.Decoded[*pborch.Task](o); !ok || !orchestrator.TaskLive(orchestrator.TaskStatusOf(o.Resource).GetLastStatus()) {
 			continue
 		}
 		id := o.Resource.GetId()
@@ -155,7 +156,7 @@ func (r *taskReconciler) Reconcile(ctx context.Context, req controller.Request) 
 			continue
 		}
 		stored[key] = resp.GetResource()
-		states = append(states, TaskState{Key: key, Instance: t.GetInstance(), LastStatus: t.GetLastStatus()})
+		states = append(states, TaskState{Key: key, Instance: t.GetInstance(), LastStatus: orchestrator.TaskStatusOf(resp.GetResource()).GetLastStatus()})
 	}
 
 	lost := PlanLost(instances, states, r.ttl)
@@ -163,31 +164,44 @@ func (r *taskReconciler) Reconcile(ctx context.Context, req controller.Request) 
 		return nil
 	}
 	now := timestamppb.New(r.now())
-	writes := make([]*pbresource.Resource, 0, len(lost))
+	writes := make([]*pbresource.WriteStatusRequest, 0, len(lost))
 	for _, l := range lost {
 		res := stored[l.Key]
-		t, err := resource.DecodeData[*pborch.Task](res)
+		// The agent's status, marked LOST: what it last said of the
+		// containers stays, and reported_at is the agent's last report
+		// (orchestrator.IsAgentReport tells the two writers apart by it).
+		st := proto.Clone(orchestrator.TaskStatusOf(res)).(*pborch.TaskStatus)
+		st.LastStatus = orchestrator.StatusLost
+		st.StopReason = l.Reason
+		st.StoppedAt = now
+		payload, err := anypb.New(st)
 		if err != nil {
 			return controller.Terminal(err)
 		}
-		t.LastStatus = orchestrator.StatusLost
-		t.StopReason = l.Reason
-		t.StoppedAt = now
-		data, err := anypb.New(t)
-		if err != nil {
-			return controller.Terminal(err)
-		}
-		// res carries the version read: each member is a CAS, so a report
-		// the agent made meanwhile fails the batch, and the next run decides
+		// Each member carries the version read: a CAS, so a report the
+		// agent made meanwhile fails that member, and the next run decides
 		// on it.
-		res.Data = data
-		writes = append(writes, res)
+		writes = append(writes, &pbresource.WriteStatusRequest{
+			Id: res.GetId(), Version: res.GetVersion(), Key: orchestrator.TaskStatusKey,
+			Status: &pbresource.Status{ObservedGeneration: res.GetGeneration(), Data: payload},
+		})
 	}
+	stale := 0
 	for start := 0; start < len(writes); start += maxBatch {
 		batch := writes[start:min(start+maxBatch, len(writes))]
-		if _, err := r.api.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: batch}); err != nil {
+		resp, err := r.api.WriteStatuses(ctx, &pbresource.WriteStatusesRequest{Statuses: batch})
+		if err != nil {
 			return fmt.Errorf("marking %d tasks of instance %s lost: %w", len(batch), name, err)
 		}
+		for _, res := range resp.GetResults() {
+			if _, err := resource.StatusResult(res); err != nil {
+				stale++
+			}
+		}
+	}
+	if stale > 0 {
+		// Reported or deleted meanwhile: decide again on what is stored.
+		return fmt.Errorf("marking the tasks of instance %s lost: %d of %d changed meanwhile", name, stale, len(writes))
 	}
 	r.log.Warn("tasks lost with their instance", "instance", name, "tasks", len(writes), "reason", lost[0].Reason)
 	return nil

@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/orchestrator"
-	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/scheduler"
 	"trellis.dev/trellis/internal/scheduler/schedulertest"
 )
@@ -64,12 +64,9 @@ func BenchmarkReconcileAfterAReport5000(b *testing.B) {
 	req := controller.Request{ID: scheduler.EnvironmentID("default", "ls")}
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		task, err := resource.DecodeData[*pborch.Task](res)
-		if err != nil {
-			b.Fatal(err)
-		}
-		task.ReportedAt = timestamppb.New(h.Clock.Now().Add(time.Duration(i)))
-		res = h.Write(res.GetId(), res.GetOwner(), task, res.GetVersion())
+		st := proto.Clone(orchestrator.TaskStatusOf(res)).(*pborch.TaskStatus)
+		st.ReportedAt = timestamppb.New(h.Clock.Now().Add(time.Duration(i)))
+		res = h.Report(res, st)
 		if err := h.Ctl.Reconciler.Reconcile(h.Ctx, req); err != nil {
 			b.Fatal(err)
 		}

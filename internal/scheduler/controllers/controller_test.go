@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -147,7 +148,7 @@ func TestRollingUpdateKeepsMinHealthy(t *testing.T) {
 		// for min_healthy_time.
 		unavailable := 0
 		for _, t := range h.Tasks() {
-			if t.GetLastStatus() != orchestrator.StatusStopped && t.GetTaskDefinition() == v2 && h.Clock.Now().Sub(t.GetReportedAt().AsTime()) < 10*time.Second {
+			if t.Status.GetLastStatus() != orchestrator.StatusStopped && t.GetTaskDefinition() == v2 && h.Clock.Now().Sub(t.Status.GetReportedAt().AsTime()) < 10*time.Second {
 				unavailable++
 			}
 		}
@@ -450,9 +451,9 @@ func TestTaskLostBeforeItRanIsPlacedAgain(t *testing.T) {
 		list, _ := h.API.List(h.Ctx, &pbresource.ListRequest{Type: orchestrator.TaskType, Tenancy: &pbresource.Tenancy{Namespace: "default"}})
 		for _, r := range list.GetResources() {
 			tk, _ := resource.DecodeData[*pborch.Task](r)
-			if tk.GetInstance() == instance && tk.GetLastStatus() != orchestrator.StatusStopped {
-				tk.LastStatus, tk.StopReason = orchestrator.StatusStopped, orchestrator.LostReason(instance)
-				h.Write(r.GetId(), r.GetOwner(), tk, r.GetVersion())
+			if st := proto.Clone(orchestrator.TaskStatusOf(r)).(*pborch.TaskStatus); tk.GetInstance() == instance && st.GetLastStatus() != orchestrator.StatusStopped {
+				st.LastStatus, st.StopReason = orchestrator.StatusStopped, orchestrator.LostReason(instance)
+				h.Report(r, st)
 				return
 			}
 		}
@@ -543,9 +544,9 @@ func TestNewTermForgetsTheCache(t *testing.T) {
 	for _, r := range list.GetResources() {
 		task, _ := resource.DecodeData[*pborch.Task](r)
 		if task.GetInstance() == "i2" {
-			task.LastStatus = orchestrator.StatusStopped
-			data, _ := anypb.New(task)
-			if _, err := h.API.Write(h.Ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: r.GetId(), Owner: r.GetOwner(), Version: r.GetVersion(), Data: data}}); err != nil {
+			payload, _ := anypb.New(&pborch.TaskStatus{LastStatus: orchestrator.StatusStopped})
+			if _, err := h.API.WriteStatus(h.Ctx, &pbresource.WriteStatusRequest{Id: r.GetId(), Version: r.GetVersion(), Key: orchestrator.TaskStatusKey,
+				Status: &pbresource.Status{Data: payload}}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -129,8 +129,6 @@ func (r *reconciler) planWrites(st *envState, plan scheduler.Plan, target schedu
 			Instance:           p.Instance,
 			StartedBy:          "environment/" + env,
 			DesiredStatus:      orchestrator.StatusRunning,
-			LastStatus:         orchestrator.StatusPending,
-			Health:             orchestrator.HealthUnknown,
 			CreatedAt:          timestamppb.New(now),
 			Environment:        env,
 			EnvironmentVersion: target.Version,

@@ -97,11 +97,13 @@ func TestTaskViewsFollowTheNamedChanges(t *testing.T) {
 	env := scheduler.EnvironmentID("default", "ls")
 	env.Uid = "u1"
 	task := func(name, uid string, ver uint64, last string) *pbresource.Resource {
-		data, _ := anypb.New(&pborch.Task{Instance: name, Environment: "ls", DesiredStatus: orchestrator.StatusRunning, LastStatus: last})
+		data, _ := anypb.New(&pborch.Task{Instance: name, Environment: "ls", DesiredStatus: orchestrator.StatusRunning})
+		report, _ := anypb.New(&pborch.TaskStatus{LastStatus: last})
 		name = scheduler.TaskName("ls", name, 1)
 		owner := scheduler.EnvironmentID("default", "ls")
 		owner.Uid = uid
-		return &pbresource.Resource{Id: orchestrator.TaskID("default", name), Owner: owner, Version: strconv.FormatUint(ver, 10), Data: data}
+		return &pbresource.Resource{Id: orchestrator.TaskID("default", name), Owner: owner, Version: strconv.FormatUint(ver, 10), Data: data,
+			Status: map[string]*pbresource.Status{orchestrator.TaskStatusKey: {Data: report}}}
 	}
 	write := func(res *pbresource.Resource, deleted bool) {
 		c.Apply(controller.Event{Resource: res, Deleted: deleted})

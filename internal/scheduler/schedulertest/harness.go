@@ -207,6 +207,24 @@ func (h *Harness) Write(id, owner *pbresource.ID, m proto.Message, version strin
 	return out.GetResource()
 }
 
+// Report writes what an agent reports of the stored task r (its
+// status["agent"]), as a CAS on r's version, and feeds the change to the
+// controller.
+func (h *Harness) Report(r *pbresource.Resource, st *pborch.TaskStatus) *pbresource.Resource {
+	h.T.Helper()
+	payload, err := anypb.New(st)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	out, err := h.API.WriteStatus(h.Ctx, &pbresource.WriteStatusRequest{Id: r.GetId(), Version: r.GetVersion(), Key: orchestrator.TaskStatusKey,
+		Status: &pbresource.Status{ObservedGeneration: r.GetGeneration(), Data: payload}})
+	if err != nil {
+		h.T.Fatalf("report %s: %v", r.GetId().GetName(), err)
+	}
+	h.Feed(out.GetResource())
+	return out.GetResource()
+}
+
 // Feed hands a change to the cache, then to the controller's mappers, as
 // the Manager's watches would.
 func (h *Harness) Feed(res *pbresource.Resource) {
@@ -257,17 +275,24 @@ func (h *Harness) Fingerprint() string {
 	return s.String()
 }
 
+// Task is a stored task: what was placed (its data), and what its agent
+// reported (Status, its status["agent"]).
+type Task struct {
+	*pborch.Task
+	Status *pborch.TaskStatus
+}
+
 // Tasks returns the stored tasks by name.
-func (h *Harness) Tasks() map[string]*pborch.Task {
+func (h *Harness) Tasks() map[string]Task {
 	h.T.Helper()
 	list, err := h.API.List(h.Ctx, &pbresource.ListRequest{Type: orchestrator.TaskType, Tenancy: &pbresource.Tenancy{Namespace: "default"}})
 	if err != nil {
 		h.T.Fatal(err)
 	}
-	out := map[string]*pborch.Task{}
+	out := map[string]Task{}
 	for _, r := range list.GetResources() {
 		t, _ := resource.DecodeData[*pborch.Task](r)
-		out[r.GetId().GetName()] = t
+		out[r.GetId().GetName()] = Task{t, orchestrator.TaskStatusOf(r)}
 	}
 	return out
 }
@@ -280,13 +305,13 @@ func (h *Harness) Live() map[string]string {
 	out := map[string]string{}
 	running := map[string]string{}
 	for name, t := range h.Tasks() {
-		if t.GetLastStatus() == orchestrator.StatusRunning {
+		if t.Status.GetLastStatus() == orchestrator.StatusRunning {
 			if prev, dup := running[t.GetInstance()]; dup {
 				h.T.Fatalf("two tasks run on %s: %s and %s", t.GetInstance(), prev, name)
 			}
 			running[t.GetInstance()] = name
 		}
-		if t.GetLastStatus() == orchestrator.StatusStopped || t.GetDesiredStatus() == orchestrator.StatusStopped {
+		if t.Status.GetLastStatus() == orchestrator.StatusStopped || t.GetDesiredStatus() == orchestrator.StatusStopped {
 			continue
 		}
 		if prev, dup := out[t.GetInstance()]; dup {
@@ -330,7 +355,7 @@ func (h *Harness) play(starts bool, skip ...string) int {
 		}
 		live := map[string]int{} // environment/instance
 		for _, r := range list.GetResources() {
-			if t, _ := resource.DecodeData[*pborch.Task](r); t.GetLastStatus() != orchestrator.StatusStopped {
+			if t, _ := resource.DecodeData[*pborch.Task](r); orchestrator.TaskStatusOf(r).GetLastStatus() != orchestrator.StatusStopped {
 				live[t.GetEnvironment()+"/"+t.GetInstance()]++
 			}
 		}
@@ -340,17 +365,18 @@ func (h *Harness) play(starts bool, skip ...string) int {
 				continue
 			}
 			now := timestamppb.New(h.Clock.Now())
+			st := proto.Clone(orchestrator.TaskStatusOf(r)).(*pborch.TaskStatus)
 			switch {
-			case !starting && t.GetDesiredStatus() == orchestrator.StatusStopped && t.GetLastStatus() != orchestrator.StatusStopped:
-				t.LastStatus, t.StoppedAt = orchestrator.StatusStopped, now
-			case starting && t.GetDesiredStatus() == orchestrator.StatusRunning && t.GetLastStatus() == orchestrator.StatusPending &&
+			case !starting && t.GetDesiredStatus() == orchestrator.StatusStopped && st.GetLastStatus() != orchestrator.StatusStopped:
+				st.LastStatus, st.StoppedAt = orchestrator.StatusStopped, now
+			case starting && t.GetDesiredStatus() == orchestrator.StatusRunning && st.GetLastStatus() == orchestrator.StatusPending &&
 				live[t.GetEnvironment()+"/"+t.GetInstance()] == 1:
-				t.LastStatus, t.StartedAt = orchestrator.StatusRunning, now
+				st.LastStatus, st.StartedAt = orchestrator.StatusRunning, now
 			default:
 				continue
 			}
-			t.ReportedAt = now
-			h.Write(r.GetId(), r.GetOwner(), t, r.GetVersion())
+			st.ReportedAt = now
+			h.Report(r, st)
 			acted++
 		}
 	}
@@ -364,9 +390,9 @@ func (h *Harness) Kill(instance string) {
 	list, _ := h.API.List(h.Ctx, &pbresource.ListRequest{Type: orchestrator.TaskType, Tenancy: &pbresource.Tenancy{Namespace: "default"}})
 	for _, r := range list.GetResources() {
 		t, _ := resource.DecodeData[*pborch.Task](r)
-		if t.GetInstance() == instance && t.GetLastStatus() == orchestrator.StatusRunning {
-			t.LastStatus, t.StopReason = orchestrator.StatusStopped, "essential container main exited with code 1"
-			h.Write(r.GetId(), r.GetOwner(), t, r.GetVersion())
+		if st := proto.Clone(orchestrator.TaskStatusOf(r)).(*pborch.TaskStatus); t.GetInstance() == instance && st.GetLastStatus() == orchestrator.StatusRunning {
+			st.LastStatus, st.StopReason = orchestrator.StatusStopped, "essential container main exited with code 1"
+			h.Report(r, st)
 			return
 		}
 	}
