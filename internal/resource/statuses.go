@@ -50,8 +50,11 @@ func statusMemberField(i int) string { return "statuses[" + strconv.Itoa(i) + "]
 // and takes no further part; a batch that meets a concurrent write (a CAS
 // failure) is planned again in the next round, where a member with a
 // version then fails alone as stale, and one without is written onto what
-// is now stored. Since no member depends on another, writing them in
-// several batches, or some in a later round, changes no outcome.
+// is now stored. A member that follows another (req.Follows) is planned
+// only once its predecessor is, fails when its predecessor fails, and is
+// never written ahead of it: members keep their order in the storage
+// batches, and a batch that meets a conflict defers every batch after it
+// to the next round.
 func (s *Service) writeStatuses(ctx context.Context, req *pbresource.WriteStatusesRequest) (*pbresource.WriteStatusesResponse, error) {
 	a, err := s.authorizer(ctx)
 	if err != nil {
@@ -75,6 +78,10 @@ func (s *Service) writeStatuses(ctx context.Context, req *pbresource.WriteStatus
 		first[key] = i
 		entries[i] = e
 	}
+	follows, err := checkFollows(req.GetFollows(), len(members))
+	if err != nil {
+		return nil, err
+	}
 	results := make([]*pbresource.WriteStatusResult, len(entries))
 	pending := entries
 	consistency := storage.EventualConsistency
@@ -82,6 +89,10 @@ func (s *Service) writeStatuses(ctx context.Context, req *pbresource.WriteStatus
 		var plans []statusPlan
 		var planned []*statusEntry
 		for _, e := range pending {
+			if i, ok := follows[e.member]; ok && results[i] != nil && results[i].GetError() != nil {
+				results[e.member] = s.memberError(status.Errorf(codes.Aborted, "follows %s, which was not stored", statusMemberField(i)))
+				continue
+			}
 			p, err := s.planStatusWithRead(ctx, consistency, a, e)
 			if err != nil {
 				return nil, withPrefix(statusMemberField(e.member), err)
@@ -141,13 +152,32 @@ func (s *Service) applyStatusWrites(ctx context.Context, plans []statusPlan, pla
 				results[e.member] = &pbresource.WriteStatusResult{Resource: stored[j]}
 			}
 		case isConflict(err):
-			conflicted = append(conflicted, planned[start:end]...)
+			// This batch and every one after it go to the next round: a
+			// later batch may hold members that follow one of this one.
+			return append(conflicted, planned[start:]...), nil
 		default:
 			return nil, err
 		}
 		start = end
 	}
 	return conflicted, nil
+}
+
+// checkFollows checks a request's ordering of members (each follows an
+// earlier member) and returns it keyed by member.
+func checkFollows(follows map[uint32]uint32, n int) (map[int]int, error) {
+	out := make(map[int]int, len(follows))
+	for j, i := range follows {
+		field := "follows[" + strconv.Itoa(int(j)) + "]"
+		switch {
+		case int(j) >= n:
+			return nil, NewFieldError(field, "names member %d, but the request has %d", j, n)
+		case i >= j:
+			return nil, NewFieldError(field, "is %d: a member follows an earlier member", i)
+		}
+		out[int(j)] = int(i)
+	}
+	return out, nil
 }
 
 // memberError makes a member's refusal its result, with the code and

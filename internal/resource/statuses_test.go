@@ -129,19 +129,23 @@ func TestWriteStatusesRefusals(t *testing.T) {
 		members []*pbresource.WriteStatusRequest
 		code    codes.Code
 		want    string
+		follows map[uint32]uint32
 	}{
-		{"empty", nil, codes.InvalidArgument, "statuses: is empty"},
-		{"too many", many, codes.ResourceExhausted, fmt.Sprintf("over the limit of %d", resource.MaxBatchMembers)},
-		{"nil member", []*pbresource.WriteStatusRequest{ok, nil}, codes.InvalidArgument, "statuses[1].id: is required"},
-		{"bad payload", []*pbresource.WriteStatusRequest{ok, progress(t, widgetID("", "b"), "", -3)}, codes.InvalidArgument, "statuses[1].status.data.value: must not be negative"},
-		{"undeclared key", []*pbresource.WriteStatusRequest{ok, {Id: a.GetId(), Key: "health", Status: &pbresource.Status{Data: anyOf(t, wrapperspb.Int64(1))}}}, codes.InvalidArgument, `statuses[1].status.data: status key "health"`},
-		{"one resource twice", []*pbresource.WriteStatusRequest{ok, {Id: widgetID("default", "a"), Key: "other", Status: &pbresource.Status{}}}, codes.InvalidArgument, "statuses[1].id: names the same resource as statuses[0]"},
-		{"denied", []*pbresource.WriteStatusRequest{ok, progress(t, widgetID("secret", "s"), "", 1)}, codes.PermissionDenied, "statuses[1]: "},
+		{"empty", nil, codes.InvalidArgument, "statuses: is empty", nil},
+		{"too many", many, codes.ResourceExhausted, fmt.Sprintf("over the limit of %d", resource.MaxBatchMembers), nil},
+		{"nil member", []*pbresource.WriteStatusRequest{ok, nil}, codes.InvalidArgument, "statuses[1].id: is required", nil},
+		{"bad payload", []*pbresource.WriteStatusRequest{ok, progress(t, widgetID("", "b"), "", -3)}, codes.InvalidArgument, "statuses[1].status.data.value: must not be negative", nil},
+		{"undeclared key", []*pbresource.WriteStatusRequest{ok, {Id: a.GetId(), Key: "health", Status: &pbresource.Status{Data: anyOf(t, wrapperspb.Int64(1))}}}, codes.InvalidArgument, `statuses[1].status.data: status key "health"`, nil},
+		{"one resource twice", []*pbresource.WriteStatusRequest{ok, {Id: widgetID("default", "a"), Key: "other", Status: &pbresource.Status{}}}, codes.InvalidArgument, "statuses[1].id: names the same resource as statuses[0]", nil},
+		{"denied", []*pbresource.WriteStatusRequest{ok, progress(t, widgetID("secret", "s"), "", 1)}, codes.PermissionDenied, "statuses[1]: ", nil},
+		{"follows a later member", []*pbresource.WriteStatusRequest{ok, progress(t, widgetID("", "b"), "", 1)}, codes.InvalidArgument, "follows[0]: is 1: a member follows an earlier member", map[uint32]uint32{0: 1}},
+		{"follows itself", []*pbresource.WriteStatusRequest{ok, progress(t, widgetID("", "b"), "", 1)}, codes.InvalidArgument, "follows[1]: is 1", map[uint32]uint32{1: 1}},
+		{"follows from past the end", []*pbresource.WriteStatusRequest{ok}, codes.InvalidArgument, "follows[3]: names member 3, but the request has 1", map[uint32]uint32{3: 0}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before := h.state()
-			_, err := h.svc.WriteStatuses(h.ctx, &pbresource.WriteStatusesRequest{Statuses: c.members})
+			_, err := h.svc.WriteStatuses(h.ctx, &pbresource.WriteStatusesRequest{Statuses: c.members, Follows: c.follows})
 			requireCode(t, err, c.code, c.want)
 			h.requireUnchanged(before)
 		})
@@ -186,5 +190,54 @@ func TestWriteStatusesRetriesConflicts(t *testing.T) {
 	requireCode(t, err, codes.Aborted, "version: conflict")
 	if progressOf(t, mustResult(t, resp.GetResults()[2])) != 3 {
 		t.Fatal("member 2, untouched by the race, was not written")
+	}
+}
+
+// TestWriteStatusesFollows: a member that follows another is stored only
+// with it: when its predecessor fails, so does it, and nothing of it is
+// written; when both are fine, both are stored in one batch.
+func TestWriteStatusesFollows(t *testing.T) {
+	cb := &countingBatches{}
+	h := newHarness(t, withBackend(func(b *inmem.Backend) storage.Backend { cb.Backend = b; return cb }))
+	old := h.write(widget(t, "", "old", "v"))
+	next := h.write(widget(t, "", "next", "v"))
+	other := h.write(widget(t, "", "other", "v"))
+	if _, err := h.svc.WriteStatus(h.ctx, progress(t, old.GetId(), "", 9)); err != nil {
+		t.Fatal(err)
+	}
+
+	resp, err := h.svc.WriteStatuses(h.ctx, &pbresource.WriteStatusesRequest{
+		Statuses: []*pbresource.WriteStatusRequest{
+			progress(t, old.GetId(), old.GetVersion(), 1), // stale: not stored
+			progress(t, next.GetId(), "", 2),              // follows it: not stored either
+			progress(t, other.GetId(), "", 3),
+		},
+		Follows: map[uint32]uint32{1: 0},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = resource.StatusResult(resp.GetResults()[1])
+	requireCode(t, err, codes.Aborted, "follows statuses[0], which was not stored")
+	if got := h.stored(next.GetId()); len(got.GetStatus()) != 0 {
+		t.Fatalf("the member whose predecessor failed was written: %v", got.GetStatus())
+	}
+	if progressOf(t, mustResult(t, resp.GetResults()[2])) != 3 {
+		t.Fatal("the independent member was not written")
+	}
+
+	cb.batches = 0
+	resp, err = h.svc.WriteStatuses(h.ctx, &pbresource.WriteStatusesRequest{
+		Statuses: []*pbresource.WriteStatusRequest{progress(t, old.GetId(), "", 1), progress(t, next.GetId(), "", 2)},
+		Follows:  map[uint32]uint32{1: 0},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if progressOf(t, mustResult(t, resp.GetResults()[0])) != 1 || progressOf(t, mustResult(t, resp.GetResults()[1])) != 2 {
+		t.Fatal("a member and the one it follows were not both written")
+	}
+	if cb.batches != 1 {
+		t.Fatalf("%d storage batches, want 1", cb.batches)
 	}
 }

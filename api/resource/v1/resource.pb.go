@@ -1138,8 +1138,15 @@ func (x *WriteStatusResponse) GetResource() *Resource {
 // in the store (its resource gone, a version conflict) fails only that
 // member, in its result.
 type WriteStatusesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Statuses      []*WriteStatusRequest  `protobuf:"bytes,1,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Statuses []*WriteStatusRequest  `protobuf:"bytes,1,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	// follows orders members: follows[j] = i says that member j is stored
+	// only if member i is, and never before it (in the same storage batch
+	// or a later one). i must come before j. A member whose predecessor is
+	// not stored fails with ABORTED. An agent reports a task's STOPPED and
+	// its replacement's RUNNING in one request this way, and the store never
+	// shows the replacement running beside a predecessor not yet stopped.
+	Follows       map[uint32]uint32 `protobuf:"bytes,2,rep,name=follows,proto3" json:"follows,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1177,6 +1184,13 @@ func (*WriteStatusesRequest) Descriptor() ([]byte, []int) {
 func (x *WriteStatusesRequest) GetStatuses() []*WriteStatusRequest {
 	if x != nil {
 		return x.Statuses
+	}
+	return nil
+}
+
+func (x *WriteStatusesRequest) GetFollows() map[uint32]uint32 {
+	if x != nil {
+		return x.Follows
 	}
 	return nil
 }
@@ -1782,9 +1796,13 @@ const file_api_resource_v1_resource_proto_rawDesc = "" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x123\n" +
 	"\x06status\x18\x04 \x01(\v2\x1b.trellis.resource.v1.StatusR\x06status\"P\n" +
 	"\x13WriteStatusResponse\x129\n" +
-	"\bresource\x18\x01 \x01(\v2\x1d.trellis.resource.v1.ResourceR\bresource\"[\n" +
+	"\bresource\x18\x01 \x01(\v2\x1d.trellis.resource.v1.ResourceR\bresource\"\xe9\x01\n" +
 	"\x14WriteStatusesRequest\x12C\n" +
-	"\bstatuses\x18\x01 \x03(\v2'.trellis.resource.v1.WriteStatusRequestR\bstatuses\"Y\n" +
+	"\bstatuses\x18\x01 \x03(\v2'.trellis.resource.v1.WriteStatusRequestR\bstatuses\x12P\n" +
+	"\afollows\x18\x02 \x03(\v26.trellis.resource.v1.WriteStatusesRequest.FollowsEntryR\afollows\x1a:\n" +
+	"\fFollowsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"Y\n" +
 	"\x15WriteStatusesResponse\x12@\n" +
 	"\aresults\x18\x01 \x03(\v2&.trellis.resource.v1.WriteStatusResultR\aresults\"\x86\x01\n" +
 	"\x11WriteStatusResult\x129\n" +
@@ -1848,7 +1866,7 @@ func file_api_resource_v1_resource_proto_rawDescGZIP() []byte {
 }
 
 var file_api_resource_v1_resource_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_resource_v1_resource_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_api_resource_v1_resource_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_api_resource_v1_resource_proto_goTypes = []any{
 	(State)(0),                    // 0: trellis.resource.v1.State
 	(WatchEvent_Op)(0),            // 1: trellis.resource.v1.WatchEvent.Op
@@ -1882,7 +1900,8 @@ var file_api_resource_v1_resource_proto_goTypes = []any{
 	(*WatchListRequest)(nil),      // 29: trellis.resource.v1.WatchListRequest
 	nil,                           // 30: trellis.resource.v1.Resource.MetadataEntry
 	nil,                           // 31: trellis.resource.v1.Resource.StatusEntry
-	(*anypb.Any)(nil),             // 32: google.protobuf.Any
+	nil,                           // 32: trellis.resource.v1.WriteStatusesRequest.FollowsEntry
+	(*anypb.Any)(nil),             // 33: google.protobuf.Any
 }
 var file_api_resource_v1_resource_proto_depIdxs = []int32{
 	3,  // 0: trellis.resource.v1.ID.type:type_name -> trellis.resource.v1.Type
@@ -1890,10 +1909,10 @@ var file_api_resource_v1_resource_proto_depIdxs = []int32{
 	5,  // 2: trellis.resource.v1.Resource.id:type_name -> trellis.resource.v1.ID
 	5,  // 3: trellis.resource.v1.Resource.owner:type_name -> trellis.resource.v1.ID
 	30, // 4: trellis.resource.v1.Resource.metadata:type_name -> trellis.resource.v1.Resource.MetadataEntry
-	32, // 5: trellis.resource.v1.Resource.data:type_name -> google.protobuf.Any
+	33, // 5: trellis.resource.v1.Resource.data:type_name -> google.protobuf.Any
 	31, // 6: trellis.resource.v1.Resource.status:type_name -> trellis.resource.v1.Resource.StatusEntry
 	8,  // 7: trellis.resource.v1.Status.conditions:type_name -> trellis.resource.v1.Condition
-	32, // 8: trellis.resource.v1.Status.data:type_name -> google.protobuf.Any
+	33, // 8: trellis.resource.v1.Status.data:type_name -> google.protobuf.Any
 	0,  // 9: trellis.resource.v1.Condition.state:type_name -> trellis.resource.v1.State
 	5,  // 10: trellis.resource.v1.Condition.resource:type_name -> trellis.resource.v1.ID
 	1,  // 11: trellis.resource.v1.WatchEvent.op:type_name -> trellis.resource.v1.WatchEvent.Op
@@ -1911,41 +1930,42 @@ var file_api_resource_v1_resource_proto_depIdxs = []int32{
 	7,  // 23: trellis.resource.v1.WriteStatusRequest.status:type_name -> trellis.resource.v1.Status
 	6,  // 24: trellis.resource.v1.WriteStatusResponse.resource:type_name -> trellis.resource.v1.Resource
 	17, // 25: trellis.resource.v1.WriteStatusesRequest.statuses:type_name -> trellis.resource.v1.WriteStatusRequest
-	21, // 26: trellis.resource.v1.WriteStatusesResponse.results:type_name -> trellis.resource.v1.WriteStatusResult
-	6,  // 27: trellis.resource.v1.WriteStatusResult.resource:type_name -> trellis.resource.v1.Resource
-	22, // 28: trellis.resource.v1.WriteStatusResult.error:type_name -> trellis.resource.v1.MemberError
-	3,  // 29: trellis.resource.v1.ListRequest.type:type_name -> trellis.resource.v1.Type
-	4,  // 30: trellis.resource.v1.ListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
-	6,  // 31: trellis.resource.v1.ListResponse.resources:type_name -> trellis.resource.v1.Resource
-	5,  // 32: trellis.resource.v1.ListByOwnerRequest.owner:type_name -> trellis.resource.v1.ID
-	6,  // 33: trellis.resource.v1.ListByOwnerResponse.resources:type_name -> trellis.resource.v1.Resource
-	5,  // 34: trellis.resource.v1.DeleteRequest.id:type_name -> trellis.resource.v1.ID
-	3,  // 35: trellis.resource.v1.WatchListRequest.type:type_name -> trellis.resource.v1.Type
-	4,  // 36: trellis.resource.v1.WatchListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
-	7,  // 37: trellis.resource.v1.Resource.StatusEntry.value:type_name -> trellis.resource.v1.Status
-	10, // 38: trellis.resource.v1.ResourceService.Read:input_type -> trellis.resource.v1.ReadRequest
-	12, // 39: trellis.resource.v1.ResourceService.Write:input_type -> trellis.resource.v1.WriteRequest
-	14, // 40: trellis.resource.v1.ResourceService.WriteBatch:input_type -> trellis.resource.v1.WriteBatchRequest
-	17, // 41: trellis.resource.v1.ResourceService.WriteStatus:input_type -> trellis.resource.v1.WriteStatusRequest
-	19, // 42: trellis.resource.v1.ResourceService.WriteStatuses:input_type -> trellis.resource.v1.WriteStatusesRequest
-	23, // 43: trellis.resource.v1.ResourceService.List:input_type -> trellis.resource.v1.ListRequest
-	25, // 44: trellis.resource.v1.ResourceService.ListByOwner:input_type -> trellis.resource.v1.ListByOwnerRequest
-	27, // 45: trellis.resource.v1.ResourceService.Delete:input_type -> trellis.resource.v1.DeleteRequest
-	29, // 46: trellis.resource.v1.ResourceService.WatchList:input_type -> trellis.resource.v1.WatchListRequest
-	11, // 47: trellis.resource.v1.ResourceService.Read:output_type -> trellis.resource.v1.ReadResponse
-	13, // 48: trellis.resource.v1.ResourceService.Write:output_type -> trellis.resource.v1.WriteResponse
-	16, // 49: trellis.resource.v1.ResourceService.WriteBatch:output_type -> trellis.resource.v1.WriteBatchResponse
-	18, // 50: trellis.resource.v1.ResourceService.WriteStatus:output_type -> trellis.resource.v1.WriteStatusResponse
-	20, // 51: trellis.resource.v1.ResourceService.WriteStatuses:output_type -> trellis.resource.v1.WriteStatusesResponse
-	24, // 52: trellis.resource.v1.ResourceService.List:output_type -> trellis.resource.v1.ListResponse
-	26, // 53: trellis.resource.v1.ResourceService.ListByOwner:output_type -> trellis.resource.v1.ListByOwnerResponse
-	28, // 54: trellis.resource.v1.ResourceService.Delete:output_type -> trellis.resource.v1.DeleteResponse
-	9,  // 55: trellis.resource.v1.ResourceService.WatchList:output_type -> trellis.resource.v1.WatchEvent
-	47, // [47:56] is the sub-list for method output_type
-	38, // [38:47] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	32, // 26: trellis.resource.v1.WriteStatusesRequest.follows:type_name -> trellis.resource.v1.WriteStatusesRequest.FollowsEntry
+	21, // 27: trellis.resource.v1.WriteStatusesResponse.results:type_name -> trellis.resource.v1.WriteStatusResult
+	6,  // 28: trellis.resource.v1.WriteStatusResult.resource:type_name -> trellis.resource.v1.Resource
+	22, // 29: trellis.resource.v1.WriteStatusResult.error:type_name -> trellis.resource.v1.MemberError
+	3,  // 30: trellis.resource.v1.ListRequest.type:type_name -> trellis.resource.v1.Type
+	4,  // 31: trellis.resource.v1.ListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
+	6,  // 32: trellis.resource.v1.ListResponse.resources:type_name -> trellis.resource.v1.Resource
+	5,  // 33: trellis.resource.v1.ListByOwnerRequest.owner:type_name -> trellis.resource.v1.ID
+	6,  // 34: trellis.resource.v1.ListByOwnerResponse.resources:type_name -> trellis.resource.v1.Resource
+	5,  // 35: trellis.resource.v1.DeleteRequest.id:type_name -> trellis.resource.v1.ID
+	3,  // 36: trellis.resource.v1.WatchListRequest.type:type_name -> trellis.resource.v1.Type
+	4,  // 37: trellis.resource.v1.WatchListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
+	7,  // 38: trellis.resource.v1.Resource.StatusEntry.value:type_name -> trellis.resource.v1.Status
+	10, // 39: trellis.resource.v1.ResourceService.Read:input_type -> trellis.resource.v1.ReadRequest
+	12, // 40: trellis.resource.v1.ResourceService.Write:input_type -> trellis.resource.v1.WriteRequest
+	14, // 41: trellis.resource.v1.ResourceService.WriteBatch:input_type -> trellis.resource.v1.WriteBatchRequest
+	17, // 42: trellis.resource.v1.ResourceService.WriteStatus:input_type -> trellis.resource.v1.WriteStatusRequest
+	19, // 43: trellis.resource.v1.ResourceService.WriteStatuses:input_type -> trellis.resource.v1.WriteStatusesRequest
+	23, // 44: trellis.resource.v1.ResourceService.List:input_type -> trellis.resource.v1.ListRequest
+	25, // 45: trellis.resource.v1.ResourceService.ListByOwner:input_type -> trellis.resource.v1.ListByOwnerRequest
+	27, // 46: trellis.resource.v1.ResourceService.Delete:input_type -> trellis.resource.v1.DeleteRequest
+	29, // 47: trellis.resource.v1.ResourceService.WatchList:input_type -> trellis.resource.v1.WatchListRequest
+	11, // 48: trellis.resource.v1.ResourceService.Read:output_type -> trellis.resource.v1.ReadResponse
+	13, // 49: trellis.resource.v1.ResourceService.Write:output_type -> trellis.resource.v1.WriteResponse
+	16, // 50: trellis.resource.v1.ResourceService.WriteBatch:output_type -> trellis.resource.v1.WriteBatchResponse
+	18, // 51: trellis.resource.v1.ResourceService.WriteStatus:output_type -> trellis.resource.v1.WriteStatusResponse
+	20, // 52: trellis.resource.v1.ResourceService.WriteStatuses:output_type -> trellis.resource.v1.WriteStatusesResponse
+	24, // 53: trellis.resource.v1.ResourceService.List:output_type -> trellis.resource.v1.ListResponse
+	26, // 54: trellis.resource.v1.ResourceService.ListByOwner:output_type -> trellis.resource.v1.ListByOwnerResponse
+	28, // 55: trellis.resource.v1.ResourceService.Delete:output_type -> trellis.resource.v1.DeleteResponse
+	9,  // 56: trellis.resource.v1.ResourceService.WatchList:output_type -> trellis.resource.v1.WatchEvent
+	48, // [48:57] is the sub-list for method output_type
+	39, // [39:48] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_api_resource_v1_resource_proto_init() }
@@ -1959,7 +1979,7 @@ func file_api_resource_v1_resource_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_resource_v1_resource_proto_rawDesc), len(file_api_resource_v1_resource_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

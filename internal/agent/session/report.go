@@ -3,7 +3,6 @@ package session
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -49,55 +48,93 @@ func (c *conn) reportLoop(ctx context.Context) error {
 	}
 }
 
-// writeReports writes the reports with WriteStatuses, in batches: a
-// report that must follow another (Report.After) goes in a later round,
-// and only once that one is stored. A member refused as stale (Aborted) or
-// gone (NotFound) is read again from the leader and handed to the task
-// manager, which reports it again on the next collect, over what is
-// stored now. A request refused as a whole as invalid is written member
-// by member, so that one bad report cannot hold back the others.
+// writeReports writes the reports with WriteStatuses, in chunks. A report
+// that must follow another (Report.After) goes with it, after it, in one
+// request that says so (WriteStatusesRequest.follows): the store takes it
+// only if it takes the one it follows, so a replacement's RUNNING and its
+// predecessor's STOPPED are one Raft entry, not two. One whose
+// predecessor is in an earlier chunk goes only if that one was stored; one
+// whose predecessor is in no chunk waits for the next collect. A member
+// refused as stale (Aborted) or gone (NotFound) is read again from the
+// leader and handed to the task manager, which reports it again on the
+// next collect, over what is stored now. A request refused as a whole as
+// invalid is written member by member, in order, so that one bad report
+// cannot hold back the others.
 //
 // wrote says whether any report was sent.
 func (c *conn) writeReports(ctx context.Context, batch []Report) (wrote bool, err error) {
+	ordered := followOrder(batch)
 	stored := make(map[string]bool)
-	for len(batch) > 0 {
-		var round, later []Report
-		for _, r := range batch {
-			switch {
-			case r.After == "" || stored[r.After]:
-				round = append(round, r)
-			case slices.ContainsFunc(batch, func(o Report) bool { return uidOf(o) == r.After }):
-				later = append(later, r)
+	for len(ordered) > 0 {
+		n := min(len(ordered), maxReportBatch)
+		var chunk []Report
+		inChunk := make(map[string]int, n)
+		for _, r := range ordered[:n] {
+			if _, ok := inChunk[r.After]; r.After != "" && !ok && !stored[r.After] {
+				continue // its predecessor was in an earlier chunk and not stored
 			}
-			// Else the report it follows was not stored: it waits for the
-			// next collect.
+			inChunk[uidOf(r)] = len(chunk)
+			chunk = append(chunk, r)
 		}
-		if len(round) == 0 {
-			return wrote, nil
+		ordered = ordered[n:]
+		if len(chunk) == 0 {
+			continue
 		}
-		for len(round) > 0 {
-			n := min(len(round), maxReportBatch)
-			chunk := round[:n]
-			round = round[n:]
-			wrote = true
-			if err := c.writeChunk(ctx, chunk, stored); err != nil {
-				return wrote, err
-			}
+		wrote = true
+		if err := c.writeChunk(ctx, chunk, inChunk, stored); err != nil {
+			return wrote, err
 		}
-		batch = later
 	}
 	return wrote, nil
 }
 
-// writeChunk writes one WriteStatuses request; stored collects the uids
-// of the reports the store took.
-func (c *conn) writeChunk(ctx context.Context, chunk []Report, stored map[string]bool) error {
+// followOrder puts every report after the one it follows and drops those
+// that follow a report not in the batch (they wait for the next collect).
+// Reports() gives STOPPED reports first, which is already that order as a
+// rule; this keeps it whatever the order given.
+func followOrder(batch []Report) []Report {
+	in := make(map[string]bool, len(batch))
+	for _, r := range batch {
+		in[uidOf(r)] = true
+	}
+	placed := make(map[string]bool, len(batch))
+	out := make([]Report, 0, len(batch))
+	for len(batch) > 0 {
+		var rest []Report
+		for _, r := range batch {
+			switch {
+			case r.After == "" || placed[r.After]:
+				placed[uidOf(r)] = true
+				out = append(out, r)
+			case in[r.After]:
+				rest = append(rest, r)
+			}
+		}
+		if len(rest) == len(batch) {
+			break // a cycle: nothing more can go
+		}
+		batch = rest
+	}
+	return out
+}
+
+// writeChunk writes one WriteStatuses request; inChunk maps a report's uid
+// to its index in the chunk, and stored collects the uids of the reports
+// the store took.
+func (c *conn) writeChunk(ctx context.Context, chunk []Report, inChunk map[string]int, stored map[string]bool) error {
 	members := make([]*pbresource.WriteStatusRequest, len(chunk))
+	var follows map[uint32]uint32
 	for i, p := range chunk {
 		members[i] = p.Request
+		if j, ok := inChunk[p.After]; ok && p.After != "" {
+			if follows == nil {
+				follows = make(map[uint32]uint32)
+			}
+			follows[uint32(i)] = uint32(j)
+		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, c.s.cfg.RPCTimeout)
-	resp, err := c.res.WriteStatuses(wctx, &pbresource.WriteStatusesRequest{Statuses: members})
+	resp, err := c.res.WriteStatuses(wctx, &pbresource.WriteStatusesRequest{Statuses: members, Follows: follows})
 	cancel()
 	switch status.Code(err) {
 	case codes.OK:
@@ -124,9 +161,13 @@ func (c *conn) writeChunk(ctx context.Context, chunk []Report, stored map[string
 }
 
 // writeEach writes reports one by one, in order; refused ones are logged
-// and dropped.
+// and dropped. One whose predecessor was not stored waits for the next
+// collect.
 func (c *conn) writeEach(ctx context.Context, chunk []Report, stored map[string]bool) error {
 	for _, p := range chunk {
+		if p.After != "" && !stored[p.After] {
+			continue
+		}
 		wctx, cancel := context.WithTimeout(ctx, c.s.cfg.RPCTimeout)
 		resp, err := c.res.WriteStatus(wctx, p.Request)
 		cancel()
