@@ -5,7 +5,6 @@ import (
 	"unsafe"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
-	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -18,7 +17,7 @@ func (tx *Tx) checkCompares(compares []*pbresource.Compare) error {
 	for i, c := range compares {
 		var err error
 		if c.GetId().GetType() == nil {
-			return &compareError{member: i, id: c.GetId(), err: fmt.Errorf("%w: it names no type", storage.ErrCompareFailed)}
+			return &batchError{part: "compare", index: i, id: c.GetId(), err: fmt.Errorf("%w: it names no type", storage.ErrCompareFailed)}
 		}
 		if c.GetOp() == pbresource.Compare_OP_NOTHING_NEWER {
 			err = tx.checkNothingNewer(c)
@@ -29,7 +28,7 @@ func (tx *Tx) checkCompares(compares []*pbresource.Compare) error {
 			}
 		}
 		if err != nil {
-			return &compareError{member: i, id: c.GetId(), err: err}
+			return &batchError{part: "compare", index: i, id: c.GetId(), err: err}
 		}
 	}
 	return nil
@@ -62,16 +61,3 @@ func (tx *Tx) checkNothingNewer(c *pbresource.Compare) error {
 	}
 	return storage.CompareNothingNewer(c, inRange)
 }
-
-// compareError names the compare of a batch that did not hold.
-type compareError struct {
-	member int
-	id     *pbresource.ID
-	err    error
-}
-
-func (e *compareError) Error() string {
-	return fmt.Sprintf("%s: compare %d (%s): %v", storage.ErrBatchConflict, e.member, ids.String(e.id), e.err)
-}
-
-func (e *compareError) Unwrap() []error { return []error{storage.ErrBatchConflict, e.err} }

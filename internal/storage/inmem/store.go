@@ -312,15 +312,17 @@ func checkCAS(existing, res *pbresource.Resource) error {
 	return nil
 }
 
-// batchError names the member of a batch that failed its check.
+// batchError names the part of a batch that failed its check: a member
+// (a write) or a compare, by its index among its kind.
 type batchError struct {
-	member int
-	id     *pbresource.ID
-	err    error
+	part  string // "member" or "compare"
+	index int
+	id    *pbresource.ID
+	err   error
 }
 
 func (e *batchError) Error() string {
-	return fmt.Sprintf("%s: member %d (%s): %v", storage.ErrBatchConflict, e.member, ids.String(e.id), e.err)
+	return fmt.Sprintf("%s: %s %d (%s): %v", storage.ErrBatchConflict, e.part, e.index, ids.String(e.id), e.err)
 }
 
 func (e *batchError) Unwrap() []error { return []error{storage.ErrBatchConflict, e.err} }

@@ -136,7 +136,7 @@ func (tx *Tx) WriteBatch(idx uint64, resources []*pbresource.Resource, compares 
 			return nil, err
 		}
 		if err := checkCAS(existing, res); err != nil {
-			return nil, &batchError{member: i, id: res.GetId(), err: err}
+			return nil, &batchError{part: "member", index: i, id: res.GetId(), err: err}
 		}
 		keys[i] = key
 	}
