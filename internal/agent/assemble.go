@@ -48,15 +48,6 @@ type (
 // started yet, so it has no logs; the local API answers 409 for it.
 var ErrNotStarted = tasks.ErrNotStarted
 
-// The environment every container gets.
-const (
-	EnvMetadataURI   = tasks.EnvMetadataURI
-	EnvTaskNamespace = tasks.EnvTaskNamespace
-	EnvTaskName      = tasks.EnvTaskName
-	EnvTaskUID       = tasks.EnvTaskUID
-	EnvInstance      = tasks.EnvInstance
-)
-
 // BuiltinAttribute reports whether an attribute is one the agent sets
 // itself from what it finds on its host (operators cannot set or remove
 // those).
