@@ -76,12 +76,19 @@ func Register(r *resource.Registry) {
 		Scope:     resource.ScopeNamespace,
 		Immutable: true,
 		Validate:  ValidateEnvironmentVersion,
+		// A version is made by an environment's create or update, as its
+		// record: written alone it would be one no environment asked for.
+		WrittenThrough: EnvironmentsPath,
 	})
 	r.Register(resource.Registration{
 		Type:     DeploymentType,
 		Proto:    &pbscheduler.Deployment{},
 		Scope:    resource.ScopeNamespace,
 		Validate: ValidateDeployment,
+		// A deployment is started through its environment (which checks
+		// the version and that no other is in progress) and moved on by
+		// the scheduler.
+		WrittenThrough: EnvironmentsPath,
 	})
 }
 

@@ -22,6 +22,7 @@ import (
 // the latest is stale and refused with a conflict: roll back to deploy an
 // older one.
 func (o *Operations) StartDeployment(ctx context.Context, ns, name, version string) (*pbresource.Resource, error) {
+	ctx = resource.FromOperations(ctx)
 	res, env, err := o.readEnvironment(ctx, ns, name)
 	if err != nil {
 		return nil, err
@@ -40,6 +41,7 @@ func (o *Operations) StartDeployment(ctx context.Context, ns, name, version stri
 // RollbackDeployment deploys version, or when it is "" the version
 // deployed before the one in place.
 func (o *Operations) RollbackDeployment(ctx context.Context, ns, name, version string) (*pbresource.Resource, error) {
+	ctx = resource.FromOperations(ctx)
 	res, env, err := o.readEnvironment(ctx, ns, name)
 	if err != nil {
 		return nil, err
@@ -139,6 +141,7 @@ func (o *Operations) writeUserDeployment(ctx context.Context, res *pbresource.Re
 // environment inactive when its active deployment has stopped
 // (scheduler.ReportStatus), as its next run reads it.
 func (o *Operations) StopDeployment(ctx context.Context, ns, name, id string) (*pbresource.Resource, error) {
+	ctx = resource.FromOperations(ctx)
 	if _, _, err := o.readEnvironment(ctx, ns, name); err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/scheduler"
 	"trellis.dev/trellis/internal/scheduler/operations"
@@ -256,6 +257,42 @@ func TestEnvironmentWrittenOnlyThroughOperations(t *testing.T) {
 	fresh := &pbresource.Resource{Id: scheduler.EnvironmentID("default", "sneaky"), Data: created.Environment.GetData()}
 	_, err = h.API.WriteBatch(h.Ctx, &pbresource.WriteBatchRequest{Resources: []*pbresource.Resource{fresh}})
 	schedulertest.RequireCode(t, err, codes.FailedPrecondition, "resources[0]: scheduler/v1/Environment is written only")
+	if h.Fingerprint() != before {
+		t.Fatal("a refused generic write wrote something")
+	}
+}
+
+// An environment's versions and deployments are written only through the
+// operations too: a version written alone would be one no environment
+// asked for, and a deployment written alone skips the checks of a start
+// (the version is the latest, its task definition exists).
+func TestVersionsAndDeploymentsWrittenOnlyThroughOperations(t *testing.T) {
+	h := schedulertest.New(t)
+	h.Fleet()
+	td := h.TaskDefinition("ls", 1)
+	created, err := h.Ops.CreateEnvironment(h.Ctx, "default", schedulertest.Spec("ls", td, 75, "", "role=logger"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ver, err := h.API.Read(h.Ctx, &pbresource.ReadRequest{Id: scheduler.VersionID("default", created.Version)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep, err := h.Ops.StartDeployment(h.Ctx, "default", "ls", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := h.Fingerprint()
+	for _, res := range []*pbresource.Resource{ver.GetResource(), dep} {
+		changed := proto.Clone(res).(*pbresource.Resource)
+		changed.Metadata = map[string]string{"team": "ops"}
+		_, err = h.API.Write(h.Ctx, &pbresource.WriteRequest{Resource: changed})
+		schedulertest.RequireCode(t, err, codes.FailedPrecondition, "is written only through its own operations (/v1/environments)")
+		fresh := &pbresource.Resource{Id: proto.Clone(res.GetId()).(*pbresource.ID), Owner: res.GetOwner(), Data: res.GetData()}
+		fresh.Id.Name, fresh.Id.Uid = "sneaky", ""
+		_, err = h.API.WriteBatch(h.Ctx, &pbresource.WriteBatchRequest{Resources: []*pbresource.Resource{fresh}})
+		schedulertest.RequireCode(t, err, codes.FailedPrecondition, "resources[0]: "+ids.TypeString(res.GetId().GetType())+" is written only")
+	}
 	if h.Fingerprint() != before {
 		t.Fatal("a refused generic write wrote something")
 	}

@@ -199,7 +199,10 @@ func (h *Harness) Write(id, owner *pbresource.ID, m proto.Message, version strin
 	if err != nil {
 		h.T.Fatal(err)
 	}
-	out, err := h.API.Write(h.Ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: id, Owner: owner, Data: data, Version: version}})
+	// As the scheduler's own code writes: the types it owns are written
+	// only through it (resource.Registration.WrittenThrough).
+	ctx := resource.FromOperations(h.Ctx)
+	out, err := h.API.Write(ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: id, Owner: owner, Data: data, Version: version}})
 	if err != nil {
 		h.T.Fatalf("write %s: %v", id.GetName(), err)
 	}
