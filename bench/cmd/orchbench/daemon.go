@@ -275,6 +275,10 @@ func (b *bench) timeDeployment(ctx context.Context, sc *schedclient.Client, dw *
 	for i, p := range ws {
 		cpu0[i], _ = testcluster.CPUTime(p.pid)
 	}
+	var m0 counters
+	if b.phaseMetrics {
+		m0 = readCounters(servers)
+	}
 	t0 := time.Now()
 	started, err := sc.StartDeployment(ctx, namespace, env, version)
 	if err != nil {
@@ -297,6 +301,12 @@ func (b *bench) timeDeployment(ctx context.Context, sc *schedclient.Client, dw *
 	for i, p := range ws {
 		t, _ := testcluster.CPUTime(p.pid)
 		run.cpu = append(run.cpu, procCPU{watched: p, used: t - cpu0[i]})
+	}
+	if b.phaseMetrics {
+		fmt.Fprintf(b.progress, "daemon: %s: what the servers counted (summed over them):\n", label)
+		for _, l := range phaseDelta(m0, readCounters(servers), 40) {
+			fmt.Fprintf(b.progress, "    %s\n", l)
+		}
 	}
 	if d.GetStatus() != "completed" {
 		return run, fmt.Errorf("%s: deployment %s ended %s: %s", label, id, d.GetStatus(), d.GetStatusReason())

@@ -56,6 +56,7 @@ type bench struct {
 	daemonInstances, daemonBatch, joins int
 	daemonWindow, minHealthy            time.Duration
 	profile                             bool
+	phaseMetrics                        bool
 }
 
 func (b *bench) cellDir(name string) string {
@@ -86,6 +87,7 @@ func run() int {
 	flag.DurationVar(&b.daemonWindow, "daemon-window", 20*time.Second, "daemon: how long the leader's CPU use is measured")
 	flag.DurationVar(&b.minHealthy, "min-healthy-time", time.Second, "daemon: min_healthy_time of the rolling update")
 	flag.BoolVar(&b.profile, "profile", false, "daemon: fetch the leader's CPU profiles (15 s of the fresh deployment to all instances, and the window at rest) into the kept working directory")
+	flag.BoolVar(&b.phaseMetrics, "phase-metrics", false, "daemon: print, for each deployment, the server counters that grew while it ran (summed over the servers)")
 	outPath := flag.String("out", "", "also write the report to this file")
 	keep := flag.Bool("keep", false, "keep the working directory (data dirs and logs) even when every cell succeeds")
 	flag.Parse()
