@@ -114,8 +114,11 @@ func newInformer(client resource.API, typ *pbresource.Type, logger *slog.Logger,
 	}
 }
 
-// run follows the type until ctx ends.
+// run follows the type until ctx ends. The watch is in-process code of the
+// domains whose controllers read the type, so it may follow a sealed type
+// (resource.Registration.Sealed): what it caches never leaves the process.
 func (in *informer) run(ctx context.Context) {
+	ctx = resource.FromOperations(ctx)
 	var (
 		complete uint64 // every change up to this index has been handed on
 		attempt  int    // consecutive attempts that made no progress

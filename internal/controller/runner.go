@@ -119,8 +119,10 @@ func (r *runner) run(ctx context.Context) {
 }
 
 // resync lists every watched type from the store and maps each resource as
-// if it had just been written.
+// if it had just been written. Like the informer's watch it may list a
+// sealed type: the list only feeds the controller's mapper.
 func (r *runner) resync(ctx context.Context) {
+	ctx = resource.FromOperations(ctx)
 	for _, w := range r.ctl.watches() {
 		resp, err := r.client.List(ctx, &pbresource.ListRequest{
 			Type:    w.Type,

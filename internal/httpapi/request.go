@@ -182,14 +182,17 @@ func resolveType(reg *resource.Registry, typ *pbresource.Type, field string) (*p
 	return typ, regn, nil
 }
 
+// knownTypes names the types the generic routes serve: sealed types
+// (resource.Registration.Sealed) are not among them.
 func knownTypes(reg *resource.Registry) string {
-	regs := reg.Types()
-	if len(regs) == 0 {
-		return "none"
+	var names []string
+	for _, r := range reg.Types() {
+		if !r.Sealed {
+			names = append(names, ids.TypeString(r.Type))
+		}
 	}
-	names := make([]string, len(regs))
-	for i, r := range regs {
-		names[i] = ids.TypeString(r.Type)
+	if len(names) == 0 {
+		return "none"
 	}
 	return strings.Join(names, ", ")
 }

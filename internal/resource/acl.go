@@ -100,11 +100,15 @@ func (s *Service) authorizeList(a acl.Authorizer, reg Registration, t *pbresourc
 
 // canRead filters a listed or watched resource through its type's Read
 // hook. Only a refusal hides it; any other failure of the hook is returned.
-func (s *Service) canRead(a acl.Authorizer, res *pbresource.Resource) (bool, error) {
+// A sealed resource is hidden unless ops (the call is FromOperations).
+func (s *Service) canRead(a acl.Authorizer, ops bool, res *pbresource.Resource) (bool, error) {
 	reg, ok := s.registry.Resolve(res.GetId().GetType())
 	if !ok {
 		// A type stored but no longer registered: only operators see it.
 		reg = Registration{Type: res.GetId().GetType(), Scope: ScopeCluster}
+	}
+	if reg.Sealed && !ops {
+		return false, nil
 	}
 	err := hooks(reg).Read(a, res.GetId())
 	switch {

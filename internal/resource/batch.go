@@ -33,7 +33,7 @@ func (s *Service) writeBatch(ctx context.Context, req *pbresource.WriteBatchRequ
 	if err := checkBatchSize(req.GetResources()); err != nil {
 		return nil, err
 	}
-	compares, err := s.prepareCompares(a, req.GetCompares())
+	compares, err := s.prepareCompares(a, fromOperations(ctx), req.GetCompares())
 	if err != nil {
 		return nil, err
 	}
@@ -41,6 +41,9 @@ func (s *Service) writeBatch(ctx context.Context, req *pbresource.WriteBatchRequ
 	idList := make([]*pbresource.ID, len(cands))
 	first := make(map[slotKey]int, len(cands))
 	for i, in := range req.GetResources() {
+		if err := s.registry.checkSealedType(ctx, in.GetId().GetType()); err != nil {
+			return nil, withPrefix(memberField(i), err)
+		}
 		c, err := s.prepare(i, in)
 		if err != nil {
 			return nil, err

@@ -25,14 +25,15 @@ func compareField(i int) string { return "compares[" + strconv.Itoa(i) + "]" }
 // prepareCompares validates a request's compares and authorizes each as a
 // read of what it looks at (a compare tells its caller whether a resource
 // exists, and at which version): the Read hook for a compare on one name,
-// the List hook for OP_NOTHING_NEWER. It returns normalized copies.
-func (s *Service) prepareCompares(a acl.Authorizer, in []*pbresource.Compare) ([]*pbresource.Compare, error) {
+// the List hook for OP_NOTHING_NEWER. A compare on a sealed type is
+// refused unless ops (FromOperations). It returns normalized copies.
+func (s *Service) prepareCompares(a acl.Authorizer, ops bool, in []*pbresource.Compare) ([]*pbresource.Compare, error) {
 	if len(in) > MaxBatchMembers {
 		return nil, status.Errorf(codes.ResourceExhausted, "compares: the batch has %d compares, over the limit of %d; split it", len(in), MaxBatchMembers)
 	}
 	out := make([]*pbresource.Compare, len(in))
 	for i, c := range in {
-		nc, err := s.prepareCompare(a, c)
+		nc, err := s.prepareCompare(a, ops, c)
 		if err != nil {
 			return nil, withPrefix(compareField(i), err)
 		}
@@ -41,7 +42,7 @@ func (s *Service) prepareCompares(a acl.Authorizer, in []*pbresource.Compare) ([
 	return out, nil
 }
 
-func (s *Service) prepareCompare(a acl.Authorizer, c *pbresource.Compare) (*pbresource.Compare, error) {
+func (s *Service) prepareCompare(a acl.Authorizer, ops bool, c *pbresource.Compare) (*pbresource.Compare, error) {
 	if c == nil {
 		return nil, NewFieldError("", "a compare is required")
 	}
@@ -64,6 +65,9 @@ func (s *Service) prepareCompare(a acl.Authorizer, c *pbresource.Compare) (*pbre
 		if _, err := storage.CompareSince(c.GetVersion()); err != nil {
 			return nil, NewFieldError("version", "%q is not a version: OP_NOTHING_NEWER compares with a version the store gave (a decimal number), or none for an empty range", c.GetVersion())
 		}
+		if reg.Sealed && !ops {
+			return nil, sealedError(reg.Type)
+		}
 		if err := s.authorizeList(a, reg, ten); err != nil {
 			return nil, err
 		}
@@ -83,6 +87,9 @@ func (s *Service) prepareCompare(a acl.Authorizer, c *pbresource.Compare) (*pbre
 		return nil, NewFieldError("version", "must be empty for %v", c.GetOp())
 	case c.GetOp() == pbresource.Compare_OP_ABSENT && id.GetUid() != "":
 		return nil, NewFieldError("id.uid", "must be empty: OP_ABSENT says that nothing at all is stored under the name")
+	}
+	if reg.Sealed && !ops {
+		return nil, sealedError(reg.Type)
 	}
 	if err := aclError("read "+ids.String(id), hooks(reg).Read(a, id)); err != nil {
 		return nil, err

@@ -28,6 +28,9 @@ func (s *Service) delete(ctx context.Context, req *pbresource.DeleteRequest) err
 	if err != nil {
 		return err
 	}
+	if err := checkSealed(ctx, reg); err != nil {
+		return err
+	}
 	namespace := isNamespaceType(id.GetType())
 	if namespace && id.GetName() == DefaultNamespace {
 		return NewFieldError("id.name", "the %q namespace cannot be deleted", DefaultNamespace)

@@ -32,6 +32,9 @@ func (s *Service) read(ctx context.Context, req *pbresource.ReadRequest) (*pbres
 	if err != nil {
 		return nil, err
 	}
+	if err := checkSealed(ctx, reg); err != nil {
+		return nil, err
+	}
 	if err := s.authorizeRead(a, reg, id); err != nil {
 		return nil, err
 	}
@@ -58,6 +61,9 @@ func (s *Service) list(ctx context.Context, req *pbresource.ListRequest) ([]*pbr
 	if err != nil {
 		return nil, err
 	}
+	if err := checkSealed(ctx, reg); err != nil {
+		return nil, err
+	}
 	if err := s.authorizeList(a, reg, tenancy); err != nil {
 		return nil, err
 	}
@@ -65,7 +71,7 @@ func (s *Service) list(ctx context.Context, req *pbresource.ListRequest) ([]*pbr
 	if err != nil {
 		return nil, err
 	}
-	return s.filterReadable(a, res)
+	return s.filterReadable(a, fromOperations(ctx), res)
 }
 
 // ListByOwner returns the resources owned by one incarnation of a resource
@@ -91,16 +97,17 @@ func (s *Service) listByOwner(ctx context.Context, req *pbresource.ListByOwnerRe
 	if err != nil {
 		return nil, err
 	}
-	return s.filterReadable(a, res)
+	return s.filterReadable(a, fromOperations(ctx), res)
 }
 
-// filterReadable keeps the resources the caller may read. It copies the
+// filterReadable keeps the resources the caller may read (sealed ones only
+// when ops: the call comes from in-process operations). It copies the
 // slice only once something is dropped, so the common case allocates
 // nothing.
-func (s *Service) filterReadable(a acl.Authorizer, res []*pbresource.Resource) ([]*pbresource.Resource, error) {
+func (s *Service) filterReadable(a acl.Authorizer, ops bool, res []*pbresource.Resource) ([]*pbresource.Resource, error) {
 	var out []*pbresource.Resource
 	for i, r := range res {
-		ok, err := s.canRead(a, r)
+		ok, err := s.canRead(a, ops, r)
 		if err != nil {
 			return nil, err
 		}

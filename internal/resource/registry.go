@@ -56,6 +56,20 @@ type Registration struct {
 	// domain's controllers (FromOperations). Reads, deletes and status
 	// writes are not affected.
 	WrittenThrough string
+	// Sealed types are read and written only by the domain's own code in
+	// this process: they hold secrets (the Connect CA's private keys) that
+	// the replicated state carries but no API, CLI, log or error may
+	// return. Every generic call that names a sealed type, over gRPC, over
+	// HTTP or in process, is refused with PermissionDenied unless its
+	// context carries FromOperations; lists by owner and watches leave
+	// sealed resources out; the HTTP API does not list the type among the
+	// known ones. The controller runtime's watches and the owner reaper
+	// are in-process code and carry the mark, so a sealed resource is
+	// still cached for its domain's controllers and reaped with its owner.
+	// The Raft snapshot (GET /v1/snapshot, operator:write) is a backup of
+	// the whole state and does hold sealed resources: see
+	// docs/architecture.md.
+	Sealed bool
 	// ACLs decides who may read, write and list the type. Nil, or a nil
 	// hook in it, means the default of DefaultACLHooks: namespace read and
 	// write for namespaced types, operator read and write for

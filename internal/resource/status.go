@@ -46,6 +46,9 @@ func (s *Service) writeStatus(ctx context.Context, req *pbresource.WriteStatusRe
 	if err != nil {
 		return nil, err
 	}
+	if err := s.registry.checkSealedType(ctx, req.GetId().GetType()); err != nil {
+		return nil, err
+	}
 	e, err := s.registry.prepareStatus(-1, req)
 	if err != nil {
 		return nil, err

@@ -67,6 +67,9 @@ func (s *Service) writeStatuses(ctx context.Context, req *pbresource.WriteStatus
 	entries := make([]*statusEntry, len(members))
 	first := make(map[slotKey]int, len(members))
 	for i, m := range members {
+		if err := s.registry.checkSealedType(ctx, m.GetId().GetType()); err != nil {
+			return nil, withPrefix(statusMemberField(i), err)
+		}
 		e, err := s.registry.prepareStatus(i, m)
 		if err != nil {
 			return nil, err

@@ -25,7 +25,7 @@ func (s *Service) watch(ctx context.Context, req *pbresource.WatchListRequest, c
 	if err != nil {
 		return nil, s.errs.toStatus("watch", err)
 	}
-	return &filteredWatch{svc: s, inner: w, authz: a, clone: cloneEvents}, nil
+	return &filteredWatch{svc: s, inner: w, authz: a, ops: fromOperations(ctx), clone: cloneEvents}, nil
 }
 
 func (s *Service) openWatch(ctx context.Context, req *pbresource.WatchListRequest) (storage.Watch, acl.Authorizer, error) {
@@ -35,6 +35,9 @@ func (s *Service) openWatch(ctx context.Context, req *pbresource.WatchListReques
 	}
 	reg, tenancy, err := s.registry.checkListQuery(req.GetType(), req.GetTenancy(), req.GetNamePrefix())
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkSealed(ctx, reg); err != nil {
 		return nil, nil, err
 	}
 	if err := s.authorizeList(a, reg, tenancy); err != nil {
@@ -54,6 +57,7 @@ type filteredWatch struct {
 	svc   *Service
 	inner storage.Watch
 	authz acl.Authorizer
+	ops   bool // FromOperations: sealed resources may pass
 	clone bool
 }
 
@@ -66,7 +70,7 @@ func (w *filteredWatch) Next(ctx context.Context) (*pbresource.WatchEvent, error
 		if ev.GetOp() == pbresource.WatchEvent_OP_END_OF_SNAPSHOT {
 			return ev, nil
 		}
-		ok, err := w.svc.canRead(w.authz, ev.GetResource())
+		ok, err := w.svc.canRead(w.authz, w.ops, ev.GetResource())
 		if err != nil {
 			return nil, w.svc.errs.toStatus("watch", err)
 		}

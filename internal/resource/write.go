@@ -339,6 +339,10 @@ func (s *Service) write(ctx context.Context, req *pbresource.WriteRequest) (*pbr
 	if err != nil {
 		return nil, err
 	}
+	// Before prepare: a sealed type's hooks never run for an outside caller.
+	if err := s.registry.checkSealedType(ctx, req.GetResource().GetId().GetType()); err != nil {
+		return nil, err
+	}
 	c, err := s.prepare(-1, req.GetResource())
 	if err != nil {
 		return nil, err

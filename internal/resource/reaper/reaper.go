@@ -71,7 +71,11 @@ type Reconciler struct {
 
 // Reconcile looks at one owner incarnation (req.ID, uid included): when it
 // is no longer stored, it deletes every resource that names it as owner.
+// It acts as in-process operations (resource.FromOperations): the owner,
+// or what it owned, may be of a sealed type, which the generic calls
+// refuse to anyone else, and a sealed resource must go with its owner.
 func (r *Reconciler) Reconcile(ctx context.Context, req controller.Request) error {
+	ctx = resource.FromOperations(ctx)
 	owner := req.ID
 	if owner.GetUid() == "" {
 		return nil // an owner is always named with its uid
