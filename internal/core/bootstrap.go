@@ -14,11 +14,16 @@ import (
 // DefaultNamespaceDescription is the description Bootstrap gives "default".
 const DefaultNamespaceDescription = "The namespace of resources that name none."
 
-// Bootstrap makes sure the default Namespace is stored. The server calls
-// it on gaining leadership; it is idempotent, and leaves an existing
-// default Namespace (and its description) as it is. ctx must carry whatever
-// identity the service's authorizer needs to write cluster-scoped types.
+// Bootstrap makes sure the cluster's identity (the Cluster resource and
+// its id) and the default Namespace are stored. The server calls it on
+// gaining leadership; it is idempotent, never replaces the cluster id once
+// one is stored, and leaves an existing default Namespace (and its
+// description) as it is. ctx must carry whatever identity the service's
+// authorizer needs to write cluster-scoped types.
 func Bootstrap(ctx context.Context, api resource.API) error {
+	if err := ensureCluster(ctx, api); err != nil {
+		return err
+	}
 	_, err := api.Read(ctx, &pbresource.ReadRequest{Id: NamespaceID(DefaultNamespace), Consistent: true})
 	if err == nil {
 		return nil

@@ -20,7 +20,7 @@ const DefaultNamespace = resource.DefaultNamespace
 // MaxDescriptionLength bounds a Namespace's description, in characters.
 const MaxDescriptionLength = 1024
 
-// Register registers the core types.
+// Register registers the core types: Namespace and Cluster.
 func Register(r *resource.Registry) {
 	r.Register(resource.Registration{
 		Type:     NamespaceType,
@@ -28,6 +28,7 @@ func Register(r *resource.Registry) {
 		Scope:    resource.ScopeCluster,
 		Validate: ValidateNamespace,
 	})
+	r.Register(clusterRegistration())
 }
 
 // ValidateNamespace is the Validate hook of core/v1/Namespace. The name is

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
@@ -30,6 +33,9 @@ func (s *Service) delete(ctx context.Context, req *pbresource.DeleteRequest) err
 	}
 	if err := checkSealed(ctx, reg); err != nil {
 		return err
+	}
+	if reg.Permanent && !fromOperations(ctx) {
+		return status.Errorf(codes.FailedPrecondition, "%s is permanent: once made, it is never deleted", ids.TypeString(reg.Type))
 	}
 	namespace := isNamespaceType(id.GetType())
 	if namespace && id.GetName() == DefaultNamespace {

@@ -70,6 +70,11 @@ type Registration struct {
 	// the whole state and does hold sealed resources: see
 	// docs/architecture.md.
 	Sealed bool
+	// Permanent types are never deleted through the generic Delete: it
+	// refuses them (FailedPrecondition) unless the call is FromOperations.
+	// The cluster's identity is one: deleting it would let the next
+	// leader's bootstrap mint another.
+	Permanent bool
 	// ACLs decides who may read, write and list the type. Nil, or a nil
 	// hook in it, means the default of DefaultACLHooks: namespace read and
 	// write for namespaced types, operator read and write for
