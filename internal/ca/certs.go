@@ -221,9 +221,9 @@ func SignIntermediate(csr *x509.CertificateRequest, s Signer, ttl time.Duration,
 	if ttl <= 0 {
 		return nil, fmt.Errorf("ttl: %v is not a positive duration", ttl)
 	}
-	td, err := trustDomainOf(s.Cert)
+	td, err := intermediateTrustDomain(csr, s.Cert)
 	if err != nil {
-		return nil, fmt.Errorf("signer: %w", err)
+		return nil, err
 	}
 	skid, err := keyIDBytes(csr.PublicKey)
 	if err != nil {
@@ -248,6 +248,35 @@ func SignIntermediate(csr *x509.CertificateRequest, s Signer, ttl time.Duration,
 		URIs:                  []*url.URL{TrustDomainURI(td)},
 	}
 	return createCert(tmpl, s.Cert, csr.PublicKey, s.Key)
+}
+
+// intermediateTrustDomain is the trust domain an intermediate names: the
+// signer's, which a URI SAN the CSR asks for must match. A supplied root
+// from an outside PKI may have no SPIFFE URI; then the CSR's own
+// spiffe://<td> names it.
+func intermediateTrustDomain(csr *x509.CertificateRequest, signer *x509.Certificate) (string, error) {
+	var asked string
+	switch len(csr.URIs) {
+	case 0:
+	case 1:
+		u := csr.URIs[0]
+		if u.Scheme != "spiffe" || u.Path != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || CheckTrustDomain(u.Host) != nil {
+			return "", refuse(ReasonNotSPIFFE, fieldCSRURISAN, "%q is not a trust domain's spiffe://<td>", u.String())
+		}
+		asked = u.Host
+	default:
+		return "", refuse(ReasonURISANCount, fieldCSRURISAN, "it has %d URI SANs; an intermediate's CSR has at most one, spiffe://<td>", len(csr.URIs))
+	}
+	td, err := trustDomainOf(signer)
+	switch {
+	case err != nil && asked == "":
+		return "", fmt.Errorf("signer: %w, and the CSR names no trust domain", err)
+	case err != nil:
+		return asked, nil
+	case asked != "" && asked != td:
+		return "", refuse(ReasonTrustDomain, fieldCSRURISAN, "it asks for trust domain %q; the signer's is %q", asked, td)
+	}
+	return td, nil
 }
 
 // trustDomainOf reads the trust domain from a CA certificate's

@@ -519,3 +519,41 @@ func BenchmarkCheckCSR(b *testing.B) {
 		}
 	}
 }
+
+func TestSignIntermediateTrustDomain(t *testing.T) {
+	a := testRoot(t, DefaultKeyType, 0)
+	key := testKey(t, DefaultKeyType)
+	var r *Refusal
+	cases := []struct {
+		name   string
+		uris   []string
+		reason string
+	}{
+		{"foreign trust domain", []string{"spiffe://other.trellis"}, ReasonTrustDomain},
+		{"a service id", []string{webID.String()}, ReasonNotSPIFFE},
+		{"not SPIFFE", []string{"https://" + testTD}, ReasonNotSPIFFE},
+		{"two", []string{"spiffe://" + testTD, "spiffe://" + testTD}, ReasonURISANCount},
+	}
+	for _, c := range cases {
+		_, err := SignIntermediate(mustCSR(t, csrPEM(t, key, c.uris)), a, time.Hour, t0)
+		if !errors.As(err, &r) || r.Reason != c.reason {
+			t.Errorf("%s: %v, want reason %s", c.name, err, c.reason)
+		}
+	}
+
+	// A supplied root without a SPIFFE URI: the CSR's names the domain.
+	bare := *a.Cert
+	bare.URIs = nil
+	noURI, err := createCert(&bare, &bare, a.Key.Public(), a.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Signer{Cert: noURI, Key: a.Key}
+	inter, err := SignIntermediate(mustCSR(t, csrPEM(t, key, []string{"spiffe://" + testTD})), s, time.Hour, t0)
+	if err != nil || len(inter.URIs) != 1 || inter.URIs[0].Host != testTD {
+		t.Errorf("intermediate of a root without a URI: %v, %v", inter, err)
+	}
+	if _, err := SignIntermediate(mustCSR(t, csrPEM(t, key, nil)), s, time.Hour, t0); err == nil {
+		t.Error("an intermediate with no trust domain anywhere was signed")
+	}
+}
