@@ -234,6 +234,10 @@ func (b *bench) trellisDaemon(ctx context.Context) (*daemonResult, error) {
 		return nil, err
 	}
 	fmt.Fprintf(b.progress, "daemon: %d instances join, %d a second; each task exits %s after it starts\n", b.joins, joinStartRate, joinExitAfter)
+	var jm0 counters
+	if b.phaseMetrics {
+		jm0 = readCounters(servers)
+	}
 	join, err := startSim(ps, b.trellis, "join", "join-", b.joins, servers,
 		"-start-rate", strconv.Itoa(joinStartRate), "-exit-rate", "1", "-exit-after", joinExitAfter.String())
 	if err != nil {
@@ -241,6 +245,12 @@ func (b *bench) trellisDaemon(ctx context.Context) (*daemonResult, error) {
 	}
 	if err := tw.waitCounts(ctx, b.joins, 3*time.Minute); err != nil {
 		return nil, fmt.Errorf("joining instances: %w (log: %s)", err, join.log)
+	}
+	if b.phaseMetrics {
+		fmt.Fprintf(b.progress, "daemon: joins and deaths: what the servers counted (summed over them):\n")
+		for _, l := range phaseDelta(jm0, readCounters(servers), 60) {
+			fmt.Fprintf(b.progress, "    %s\n", l)
+		}
 	}
 	ready := iw.readyTimes("join-")
 	tw.mu.Lock()

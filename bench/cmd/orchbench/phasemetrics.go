@@ -66,7 +66,8 @@ func phaseDelta(before, after counters, n int) []string {
 	}
 	var gs []grew
 	for s, v := range after {
-		if d := v - before[s]; d > 0 && !strings.HasSuffix(s, "_sum") && !strings.Contains(s, "_seconds") &&
+		keep := strings.Contains(s, "reconcile_duration_seconds")
+		if d := v - before[s]; d > 0 && (keep || !strings.HasSuffix(s, "_sum") && !strings.Contains(s, "_seconds")) &&
 			!strings.HasPrefix(s, "go_") && !strings.HasPrefix(s, "process_") && !strings.Contains(s, "raft_library") {
 			gs = append(gs, grew{s, d})
 		}
@@ -74,7 +75,7 @@ func phaseDelta(before, after counters, n int) []string {
 	sort.Slice(gs, func(i, j int) bool { return gs[i].by > gs[j].by })
 	var out []string
 	for _, g := range gs[:min(n, len(gs))] {
-		out = append(out, fmt.Sprintf("%10.0f  %s", g.by, g.series))
+		out = append(out, fmt.Sprintf("%14.3f  %s", g.by, g.series))
 	}
 	return out
 }
