@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	pbca "trellis.dev/trellis/api/ca/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/acl"
+	"trellis.dev/trellis/internal/ca"
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/resource"
@@ -63,6 +65,8 @@ func TestEveryHTTPRouteDeclaresAPermission(t *testing.T) {
 		"GET /v1/environments/{name}/status":    acl.NamespaceRead,
 		"POST /v1/environments/{name}/rollback": acl.NamespaceWrite,
 		"PUT /v1/batch":                         acl.PerResource,
+		"GET /v1/ca/roots":                      acl.Public,
+		"GET /v1/ca/config":                     acl.OperatorRead,
 		"GET /v1/debug/pprof/profile":           acl.OperatorRead,
 	}
 	for _, srv := range fullServers(t, nil) {
@@ -134,6 +138,14 @@ func TestDenyAllRefusesEveryHTTPRoute(t *testing.T) {
 		eventually(t, 30*time.Second, "the default namespace", func() bool {
 			return slices.ContainsFunc(storeState(t, srv), func(s string) bool { return strings.HasPrefix(s, "Namespace//default@") })
 		})
+		// The CA manager writes its root and then its status in the
+		// background; wait for it, so that its writes are not taken for
+		// the refused requests'.
+		eventually(t, 30*time.Second, "the CA manager ready", func() bool {
+			resp, err := srv.API().Read(context.Background(), &pbresource.ReadRequest{Id: ca.ConfigID()})
+			var st pbca.CAManagerStatus
+			return err == nil && resp.GetResource().GetStatus()[ca.ManagerStatusKey].GetData().UnmarshalTo(&st) == nil && st.GetState() == ca.StateReady
+		})
 		// A namespace the requests below may read, change and delete.
 		ns, err := core.NewNamespace("team-b", "")
 		if err != nil {
@@ -201,7 +213,9 @@ func storeState(t *testing.T, srv *server.Server) []string {
 		if reg.Scope == resource.ScopeCluster {
 			ten = &pbresource.Tenancy{}
 		}
-		list, err := srv.API().List(context.Background(), &pbresource.ListRequest{Type: reg.Type, Tenancy: ten})
+		// FromOperations: sealed types (the CA's signing keys) are listed
+		// only by their own code.
+		list, err := srv.API().List(resource.FromOperations(context.Background()), &pbresource.ListRequest{Type: reg.Type, Tenancy: ten})
 		if err != nil {
 			t.Fatal(err)
 		}

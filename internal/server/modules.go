@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"trellis.dev/trellis/internal/ca/camodule"
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/httpapi"
 	"trellis.dev/trellis/internal/module"
@@ -16,8 +17,8 @@ import (
 )
 
 // DefaultModules are the domains a server serves unless its Config names
-// others: the core (namespaces), the orchestrator and the daemon
-// scheduler. This list is the one place a domain is added.
+// others: the core (namespaces), the orchestrator, the daemon
+// scheduler and the Connect CA. This list is the one place a domain is added.
 func DefaultModules() []module.Module { return defaultModules(0) }
 
 // defaultModules is DefaultModules with the orchestrator's heartbeat TTL
@@ -27,6 +28,7 @@ func defaultModules(heartbeatTTL time.Duration) []module.Module {
 		core.Module(),
 		orchestratormodule.New(orchestratormodule.Config{HeartbeatTTL: heartbeatTTL}),
 		schedulermodule.New(),
+		camodule.New(camodule.Config{}),
 	}
 }
 

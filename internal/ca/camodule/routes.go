@@ -1,0 +1,159 @@
+package camodule
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	pbca "trellis.dev/trellis/api/ca/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/acl"
+	"trellis.dev/trellis/internal/ca"
+	"trellis.dev/trellis/internal/core"
+	"trellis.dev/trellis/internal/httpapi"
+	"trellis.dev/trellis/internal/resource"
+)
+
+// The CA's read routes; docs/ca.md is their contract. Roots are public:
+// a root is what every peer must trust and holds no secret, and a client
+// needs them before it holds any credential. The configuration is an
+// operator's to read.
+
+type routes struct{ api resource.API }
+
+func (h routes) table() []httpapi.Route {
+	return []httpapi.Route{
+		{Pattern: "GET /v1/ca/roots", Permission: acl.Public, Handler: h.roots},
+		{Pattern: "/v1/ca/roots", Permission: acl.Public, Handler: httpapi.MethodNotAllowed("GET")},
+		{Pattern: "GET /v1/ca/config", Permission: acl.OperatorRead, Handler: h.config},
+		{Pattern: "/v1/ca/config", Permission: acl.Public, Handler: httpapi.MethodNotAllowed("GET")},
+	}
+}
+
+// RootsBody is the answer of GET /v1/ca/roots.
+type RootsBody struct {
+	TrustDomain  string     `json:"trust_domain"`
+	ActiveRootID string     `json:"active_root_id"`
+	Roots        []RootBody `json:"roots"`
+}
+
+// RootBody is one root in RootsBody: never a key, the CARoot holds none.
+type RootBody struct {
+	ID                string     `json:"id"`
+	Name              string     `json:"name"`
+	RootCert          string     `json:"root_cert"`
+	IntermediateCerts []string   `json:"intermediate_certs"`
+	Active            bool       `json:"active"`
+	RotatedOutAt      *time.Time `json:"rotated_out_at"`
+	NotAfter          *time.Time `json:"not_after"`
+}
+
+func (h routes) roots(w http.ResponseWriter, r *http.Request) error {
+	list, err := h.api.List(r.Context(), &pbresource.ListRequest{Type: ca.RootType, Tenancy: &pbresource.Tenancy{}})
+	if err != nil {
+		return err
+	}
+	body, err := rootsBody(list.GetResources())
+	if err != nil {
+		return err
+	}
+	if body.TrustDomain == "" {
+		// No root yet (the manager has not run): the trust domain is
+		// still the cluster's, when the caller may read its id.
+		if id, err := core.ClusterID(r.Context(), h.api); err == nil {
+			body.TrustDomain = ca.TrustDomain(id)
+		}
+	}
+	httpapi.WriteJSON(w, http.StatusOK, body)
+	return nil
+}
+
+// rootsBody renders stored roots, the active one first, then the newest.
+func rootsBody(list []*pbresource.Resource) (RootsBody, error) {
+	out := RootsBody{Roots: []RootBody{}}
+	for _, res := range list {
+		root, err := resource.DecodeData[*pbca.CARoot](res)
+		if err != nil {
+			return RootsBody{}, err
+		}
+		b := RootBody{
+			ID: root.GetId(), Name: res.GetId().GetName(), RootCert: root.GetRootCert(),
+			IntermediateCerts: append([]string{}, root.GetIntermediateCerts()...),
+			Active:            root.GetActive(),
+			RotatedOutAt:      timeOf(root.GetRotatedOutAt().IsValid(), root.GetRotatedOutAt().AsTime()),
+			NotAfter:          timeOf(root.GetNotAfter().IsValid(), root.GetNotAfter().AsTime()),
+		}
+		if b.Active {
+			out.ActiveRootID, out.TrustDomain = b.ID, root.GetTrustDomain()
+		} else if out.TrustDomain == "" {
+			out.TrustDomain = root.GetTrustDomain()
+		}
+		out.Roots = append(out.Roots, b)
+	}
+	sort.SliceStable(out.Roots, func(i, j int) bool {
+		a, b := out.Roots[i], out.Roots[j]
+		if a.Active != b.Active {
+			return a.Active
+		}
+		return a.NotAfter != nil && b.NotAfter != nil && a.NotAfter.After(*b.NotAfter)
+	})
+	return out, nil
+}
+
+func timeOf(ok bool, t time.Time) *time.Time {
+	if !ok {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+// ConfigBody is the answer of GET /v1/ca/config: the stored settings
+// (never a private key) and the manager's report.
+type ConfigBody struct {
+	Version string          `json:"version"`
+	Config  json.RawMessage `json:"config"`
+	Manager json.RawMessage `json:"manager,omitempty"`
+}
+
+func (h routes) config(w http.ResponseWriter, r *http.Request) error {
+	resp, err := h.api.Read(r.Context(), &pbresource.ReadRequest{Id: ca.ConfigID()})
+	if err != nil {
+		return err
+	}
+	body, err := configBody(resp.GetResource())
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, body)
+	return nil
+}
+
+var jsonOptions = protojson.MarshalOptions{UseProtoNames: true}
+
+func configBody(res *pbresource.Resource) (ConfigBody, error) {
+	c, err := resource.DecodeData[*pbca.CAConfig](res)
+	if err != nil {
+		return ConfigBody{}, err
+	}
+	// A stored CAConfig never holds a key (ValidateConfig refuses one);
+	// cleared all the same, so that no future path can leak one here.
+	c.PrivateKey = ""
+	cfg, err := jsonOptions.Marshal(c)
+	if err != nil {
+		return ConfigBody{}, err
+	}
+	out := ConfigBody{Version: res.GetVersion(), Config: cfg}
+	if st := res.GetStatus()[ca.ManagerStatusKey]; st != nil {
+		var m pbca.CAManagerStatus
+		if err := st.GetData().UnmarshalTo(&m); err == nil {
+			if out.Manager, err = jsonOptions.Marshal(&m); err != nil {
+				return ConfigBody{}, err
+			}
+		}
+	}
+	return out, nil
+}
