@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/anypb"
+
 	pbca "trellis.dev/trellis/api/ca/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/ca"
@@ -221,5 +223,59 @@ func TestConcurrentManagersMakeOneRoot(t *testing.T) {
 	}
 	if root.GetDatacenter() != "dc1" || root.GetTrustDomain() == "" {
 		t.Errorf("root: datacenter %q, trust domain %q", root.GetDatacenter(), root.GetTrustDomain())
+	}
+}
+
+// A manager that cannot make a root says why on the CAConfig, writes no
+// root, and does not write the same failure again on each retry.
+func TestManagerReportsFailure(t *testing.T) {
+	srv := start(t, []module.Module{core.Module(), caTypes{}})
+	eventually(t, "the cluster id", func() bool {
+		_, err := core.ClusterID(context.Background(), srv.API())
+		return err == nil
+	})
+	ctx := resource.FromOperations(context.Background())
+	// A supplied root (any CA certificate will do for the settings'
+	// check): the manager cannot use one yet.
+	cert, _, err := ca.NewRoot(ca.RootOptions{TrustDomain: "11111111-2222-3333-4444-555555555555.trellis", Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &pbca.CAConfig{RootCert: string(ca.EncodeCerts(cert))}
+	ca.FillConfigDefaults(c)
+	data, err := anypb.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.API().Write(ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: ca.ConfigID(), Data: data}}); err != nil {
+		t.Fatal(err)
+	}
+	m := &camodule.Manager{API: srv.API()}
+	stored := func() (*pbresource.Resource, *pbca.CAManagerStatus) {
+		resp, err := srv.API().Read(ctx, &pbresource.ReadRequest{Id: ca.ConfigID()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st pbca.CAManagerStatus
+		if err := resp.GetResource().GetStatus()[ca.ManagerStatusKey].GetData().UnmarshalTo(&st); err != nil {
+			t.Fatalf("no manager status: %v", err)
+		}
+		return resp.GetResource(), &st
+	}
+	if _, err := m.Reconcile(context.Background()); err == nil || !strings.Contains(err.Error(), "root_cert") {
+		t.Fatalf("Reconcile = %v, want a refusal naming root_cert", err)
+	}
+	res, st := stored()
+	if st.GetState() != ca.StateFailed || !strings.Contains(st.GetLastError(), "root_cert") || st.GetActiveRootId() != "" || st.GetLastAttempt() == nil {
+		t.Errorf("status = %v, want failed naming root_cert", st)
+	}
+	if n := count(t, srv.API(), ca.RootType); n != 0 {
+		t.Errorf("%d roots after a failure, want none", n)
+	}
+	if _, err := m.Reconcile(context.Background()); err == nil {
+		t.Fatal("second Reconcile succeeded")
+	}
+	if again, _ := stored(); again.GetVersion() != res.GetVersion() {
+		t.Errorf("the same failure was written again: version %s, then %s", res.GetVersion(), again.GetVersion())
 	}
 }
