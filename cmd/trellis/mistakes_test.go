@@ -240,7 +240,7 @@ func TestBlankArgumentsAreRefusedBeforeAnyRequest(t *testing.T) {
 // API. The agent and sim take -token to present to the servers they reach
 // at -server; `agent leave -addr` is the agent's own address.
 func TestClientFlagsOnlyOnClientCommands(t *testing.T) {
-	clients := []string{"resource", "operator", "snapshot", "instance", "taskdef", "task", "env", "deploy", "deployment", "rollback"}
+	clients := []string{"resource", "operator", "snapshot", "instance", "taskdef", "task", "env", "deploy", "deployment", "rollback", "ca"}
 	walkCommands(func(c *cobra.Command) {
 		path := pathArgs(c)
 		if len(path) == 0 {

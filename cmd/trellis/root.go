@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	cacommand "trellis.dev/trellis/internal/ca/command"
 	"trellis.dev/trellis/internal/cli"
 	orchcommand "trellis.dev/trellis/internal/orchestrator/command"
 	schedcommand "trellis.dev/trellis/internal/scheduler/command"
@@ -79,6 +80,7 @@ Flags take one dash or two: -addr and --addr are the same.`,
 	clients := []*cobra.Command{newResourceCmd(e), newOperatorCmd(e), newSnapshotCmd(e)}
 	clients = append(clients, orchcommand.Commands(e, server.Types())...)
 	clients = append(clients, schedcommand.Commands(e)...)
+	clients = append(clients, cacommand.Commands(e)...)
 	for _, c := range clients {
 		e.ClientFlags.Register(c.PersistentFlags())
 	}
