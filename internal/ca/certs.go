@@ -209,14 +209,8 @@ func SignIntermediate(csr *x509.CertificateRequest, s Signer, ttl time.Duration,
 	if err := s.check(now); err != nil {
 		return nil, err
 	}
-	if csr == nil {
-		return nil, refuse(ReasonNotCSR, FieldCSR, "no certificate request")
-	}
-	if err := checkCSRKey(csr); err != nil {
+	if err := checkCSRItself(csr); err != nil {
 		return nil, err
-	}
-	if err := csr.CheckSignature(); err != nil {
-		return nil, refuse(ReasonBadSignature, FieldCSR, "its signature does not verify with its own key: %v", err)
 	}
 	if ttl <= 0 {
 		return nil, fmt.Errorf("ttl: %v is not a positive duration", ttl)

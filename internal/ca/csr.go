@@ -94,14 +94,8 @@ type CSRPolicy struct {
 // name of the leaf itself, so DNS names, addresses or a subject the CSR
 // asks for are ignored rather than trusted.
 func CheckCSR(csr *x509.CertificateRequest, p CSRPolicy) (Identity, error) {
-	if csr == nil {
-		return nil, refuse(ReasonNotCSR, FieldCSR, "no certificate request")
-	}
-	if err := checkCSRKey(csr); err != nil {
+	if err := checkCSRItself(csr); err != nil {
 		return nil, err
-	}
-	if err := csr.CheckSignature(); err != nil {
-		return nil, refuse(ReasonBadSignature, FieldCSR, "its signature does not verify with its own key: %v", err)
 	}
 	if err := checkNoCARequest(csr); err != nil {
 		return nil, err
@@ -183,6 +177,21 @@ func checkNoCARequest(csr *x509.CertificateRequest) error {
 		if bc.IsCA {
 			return refuse(ReasonCARequested, fieldCSRExtensions, "it asks for a CA certificate (basicConstraints CA=true); the CA signs leaves only")
 		}
+	}
+	return nil
+}
+
+// checkCSRItself checks what any CSR the CA signs must be, whatever it
+// asks for: present, with a key the CA accepts, signed by that key.
+func checkCSRItself(csr *x509.CertificateRequest) error {
+	if csr == nil {
+		return refuse(ReasonNotCSR, FieldCSR, "no certificate request")
+	}
+	if err := checkCSRKey(csr); err != nil {
+		return err
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return refuse(ReasonBadSignature, FieldCSR, "its signature does not verify with its own key: %v", err)
 	}
 	return nil
 }

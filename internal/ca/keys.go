@@ -147,18 +147,8 @@ func ParseKey(data []byte) (crypto.Signer, error) {
 			return nil, errors.New("it is not PEM")
 		}
 		sawPEM = true
-		var (
-			k   any
-			err error
-		)
-		switch block.Type {
-		case pemPrivateKey:
-			k, err = x509.ParsePKCS8PrivateKey(block.Bytes)
-		case pemECPrivateKey:
-			k, err = x509.ParseECPrivateKey(block.Bytes)
-		case pemRSAPrivateKey:
-			k, err = x509.ParsePKCS1PrivateKey(block.Bytes)
-		default:
+		k, isKey, err := decodeKeyBlock(block)
+		if !isKey {
 			continue
 		}
 		if err != nil {
@@ -173,6 +163,24 @@ func ParseKey(data []byte) (crypto.Signer, error) {
 		}
 		return s, nil
 	}
+}
+
+// decodeKeyBlock decodes a PEM private key block of the encodings the CA
+// reads: PKCS #8, SEC 1 ("EC PRIVATE KEY") or PKCS #1 ("RSA PRIVATE
+// KEY"). isKey is false for a block of another type. The parsers' errors
+// name the encoding's fault, never the bytes.
+func decodeKeyBlock(block *pem.Block) (key any, isKey bool, err error) {
+	switch block.Type {
+	case pemPrivateKey:
+		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
+	case pemECPrivateKey:
+		key, err = x509.ParseECPrivateKey(block.Bytes)
+	case pemRSAPrivateKey:
+		key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
+	default:
+		return nil, false, nil
+	}
+	return key, true, err
 }
 
 // EncodeCerts writes certificates as PEM blocks, in order: a leaf followed

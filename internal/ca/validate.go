@@ -345,7 +345,7 @@ func parseCertificates(text string) ([]*x509.Certificate, error) {
 		if block == nil {
 			break
 		}
-		if block.Type != "CERTIFICATE" {
+		if block.Type != pemCertificate {
 			return nil, fmt.Errorf("holds a PEM %q block: only CERTIFICATE blocks belong here", block.Type)
 		}
 		c, err := x509.ParseCertificate(block.Bytes)
@@ -373,22 +373,11 @@ func parsePrivateKey(text string) (any, error) {
 	if len(bytes.TrimSpace(rest)) > 0 {
 		return nil, fmt.Errorf("holds more than one PEM block: give the key alone")
 	}
-	var (
-		key any
-		err error
-	)
-	switch block.Type {
-	case "PRIVATE KEY":
-		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
-	case "EC PRIVATE KEY":
-		key, err = x509.ParseECPrivateKey(block.Bytes)
-	case "RSA PRIVATE KEY":
-		key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
-	default:
+	key, isKey, err := decodeKeyBlock(block)
+	if !isKey {
 		return nil, fmt.Errorf("is a PEM %q block, not a private key", block.Type)
 	}
 	if err != nil {
-		// The parser's message names the encoding's fault, never its bytes.
 		return nil, fmt.Errorf("is a PEM %s block that does not parse", block.Type)
 	}
 	return key, nil
