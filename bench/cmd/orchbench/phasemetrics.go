@@ -58,23 +58,32 @@ func addSamples(c counters, r io.Reader) {
 }
 
 // phaseDelta lists the series that grew between before and after, the
-// largest first, at most n of them.
+// largest first, at most n of them, and then every controller's reconcile
+// time and count, however small.
 func phaseDelta(before, after counters, n int) []string {
 	type grew struct {
 		series string
 		by     float64
 	}
-	var gs []grew
+	var gs, kept []grew
 	for s, v := range after {
-		keep := strings.Contains(s, "reconcile_duration_seconds")
-		if d := v - before[s]; d > 0 && (keep || !strings.HasSuffix(s, "_sum") && !strings.Contains(s, "_seconds")) &&
-			!strings.HasPrefix(s, "go_") && !strings.HasPrefix(s, "process_") && !strings.Contains(s, "raft_library") {
+		d := v - before[s]
+		if d <= 0 {
+			continue
+		}
+		name, _, _ := strings.Cut(s, "{")
+		switch {
+		case strings.Contains(name, "reconcile_duration_seconds"):
+			kept = append(kept, grew{s, d})
+		case !strings.HasSuffix(name, "_sum") && !strings.Contains(name, "_seconds") &&
+			!strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") && !strings.Contains(name, "raft_library"):
 			gs = append(gs, grew{s, d})
 		}
 	}
 	sort.Slice(gs, func(i, j int) bool { return gs[i].by > gs[j].by })
+	sort.Slice(kept, func(i, j int) bool { return kept[i].series < kept[j].series })
 	var out []string
-	for _, g := range gs[:min(n, len(gs))] {
+	for _, g := range append(gs[:min(n, len(gs))], kept...) {
 		out = append(out, fmt.Sprintf("%14.3f  %s", g.by, g.series))
 	}
 	return out
