@@ -190,8 +190,8 @@ type Controller struct {
 	Workers int
 	// Backoff bounds retry delays (the defaults where zero).
 	Backoff Backoff
-	// Pacing, when its Factor is set, pauses each request after a run in
-	// proportion to the run's work (see Pacing).
+	// Pacing, when its Factor is set, bounds the share of time each
+	// request works under a stream of changes (see Pacing).
 	Pacing Pacing
 	// OnStart, when set, is called each time this server starts the
 	// controller (every gain of leadership), before its watches open and
@@ -288,7 +288,7 @@ func (c *Controller) validate() error {
 	if c.Backoff.Max < c.Backoff.Base {
 		return bad("Backoff.Max", "below Backoff.Base")
 	}
-	if c.Pacing.Factor < 0 || c.Pacing.Max < 0 {
+	if c.Pacing.Factor < 0 || c.Pacing.Max < 0 || c.Pacing.Burst < 0 {
 		return bad("Pacing", "negative")
 	}
 	if c.Pacing.Factor > 0 && c.Pacing.Max == 0 {

@@ -54,17 +54,19 @@
 //     run them in a testing/synctest bubble instead of an injected clock;
 //     the backoff itself is a pure function tested by tables, in the
 //     backoff package that every retry loop of Trellis shares.
-//   - Pacing per request, when a controller asks for it (Pacing): after
-//     a run that worked for w the request waits min(Factor×w, Max) before
-//     it runs again, so that a stream of changes to one heavy resource
-//     cannot keep the leader's CPU busy; the changes that arrive meanwhile
-//     are all handled by the next run. The runtime measures the work, less
-//     what the reconciler marked as waiting (Waiting: its commits, which
-//     cost no CPU), and holds the request in the queue, so a paused
-//     request takes no worker and a RequeueAfter or retry is kept, not
-//     replaced. The daemon scheduler uses it (Factor 2, Max 250 ms; see
-//     bench/README.md for the rollouts of 5,000 instances that called for
-//     it).
+//   - Pacing per request, when a controller asks for it (Pacing): each
+//     run of work w costs its request (Factor+1)×w, which elapsed time
+//     pays back, and a request runs only while it owes at most Burst, so
+//     that a stream of changes to one heavy resource cannot keep the
+//     leader's CPU busy, while a change that comes alone runs at once; the
+//     changes that arrive while a request is held are all handled by its
+//     next run, and no hold lasts more than Max. The runtime measures the
+//     work, less what the reconciler marked as waiting (Waiting: its
+//     commits, which cost no CPU), and holds the request in the queue, so
+//     a held request takes no worker and a RequeueAfter or retry is kept,
+//     not replaced. The daemon scheduler uses it (Factor 2, Max and Burst
+//     250 ms; see bench/README.md for the rollouts of 5,000 instances that
+//     called for it).
 //   - A periodic resync lists every watched type from the store (not from
 //     the informers' record) and maps it as if just written: it repairs
 //     whatever a bug or an outage let slip.

@@ -495,6 +495,9 @@ func TestManagerRegisterRefusesBadDeclarations(t *testing.T) {
 			{"max below base", func(c *controller.Controller) { c.Backoff = controller.Backoff{Base: time.Minute, Max: time.Second} }, "Backoff.Max"},
 			{"negative pacing", func(c *controller.Controller) { c.Pacing = controller.Pacing{Factor: -1, Max: time.Second} }, "Pacing"},
 			{"pacing without a bound", func(c *controller.Controller) { c.Pacing = controller.Pacing{Factor: 2} }, "Pacing.Max"},
+			{"negative burst", func(c *controller.Controller) {
+				c.Pacing = controller.Pacing{Factor: 2, Max: time.Second, Burst: -time.Second}
+			}, "Pacing"},
 		}
 		for _, c := range cases {
 			decl := ok

@@ -7,11 +7,25 @@ import (
 )
 
 // Pacing bounds the share of time one request keeps a worker busy under a
-// stream of changes: after a run that worked for w, the request's next run
-// starts no sooner than min(Factor×w, Max) after that run ended. Changes
-// that arrive meanwhile are not lost: they are all handled by that next
-// run, which is level-triggered like any other. A request whose runs are
-// short is hardly delayed at all.
+// stream of changes, without delaying a change that comes alone.
+//
+// Each run of a request costs it (Factor+1)×w, where w is the run's work;
+// elapsed time pays the cost back. A run starts only while the request
+// owes at most Burst, so over any span longer than Burst the request works
+// at most 1/(Factor+1) of the time; its runs are held as long as that
+// takes, never for more than Max after a run ends (what it owes is capped
+// at Burst+Max). This is the generic cell-rate algorithm of network
+// traffic shaping, with work in the place of cells. Changes that arrive
+// while a request is held are not lost: they are all handled by its next
+// run, which is level-triggered like any other.
+//
+// Burst is what keeps sparse changes fast. Without it, every run held its
+// request for Factor×w after it, so a change arriving then waited for the
+// pause even when the request had been idle most of the time: an instance
+// that joined, or a task that died, 50 ms after the run for the last one
+// waited out that run's pause. With it, a request whose changes arrive
+// more slowly than it works them off runs each at once, and only a stream
+// that would keep it busy beyond its share is held.
 //
 // A run's work is its time less the waits it marked with Waiting: a
 // reconcile that spends most of its time waiting for its writes to commit
@@ -20,21 +34,78 @@ import (
 //
 // Pacing is per request and applies whatever the run returned; a failure's
 // backoff and a RequeueAfter are kept, but neither runs the request before
-// the pause is over.
+// its hold is over.
 type Pacing struct {
-	// Factor is the pause per unit of work: 2 means a request works at
-	// most a third of the time. Zero turns pacing off.
+	// Factor is the cost of a unit of work beyond the work itself: 2 means
+	// a request works at most a third of the time under a stream of
+	// changes. Zero turns pacing off.
 	Factor int
-	// Max bounds the pause. Required with Factor.
+	// Max bounds how long a request is held after a run. Required with
+	// Factor.
 	Max time.Duration
+	// Burst is what a request may owe and still run at once: a request
+	// idle for a while may work Burst/(Factor+1) back to back before it is
+	// held. Zero holds every request for Factor×w after a run of work w.
+	Burst time.Duration
 }
 
-// Pause is how long the next run waits after a run that worked for work.
-func (p Pacing) Pause(work time.Duration) time.Duration {
-	if p.Factor <= 0 || work <= 0 {
-		return 0
+// Next is the pacing decision after one run of a request: the run lasted
+// from start to end and worked for work, and the request owed until owed
+// before it (the time at which what it owes is paid back; zero or past
+// when it owes nothing). It returns what the request owes after the run
+// and how long its next run is held after end.
+func (p Pacing) Next(owed, start, end time.Time, work time.Duration) (time.Time, time.Duration) {
+	if p.Factor <= 0 {
+		return time.Time{}, 0
 	}
-	return min(time.Duration(p.Factor)*work, p.Max)
+	if owed.Before(start) {
+		owed = start
+	}
+	if work > 0 {
+		owed = owed.Add(time.Duration(p.Factor+1) * work)
+	}
+	if limit := end.Add(p.Burst + p.Max); owed.After(limit) {
+		owed = limit
+	}
+	hold := max(owed.Sub(end)-p.Burst, 0)
+	return owed, hold
+}
+
+// pacer keeps what each request of one runner owes (see Pacing).
+type pacer struct {
+	pacing Pacing
+
+	mu   sync.Mutex
+	owed map[key]time.Time
+	// pruneAt is the size of owed at which the requests that owe nothing
+	// are dropped, so that requests never run again do not pile up.
+	pruneAt int
+}
+
+func newPacer(p Pacing) *pacer {
+	return &pacer{pacing: p, owed: map[key]time.Time{}, pruneAt: minPrune}
+}
+
+// ran records a run of the request k and returns how long its next run
+// is held after end.
+func (pc *pacer) ran(k key, start, end time.Time, work time.Duration) time.Duration {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	owed, hold := pc.pacing.Next(pc.owed[k], start, end, work)
+	if owed.After(end) {
+		pc.owed[k] = owed
+	} else {
+		delete(pc.owed, k)
+	}
+	if len(pc.owed) >= pc.pruneAt {
+		for k, until := range pc.owed {
+			if !until.After(end) {
+				delete(pc.owed, k)
+			}
+		}
+		pc.pruneAt = max(minPrune, 2*len(pc.owed))
+	}
+	return hold
 }
 
 // workClock adds up how long one run waited on what the reconciler marked

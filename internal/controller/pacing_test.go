@@ -4,28 +4,43 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 )
 
-func TestPacingPause(t *testing.T) {
-	p := Pacing{Factor: 2, Max: 250 * time.Millisecond}
+func TestPacingNext(t *testing.T) {
+	ms := time.Millisecond
+	t0 := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	noBurst := Pacing{Factor: 2, Max: 250 * ms}
+	burst := Pacing{Factor: 2, Max: 250 * ms, Burst: 100 * ms}
 	for _, tc := range []struct {
-		pacing Pacing
-		work   time.Duration
-		want   time.Duration
+		name       string
+		pacing     Pacing
+		owed       time.Time
+		start, end time.Duration
+		work       time.Duration
+		wantOwed   time.Time
+		wantHold   time.Duration
 	}{
-		{p, 0, 0},
-		{p, -time.Millisecond, 0},
-		{p, time.Millisecond, 2 * time.Millisecond},
-		{p, 100 * time.Millisecond, 200 * time.Millisecond},
-		{p, 125 * time.Millisecond, 250 * time.Millisecond},
-		{p, time.Second, 250 * time.Millisecond}, // bounded
-		{Pacing{}, time.Second, 0},               // off
+		{"no work", noBurst, time.Time{}, 0, 10 * ms, 0, time.Time{}, 0},
+		{"negative work", noBurst, time.Time{}, 0, 10 * ms, -ms, time.Time{}, 0},
+		{"all work: twice the work after it", noBurst, time.Time{}, 0, 100 * ms, 100 * ms, at(300 * ms), 200 * ms},
+		{"waits are not work: they pay back", noBurst, time.Time{}, 0, 50 * ms, 20 * ms, at(60 * ms), 10 * ms},
+		{"waits beyond the cost: no hold", noBurst, time.Time{}, 0, 40 * ms, 10 * ms, at(30 * ms), 0},
+		{"held at most Max", noBurst, time.Time{}, 0, time.Second, time.Second, at(1250 * ms), 250 * ms},
+		{"what was owed adds up", noBurst, at(120 * ms), 100 * ms, 110 * ms, 10 * ms, at(150 * ms), 40 * ms},
+		{"owed in the past is paid", noBurst, at(50 * ms), 100 * ms, 110 * ms, 10 * ms, at(130 * ms), 20 * ms},
+		{"a quiet request runs at once within its burst", burst, time.Time{}, 0, 20 * ms, 20 * ms, at(60 * ms), 0},
+		{"beyond the burst it is held", burst, at(90 * ms), 20 * ms, 40 * ms, 20 * ms, at(150 * ms), 10 * ms},
+		{"the burst does not raise Max", burst, time.Time{}, 0, time.Second, time.Second, at(1350 * ms), 250 * ms},
+		{"off", Pacing{}, at(time.Hour), 0, time.Second, time.Second, time.Time{}, 0},
 	} {
-		if got := tc.pacing.Pause(tc.work); got != tc.want {
-			t.Errorf("%+v.Pause(%s) = %s, want %s", tc.pacing, tc.work, got, tc.want)
+		owed, hold := tc.pacing.Next(tc.owed, at(tc.start), at(tc.end), tc.work)
+		if hold != tc.wantHold || (!owed.Equal(tc.wantOwed) && !(tc.wantOwed.IsZero() && !owed.After(at(tc.end)))) {
+			t.Errorf("%s: Next = owed %s, hold %s; want owed %s, hold %s", tc.name, owed.Sub(t0), hold, tc.wantOwed.Sub(t0), tc.wantHold)
 		}
 	}
 }
@@ -58,9 +73,11 @@ func TestWaitingAddsUpMarkedWaits(t *testing.T) {
 	})
 }
 
-// TestRunnerPacesEachRequestByItsWork: after a run, a request's next run
-// waits Factor times the run's work (its time less its marked waits),
-// however many changes arrive meanwhile; other requests are not held.
+// TestRunnerPacesEachRequestByItsWork: without a burst, a run costs its
+// request (Factor+1) times its work (its time less its marked waits), and
+// its next run waits until the time since the run's start has paid that
+// back, however many changes arrive meanwhile; other requests are not
+// held.
 func TestRunnerPacesEachRequestByItsWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCalls()
@@ -71,7 +88,7 @@ func TestRunnerPacesEachRequestByItsWork(t *testing.T) {
 				c.record(req.ID.GetName())
 				switch req.ID.GetName() {
 				case "a":
-					time.Sleep(10 * time.Millisecond) // work
+					time.Sleep(20 * time.Millisecond) // work
 					done := Waiting(ctx)
 					time.Sleep(30 * time.Millisecond) // a commit
 					done()
@@ -83,7 +100,7 @@ func TestRunnerPacesEachRequestByItsWork(t *testing.T) {
 		})
 		r.queue.Add(req("a"))
 		r.queue.Add(req("big"))
-		synctest.Wait() // a runs 0-40ms, then pauses until 60ms; big runs 0-1s
+		synctest.Wait() // a runs 0-50ms, then is held until 60ms; big runs 0-1s
 		for range 3 {
 			r.queue.Add(req("a"))
 			r.queue.Add(req("b"))
@@ -92,8 +109,8 @@ func TestRunnerPacesEachRequestByItsWork(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		want := map[string][]time.Duration{
-			"a":   {0, 60 * time.Millisecond}, // 40ms + 2×10ms of work
-			"b":   {40 * time.Millisecond},    // at the first free worker, once
+			"a":   {0, 60 * time.Millisecond}, // 3×20ms of work from its start
+			"b":   {50 * time.Millisecond},    // at the first free worker, once
 			"big": {0},
 		}
 		for name, w := range want {
@@ -110,6 +127,57 @@ func TestRunnerPacesEachRequestByItsWork(t *testing.T) {
 		synctest.Wait()
 		if got := c.times("big"); len(got) != 3 || got[2]-got[1] != time.Second+250*time.Millisecond {
 			t.Errorf("big ran at %v, want its third run 1.25s after its second (its work, then Max)", got)
+		}
+	})
+}
+
+// TestRunnerPacingBurst: with a burst, changes that come more slowly than
+// the request works them off each run at once (the monitors' case: an
+// instance joins, a task dies), while a stream of changes is held to the
+// request's share of the time.
+func TestRunnerPacingBurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCalls()
+		var r *runner
+		var stream atomic.Bool
+		r, _ = startRunner(t, Controller{
+			Workers: 1,
+			Pacing:  Pacing{Factor: 2, Max: 250 * time.Millisecond, Burst: 100 * time.Millisecond},
+			Reconciler: ReconcileFunc(func(ctx context.Context, req Request) error {
+				c.record(req.ID.GetName())
+				time.Sleep(10 * time.Millisecond) // work
+				if stream.Load() {
+					r.queue.Add(req) // another change during every run
+				}
+				return nil
+			}),
+		})
+		// Sparse: a change every 40ms costs 30ms of each 40: never held.
+		for range 20 {
+			r.queue.Add(req("env"))
+			time.Sleep(40 * time.Millisecond)
+		}
+		synctest.Wait()
+		for i, at := range c.times("env") {
+			if want := time.Duration(i) * 40 * time.Millisecond; at != want {
+				t.Fatalf("sparse change %d ran at %s, want at once (%s)", i, at, want)
+			}
+		}
+
+		// A stream for 3s: back to back at first (the burst), then a third
+		// of the time.
+		stream.Store(true)
+		from := len(c.times("env"))
+		r.queue.Add(req("env"))
+		time.Sleep(3 * time.Second)
+		stream.Store(false)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		runs := len(c.times("env")) - from
+		// 3s at a third is 100 runs of 10ms; the burst adds about 5, and
+		// the last run's change one more.
+		if runs < 95 || runs > 110 {
+			t.Errorf("a stream of 3s ran %d times, want about 100 (a third of the time, plus the burst)", runs)
 		}
 	})
 }

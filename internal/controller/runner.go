@@ -22,6 +22,7 @@ type runner struct {
 	logger  *slog.Logger
 	metrics *metrics
 	queue   *queue
+	pacer   *pacer
 	refs    *refIndex // nil without Controller.References
 	cache   *Cache
 }
@@ -33,6 +34,7 @@ func newRunner(ctl Controller, client resource.API, logger *slog.Logger, m *metr
 		logger:  logger.With("controller", ctl.Name),
 		metrics: m,
 		queue:   newQueue(ctl.Backoff),
+		pacer:   newPacer(ctl.Pacing),
 	}
 	depth := m.depth.WithLabelValues(ctl.Name)
 	r.queue.onDepth = func(n int) { depth.Set(float64(n)) }
@@ -154,7 +156,7 @@ func (r *runner) process(ctx context.Context, req Request) {
 	took := time.Since(start)
 	r.metrics.duration.WithLabelValues(r.ctl.Name).Observe(took.Seconds())
 	if clock != nil {
-		r.queue.Pace(req, r.ctl.Pacing.Pause(clock.work(took)))
+		r.queue.Pace(req, r.pacer.ran(keyOf(req.ID), start, start.Add(took), clock.work(took)))
 	}
 
 	var (

@@ -210,10 +210,16 @@ func (r *reconciler) report(ctx context.Context, st *envState, next *pbscheduler
 	if err != nil {
 		return err
 	}
+	// Its commit is a wait, not work, for the pacing, like the plan's
+	// (writeAll): counted as work, it made every run that reported a
+	// task's death pause twice a commit longer before the next run, which
+	// places the replacement.
+	done := controller.Waiting(ctx)
 	_, err = r.api.WriteStatus(ctx, &pbresource.WriteStatusRequest{
 		Id: st.res.GetId(), Key: scheduler.StatusKey,
 		Status: &pbresource.Status{ObservedGeneration: gen, Data: data},
 	})
+	done()
 	if err != nil {
 		return fmt.Errorf("reporting the status of environment %s: %w", st.res.GetId().GetName(), err)
 	}

@@ -9,6 +9,7 @@ import (
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/scheduler"
 )
@@ -65,7 +66,9 @@ func (r *reconciler) teardown(ctx context.Context, st *envState) error {
 	if waiting > 0 {
 		return nil // their reports will bring us back
 	}
+	done := controller.Waiting(ctx)
 	_, err := r.api.Delete(ctx, &pbresource.DeleteRequest{Id: st.res.GetId(), Version: st.res.GetVersion()})
+	done()
 	if err != nil {
 		return err
 	}
