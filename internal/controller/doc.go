@@ -55,8 +55,9 @@
 //     the backoff itself is a pure function tested by tables, in the
 //     backoff package that every retry loop of Trellis shares.
 //   - Pacing per request, when a controller asks for it (Pacing): each
-//     run of work w costs its request (Factor+1)×w, which elapsed time
-//     pays back, and a request runs only while it owes at most Burst, so
+//     run costs its request its time plus Factor×w for its work w, which
+//     elapsed time pays back, and a request runs only while it owes at
+//     most Burst, so
 //     that a stream of changes to one heavy resource cannot keep the
 //     leader's CPU busy, while a change that comes alone runs at once; the
 //     changes that arrive while a request is held are all handled by its

@@ -9,43 +9,44 @@ import (
 // Pacing bounds the share of time one request keeps a worker busy under a
 // stream of changes, without delaying a change that comes alone.
 //
-// Each run of a request costs it (Factor+1)×w, where w is the run's work;
-// elapsed time pays the cost back. A run starts only while the request
-// owes at most Burst, so over any span longer than Burst the request works
-// at most 1/(Factor+1) of the time; its runs are held as long as that
-// takes, never for more than Max after a run ends (what it owes is capped
-// at Burst+Max). This is the generic cell-rate algorithm of network
-// traffic shaping, with work in the place of cells. Changes that arrive
-// while a request is held are not lost: they are all handled by its next
-// run, which is level-triggered like any other.
+// Each run of a request costs it the run's time plus Factor×w, where w is
+// the run's work; elapsed time pays the cost back. A run starts only while
+// the request owes at most Burst, so under a stream of changes a run of
+// work w is followed by Factor×w without one, and the request works at most
+// 1/(Factor+1) of the time; its runs are never held for more than Max
+// after a run ends (what it owes is capped at Burst+Max). This is the
+// generic cell-rate algorithm of network traffic shaping, with runs in the
+// place of cells. Changes that arrive while a request is held are not
+// lost: they are all handled by its next run, which is level-triggered
+// like any other.
 //
 // Burst is what keeps sparse changes fast. Without it, every run held its
-// request for Factor×w after it, so a change arriving then waited for the
-// pause even when the request had been idle most of the time: an instance
+// request for Factor×w after it, so a change arriving then waited out the
+// hold even when the request had been idle most of the time: an instance
 // that joined, or a task that died, 50 ms after the run for the last one
-// waited out that run's pause. With it, a request whose changes arrive
-// more slowly than it works them off runs each at once, and only a stream
-// that would keep it busy beyond its share is held.
+// waited for it. With it, a request whose changes arrive more slowly than
+// it works them off runs each at once, and only a stream that would keep
+// it busy beyond its share is held, exactly as much as without a burst.
 //
 // A run's work is its time less the waits it marked with Waiting: a
 // reconcile that spends most of its time waiting for its writes to commit
-// costs the server little CPU, and pausing it for those waits would only
+// costs the server little CPU, and holding it for those waits would only
 // slow what it achieves.
 //
 // Pacing is per request and applies whatever the run returned; a failure's
 // backoff and a RequeueAfter are kept, but neither runs the request before
 // its hold is over.
 type Pacing struct {
-	// Factor is the cost of a unit of work beyond the work itself: 2 means
-	// a request works at most a third of the time under a stream of
-	// changes. Zero turns pacing off.
+	// Factor is the hold per unit of work under a stream: 2 means a
+	// request works at most a third of the time. Zero turns pacing off.
 	Factor int
 	// Max bounds how long a request is held after a run. Required with
 	// Factor.
 	Max time.Duration
 	// Burst is what a request may owe and still run at once: a request
-	// idle for a while may work Burst/(Factor+1) back to back before it is
-	// held. Zero holds every request for Factor×w after a run of work w.
+	// idle for a while may run back to back until its runs' time and
+	// Factor times their work add up to Burst. Zero holds every request
+	// for Factor×w after a run of work w.
 	Burst time.Duration
 }
 
@@ -61,9 +62,7 @@ func (p Pacing) Next(owed, start, end time.Time, work time.Duration) (time.Time,
 	if owed.Before(start) {
 		owed = start
 	}
-	if work > 0 {
-		owed = owed.Add(time.Duration(p.Factor+1) * work)
-	}
+	owed = owed.Add(max(end.Sub(start), 0) + time.Duration(p.Factor)*max(work, 0))
 	if limit := end.Add(p.Burst + p.Max); owed.After(limit) {
 		owed = limit
 	}

@@ -28,8 +28,7 @@ func TestPacingNext(t *testing.T) {
 		{"no work", noBurst, time.Time{}, 0, 10 * ms, 0, time.Time{}, 0},
 		{"negative work", noBurst, time.Time{}, 0, 10 * ms, -ms, time.Time{}, 0},
 		{"all work: twice the work after it", noBurst, time.Time{}, 0, 100 * ms, 100 * ms, at(300 * ms), 200 * ms},
-		{"waits are not work: they pay back", noBurst, time.Time{}, 0, 50 * ms, 20 * ms, at(60 * ms), 10 * ms},
-		{"waits beyond the cost: no hold", noBurst, time.Time{}, 0, 40 * ms, 10 * ms, at(30 * ms), 0},
+		{"waits are not work", noBurst, time.Time{}, 0, 50 * ms, 20 * ms, at(90 * ms), 40 * ms},
 		{"held at most Max", noBurst, time.Time{}, 0, time.Second, time.Second, at(1250 * ms), 250 * ms},
 		{"what was owed adds up", noBurst, at(120 * ms), 100 * ms, 110 * ms, 10 * ms, at(150 * ms), 40 * ms},
 		{"owed in the past is paid", noBurst, at(50 * ms), 100 * ms, 110 * ms, 10 * ms, at(130 * ms), 20 * ms},
@@ -73,11 +72,10 @@ func TestWaitingAddsUpMarkedWaits(t *testing.T) {
 	})
 }
 
-// TestRunnerPacesEachRequestByItsWork: without a burst, a run costs its
-// request (Factor+1) times its work (its time less its marked waits), and
-// its next run waits until the time since the run's start has paid that
-// back, however many changes arrive meanwhile; other requests are not
-// held.
+// TestRunnerPacesEachRequestByItsWork: without a burst, after a run a
+// request's next run waits Factor times the run's work (its time less its
+// marked waits), however many changes arrive meanwhile; other requests
+// are not held.
 func TestRunnerPacesEachRequestByItsWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCalls()
@@ -88,7 +86,7 @@ func TestRunnerPacesEachRequestByItsWork(t *testing.T) {
 				c.record(req.ID.GetName())
 				switch req.ID.GetName() {
 				case "a":
-					time.Sleep(20 * time.Millisecond) // work
+					time.Sleep(10 * time.Millisecond) // work
 					done := Waiting(ctx)
 					time.Sleep(30 * time.Millisecond) // a commit
 					done()
@@ -100,7 +98,7 @@ func TestRunnerPacesEachRequestByItsWork(t *testing.T) {
 		})
 		r.queue.Add(req("a"))
 		r.queue.Add(req("big"))
-		synctest.Wait() // a runs 0-50ms, then is held until 60ms; big runs 0-1s
+		synctest.Wait() // a runs 0-40ms, then is held until 60ms; big runs 0-1s
 		for range 3 {
 			r.queue.Add(req("a"))
 			r.queue.Add(req("b"))
@@ -109,8 +107,8 @@ func TestRunnerPacesEachRequestByItsWork(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		want := map[string][]time.Duration{
-			"a":   {0, 60 * time.Millisecond}, // 3×20ms of work from its start
-			"b":   {50 * time.Millisecond},    // at the first free worker, once
+			"a":   {0, 60 * time.Millisecond}, // 40ms + 2×10ms of work
+			"b":   {40 * time.Millisecond},    // at the first free worker, once
 			"big": {0},
 		}
 		for name, w := range want {

@@ -36,17 +36,16 @@ const (
 
 // pacing bounds the leader's CPU under a stream of changes (a fleet
 // reporting thousands of tasks): under a stream, one environment's runs
-// work at most a third of the time, as each run of work w costs 3w that
-// elapsed time pays back. A run's work leaves out its waits for its writes
-// to commit (marked with controller.Waiting), which cost the leader no
-// CPU: counting them made the holds longer than the bound needs, and each
-// batch of a rollout waited them out. The burst lets changes that come
-// more slowly than that (an instance joins, a task dies) run at once:
-// without it, each waited out the hold of the run before it, 20-35 ms at
-// the median with 3,000 instances (bench/README.md). Each run handles
-// every change since the last, so this bounds the CPU without slowing
-// what a run achieves; small environments (runs of a millisecond) are not
-// slowed at all.
+// work at most a third of the time, as after a run that worked for w the
+// next waits 2w. A run's work leaves out its waits for its writes to
+// commit (marked with controller.Waiting), which cost the leader no CPU:
+// counting them made the pause longer than the bound needs, and each batch
+// of a rollout waited it out. The burst lets changes that come more slowly
+// than that (an instance joins, a task dies) run at once: without it, each
+// waited out the hold after the run before it (bench/README.md). Each run
+// handles every change since the last, so this bounds the CPU without
+// slowing what a run achieves; small environments (runs of a millisecond)
+// are not slowed at all.
 var pacing = controller.Pacing{Factor: 2, Max: 250 * time.Millisecond, Burst: 250 * time.Millisecond}
 
 // Config is what the controller needs.
