@@ -98,3 +98,26 @@ func clamp01(r float64) float64 {
 	}
 	return r
 }
+
+// NextPruneAt is the earliest time after now at which RootsToPrune, with
+// the same roots and leafTTL, will name a root it does not name at now;
+// the zero time when none will. The CA manager asks to run again then. A
+// root already due at now is left out: it is pruned now.
+func NextPruneAt(roots []RootState, leafTTL time.Duration, now time.Time) time.Time {
+	var next time.Time
+	consider := func(t time.Time) {
+		if !t.IsZero() && t.After(now) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	for _, r := range roots {
+		if r.Active || len(RootsToPrune([]RootState{r}, leafTTL, now)) > 0 {
+			continue
+		}
+		consider(r.NotAfter)
+		if leafTTL > 0 && !r.RotatedOutAt.IsZero() {
+			consider(r.RotatedOutAt.Add(2 * leafTTL))
+		}
+	}
+	return next
+}

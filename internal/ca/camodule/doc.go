@@ -1,7 +1,9 @@
 // Package camodule is the Connect CA as a module of the server
 // (internal/module): the CA's types (internal/ca), the CA manager that
-// runs on the leader and makes sure the cluster has exactly one active
-// root, and the CA's read routes, /v1/ca/roots and /v1/ca/config.
+// runs on the leader and keeps the cluster at exactly one active root —
+// making the first, rotating to a new one when the configuration asks,
+// pruning the old ones — and the CA's routes, /v1/ca/roots and
+// /v1/ca/config.
 //
 // Design decisions:
 //
@@ -10,12 +12,26 @@
 //     the cluster has bootstrapped, so a new leader reconciles the CA
 //     even before any CAConfig has been written: the resync every gain
 //     of leadership brings is the manager's "on leadership" hook, and the
-//     controller runtime's backoff is its background retry.
-//   - A root and its sealed signing key are written in one batch, with a
-//     compare that no CARoot was created or changed since the manager
-//     listed them. Two leaders in a row (or a reconcile that raced
-//     another) can therefore never both add a root: the second's batch
-//     fails, it retries, and finds the first's root active.
+//     controller runtime's backoff is its background retry. It asks to
+//     run again when the next root rotated out is due to be pruned.
+//   - Every change of the roots is one batch with a compare that no
+//     CARoot was created or changed since the manager listed them: the
+//     first root with its sealed signing key; a rotation's new root, its
+//     key and the old root rotated out. Two leaders in a row (or a
+//     reconcile that raced another) can therefore never both add a root:
+//     the second's batch fails, it retries, and finds the first's root.
+//     A rotation that fails leaves the old root active.
+//   - What to do is decided in internal/ca from plain values: whether the
+//     active root still answers the configuration (ca.RotationReason),
+//     which roots to prune (ca.RootsToPrune, ca.NextPruneAt); the change a
+//     PUT of the configuration makes (planConfigChange) is a function of
+//     the stored configuration, the request and the active root.
+//   - A supplied root's key goes from the request straight into a sealed
+//     CASigningKey, in the same batch as the configuration, which never
+//     holds it. The manager then rotates to the root like to a generated
+//     one. A PUT merges: the settings it leaves out keep their values, so
+//     an answer of GET sent back changes nothing, and a raised rotation is
+//     the only way to ask for a new root with the same settings.
 //   - The routes never return a private key: /v1/ca/roots shows CARoots,
 //     which hold none, and /v1/ca/config clears the write-only key field
 //     even though a stored CAConfig never holds one.

@@ -26,8 +26,10 @@ import (
 const ManagerName = "ca-manager"
 
 // Manager is the CA manager: on the leader, it writes the default
-// CAConfig when there is none and generates the cluster's root when no
-// root is active. It reports on the CAConfig under ca.ManagerStatusKey.
+// CAConfig when there is none, makes the cluster's root when no root is
+// active, rotates to a new root when the configuration asks for one, and
+// prunes the roots rotated out once no leaf they signed can still be
+// valid. It reports on the CAConfig under ca.ManagerStatusKey.
 type Manager struct {
 	API        resource.API
 	Now        func() time.Time // time.Now when nil
@@ -76,32 +78,101 @@ func (m *Manager) Controller() controller.Controller {
 			{Type: ca.RootType, Map: toConfig},
 		},
 		Reconciler: controller.ReconcileFunc(func(ctx context.Context, _ controller.Request) error {
-			_, err := m.Reconcile(ctx)
-			return err
+			out, err := m.Reconcile(ctx)
+			if err != nil {
+				return err
+			}
+			if !out.NextPrune.IsZero() {
+				// Run again when the next root is due to be pruned; any
+				// change of the CA's resources runs it sooner.
+				return controller.RequeueAfter(max(out.NextPrune.Sub(m.now()), time.Second))
+			}
+			return nil
 		}),
 		Workers: 1,
 	}
 }
 
-// Reconcile initialises the CA and reports the outcome on the CAConfig.
-// It returns the active root's id, or the error that stopped it (the
-// controller runtime retries it with backoff).
-func (m *Manager) Reconcile(ctx context.Context) (string, error) {
+// Outcome is what a reconcile of the manager left.
+type Outcome struct {
+	// ActiveRootID is the id of the active root: the one found, the one
+	// made, or the one rotated to; "" when there is none.
+	ActiveRootID string
+	// RotatedOut is the id of the root this reconcile rotated out, "" when
+	// it rotated none.
+	RotatedOut string
+	// Pruned are the ids of the roots this reconcile deleted.
+	Pruned []string
+	// NextPrune is when a root rotated out is next due to be pruned; zero
+	// when none waits.
+	NextPrune time.Time
+}
+
+// Reconcile brings the CA to its configuration and reports the outcome
+// on the CAConfig: it makes the first root when none is active, rotates
+// to a new one when the active root no longer answers the configuration
+// (ca.RotationReason), and prunes the roots rotated out long enough ago
+// (ca.RootsToPrune). It returns what it did, or the error that stopped it
+// (the controller runtime retries it with backoff); a failed rotation
+// leaves the old root active.
+func (m *Manager) Reconcile(ctx context.Context) (Outcome, error) {
 	ctx = resource.FromOperations(ctx)
 	cfgRes, err := m.ensureConfig(ctx)
 	if err != nil {
-		return "", err
+		return Outcome{}, err
 	}
-	rootID, initErr := m.Initialize(ctx, cfgRes)
-	next := &pbca.CAManagerStatus{State: ca.StateReady, ActiveRootId: rootID, Message: "one active root"}
-	if initErr != nil {
-		next = &pbca.CAManagerStatus{State: ca.StateFailed, Message: "initialising the CA failed; retrying with backoff", LastError: initErr.Error()}
-		m.log().Warn("CA initialisation failed", "err", initErr)
+	out, caErr := m.converge(ctx, cfgRes)
+	next := &pbca.CAManagerStatus{State: ca.StateReady, ActiveRootId: out.ActiveRootID, Message: "one active root"}
+	switch {
+	case caErr != nil && out.ActiveRootID == "":
+		next = &pbca.CAManagerStatus{State: ca.StateFailed, Message: "initialising the CA failed; retrying with backoff", LastError: caErr.Error()}
+		m.log().Warn("CA initialisation failed", "err", caErr)
+	case caErr != nil:
+		next = &pbca.CAManagerStatus{State: ca.StateFailed, ActiveRootId: out.ActiveRootID,
+			Message: "bringing the CA to its configuration failed; the active root is unchanged; retrying with backoff", LastError: caErr.Error()}
+		m.log().Warn("CA configuration change failed; the active root is unchanged", "active_root_id", out.ActiveRootID, "err", caErr)
 	}
 	if err := m.report(ctx, cfgRes, next); err != nil {
-		return rootID, errors.Join(initErr, err)
+		return out, errors.Join(caErr, err)
 	}
-	return rootID, initErr
+	return out, caErr
+}
+
+// converge does Reconcile's work on the configuration cfgRes.
+func (m *Manager) converge(ctx context.Context, cfgRes *pbresource.Resource) (Outcome, error) {
+	cfg, err := resource.DecodeData[*pbca.CAConfig](cfgRes)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("decode the CA configuration: %w", err)
+	}
+	list, err := m.API.List(ctx, &pbresource.ListRequest{Type: ca.RootType, Tenancy: &pbresource.Tenancy{}, Consistent: true})
+	if err != nil {
+		return Outcome{}, fmt.Errorf("list the CA roots: %w", err)
+	}
+	roots, err := decodeRoots(list.GetResources())
+	if err != nil {
+		return Outcome{}, err
+	}
+	active := activeRoot(roots)
+	if active == nil {
+		id, err := m.initialize(ctx, cfg, list.GetResources())
+		return Outcome{ActiveRootID: id}, err
+	}
+	out := Outcome{ActiveRootID: active.root.GetId()}
+	reason, err := ca.RotationReason(cfg, active.root)
+	if err != nil {
+		return out, err
+	}
+	if reason != "" {
+		id, err := m.rotate(ctx, cfg, active, list.GetResources(), reason)
+		if err != nil {
+			return out, fmt.Errorf("rotate the root (%s): %w", reason, err)
+		}
+		// The roots changed: the next reconcile, which the change
+		// brings, prunes from a fresh list.
+		return Outcome{ActiveRootID: id, RotatedOut: active.root.GetId()}, nil
+	}
+	out.Pruned, out.NextPrune, err = m.prune(ctx, cfg, roots)
+	return out, err
 }
 
 // ensureConfig reads the CAConfig, writing the default one when there is
@@ -137,86 +208,29 @@ func (m *Manager) ensureConfig(ctx context.Context) (*pbresource.Resource, error
 	return w.GetResource(), nil
 }
 
-// Initialize makes sure the cluster has an active root and returns its
-// id: the one it finds, or a new one it generates with the settings of
-// cfgRes. ctx must be FromOperations (the signing key is sealed).
-func (m *Manager) Initialize(ctx context.Context, cfgRes *pbresource.Resource) (string, error) {
-	cfg, err := resource.DecodeData[*pbca.CAConfig](cfgRes)
-	if err != nil {
-		return "", fmt.Errorf("decode the CA configuration: %w", err)
-	}
-	list, err := m.API.List(ctx, &pbresource.ListRequest{Type: ca.RootType, Tenancy: &pbresource.Tenancy{}, Consistent: true})
-	if err != nil {
-		return "", fmt.Errorf("list the CA roots: %w", err)
-	}
-	roots, err := decodeRoots(list.GetResources())
-	if err != nil {
-		return "", err
-	}
-	if active := activeRoot(roots); active != nil {
-		return active.GetId(), nil
-	}
-	if cfg.GetRootCert() != "" {
-		// TODO(ca): a supplied root comes with its key through
-		// /v1/ca/config, which is not built yet.
-		return "", errors.New("root_cert: a supplied root is not supported yet; remove it to have the CA generate one")
-	}
+// initialize makes the cluster's first root, generated or the supplied
+// one, and returns its id. It writes the root with a compare that no root
+// was created or changed since the list of roots (at their newest version),
+// so that two managers never both make one.
+func (m *Manager) initialize(ctx context.Context, cfg *pbca.CAConfig, roots []*pbresource.Resource) (string, error) {
 	clusterID, err := core.ClusterID(ctx, m.API)
 	if err != nil {
 		return "", err
 	}
-	return m.generate(ctx, cfg, ca.TrustDomain(clusterID), newestVersion(list.GetResources()))
-}
-
-// generate makes a root and writes it, active, with its signing key, in
-// one batch that holds only if no root was created or changed since the
-// list at version since.
-func (m *Manager) generate(ctx context.Context, cfg *pbca.CAConfig, trustDomain, since string) (string, error) {
-	now := m.now()
-	kt := ca.KeyType{Algorithm: cfg.GetPrivateKeyType(), Bits: int(cfg.GetPrivateKeyBits())}
-	cert, key, err := ca.NewRoot(ca.RootOptions{TrustDomain: trustDomain, KeyType: kt, TTL: cfg.GetRootTtl().AsDuration(), Now: now})
-	if err != nil {
-		return "", fmt.Errorf("generate a root: %w", err)
-	}
-	id, err := ca.KeyID(cert.PublicKey)
-	if err != nil {
-		return "", fmt.Errorf("generate a root: %w", err)
-	}
-	keyPEM, err := ca.EncodeKey(key)
-	if err != nil {
-		return "", fmt.Errorf("generate a root: encode its key: %w", err)
-	}
-	certPEM := string(ca.EncodeCerts(cert))
-	name := ca.RootName(id)
-	rootData, err := anypb.New(&pbca.CARoot{
-		Id: id, TrustDomain: trustDomain, RootCert: certPEM, SigningCert: certPEM, Active: true,
-		NotBefore: timestamppb.New(cert.NotBefore), NotAfter: timestamppb.New(cert.NotAfter),
-		PrivateKeyType: kt.Algorithm, PrivateKeyBits: int32(kt.Bits), Rotation: cfg.GetRotation(),
-		Datacenter: m.datacenter(),
-	})
+	trustDomain := ca.TrustDomain(clusterID)
+	nr, err := m.newRoot(ctx, cfg, trustDomain)
 	if err != nil {
 		return "", err
 	}
-	keyData, err := anypb.New(&pbca.CASigningKey{RootId: id, PrivateKey: string(keyPEM), SigningCert: certPEM})
+	rootRes, err := m.rootResource(nr, trustDomain, cfg, nil, roots)
 	if err != nil {
 		return "", err
 	}
-	_, err = m.API.WriteBatch(ctx, &pbresource.WriteBatchRequest{
-		Resources: []*pbresource.Resource{
-			{Id: ca.RootID(name), Version: resource.CreateOnly, Data: rootData},
-			{Id: ca.SigningKeyID(name), Version: resource.CreateOnly, Data: keyData},
-		},
-		Compares: []*pbresource.Compare{{
-			Op: pbresource.Compare_OP_NOTHING_NEWER, Id: &pbresource.ID{Type: ca.RootType, Tenancy: &pbresource.Tenancy{}}, Version: since,
-		}},
-	})
-	if err != nil {
-		// Never the key in an error: the batch's errors name fields only,
-		// and this one says what was being written.
-		return "", fmt.Errorf("write the new root %s: %w", id, err)
+	if err := m.writeRoots(ctx, nr, []*pbresource.Resource{rootRes}, roots); err != nil {
+		return "", err
 	}
-	m.log().Info("generated the CA root", "root_id", id, "trust_domain", trustDomain, "not_after", cert.NotAfter)
-	return id, nil
+	m.log().Info("made the CA root", "root_id", nr.id, "supplied", nr.supplied, "trust_domain", trustDomain, "not_after", nr.cert.NotAfter)
+	return nr.id, nil
 }
 
 // report writes the manager's status on the CAConfig when it differs
@@ -250,23 +264,29 @@ func sameStatus(a, b *pbca.CAManagerStatus) bool {
 		a.GetLastError() == b.GetLastError() && a.GetMessage() == b.GetMessage()
 }
 
-func decodeRoots(list []*pbresource.Resource) ([]*pbca.CARoot, error) {
-	out := make([]*pbca.CARoot, 0, len(list))
+// storedRoot is a CARoot with the resource it was read from.
+type storedRoot struct {
+	res  *pbresource.Resource
+	root *pbca.CARoot
+}
+
+func decodeRoots(list []*pbresource.Resource) ([]storedRoot, error) {
+	out := make([]storedRoot, 0, len(list))
 	for _, res := range list {
 		r, err := resource.DecodeData[*pbca.CARoot](res)
 		if err != nil {
 			return nil, fmt.Errorf("decode the CA root %s: %w", res.GetId().GetName(), err)
 		}
-		out = append(out, r)
+		out = append(out, storedRoot{res: res, root: r})
 	}
 	return out, nil
 }
 
 // activeRoot returns the active root of roots, or nil.
-func activeRoot(roots []*pbca.CARoot) *pbca.CARoot {
-	for _, r := range roots {
-		if r.GetActive() {
-			return r
+func activeRoot(roots []storedRoot) *storedRoot {
+	for i := range roots {
+		if roots[i].root.GetActive() {
+			return &roots[i]
 		}
 	}
 	return nil

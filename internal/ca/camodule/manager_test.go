@@ -128,8 +128,8 @@ func TestServerMakesOneRootAndServesIt(t *testing.T) {
 
 	// A second leadership: the manager runs again, finds the root, keeps it.
 	again, err := (&camodule.Manager{API: srv.API()}).Reconcile(context.Background())
-	if err != nil || again != r.ID {
-		t.Fatalf("second Reconcile = %q, %v; want %q", again, err, r.ID)
+	if err != nil || again.ActiveRootID != r.ID || again.RotatedOut != "" {
+		t.Fatalf("second Reconcile = %+v, %v; want %q kept", again, err, r.ID)
 	}
 	if n, k := count(t, srv.API(), ca.RootType), count(t, srv.API(), ca.SigningKeyType); n != 1 || k != 1 {
 		t.Errorf("%d roots and %d signing keys after a second run, want 1 and 1", n, k)
@@ -195,17 +195,20 @@ func TestConcurrentManagersMakeOneRoot(t *testing.T) {
 	now := time.Date(2026, 11, 25, 6, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	other := &camodule.Manager{API: srv.API(), Now: clock}
-	api := &raceAPI{API: srv.API(), other: func() (string, error) { return other.Reconcile(context.Background()) }}
+	api := &raceAPI{API: srv.API(), other: func() (string, error) {
+		out, err := other.Reconcile(context.Background())
+		return out.ActiveRootID, err
+	}}
 	m := &camodule.Manager{API: api, Now: clock}
-	if id, err := m.Reconcile(context.Background()); err == nil {
-		t.Fatalf("Reconcile = %q, nil: its batch should have failed, another root was written after its list", id)
+	if out, err := m.Reconcile(context.Background()); err == nil {
+		t.Fatalf("Reconcile = %+v, nil: its batch should have failed, another root was written after its list", out)
 	}
 	if api.ran == "" {
 		t.Fatal("the other manager made no root")
 	}
-	id, err := m.Reconcile(context.Background())
-	if err != nil || id != api.ran {
-		t.Fatalf("retried Reconcile = %q, %v; want the other's root %q", id, err, api.ran)
+	out, err := m.Reconcile(context.Background())
+	if err != nil || out.ActiveRootID != api.ran {
+		t.Fatalf("retried Reconcile = %+v, %v; want the other's root %q", out, err, api.ran)
 	}
 	if n, k := count(t, srv.API(), ca.RootType), count(t, srv.API(), ca.SigningKeyType); n != 1 || k != 1 {
 		t.Errorf("%d roots and %d signing keys, want 1 and 1", n, k)

@@ -40,6 +40,6 @@ func (m caModule) Setup(d module.Deps) (module.Parts, error) {
 	mgr := &Manager{API: d.API, Now: m.cfg.Now, Datacenter: m.cfg.Datacenter, Logger: d.Logger}
 	return module.Parts{
 		Controllers: []controller.Controller{mgr.Controller()},
-		Routes:      routes{api: d.API}.table(),
+		Routes:      routes{api: d.API, now: m.cfg.Now}.table(),
 	}, nil
 }

@@ -17,19 +17,30 @@ import (
 	"trellis.dev/trellis/internal/resource"
 )
 
-// The CA's read routes; docs/ca.md is their contract. Roots are public:
-// a root is what every peer must trust and holds no secret, and a client
+// The CA's routes; docs/ca.md is their contract. Roots are public: a
+// root is what every peer must trust and holds no secret, and a client
 // needs them before it holds any credential. The configuration is an
-// operator's to read.
+// operator's to read and to write.
 
-type routes struct{ api resource.API }
+type routes struct {
+	api resource.API
+	now func() time.Time // time.Now when nil
+}
+
+func (h routes) clock() time.Time {
+	if h.now != nil {
+		return h.now()
+	}
+	return time.Now()
+}
 
 func (h routes) table() []httpapi.Route {
 	return []httpapi.Route{
 		{Pattern: "GET /v1/ca/roots", Permission: acl.Public, Handler: h.roots},
 		{Pattern: "/v1/ca/roots", Permission: acl.Public, Handler: httpapi.MethodNotAllowed("GET")},
 		{Pattern: "GET /v1/ca/config", Permission: acl.OperatorRead, Handler: h.config},
-		{Pattern: "/v1/ca/config", Permission: acl.Public, Handler: httpapi.MethodNotAllowed("GET")},
+		{Pattern: "PUT /v1/ca/config", Permission: acl.OperatorWrite, Handler: h.putConfig},
+		{Pattern: "/v1/ca/config", Permission: acl.Public, Handler: httpapi.MethodNotAllowed("GET, PUT")},
 	}
 }
 
