@@ -85,7 +85,7 @@ Flags take one dash or two: -addr and --addr are the same.`,
 		e.ClientFlags.Register(c.PersistentFlags())
 	}
 	root.AddCommand(clients...)
-	root.AddCommand(newDevCmd(e), newServerCmd(e), newAgentCmd(e), newSimCmd(e), newTLSCmd(e), newVersionCmd(e, build), newCompletionCmd(e))
+	root.AddCommand(newDevCmd(e), newServerCmd(e), newAgentCmd(e), newSimCmd(e), newTLSCmd(e), newConnectCmd(e), newVersionCmd(e, build), newCompletionCmd(e))
 	root.InitDefaultVersionFlag() // now, so that longFlags sees -version
 	harden(root)
 	return root
