@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sort"
+	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -63,11 +64,20 @@ type RootBody struct {
 }
 
 func (h routes) roots(w http.ResponseWriter, r *http.Request) error {
-	list, err := h.api.List(r.Context(), &pbresource.ListRequest{Type: ca.RootType, Tenancy: &pbresource.Tenancy{}})
+	index, wait, err := blockingParams(r)
 	if err != nil {
 		return err
 	}
-	body, err := rootsBody(list.GetResources())
+	if index > 0 {
+		if err := h.waitForRoots(r, index, wait); err != nil {
+			return err
+		}
+	}
+	list, at, err := h.snapshotRoots(r)
+	if err != nil {
+		return err
+	}
+	body, err := rootsBody(list)
 	if err != nil {
 		return err
 	}
@@ -78,6 +88,7 @@ func (h routes) roots(w http.ResponseWriter, r *http.Request) error {
 			body.TrustDomain = ca.TrustDomain(id)
 		}
 	}
+	w.Header().Set(IndexHeader, strconv.FormatUint(at, 10))
 	httpapi.WriteJSON(w, http.StatusOK, body)
 	return nil
 }
