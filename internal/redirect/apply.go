@@ -83,25 +83,35 @@ func (t Tools) Apply(ctx context.Context, cfg Config) (Result, error) {
 		saved[f] = out
 		inputs[f] = applyInput(p.rules(f), parseSave(out))
 	}
+	if err := t.write(ctx, families, saved, inputs); err != nil {
+		return res, err
+	}
+	res.Families = families
+	return res, nil
+}
+
+// write commits each family's input. With two, the IPv6 input is checked
+// before the IPv4 one is committed, so that a mistake in it does not
+// leave one family redirected; and should its commit fail all the same
+// (the kernel checks more than --test does), the IPv4 nat table is put
+// back as saved.
+func (t Tools) write(ctx context.Context, families []Family, saved map[Family]string, inputs map[Family][]string) error {
 	if len(families) > 1 {
-		// Check the IPv6 input before the IPv4 one is committed, so that a
-		// mistake in it does not leave one family redirected.
 		if err := t.restore(ctx, IPv6, inputs[IPv6], "--test"); err != nil {
-			return res, err
+			return err
 		}
 	}
 	for i, f := range families {
 		if err := t.restore(ctx, f, inputs[f]); err != nil {
 			if i > 0 {
 				if rerr := t.restore(ctx, IPv4, strings.Split(strings.TrimRight(saved[IPv4], "\n"), "\n"), "--replace"); rerr != nil {
-					return res, fmt.Errorf("%w; and the IPv4 rules already written could not be put back: %v", err, rerr)
+					return fmt.Errorf("%w; and the IPv4 rules already written could not be put back: %v", err, rerr)
 				}
 			}
-			return res, err
+			return err
 		}
 	}
-	res.Families = families
-	return res, nil
+	return nil
 }
 
 // Remove deletes the jumps to Trellis's chains and the chains from the
@@ -190,29 +200,39 @@ func (e *ToolError) Error() string {
 
 func (e *ToolError) Unwrap() []error { return []error{ErrTool, e.Err} }
 
-var errorLine = regexp.MustCompile(`Error occurred at line: (\d+)`)
+// lineNumber finds the input line a tool names: "Error occurred at line:
+// 5" (iptables-restore), "line 13: RULE_APPEND failed" (nf_tables),
+// "ip6tables-restore: line 14 failed" (legacy, on commit).
+var lineNumber = regexp.MustCompile(`\bline:? (\d+)\b`)
 
 func toolError(name string, err error, stderr string, input []string) error {
 	if errors.Is(err, exec.ErrNotFound) {
 		return &ToolError{Tool: name, Message: "not found: install the iptables package (apt-get install iptables)", Err: err}
 	}
 	te := &ToolError{Tool: name, Err: err}
-	var msgs []string
+	var msg strings.Builder
 	for line := range strings.Lines(stderr) {
 		line = strings.TrimSpace(line)
-		if m := errorLine.FindStringSubmatch(line); m != nil {
-			// nf_tables refuses a rule when it commits, and names the
-			// COMMIT line: the message is all there is then.
+		if m := lineNumber.FindStringSubmatch(line); m != nil && te.Line == "" {
+			// nf_tables refuses some rules only when it commits, and names
+			// the COMMIT line: the message is all there is then.
 			if n, _ := strconv.Atoi(m[1]); n >= 1 && n <= len(input) && input[n-1] != "COMMIT" {
 				te.Line = input[n-1]
 			}
+		}
+		if line == "" || strings.HasPrefix(line, "Try `") || strings.HasPrefix(line, "Error occurred at line") {
 			continue
 		}
-		if line != "" && !strings.HasPrefix(line, "Try `") {
-			msgs = append(msgs, line)
+		switch s := msg.String(); {
+		case s == "":
+		case strings.HasSuffix(s, ":"):
+			msg.WriteString(" ")
+		default:
+			msg.WriteString("; ")
 		}
+		msg.WriteString(line)
 	}
-	te.Message = strings.Join(msgs, "; ")
+	te.Message = msg.String()
 	if te.Message == "" {
 		te.Message = err.Error()
 	}

@@ -3,9 +3,11 @@ package redirect
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // testConfig redirects app port 8080, and lets port 9022 and the address
@@ -204,4 +206,100 @@ func TestInNetnsRefusesWhatIsNotANamespace(t *testing.T) {
 			t.Errorf("InNetns(%s): %v, want %q", tc.path, err, tc.want)
 		}
 	}
+}
+
+// DNS queries to the resolver, over UDP and TCP, reach the server they
+// are redirected to, and not the proxy; other UDP is left alone.
+func TestDNSIsRedirected(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, tools Tools) {
+		m := newMesh(t)
+		serve(t, m.app, "127.0.0.1:8600", "dns", false)
+		var udp net.PacketConn
+		in(t, m.app, func() (err error) {
+			udp, err = net.ListenPacket("udp", "127.0.0.1:8600")
+			return err
+		})
+		t.Cleanup(func() { udp.Close() })
+		go func() {
+			buf := make([]byte, 512)
+			for {
+				n, from, err := udp.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				udp.WriteTo(append([]byte("dns answers "), buf[:n]...), from) //nolint:errcheck // the test reads the answer
+			}
+		}()
+
+		cfg := testConfig()
+		cfg.DNSResolver, cfg.DNSRedirectTo = "192.0.2.2", "127.0.0.1:8600"
+		apply(t, tools, m.app, cfg)
+
+		wantReply(t, "DNS over TCP", dial(t, m.app, "192.0.2.2:53"), "dns local=127.0.0.1:8600")
+		var answer string
+		in(t, m.app, func() error {
+			c, err := net.Dial("udp", "192.0.2.2:53")
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				return err
+			}
+			if _, err := c.Write([]byte("query")); err != nil {
+				return err
+			}
+			buf := make([]byte, 512)
+			n, err := c.Read(buf)
+			answer = string(buf[:n])
+			return err
+		})
+		wantReply(t, "DNS over UDP", answer, "dns answers query")
+		// Other TCP to the resolver still goes to the proxy.
+		wantReply(t, "not DNS", dial(t, m.app, "192.0.2.2:9000"), "proxy-outbound local=127.0.0.1:15001 orig=192.0.2.2:9000")
+	})
+}
+
+// An IPv6 input that passes iptables-restore --test but that the kernel
+// refuses (REDIRECT is not allowed in INPUT): the IPv4 rules, already
+// committed by then, are taken back, and neither table changes.
+func TestFailedIPv6RestorePutsIPv4Back(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, tools Tools) {
+		m := newMesh(t)
+		iptables(t, tools, m.app, IPv4, "-t", "nat", "-A", "OUTPUT", "-p", "udp", "-j", "RETURN")
+		apply(t, tools, m.app, testConfig())
+		before := map[Family]string{IPv4: natTable(t, tools, m.app, IPv4), IPv6: natTable(t, tools, m.app, IPv6)}
+
+		cfg := testConfig()
+		cfg.AppPorts, cfg.ExcludeOutboundPorts = nil, []int{9000}
+		p, err := cfg.check()
+		if err != nil {
+			t.Fatal(err)
+		}
+		const bad = "-A INPUT -p tcp -j REDIRECT --to-ports 1"
+		in(t, m.app, func() error {
+			families := []Family{IPv4, IPv6}
+			saved, inputs := map[Family]string{}, map[Family][]string{}
+			for _, f := range families {
+				out, err := tools.save(context.Background(), f)
+				if err != nil {
+					return err
+				}
+				saved[f], inputs[f] = out, applyInput(p.rules(f), parseSave(out))
+			}
+			inputs[IPv6] = slices.Insert(inputs[IPv6], len(inputs[IPv6])-1, bad)
+			err := tools.write(context.Background(), families, saved, inputs)
+			if !errors.Is(err, ErrTool) {
+				t.Errorf("write with a bad IPv6 line: %v, want a refusal", err)
+			}
+			t.Logf("the refusal reads: %v", err)
+			return nil
+		})
+		for f, want := range before {
+			if got := natTable(t, tools, m.app, f); got != want {
+				t.Errorf("%v after the failed write:\n%s\nbefore:\n%s", f, got, want)
+			}
+		}
+		wantReply(t, "still redirected", dial(t, m.app, "192.0.2.2:9000"), "proxy-outbound local=127.0.0.1:15001 orig=192.0.2.2:9000")
+	})
 }
