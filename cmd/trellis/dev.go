@@ -28,6 +28,9 @@ type serverFlags struct {
 	logLevel                     string
 	enableDebug                  bool
 	heartbeatTTL                 time.Duration
+	// datacenter is -datacenter, which only trellis server takes: dev
+	// is dc1.
+	datacenter string
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
@@ -103,6 +106,7 @@ func (f serverFlags) config() server.Config {
 		ServerAddr:   f.serverAddr,
 		EnableDebug:  f.enableDebug,
 		HeartbeatTTL: f.heartbeatTTL,
+		Datacenter:   f.datacenter,
 	}
 }
 

@@ -266,6 +266,7 @@ func TestCommandErrors(t *testing.T) {
 		{"server: TLS without a certificate", []string{"server", "-data-dir", dir, "-tls-ca-file", "ca.pem"}, "", 2, "-tls-cert-file: required on a server"},
 		{"server: bad bootstrap-expect", []string{"server", "-data-dir", dir, "-bootstrap-expect", "-2"}, "", 2, "-bootstrap-expect: -2"},
 		{"server: not a number", []string{"server", "-data-dir", dir, "-bootstrap-expect", "three"}, "", 2, `invalid argument "three"`},
+		{"server: datacenter not a DNS label", []string{"server", "-data-dir", dir, "-datacenter", "Dc_1"}, "", 2, `-datacenter: "Dc_1" is not a datacenter name`},
 		{"server: raft multiplier too big", []string{"server", "-data-dir", dir, "-raft-multiplier", "11"}, "", 2, "-raft-multiplier: 11 is out of range: give an integer from 1 (a LAN) to 10"},
 		{"server: raft multiplier zero", []string{"server", "-data-dir", dir, "-raft-multiplier", "0"}, "", 2, "-raft-multiplier: 0 is out of range"},
 		{"server: raft multiplier negative", []string{"server", "-data-dir", dir, "-raft-multiplier", "-3"}, "", 2, "-raft-multiplier: -3 is out of range"},

@@ -38,6 +38,10 @@ ports accept only servers holding a server certificate of the cluster's CA,
 the public gRPC port serves TLS (agents then need -tls-ca-file), -https-addr
 serves the HTTP API over TLS, and the files are read again on SIGHUP.
 
+-datacenter names the cluster's datacenter (dc1 by default): the Connect CA
+signs leaf certificates whose SPIFFE ids name it, and -tls-cert-file must be a
+server certificate of it (server.<datacenter>.trellis).
+
 When the leader dies, the others elect a new one in about a second. On slow
 networks or busy, shared machines, where a server may miss the leader's
 heartbeats for half a second without anything being wrong, give every server
@@ -56,7 +60,9 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 				return err
 			}
 			if tlsFiles.Enabled() {
-				tlsFiles.Server = true
+				// A server's certificate names its datacenter
+				// (server.<dc>.trellis).
+				tlsFiles.Server, tlsFiles.Datacenter = true, cfg.Datacenter
 				if cfg.TLS, err = tlsutil.New(tlsFiles); err != nil {
 					return cli.Usage(err)
 				}
@@ -79,6 +85,8 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "directory for the Raft log, snapshots and state (required)")
 	cmd.Flags().IntVar(&bootstrapExpect, "bootstrap-expect", 0, "number of servers to wait for before forming a new cluster (0: join an existing one)")
 	cmd.Flags().StringArrayVar(&retryJoin, "retry-join", nil, "server-to-server address (another server's -server-addr, host:port) to join through; repeatable, retried until one answers")
+	cmd.Flags().StringVar(&f.datacenter, "datacenter", tlsutil.DefaultDatacenter,
+		"the datacenter this server is part of, a lower-case DNS label: every server of a cluster gives the same one; the Connect CA signs certificates of this datacenter only")
 	cmd.Flags().StringVar(&httpsAddr, "https-addr", "", "also serve the HTTP API over TLS on this address (host:port; needs the -tls-* files)")
 	cmd.Flags().StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "the cluster CA's certificate (PEM, from `trellis tls ca create`): with -tls-cert-file and -tls-key-file, servers talk to each other (Raft and -server-addr) only over mutual TLS")
 	cmd.Flags().StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "this server's certificate (PEM, from `trellis tls cert create -server`); reloaded on SIGHUP")

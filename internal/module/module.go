@@ -51,6 +51,8 @@ type Deps struct {
 
 // Cluster is what a module may know of the cluster the server is part of.
 type Cluster struct {
+	// Datacenter is the server's datacenter (server.Config.Datacenter).
+	Datacenter string
 	// GRPCAddr is the address the public gRPC server listens on.
 	GRPCAddr string
 	// ServerAddr is the address of this server's server-to-server port,

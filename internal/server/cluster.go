@@ -7,6 +7,8 @@ import "trellis.dev/trellis/internal/httpapi/wire"
 type SingleNode struct {
 	// Addr is reported as the leader's and only peer's Raft address.
 	Addr string
+	// Datacenter is reported by Health.
+	Datacenter string
 }
 
 // Leader returns the server's own address.
@@ -16,4 +18,6 @@ func (s SingleNode) Leader() string { return s.Addr }
 func (s SingleNode) Peers() ([]string, error) { return []string{s.Addr}, nil }
 
 // Health is always good: the server leads itself and holds everything.
-func (s SingleNode) Health() wire.Health { return wire.Health{Status: "ok", Leader: s.Addr} }
+func (s SingleNode) Health() wire.Health {
+	return wire.Health{Status: "ok", Leader: s.Addr, Datacenter: s.Datacenter}
+}

@@ -54,6 +54,10 @@ type Config struct {
 	// trellis dev secures its server-to-server port with certificates it
 	// makes in memory, which no client outside the process could trust.
 	PublicPlaintext bool
+	// Datacenter is the datacenter the server is part of
+	// (tlsutil.DefaultDatacenter when empty): the Connect CA signs leaves
+	// of this datacenter only. A DNS label in lower case.
+	Datacenter string
 	// Raft, when set, makes the server a Raft voter with durable storage.
 	// Nil: everything in memory, this server the leader at once.
 	Raft *RaftConfig
@@ -125,6 +129,9 @@ func (c Config) withDefaults() Config {
 	if c.ServerAddr == "" {
 		c.ServerAddr = DefaultServerAddr
 	}
+	if c.Datacenter == "" {
+		c.Datacenter = tlsutil.DefaultDatacenter
+	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
@@ -164,6 +171,9 @@ func (c Config) Validate() error {
 				return configError(addrs[j].flag, "%q is also %s; each needs its own port", addrs[j].addr, addrs[i].flag)
 			}
 		}
+	}
+	if err := tlsutil.CheckDatacenter(c.Datacenter); err != nil {
+		return configError("-datacenter", "%v", err)
 	}
 	if c.HeartbeatTTL != 0 && c.HeartbeatTTL < heartbeat.MinTTL {
 		return configError("-heartbeat-ttl", "%s is below the minimum of %s", c.HeartbeatTTL, heartbeat.MinTTL)

@@ -110,7 +110,7 @@ func (s *Server) moduleDeps() module.Deps {
 		Cache:    s.ControllerCache(),
 		Logger:   s.log,
 		Metrics:  s.metrics,
-		Cluster:  module.Cluster{GRPCAddr: s.GRPCAddr(), ServerAddr: s.ServerAddr()},
+		Cluster:  module.Cluster{Datacenter: s.cfg.Datacenter, GRPCAddr: s.GRPCAddr(), ServerAddr: s.ServerAddr()},
 	}
 	if s.leadership != nil {
 		d.Leadership = s.leadership.Subscribe

@@ -68,7 +68,7 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 	}
 	s.raft = c
 	s.backend = c.Backend()
-	st := raftStatus{c: c, warnings: securityWarnings(s.cfg)}
+	st := raftStatus{c: c, datacenter: s.cfg.Datacenter, warnings: securityWarnings(s.cfg)}
 	for _, w := range st.warnings {
 		s.log.Warn(w)
 	}
@@ -81,8 +81,9 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 // raftStatus answers the HTTP API's cluster questions from the Raft
 // cluster, with errors as gRPC status errors.
 type raftStatus struct {
-	c        *cluster.Cluster
-	warnings []string // reported by Health
+	c          *cluster.Cluster
+	datacenter string   // reported by Health
+	warnings   []string // reported by Health
 }
 
 func (r raftStatus) Leader() string { return r.c.Leader() }
@@ -91,7 +92,7 @@ func (r raftStatus) Leader() string { return r.c.Leader() }
 // with the leader named by its Raft address.
 func (r raftStatus) Health() wire.Health {
 	bh := r.c.Backend().Health()
-	h := wire.Health{Status: "ok", Leader: r.c.Leader(), AppliedIndex: bh.Applied, LeaderIndex: bh.LeaderIndex, Warnings: r.warnings}
+	h := wire.Health{Status: "ok", Leader: r.c.Leader(), Datacenter: r.datacenter, AppliedIndex: bh.Applied, LeaderIndex: bh.LeaderIndex, Warnings: r.warnings}
 	if !bh.OK {
 		h.Status, h.Error = "unavailable", bh.Reason
 	}

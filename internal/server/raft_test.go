@@ -12,6 +12,8 @@ import (
 
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/httpapi/wire"
+	"trellis.dev/trellis/internal/module"
+	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/server"
 	"trellis.dev/trellis/internal/testcluster"
 )
@@ -119,4 +121,49 @@ func TestPlaintextRaftServerWarnsInHealth(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || h.Status != "ok" || !slices.Equal(h.Warnings, []string{server.WarnPlaintext}) {
 		t.Fatalf("health = %d %+v, want ok with warnings [%q]", resp.StatusCode, h, server.WarnPlaintext)
 	}
+	if h.Datacenter != "dc1" {
+		t.Errorf("health names datacenter %q, want the default dc1", h.Datacenter)
+	}
+}
+
+// An in-memory server of another datacenter names it in its health
+// answer, and hands it to its modules.
+func TestHealthNamesTheDatacenter(t *testing.T) {
+	var seen string
+	mods := append(server.DefaultModules(), datacenterProbe{seen: &seen})
+	srv, err := server.New(server.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Datacenter: "eu-west-1", Modules: mods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen != "eu-west-1" {
+		t.Errorf("the modules were told datacenter %q, want eu-west-1", seen)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+	var h wire.Health
+	if err := testcluster.WaitFor(ctx, 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + srv.HTTPAddr() + "/v1/health")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&h) == nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if h.Datacenter != "eu-west-1" {
+		t.Errorf("health = %+v, want datacenter eu-west-1", h)
+	}
+}
+
+// datacenterProbe is a module that records the datacenter Setup is given.
+type datacenterProbe struct{ seen *string }
+
+func (datacenterProbe) Name() string                { return "probe" }
+func (datacenterProbe) Register(*resource.Registry) {}
+func (p datacenterProbe) Setup(d module.Deps) (module.Parts, error) {
+	*p.seen = d.Cluster.Datacenter
+	return module.Parts{}, nil
 }

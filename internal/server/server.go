@@ -164,7 +164,7 @@ func New(cfg Config) (_ *Server, err error) {
 		}
 	} else {
 		s.backend = inmem.NewBackend()
-		s.cluster = SingleNode{Addr: cfg.RaftAddr}
+		s.cluster = SingleNode{Addr: cfg.RaftAddr, Datacenter: cfg.Datacenter}
 	}
 
 	svc := resource.NewService(resource.Config{

@@ -16,9 +16,10 @@ type Config struct {
 	// Now is the clock the manager dates roots and statuses with
 	// (time.Now when nil).
 	Now func() time.Time
-	// Datacenter is the datacenter the roots are made in
-	// (tlsutil.DefaultDatacenter when empty: servers have no datacenter
-	// setting yet).
+	// Datacenter is the server's datacenter: the one roots are made in.
+	// Empty means the server's own (module.Cluster.Datacenter, from
+	// -datacenter), which is what a server wants; tests set it to
+	// pretend otherwise.
 	Datacenter string
 }
 
@@ -37,7 +38,11 @@ func (m caModule) Setup(d module.Deps) (module.Parts, error) {
 	if _, ok := d.Registry.Resolve(core.ClusterType); !ok {
 		return module.Parts{}, errors.New("needs the core's types (the cluster id names the trust domain): add the core's module to the server")
 	}
-	mgr := &Manager{API: d.API, Now: m.cfg.Now, Datacenter: m.cfg.Datacenter, Logger: d.Logger}
+	dc := m.cfg.Datacenter
+	if dc == "" {
+		dc = d.Cluster.Datacenter
+	}
+	mgr := &Manager{API: d.API, Now: m.cfg.Now, Datacenter: dc, Logger: d.Logger}
 	return module.Parts{
 		Controllers: []controller.Controller{mgr.Controller()},
 		Routes:      routes{api: d.API, now: m.cfg.Now}.table(),

@@ -187,8 +187,10 @@ type Health struct {
 	// Status is "ok" or "unavailable"; Error says why it is unavailable.
 	Status string `json:"status"`
 	Leader string `json:"leader,omitempty"`
-	Error  string `json:"error,omitempty"`
-	Code   string `json:"code,omitempty"`
+	// Datacenter is the server's datacenter.
+	Datacenter string `json:"datacenter,omitempty"`
+	Error      string `json:"error,omitempty"`
+	Code       string `json:"code,omitempty"`
 	// LastContactMS is how long ago this follower last heard from the
 	// leader, in milliseconds (absent on the leader).
 	LastContactMS *int64 `json:"last_contact_ms,omitempty"`
