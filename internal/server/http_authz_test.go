@@ -67,6 +67,7 @@ func TestEveryHTTPRouteDeclaresAPermission(t *testing.T) {
 		"PUT /v1/batch":                         acl.PerResource,
 		"GET /v1/ca/roots":                      acl.Public,
 		"GET /v1/ca/config":                     acl.OperatorRead,
+		"POST /v1/ca/sign":                      acl.OperatorWrite,
 		"GET /v1/debug/pprof/profile":           acl.OperatorRead,
 	}
 	for _, srv := range fullServers(t, nil) {

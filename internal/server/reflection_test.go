@@ -96,7 +96,7 @@ func methodsOf(fd *descriptorpb.FileDescriptorProto, service string) []string {
 // resource types a request carries in its Any.
 func TestReflectionListsServices(t *testing.T) {
 	// The default registry, as trellis dev has: the orchestrator's types
-	// bring the AgentService.
+	// bring the AgentService, the CA's the CAService.
 	srv, err := server.New(server.Config{
 		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:7702", ShutdownTimeout: 10 * time.Second,
 	})
@@ -111,6 +111,7 @@ func TestReflectionListsServices(t *testing.T) {
 		"grpc.reflection.v1.ServerReflection",
 		"grpc.reflection.v1alpha.ServerReflection",
 		"trellis.agent.v1.AgentService",
+		"trellis.ca.v1.CAService",
 		"trellis.resource.v1.ResourceService",
 	}
 	if !slices.Equal(got, want) {

@@ -2,13 +2,16 @@ package camodule
 
 import (
 	"errors"
+	"log/slog"
 	"time"
 
+	pbca "trellis.dev/trellis/api/ca/v1"
 	"trellis.dev/trellis/internal/ca"
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // Config tunes the CA's module. Its zero value is the production setting.
@@ -16,10 +19,10 @@ type Config struct {
 	// Now is the clock the manager dates roots and statuses with
 	// (time.Now when nil).
 	Now func() time.Time
-	// Datacenter is the server's datacenter: the one roots are made in.
-	// Empty means the server's own (module.Cluster.Datacenter, from
-	// -datacenter), which is what a server wants; tests set it to
-	// pretend otherwise.
+	// Datacenter is the server's datacenter: the one roots are made in
+	// and leaves are signed for. Empty means the server's own
+	// (module.Cluster.Datacenter, from -datacenter), which is what a
+	// server wants; tests set it to pretend otherwise.
 	Datacenter string
 }
 
@@ -32,8 +35,9 @@ func (caModule) Name() string { return "ca" }
 
 func (caModule) Register(r *resource.Registry) { ca.Register(r) }
 
-// Setup builds the CA manager's controller (run on the leader) and the
-// read routes (served by every server).
+// Setup builds the CA manager's controller (run on the leader), the
+// signer that every server runs (its follow of the stored CA, its gRPC
+// service and route, its metrics) and the read routes.
 func (m caModule) Setup(d module.Deps) (module.Parts, error) {
 	if _, ok := d.Registry.Resolve(core.ClusterType); !ok {
 		return module.Parts{}, errors.New("needs the core's types (the cluster id names the trust domain): add the core's module to the server")
@@ -42,9 +46,28 @@ func (m caModule) Setup(d module.Deps) (module.Parts, error) {
 	if dc == "" {
 		dc = d.Cluster.Datacenter
 	}
-	mgr := &Manager{API: d.API, Now: m.cfg.Now, Datacenter: dc, Logger: d.Logger}
+	if dc == "" {
+		dc = tlsutil.DefaultDatacenter
+	}
+	log := d.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	mgr := &Manager{API: d.API, Now: m.cfg.Now, Datacenter: dc, Logger: log}
+	signer := NewSigner(SignerConfig{API: d.API, Datacenter: dc, Now: m.cfg.Now, Logger: log.With("component", "ca-signer")})
+	if d.Metrics != nil {
+		sm, err := newSignMetrics(d.Metrics, signer)
+		if err != nil {
+			return module.Parts{}, err
+		}
+		signer.metrics = sm
+	}
 	return module.Parts{
 		Controllers: []controller.Controller{mgr.Controller()},
-		Routes:      routes{api: d.API, now: m.cfg.Now}.table(),
+		PublicServices: []module.Service{{
+			Desc: &pbca.CAService_ServiceDesc, Impl: caService{signer: signer}, Permissions: servicePermissions,
+		}},
+		Routes:    append(routes{api: d.API, now: m.cfg.Now, datacenter: dc}.table(), signRoute{signer: signer}.table()...),
+		Runnables: []module.Runnable{{Name: "ca-signer", Run: signer}},
 	}, nil
 }

@@ -24,8 +24,9 @@ import (
 // operator's to read and to write.
 
 type routes struct {
-	api resource.API
-	now func() time.Time // time.Now when nil
+	api        resource.API
+	now        func() time.Time // time.Now when nil
+	datacenter string           // the server's, in RootsBody
 }
 
 func (h routes) clock() time.Time {
@@ -47,7 +48,10 @@ func (h routes) table() []httpapi.Route {
 
 // RootsBody is the answer of GET /v1/ca/roots.
 type RootsBody struct {
-	TrustDomain  string     `json:"trust_domain"`
+	TrustDomain string `json:"trust_domain"`
+	// Datacenter is the datacenter of the server that answered: the one
+	// its leaves are signed for, which a CSR's SPIFFE id must name.
+	Datacenter   string     `json:"datacenter"`
 	ActiveRootID string     `json:"active_root_id"`
 	Roots        []RootBody `json:"roots"`
 }
@@ -81,6 +85,7 @@ func (h routes) roots(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	body.Datacenter = h.datacenter
 	if body.TrustDomain == "" {
 		// No root yet (the manager has not run): the trust domain is
 		// still the cluster's, when the caller may read its id.
