@@ -3,6 +3,8 @@ package main
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -48,4 +50,58 @@ func TestCARootsCommand(t *testing.T) {
 		t.Errorf("the root is CA %t with URIs %v, want a CA of spiffe://%s", root.IsCA, root.URIs, td[1])
 	}
 	expect(1, "", "", "ca", "roots", "--pem", "-o", "json")
+}
+
+// trellis ca config get|set and trellis ca rotate against a real dev
+// server: get prints a file that set takes back, set changes only what
+// the file names and refuses a stale version and bad settings by name,
+// and rotate makes a second root, active, with the first rotated out.
+func TestCAConfigAndRotateCommands(t *testing.T) {
+	addr := startDev(t, "-instances", "0")
+	vars := map[string]string{"TRELLIS_ADDR": addr}
+	expect := expecter(t, addr)
+	waitFor(t, "the CA manager made its root", func() bool {
+		_, out, _ := run(t, "", vars, "ca", "roots")
+		return strings.Contains(out, " yes ")
+	})
+	var settings string
+	waitFor(t, "the CA manager reports ready", func() bool {
+		_, settings, _ = run(t, "", vars, "ca", "config", "get")
+		return strings.Contains(settings, "# CA manager: ready")
+	})
+	for _, want := range []string{"private_key_type: ec\n", "private_key_bits: 256\n", "leaf_ttl: 72h\n", "root_ttl: 87600h\n", "rotation: 0\n", `version: "`} {
+		if !strings.Contains(settings, want) {
+			t.Errorf("ca config get lacks %q:\n%s", want, settings)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "ca.yaml")
+	if err := os.WriteFile(file, []byte(strings.Replace(settings, "leaf_ttl: 72h", "leaf_ttl: 24h", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	expect(0, "", "configuration set", "ca", "config", "set", "-f", file)
+	expect(0, "", "leaf_ttl: 24h\n", "ca", "config", "get")
+	expect(1, "", "version", "ca", "config", "set", "-f", file) // read at the version before
+	expect(1, "leaf_ttl: 30m\n", "leaf_ttl: 30m0s is under the minimum", "ca", "config", "set", "-f", "-")
+	expect(1, "leaf_tll: 24h\n", "leaf_tll", "ca", "config", "set", "-f", "-")
+	expect(1, "private_key_bits: 1024\n", "private_key_bits", "ca", "config", "set", "-f", "-")
+	expect(0, "csr_max_per_second: 250\n", "configuration set", "ca", "config", "set", "-f", "-")
+	out := expect(0, "", `"config"`, "ca", "config", "get", "-o", "json")
+	if !strings.Contains(out, `"csr_max_per_second": 250`) || !strings.Contains(out, `"leaf_ttl": "86400s"`) || strings.Contains(out, "PRIVATE") {
+		t.Errorf("ca config get -o json after two sets:\n%s", out)
+	}
+
+	out = expect(0, "", "rotated the CA root", "ca", "rotate")
+	ids := regexp.MustCompile(`(?m)^(old|new) root: ([0-9a-f:]{95}) `).FindAllStringSubmatch(out, -1)
+	if len(ids) != 2 || ids[0][2] == ids[1][2] {
+		t.Fatalf("ca rotate names no old and new root:\n%s", out)
+	}
+	roots := expect(0, "", ids[1][2][:11], "ca", "roots")
+	if strings.Count(roots, " yes ") != 1 || strings.Count(roots, " no ") != 1 {
+		t.Errorf("ca roots after a rotation, want one active and one not:\n%s", roots)
+	}
+	bundle := expect(0, "", "CERTIFICATE", "ca", "roots", "--pem")
+	if n := strings.Count(bundle, "BEGIN CERTIFICATE"); n != 3 {
+		t.Errorf("the bundle holds %d certificates, want two roots and the cross-signed one", n)
+	}
+	expect(0, "", "rotation: 1\n", "ca", "config", "get")
 }

@@ -63,6 +63,10 @@ func valueShape(t reflect.Type, name string) *shape {
 		return wholeNumber(32, true)
 	case reflect.Int64:
 		return wholeNumber(64, true)
+	case reflect.Uint64:
+		return wholeNumber(64, false)
+	case reflect.Float64:
+		return &shape{kind: floatShape}
 	case reflect.Slice:
 		return listOf(valueShape(t.Elem(), name))
 	case reflect.Struct:

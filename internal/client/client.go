@@ -144,6 +144,29 @@ func (c *Client) Do(ctx context.Context, method, url string, body, out any) erro
 	return c.do(ctx, method, url, body, out)
 }
 
+// IndexHeader is the header in which a blocking read answers the store
+// index its answer is as of (GET /v1/ca/roots).
+const IndexHeader = "X-Trellis-Index"
+
+// DoIndexed is Do for a blocking read: it also returns the answer's
+// IndexHeader, 0 when it has none, to pass as ?index= to the next read.
+func (c *Client) DoIndexed(ctx context.Context, method, url string, body, out any) (uint64, error) {
+	resp, err := c.send(ctx, method, url, body)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	index, _ := strconv.ParseUint(resp.Header.Get(IndexHeader), 10, 64)
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return index, nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return 0, fmt.Errorf("decoding the response of %s %s: %w", method, url, err)
+	}
+	return index, nil
+}
+
 // MarshalProto is the JSON the API uses for a message: protobuf JSON with
 // the proto field names.
 func MarshalProto(m proto.Message) ([]byte, error) {

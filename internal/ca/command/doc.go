@@ -1,7 +1,6 @@
 // Package command is the Connect CA's part of the CLI: `trellis ca`, a
-// client of the CA's HTTP routes (internal/ca/camodule). Today it reads
-// the roots; signing, rotation and the configuration come with their
-// routes.
+// client of the CA's HTTP routes (internal/ca/camodule): the roots, the
+// configuration (get, set -f) and rotation.
 package command
 
 import (
@@ -14,13 +13,17 @@ import (
 func Commands(e *cli.Env) []*cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ca",
-		Short: "Read the Connect CA: the cluster's roots and trust domain",
+		Short: "The Connect CA: the cluster's roots, its configuration, rotation",
 		Long: `The Connect CA is the cluster's own certificate authority for the mesh: the
 leader makes one root at the cluster's first start, under the trust domain
-<cluster-id>.trellis. Its private key never leaves the servers.`,
+<cluster-id>.trellis, and rotates to a new one, cross-signed by the old, when
+asked. Its private keys never leave the servers.`,
 		Example: `  trellis ca roots
-  trellis ca roots --pem > roots.pem`,
+  trellis ca roots --pem > roots.pem
+  trellis ca config get
+  echo 'leaf_ttl: 24h' | trellis ca config set -f -
+  trellis ca rotate`,
 	}
-	cmd.AddCommand(newRootsCmd(e))
+	cmd.AddCommand(newRootsCmd(e), newConfigCmd(e), newRotateCmd(e))
 	return []*cobra.Command{cmd}
 }
