@@ -379,3 +379,31 @@ func TestConcurrentRotationsMakeOneRoot(t *testing.T) {
 		t.Errorf("%d signing keys, want 2", n)
 	}
 }
+
+// After a rotation, the signing service of the server signs under the
+// new root, and its leaves carry the cross-signed certificate: they verify
+// against the old root alone and against the new root alone.
+func TestSignAfterRotation(t *testing.T) {
+	_, base, first := readyServer(t)
+	if code, body := put(t, base+"/v1/ca/config", map[string]any{"config": map[string]any{"rotation": 1}}); code != http.StatusOK {
+		t.Fatalf("PUT rotation 1 = %d %s", code, body)
+	}
+	roots := waitRotated(t, base, first.ActiveRootID)
+	web := ca.ServiceID{TrustDomain: roots.TrustDomain, Namespace: "default", Datacenter: "dc1", Service: "web"}
+	var leaf camodule.SignBody
+	eventually(t, "the server signs under the new root", func() bool {
+		leaf = signOK(t, base, newCSR(t, p256(t), []string{web.String()}))
+		return leaf.ChainPEM != ""
+	})
+	whole := []byte(leaf.CertPEM + leaf.ChainPEM)
+	now := time.Now()
+	if err := ca.VerifyLeaf(whole, rootCerts(t, roots.Roots[1]), now); err != nil || roots.Roots[1].ID != first.ActiveRootID {
+		t.Errorf("a new leaf against the old root %s alone: %v", roots.Roots[1].ID, err)
+	}
+	if err := ca.VerifyLeaf(whole, rootCerts(t, roots.Roots[0]), now); err != nil {
+		t.Errorf("a new leaf against the new root alone: %v", err)
+	}
+	if err := ca.VerifyLeaf(whole, rootCerts(t, roots.Roots...), now); err != nil {
+		t.Errorf("a new leaf against the bundle: %v", err)
+	}
+}
