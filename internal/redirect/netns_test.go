@@ -266,8 +266,26 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, tools Tools)) {
 	for _, tools := range backends {
 		t.Run(tools.Variant, func(t *testing.T) {
 			needNamespaces(t, tools)
+			needKernelTables(t, tools)
 			fn(t, tools)
 		})
+	}
+}
+
+// needKernelTables skips a backend whose nat tables the kernel does not
+// have (legacy iptables needs the ip_tables modules, which a kernel or a
+// container may lack); any other failure is the test's to report.
+func needKernelTables(t *testing.T, tools Tools) {
+	t.Helper()
+	_, netns := newNetns(t)
+	for _, f := range []Family{IPv4, IPv6} {
+		err := InNetns(netns, func() error {
+			_, err := tools.save(context.Background(), f)
+			return err
+		})
+		if err != nil && (strings.Contains(err.Error(), "Table does not exist") || strings.Contains(err.Error(), "insmod")) {
+			t.Skipf("the kernel has no %v nat table for %s iptables: %v", f, tools.Variant, err)
+		}
 	}
 }
 
