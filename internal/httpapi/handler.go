@@ -283,7 +283,7 @@ func (h *Handler) wrap(pattern string, perm acl.Permission, fn HandlerFunc) http
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w, route: pattern}
-		r = r.WithContext(resource.ContextWithToken(r.Context(), tokenFrom(r)))
+		r = r.WithContext(context.WithValue(resource.ContextWithToken(r.Context(), tokenFrom(r)), stoppingKey{}, h.stopping))
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {

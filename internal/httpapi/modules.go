@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 
@@ -43,6 +44,20 @@ func Params(r *http.Request, allowed ...string) (map[string]string, error) {
 		return nil
 	})
 	return out, err
+}
+
+type stoppingKey struct{}
+
+// Stopping returns a context that ends when the server begins to shut
+// down, for a request a Handler serves (context.Background otherwise). A
+// route that holds a request open, such as a blocking read, answers when
+// it ends, as the API's own watches do, so that the server's shutdown
+// does not wait on it.
+func Stopping(ctx context.Context) context.Context {
+	if s, ok := ctx.Value(stoppingKey{}).(context.Context); ok {
+		return s
+	}
+	return context.Background()
 }
 
 // InputError is a refusal of bad input that names the field at fault

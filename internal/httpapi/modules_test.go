@@ -140,3 +140,37 @@ func TestNewRefusesABadModuleRoute(t *testing.T) {
 		}
 	}
 }
+
+// A module's route that holds a request open ends it when the server
+// begins to shut down (Handler.Shutdown), through httpapi.Stopping, as the
+// API's own watches do.
+func TestModuleRouteSeesShutdown(t *testing.T) {
+	entered := make(chan struct{})
+	hold := func(w http.ResponseWriter, r *http.Request) error {
+		close(entered)
+		<-httpapi.Stopping(r.Context()).Done()
+		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"ended": "shutdown"})
+		return nil
+	}
+	e := newEnv(t, options{routes: []httpapi.Route{{Pattern: "GET /v1/hold", Permission: acl.Public, Handler: hold}}})
+	answer := make(chan string, 1)
+	go func() {
+		resp, err := http.Get(e.url + "/v1/hold")
+		if err != nil {
+			answer <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		var body map[string]string
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		answer <- resp.Status + " " + body["ended"]
+	}()
+	<-entered
+	e.handler.Shutdown()
+	if got := <-answer; got != "200 OK shutdown" {
+		t.Errorf("the held request = %q, want it answered at the shutdown", got)
+	}
+	if ctx := httpapi.Stopping(context.Background()); ctx.Done() != nil {
+		t.Error("Stopping outside a request is a context that can end")
+	}
+}

@@ -64,10 +64,14 @@ func blockingParams(r *http.Request) (uint64, time.Duration, error) {
 
 // waitForRoots returns once a root was written or deleted after index,
 // when wait has passed, or at once when the store no longer holds the
-// changes since index (the caller then reads the roots as they are).
+// changes since index, or the server begins to shut down (the caller
+// then reads the roots as they are).
 func (h routes) waitForRoots(r *http.Request, index uint64, wait time.Duration) error {
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
+	// A server that shuts down answers at once, so that its shutdown does
+	// not wait on the read; the client reads again, from another server.
+	defer context.AfterFunc(httpapi.Stopping(r.Context()), cancel)()
 	watch, err := h.api.Watch(ctx, &pbresource.WatchListRequest{Type: ca.RootType, Tenancy: &pbresource.Tenancy{}, SinceIndex: index})
 	if resource.NeedsRelist(err) {
 		return nil
