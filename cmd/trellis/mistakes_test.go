@@ -108,6 +108,19 @@ func TestEveryParentCommandRefusesUnknownWords(t *testing.T) {
 	})
 }
 
+// TestFlagGroupMistakesAreUsageErrors: flags cobra refuses together (a
+// flag group) are a mistake in the call, exit 2, like any other.
+func TestFlagGroupMistakesAreUsageErrors(t *testing.T) {
+	addr, requests := requestCounter(t)
+	code, out, errOut := run(t, "", nil, "ca", "roots", "--pem", "-o", "json", "-addr", addr)
+	if code != 2 || out != "" || !strings.Contains(errOut, "if any flags in the group [pem output] are set none of the others can be") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 2 naming the group", code, out, errOut)
+	}
+	if n := requests(); n != 0 {
+		t.Fatalf("a refused command sent %d requests", n)
+	}
+}
+
 func TestClosedSetFlagsRefuseOtherValues(t *testing.T) {
 	addr, requests := requestCounter(t)
 	for _, tc := range []struct {

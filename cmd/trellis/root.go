@@ -40,7 +40,10 @@ func isCobraUsageError(err error) bool {
 	msg := err.Error()
 	return strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "accepts ") ||
 		strings.HasPrefix(msg, "requires ") || strings.HasPrefix(msg, "unknown flag") ||
-		strings.HasPrefix(msg, "unknown shorthand flag")
+		strings.HasPrefix(msg, "unknown shorthand flag") ||
+		// cobra's flag groups (MarkFlagsMutuallyExclusive and the like)
+		strings.HasPrefix(msg, "if any flags in the group") ||
+		strings.HasPrefix(msg, "at least one of the flags in the group")
 }
 
 func newRootCmd(e *cli.Env) *cobra.Command {
