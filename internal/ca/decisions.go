@@ -12,6 +12,10 @@ type RootState struct {
 	Active       bool
 	RotatedOutAt time.Time // zero while active, or when unknown
 	NotAfter     time.Time
+	// LeafTTL is the longest leaf TTL in force while the root was active
+	// (CARoot.max_leaf_ttl); zero when unknown. The longer of it and the
+	// leafTTL the decisions are given is the one that counts.
+	LeafTTL time.Duration
 }
 
 // RootsToPrune returns, in the order given, the ids of the roots that can
@@ -21,17 +25,20 @@ type RootState struct {
 // peers still holding old bundles), or once it has expired. The active
 // root is never pruned, whatever its dates.
 //
-// leafTTL must be the longest leaf TTL in force since the root was
-// rotated out. A leafTTL of zero or less prunes by expiry alone: without a
-// known lifetime of leaves, only expiry proves none is still valid.
+// leafTTL is the leaf TTL in force now; a root's own LeafTTL, the longest
+// in force while it signed, counts when it is longer, so that lowering the
+// leaf TTL never prunes a root before a leaf it signed has expired. With
+// neither above zero a root is pruned by expiry alone: without a known
+// lifetime of leaves, only expiry proves none is still valid.
 func RootsToPrune(roots []RootState, leafTTL time.Duration, now time.Time) []string {
 	var out []string
 	for _, r := range roots {
 		if r.Active {
 			continue
 		}
+		ttl := max(leafTTL, r.LeafTTL)
 		expired := !r.NotAfter.IsZero() && !now.Before(r.NotAfter)
-		drained := leafTTL > 0 && !r.RotatedOutAt.IsZero() && !now.Before(r.RotatedOutAt.Add(2*leafTTL))
+		drained := ttl > 0 && !r.RotatedOutAt.IsZero() && !now.Before(r.RotatedOutAt.Add(2*ttl))
 		if expired || drained {
 			out = append(out, r.ID)
 		}
@@ -115,8 +122,8 @@ func NextPruneAt(roots []RootState, leafTTL time.Duration, now time.Time) time.T
 			continue
 		}
 		consider(r.NotAfter)
-		if leafTTL > 0 && !r.RotatedOutAt.IsZero() {
-			consider(r.RotatedOutAt.Add(2 * leafTTL))
+		if ttl := max(leafTTL, r.LeafTTL); ttl > 0 && !r.RotatedOutAt.IsZero() {
+			consider(r.RotatedOutAt.Add(2 * ttl))
 		}
 	}
 	return next

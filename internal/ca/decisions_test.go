@@ -36,6 +36,9 @@ func TestRootsToPrune(t *testing.T) {
 		{"no rotated-out time: expiry alone", []RootState{{ID: "old", NotAfter: far}}, ttl, drained.Add(1000 * time.Hour), nil},
 		{"no rotated-out time, expired", []RootState{{ID: "old", NotAfter: far}}, ttl, far, []string{"old"}},
 		{"no leaf TTL: expiry alone", []RootState{{ID: "old", RotatedOutAt: out, NotAfter: far}}, 0, drained.Add(1000 * time.Hour), nil},
+		{"the root's longer leaf TTL: not yet", []RootState{{ID: "old", RotatedOutAt: out, NotAfter: far, LeafTTL: 2 * ttl}}, ttl, drained, nil},
+		{"the root's longer leaf TTL: drained", []RootState{{ID: "old", RotatedOutAt: out, NotAfter: far, LeafTTL: 2 * ttl}}, ttl, out.Add(4 * ttl), []string{"old"}},
+		{"the root's leaf TTL alone", []RootState{{ID: "old", RotatedOutAt: out, NotAfter: far, LeafTTL: ttl}}, 0, drained, []string{"old"}},
 		{"two old, one drained", []RootState{
 			{ID: "older", RotatedOutAt: out.Add(-24 * time.Hour), NotAfter: far},
 			{ID: "old", RotatedOutAt: out.Add(time.Hour), NotAfter: far},

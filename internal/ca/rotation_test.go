@@ -82,6 +82,9 @@ func TestNextPruneAt(t *testing.T) {
 		}, ttl, t0, t0.Add(2 * ttl)},
 		{"all due: none later", []RootState{{ID: "old", RotatedOutAt: t0.Add(-3 * ttl), NotAfter: far}}, ttl, t0, time.Time{}},
 		{"no leaf TTL: expiry", []RootState{{ID: "old", RotatedOutAt: t0, NotAfter: far}}, 0, t0, far},
+		{"the root's own longer leaf TTL", []RootState{{ID: "old", RotatedOutAt: t0, NotAfter: far, LeafTTL: 2 * ttl}}, ttl, t0, t0.Add(4 * ttl)},
+		{"the leaf TTL given, when longer", []RootState{{ID: "old", RotatedOutAt: t0, NotAfter: far, LeafTTL: ttl / 2}}, ttl, t0, t0.Add(2 * ttl)},
+		{"only the root's leaf TTL", []RootState{{ID: "old", RotatedOutAt: t0, NotAfter: far, LeafTTL: ttl}}, 0, t0, t0.Add(2 * ttl)},
 		{"none", nil, ttl, t0, time.Time{}},
 	}
 	for _, c := range cases {
@@ -105,6 +108,7 @@ func TestNextPruneAtAgreesWithRootsToPrune(t *testing.T) {
 				r.RotatedOutAt = t0.Add(time.Duration(rapid.Int64Range(-1e15, 1e15).Draw(t, "out")))
 			}
 			r.NotAfter = t0.Add(time.Duration(rapid.Int64Range(-1e15, 1e15).Draw(t, "notAfter")))
+			r.LeafTTL = time.Duration(rapid.Int64Range(-1e12, 1e15).Draw(t, "rootTTL"))
 			roots = append(roots, r)
 		}
 		ttl := time.Duration(rapid.Int64Range(-1e12, 1e15).Draw(t, "ttl"))

@@ -254,6 +254,8 @@ func TestValidateRoot(t *testing.T) {
 	}{
 		{"valid", "", func(*pbca.CARoot) {}, ""},
 		{"rotated out", "", func(r *pbca.CARoot) { r.Active, r.RotatedOutAt = false, timestamppb.Now() }, ""},
+		{"with its longest leaf TTL", "", func(r *pbca.CARoot) { r.MaxLeafTtl = durationpb.New(72 * time.Hour) }, ""},
+		{"a negative longest leaf TTL", "", func(r *pbca.CARoot) { r.MaxLeafTtl = durationpb.New(-time.Hour) }, "data.max_leaf_ttl: -1h0m0s is not a positive duration"},
 		{"with intermediates", "", func(r *pbca.CARoot) { r.IntermediateCerts, r.SigningCert = []string{other.certPEM}, other.certPEM }, ""},
 		{"another name", "abc", func(*pbca.CARoot) {}, "id.name: must be"},
 		{"id not a key id", "", func(r *pbca.CARoot) { r.Id = "abc" }, `data.id: "abc" is not a key id`},

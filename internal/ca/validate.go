@@ -262,6 +262,11 @@ func checkRoot(r *pbca.CARoot) error {
 	if !na.AsTime().After(nb.AsTime()) {
 		return resource.NewFieldError("not_after", "%s is not after not_before (%s)", na.AsTime().Format(time.RFC3339), nb.AsTime().Format(time.RFC3339))
 	}
+	if d := r.GetMaxLeafTtl(); d != nil {
+		if _, err := ttl("max_leaf_ttl", d); err != nil {
+			return err
+		}
+	}
 	if r.GetActive() && r.GetRotatedOutAt() != nil {
 		return resource.NewFieldError("rotated_out_at", "must be unset on the active root: only a root rotated out has one")
 	}

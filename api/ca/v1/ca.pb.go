@@ -280,7 +280,7 @@ type CARoot struct {
 	// active: the root leaves are signed under now. One root is active.
 	Active bool `protobuf:"varint,6,opt,name=active,proto3" json:"active,omitempty"`
 	// rotated_out_at is when the root stopped being active; it is pruned
-	// 2 × leaf_ttl later.
+	// 2 × max_leaf_ttl later.
 	RotatedOutAt   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=rotated_out_at,json=rotatedOutAt,proto3" json:"rotated_out_at,omitempty"`
 	NotBefore      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
 	NotAfter       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
@@ -289,7 +289,12 @@ type CARoot struct {
 	// datacenter is where the root was made: the primary's.
 	Datacenter string `protobuf:"bytes,12,opt,name=datacenter,proto3" json:"datacenter,omitempty"`
 	// rotation is the CAConfig.rotation the root was made for.
-	Rotation      uint64 `protobuf:"varint,13,opt,name=rotation,proto3" json:"rotation,omitempty"`
+	Rotation uint64 `protobuf:"varint,13,opt,name=rotation,proto3" json:"rotation,omitempty"`
+	// max_leaf_ttl is the longest CAConfig.leaf_ttl in force while the root
+	// was active (the CA manager raises it as leaf_ttl rises): no leaf the
+	// root signed lives longer, so the root is pruned 2 × max_leaf_ttl
+	// after it was rotated out, whatever leaf_ttl is by then.
+	MaxLeafTtl    *durationpb.Duration `protobuf:"bytes,14,opt,name=max_leaf_ttl,json=maxLeafTtl,proto3" json:"max_leaf_ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -413,6 +418,13 @@ func (x *CARoot) GetRotation() uint64 {
 		return x.Rotation
 	}
 	return 0
+}
+
+func (x *CARoot) GetMaxLeafTtl() *durationpb.Duration {
+	if x != nil {
+		return x.MaxLeafTtl
+	}
+	return nil
 }
 
 // CASigningKey holds the private key that signs leaves for one root
@@ -732,7 +744,7 @@ const file_api_ca_v1_ca_proto_rawDesc = "" +
 	"\x0eactive_root_id\x18\x03 \x01(\tR\factiveRootId\x12\x1d\n" +
 	"\n" +
 	"last_error\x18\x04 \x01(\tR\tlastError\x12=\n" +
-	"\flast_attempt\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vlastAttempt\"\x88\x04\n" +
+	"\flast_attempt\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vlastAttempt\"\xc5\x04\n" +
 	"\x06CARoot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\ftrust_domain\x18\x02 \x01(\tR\vtrustDomain\x12\x1b\n" +
@@ -750,7 +762,9 @@ const file_api_ca_v1_ca_proto_rawDesc = "" +
 	"\n" +
 	"datacenter\x18\f \x01(\tR\n" +
 	"datacenter\x12\x1a\n" +
-	"\brotation\x18\r \x01(\x04R\brotation\"k\n" +
+	"\brotation\x18\r \x01(\x04R\brotation\x12;\n" +
+	"\fmax_leaf_ttl\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"maxLeafTtl\"k\n" +
 	"\fCASigningKey\x12\x17\n" +
 	"\aroot_id\x18\x01 \x01(\tR\x06rootId\x12\x1f\n" +
 	"\vprivate_key\x18\x02 \x01(\tR\n" +
@@ -808,16 +822,17 @@ var file_api_ca_v1_ca_proto_depIdxs = []int32{
 	9,  // 4: trellis.ca.v1.CARoot.rotated_out_at:type_name -> google.protobuf.Timestamp
 	9,  // 5: trellis.ca.v1.CARoot.not_before:type_name -> google.protobuf.Timestamp
 	9,  // 6: trellis.ca.v1.CARoot.not_after:type_name -> google.protobuf.Timestamp
-	9,  // 7: trellis.ca.v1.SignResponse.not_after:type_name -> google.protobuf.Timestamp
-	4,  // 8: trellis.ca.v1.CAService.Sign:input_type -> trellis.ca.v1.SignRequest
-	6,  // 9: trellis.ca.v1.CAService.SignIntermediate:input_type -> trellis.ca.v1.SignIntermediateRequest
-	5,  // 10: trellis.ca.v1.CAService.Sign:output_type -> trellis.ca.v1.SignResponse
-	7,  // 11: trellis.ca.v1.CAService.SignIntermediate:output_type -> trellis.ca.v1.SignIntermediateResponse
-	10, // [10:12] is the sub-list for method output_type
-	8,  // [8:10] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	8,  // 7: trellis.ca.v1.CARoot.max_leaf_ttl:type_name -> google.protobuf.Duration
+	9,  // 8: trellis.ca.v1.SignResponse.not_after:type_name -> google.protobuf.Timestamp
+	4,  // 9: trellis.ca.v1.CAService.Sign:input_type -> trellis.ca.v1.SignRequest
+	6,  // 10: trellis.ca.v1.CAService.SignIntermediate:input_type -> trellis.ca.v1.SignIntermediateRequest
+	5,  // 11: trellis.ca.v1.CAService.Sign:output_type -> trellis.ca.v1.SignResponse
+	7,  // 12: trellis.ca.v1.CAService.SignIntermediate:output_type -> trellis.ca.v1.SignIntermediateResponse
+	11, // [11:13] is the sub-list for method output_type
+	9,  // [9:11] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_api_ca_v1_ca_proto_init() }

@@ -171,6 +171,10 @@ func (m *Manager) converge(ctx context.Context, cfgRes *pbresource.Resource) (Ou
 		// brings, prunes from a fresh list.
 		return Outcome{ActiveRootID: id, RotatedOut: active.root.GetId()}, nil
 	}
+	if wrote, err := m.recordLeafTTL(ctx, cfg, active); err != nil || wrote {
+		// The roots changed: the reconcile the change brings prunes.
+		return out, err
+	}
 	out.Pruned, out.NextPrune, err = m.prune(ctx, cfg, roots)
 	return out, err
 }

@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	pbca "trellis.dev/trellis/api/ca/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/ca"
@@ -23,7 +27,8 @@ func (m *Manager) prune(ctx context.Context, cfg *pbca.CAConfig, roots []storedR
 	states := make([]ca.RootState, len(roots))
 	byID := make(map[string]storedRoot, len(roots))
 	for i, r := range roots {
-		states[i] = ca.RootState{ID: r.root.GetId(), Active: r.root.GetActive(), NotAfter: r.root.GetNotAfter().AsTime()}
+		states[i] = ca.RootState{ID: r.root.GetId(), Active: r.root.GetActive(), NotAfter: r.root.GetNotAfter().AsTime(),
+			LeafTTL: r.root.GetMaxLeafTtl().AsDuration()}
 		if r.root.GetRotatedOutAt().IsValid() {
 			states[i].RotatedOutAt = r.root.GetRotatedOutAt().AsTime()
 		}
@@ -40,7 +45,31 @@ func (m *Manager) prune(ctx context.Context, cfg *pbca.CAConfig, roots []storedR
 			return pruned, time.Time{}, fmt.Errorf("prune the root %s: %w", id, err)
 		}
 		pruned = append(pruned, id)
-		m.log().Info("pruned a CA root rotated out", "root_id", id, "rotated_out_at", r.root.GetRotatedOutAt().AsTime(), "leaf_ttl", leafTTL)
+		m.log().Info("pruned a CA root rotated out", "root_id", id, "rotated_out_at", r.root.GetRotatedOutAt().AsTime(),
+			"leaf_ttl", max(leafTTL, r.root.GetMaxLeafTtl().AsDuration()))
 	}
 	return pruned, ca.NextPruneAt(states, leafTTL, now), nil
+}
+
+// recordLeafTTL raises the active root's max_leaf_ttl to the leaf_ttl in
+// force when that is longer, at the version listed: pruning waits for the
+// longest-lived leaf the root can have signed, even if leaf_ttl is lowered
+// later. It returns whether it wrote.
+func (m *Manager) recordLeafTTL(ctx context.Context, cfg *pbca.CAConfig, active *storedRoot) (bool, error) {
+	leafTTL := cfg.GetLeafTtl().AsDuration()
+	if active.root.GetMaxLeafTtl().AsDuration() >= leafTTL {
+		return false, nil
+	}
+	next := proto.Clone(active.root).(*pbca.CARoot)
+	next.MaxLeafTtl = durationpb.New(leafTTL)
+	data, err := anypb.New(next)
+	if err != nil {
+		return false, err
+	}
+	if _, err := m.API.Write(ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{
+		Id: active.res.GetId(), Version: active.res.GetVersion(), Data: data,
+	}}); err != nil {
+		return false, fmt.Errorf("record leaf_ttl %s on the active root %s: %w", leafTTL, active.root.GetId(), err)
+	}
+	return true, nil
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pbca "trellis.dev/trellis/api/ca/v1"
@@ -121,6 +122,7 @@ func (m *Manager) rotate(ctx context.Context, cfg *pbca.CAConfig, old *storedRoo
 	retired := proto.Clone(old.root).(*pbca.CARoot)
 	retired.Active = false
 	retired.RotatedOutAt = timestamppb.New(now)
+	retired.MaxLeafTtl = durationpb.New(max(retired.GetMaxLeafTtl().AsDuration(), cfg.GetLeafTtl().AsDuration()))
 	retiredData, err := anypb.New(retired)
 	if err != nil {
 		return "", err
@@ -170,7 +172,7 @@ func (m *Manager) rootResource(nr newRootMaterial, trustDomain string, cfg *pbca
 		IntermediateCerts: intermediates,
 		NotBefore:         timestamppb.New(nr.cert.NotBefore), NotAfter: timestamppb.New(nr.cert.NotAfter),
 		PrivateKeyType: kt.Algorithm, PrivateKeyBits: int32(kt.Bits), Rotation: cfg.GetRotation(),
-		Datacenter: m.datacenter(),
+		Datacenter: m.datacenter(), MaxLeafTtl: cfg.GetLeafTtl(),
 	})
 	if err != nil {
 		return nil, err

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -216,8 +218,8 @@ func TestRotationToSuppliedRoot(t *testing.T) {
 	}
 }
 
-// configure writes the CAConfig directly (the test's managers run without
-// the routes).
+// configure writes the CAConfig directly, creating it when there is none
+// (the test's managers run without the routes).
 func configure(t *testing.T, api resource.API, c *pbca.CAConfig) {
 	t.Helper()
 	ctx := resource.FromOperations(context.Background())
@@ -226,11 +228,15 @@ func configure(t *testing.T, api resource.API, c *pbca.CAConfig) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	version := resource.CreateOnly
 	resp, err := api.Read(ctx, &pbresource.ReadRequest{Id: ca.ConfigID()})
-	if err != nil {
+	switch {
+	case err == nil:
+		version = resp.GetResource().GetVersion()
+	case status.Code(err) != codes.NotFound:
 		t.Fatal(err)
 	}
-	if _, err := api.Write(ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: ca.ConfigID(), Version: resp.GetResource().GetVersion(), Data: data}}); err != nil {
+	if _, err := api.Write(ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: ca.ConfigID(), Version: version, Data: data}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -263,11 +269,12 @@ func TestPruneAfterTwiceLeafTTL(t *testing.T) {
 	})
 	now := time.Now().UTC().Truncate(time.Second)
 	m := &camodule.Manager{API: srv.API(), Now: func() time.Time { return now }}
+	leafTTL := 2 * time.Hour
+	configure(t, srv.API(), &pbca.CAConfig{LeafTtl: durationOf(leafTTL)})
 	first, err := m.Reconcile(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	leafTTL := 2 * time.Hour
 	configure(t, srv.API(), &pbca.CAConfig{Rotation: 1, LeafTtl: durationOf(leafTTL)})
 	rotatedAt := now
 	out, err := m.Reconcile(context.Background())
@@ -405,5 +412,44 @@ func TestSignAfterRotation(t *testing.T) {
 	}
 	if err := ca.VerifyLeaf(whole, rootCerts(t, roots.Roots...), now); err != nil {
 		t.Errorf("a new leaf against the bundle: %v", err)
+	}
+}
+
+// Pruning waits 2 × the longest leaf_ttl in force while a root was
+// active: raising leaf_ttl is recorded on the active root, and lowering it
+// later, or at the rotation, does not shorten the wait.
+func TestPruneWaitsForTheLongestLeafTTL(t *testing.T) {
+	srv := start(t, []module.Module{core.Module(), caTypes{}})
+	eventually(t, "the cluster id", func() bool {
+		_, err := core.ClusterID(context.Background(), srv.API())
+		return err == nil
+	})
+	now := time.Now().UTC().Truncate(time.Second)
+	m := &camodule.Manager{API: srv.API(), Now: func() time.Time { return now }}
+	configure(t, srv.API(), &pbca.CAConfig{LeafTtl: durationOf(2 * time.Hour)})
+	first, err := m.Reconcile(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	configure(t, srv.API(), &pbca.CAConfig{LeafTtl: durationOf(10 * time.Hour)})
+	if _, err := m.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedRoots(t, srv.API())[first.ActiveRootID].GetMaxLeafTtl().AsDuration(); got != 10*time.Hour {
+		t.Fatalf("max_leaf_ttl of the active root after leaf_ttl rose to 10h = %v", got)
+	}
+	configure(t, srv.API(), &pbca.CAConfig{LeafTtl: durationOf(time.Hour), Rotation: 1})
+	rotatedAt := now
+	if out, err := m.Reconcile(context.Background()); err != nil || out.RotatedOut != first.ActiveRootID {
+		t.Fatalf("Reconcile after rotation 1 = %+v, %v", out, err)
+	}
+	now = rotatedAt.Add(2 * time.Hour) // 2 × the leaf_ttl now in force
+	out, err := m.Reconcile(context.Background())
+	if due := rotatedAt.Add(20 * time.Hour); err != nil || len(out.Pruned) != 0 || !out.NextPrune.Equal(due) {
+		t.Fatalf("Reconcile at 2 × the lowered leaf_ttl = %+v, %v; want nothing pruned before %v", out, err, due)
+	}
+	now = rotatedAt.Add(20 * time.Hour)
+	if out, err := m.Reconcile(context.Background()); err != nil || len(out.Pruned) != 1 || out.Pruned[0] != first.ActiveRootID {
+		t.Fatalf("Reconcile at 2 × the longest leaf_ttl = %+v, %v; want %s pruned", out, err, first.ActiveRootID)
 	}
 }
