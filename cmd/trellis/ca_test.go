@@ -49,7 +49,7 @@ func TestCARootsCommand(t *testing.T) {
 	if !root.IsCA || len(root.URIs) != 1 || root.URIs[0].String() != "spiffe://"+td[1] {
 		t.Errorf("the root is CA %t with URIs %v, want a CA of spiffe://%s", root.IsCA, root.URIs, td[1])
 	}
-	expect(1, "", "", "ca", "roots", "--pem", "-o", "json")
+	expect(2, "", "", "ca", "roots", "--pem", "-o", "json") // a usage mistake
 }
 
 // trellis ca config get|set and trellis ca rotate against a real dev
