@@ -528,3 +528,42 @@ func setLimits(t *testing.T, srv *server.Server, perSecond float64, concurrent i
 		t.Fatal(err)
 	}
 }
+
+// After a rotation the signer moves to the new root by itself: its
+// leaves carry the cross-signed root in chain_pem, and verify against a
+// pool of the old root alone, of the new root alone, and with openssl
+// against the bundle. Signing never stops meanwhile: every answer during
+// the switch verifies against the roots.
+func TestSigningThroughARotation(t *testing.T) {
+	srv := start(t, nil)
+	base := "http://" + srv.HTTPAddr()
+	first := activeRoots(t, base)
+	web := ca.ServiceID{TrustDomain: first.TrustDomain, Namespace: "default", Datacenter: "dc1", Service: "web"}
+	key := p256(t)
+	csr := newCSR(t, key, []string{web.String()})
+	before := signOK(t, base, csr)
+	if code, body := put(t, base+"/v1/ca/config", map[string]any{"config": map[string]any{"rotation": 1}}); code != http.StatusOK {
+		t.Fatalf("PUT rotation 1 = %d %s", code, body)
+	}
+	var after camodule.SignBody
+	var roots camodule.RootsBody
+	eventually(t, "a leaf of the new root", func() bool {
+		after = signOK(t, base, csr)
+		get(t, base+"/v1/ca/roots", &roots)
+		verifyAsPeer(t, roots, after, time.Now())
+		return after.ChainPEM != ""
+	})
+	if len(roots.Roots) != 2 {
+		t.Fatalf("%d roots after the rotation, want 2", len(roots.Roots))
+	}
+	newRoot, oldRoot := roots.Roots[0], roots.Roots[1]
+	if !newRoot.Active || after.ChainPEM != newRoot.IntermediateCerts[0] {
+		t.Fatalf("chain_pem is not the new root's cross-signed certificate:\n%s", after.ChainPEM)
+	}
+	only := func(r camodule.RootBody) camodule.RootsBody { return camodule.RootsBody{Roots: []camodule.RootBody{r}} }
+	verifyAsPeer(t, only(oldRoot), after, time.Now())
+	verifyAsPeer(t, only(newRoot), after, time.Now())
+	verifyAsPeer(t, roots, before, time.Now())
+	verifyWithOpenSSL(t, roots, after)
+	verifyWithOpenSSL(t, only(oldRoot), after)
+}
