@@ -2,7 +2,8 @@
 // (internal/module): the CA's types (internal/ca), the CA manager that
 // runs on the leader and keeps the cluster at exactly one active root —
 // making the first, rotating to a new one when the configuration asks,
-// pruning the old ones — and the CA's routes, /v1/ca/roots and
+// pruning the old ones —, the signer that every server runs (the gRPC
+// CAService and POST /v1/ca/sign) and the CA's routes, /v1/ca/roots and
 // /v1/ca/config.
 //
 // Design decisions:
@@ -32,6 +33,22 @@
 //     one. A PUT merges: the settings it leaves out keep their values, so
 //     an answer of GET sent back changes nothing, and a raised rotation is
 //     the only way to ask for a new root with the same settings.
+//   - The signer runs on every server, not only the leader, and never
+//     asks the leader anything per certificate: it watches the roots, the
+//     sealed signing keys and the CAConfig in its own server's replicated
+//     state (a watch per type, opened again with backoff), and keeps the
+//     active root's key parsed in memory (signingState, swapped
+//     atomically; parsed again only when the root or key changes). What
+//     to sign with is decided from plain values (buildSigningState). When
+//     the stored CA cannot be signed with — a rotation's new root
+//     replicated a moment before its key, say — it keeps signing with
+//     what it had: leaves of the previous root stay valid until it is
+//     pruned.
+//   - A per-server limit (Limiter: a token bucket for
+//     csr_max_per_second, a count for csr_max_concurrent, time given to
+//     it) refuses at once with a retry-after instead of queueing; the
+//     defaults are above what a server's CPU signs, so the limit is a
+//     ceiling an operator chooses, not the usual bottleneck.
 //   - The routes never return a private key: /v1/ca/roots shows CARoots,
 //     which hold none, and /v1/ca/config clears the write-only key field
 //     even though a stored CAConfig never holds one.
