@@ -117,14 +117,6 @@ func perSig(cpu time.Duration, n int) string {
 	return report.Round(cpu / time.Duration(n)).String()
 }
 
-// each1 is the time of one operation at rate per second.
-func each1(rate float64) time.Duration {
-	if rate <= 0 {
-		return 0
-	}
-	return time.Duration(float64(time.Second) / rate)
-}
-
 // thousands formats a rate as an integer with thousands separators.
 func thousands(v float64) string {
 	s := fmt.Sprintf("%.0f", v)
