@@ -71,9 +71,9 @@ func (b *bench) reportSign(r *signResult) bool {
 		server := serverTotal / time.Duration(r.signed)
 		client := r.clientCPU / time.Duration(r.signed)
 		fmt.Fprintf(w, "Per signature the servers spent %s of CPU, of which the signer's own work is %s in-process "+
-			"(the rest is the RPC: gRPC, protobuf, the interceptors, the limiter, and the scheduler); the client %s. "+
-			"CPU time per signature moves less with the machine's other load than the rates do: at that cost, %d idle cores "+
-			"would sign about %s/s (servers and client), %s/s (servers alone).\n\n",
+			"(the rest: gRPC and protobuf, the interceptors and the limiter, the runtime's scheduling and garbage collection); the client %s. "+
+			"At those costs, %d otherwise idle cores would sign about %s/s (servers and client) or %s/s (servers alone): a projection, "+
+			"not a measurement, and CPU per signature on this busy machine is itself higher than on a quiet one.\n\n",
 			report.Round(server), report.Round(c.signerCPU), report.Round(client), c.cores,
 			thousands(float64(c.cores)/(server+client).Seconds()), thousands(float64(c.cores)/server.Seconds()))
 	}
