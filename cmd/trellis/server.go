@@ -19,6 +19,8 @@ func newServerCmd(e *cli.Env) *cobra.Command {
 		raftMultiplier  int
 		tlsFiles        tlsutil.Config
 		httpsAddr       string
+		primaryDC       string
+		primaryAddrs    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -42,6 +44,15 @@ serves the HTTP API over TLS, and the files are read again on SIGHUP.
 signs leaf certificates whose SPIFFE ids name it, and -tls-cert-file must be a
 server certificate of it (server.<datacenter>.trellis).
 
+-primary-datacenter and -primary-address make the cluster a secondary
+datacenter of the Connect CA: its leader takes the primary's roots (and its
+trust domain) and has the primary sign an intermediate CA that its servers sign
+leaves with, so that services of every datacenter verify each other.
+-primary-address is the public gRPC address (-grpc-addr) of a server of the
+primary; give several (repeated, or comma-separated) to try them in turn.
+Without -primary-datacenter, or with this server's own -datacenter, the
+cluster is the primary and makes its own root (docs/ca.md).
+
 When the leader dies, the others elect a new one in about a second. On slow
 networks or busy, shared machines, where a server may miss the leader's
 heartbeats for half a second without anything being wrong, give every server
@@ -52,7 +63,12 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
   trellis server -data-dir /var/lib/trellis/s2 -http-addr 127.0.0.1:7710 -grpc-addr 127.0.0.1:7711 -raft-addr 127.0.0.1:7712 \
       -server-addr 127.0.0.1:7713 -bootstrap-expect 3 -retry-join 127.0.0.1:7703 -retry-join 127.0.0.1:7723
   trellis server -data-dir /var/lib/trellis/s3 -http-addr 127.0.0.1:7720 -grpc-addr 127.0.0.1:7721 -raft-addr 127.0.0.1:7722 \
-      -server-addr 127.0.0.1:7723 -bootstrap-expect 3 -retry-join 127.0.0.1:7703 -retry-join 127.0.0.1:7713`,
+      -server-addr 127.0.0.1:7723 -bootstrap-expect 3 -retry-join 127.0.0.1:7703 -retry-join 127.0.0.1:7713
+
+  # a one-server secondary datacenter dc2 of the cluster above (dc1)
+  trellis server -data-dir /var/lib/trellis/dc2 -datacenter dc2 -http-addr 127.0.0.1:7800 -grpc-addr 127.0.0.1:7801 \
+      -raft-addr 127.0.0.1:7802 -server-addr 127.0.0.1:7803 -bootstrap-expect 1 \
+      -primary-datacenter dc1 -primary-address 127.0.0.1:7701,127.0.0.1:7711`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := serverConfig(f, bootstrapExpect, retryJoin, raftMultiplier)
@@ -68,6 +84,7 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 				}
 			}
 			cfg.HTTPSAddr = httpsAddr
+			cfg.PrimaryDatacenter, cfg.PrimaryAddrs = primaryDC, primaryAddrs
 			if err := cfg.Validate(); err != nil {
 				return cli.Usage(err)
 			}
@@ -87,6 +104,10 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 	cmd.Flags().StringArrayVar(&retryJoin, "retry-join", nil, "server-to-server address (another server's -server-addr, host:port) to join through; repeatable, retried until one answers")
 	cmd.Flags().StringVar(&f.datacenter, "datacenter", tlsutil.DefaultDatacenter,
 		"the datacenter this server is part of, a lower-case DNS label: every server of a cluster gives the same one; the Connect CA signs certificates of this datacenter only")
+	cmd.Flags().StringVar(&primaryDC, "primary-datacenter", "",
+		"the datacenter whose Connect CA is the federation's (default: this server's -datacenter, which makes this cluster the primary); another name makes this cluster a secondary, which needs -primary-address")
+	cmd.Flags().StringSliceVar(&primaryAddrs, "primary-address", nil,
+		"public gRPC address (host:port, the primary servers' -grpc-addr) of a server of -primary-datacenter, which a secondary's CA gets its roots and intermediate from; repeatable or comma-separated, tried in turn")
 	cmd.Flags().StringVar(&httpsAddr, "https-addr", "", "also serve the HTTP API over TLS on this address (host:port; needs the -tls-* files)")
 	cmd.Flags().StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "the cluster CA's certificate (PEM, from `trellis tls ca create`): with -tls-cert-file and -tls-key-file, servers talk to each other (Raft and -server-addr) only over mutual TLS")
 	cmd.Flags().StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "this server's certificate (PEM, from `trellis tls cert create -server`); reloaded on SIGHUP")

@@ -58,6 +58,19 @@ type Config struct {
 	// (tlsutil.DefaultDatacenter when empty): the Connect CA signs leaves
 	// of this datacenter only. A DNS label in lower case.
 	Datacenter string
+	// PrimaryDatacenter is the datacenter whose CA is the federation's
+	// (-primary-datacenter): empty or Datacenter makes this cluster the
+	// primary, which makes its own root; another name makes it a
+	// secondary, whose CA gets its roots and an intermediate from the
+	// primary at PrimaryAddrs. It configures the CA of the default
+	// modules; a Config that names its Modules configures their CA itself.
+	PrimaryDatacenter string
+	// PrimaryAddrs are the public gRPC addresses (host:port) of servers of
+	// the primary datacenter (-primary-address), tried in turn: a
+	// secondary's only. The public port, not the server-to-server one:
+	// two clusters have different server CAs, so no server of one holds a
+	// certificate the other's server-to-server port accepts.
+	PrimaryAddrs []string
 	// Raft, when set, makes the server a Raft voter with durable storage.
 	// Nil: everything in memory, this server the leader at once.
 	Raft *RaftConfig
@@ -175,11 +188,57 @@ func (c Config) Validate() error {
 	if err := tlsutil.CheckDatacenter(c.Datacenter); err != nil {
 		return configError("-datacenter", "%v", err)
 	}
+	if err := c.validatePrimary(); err != nil {
+		return err
+	}
 	if c.HeartbeatTTL != 0 && c.HeartbeatTTL < heartbeat.MinTTL {
 		return configError("-heartbeat-ttl", "%s is below the minimum of %s", c.HeartbeatTTL, heartbeat.MinTTL)
 	}
 	if c.Raft != nil {
 		return c.Raft.validate(c.RaftAddr)
+	}
+	return nil
+}
+
+// IsSecondary reports whether the configuration makes this cluster a
+// secondary datacenter: a primary datacenter other than its own.
+func (c Config) IsSecondary() bool {
+	c = c.withDefaults()
+	return c.PrimaryDatacenter != "" && c.PrimaryDatacenter != c.Datacenter
+}
+
+// validatePrimary checks -primary-datacenter and -primary-address: a
+// secondary needs at least one address of the primary, a primary takes
+// none, and each is a host:port another machine can dial.
+func (c Config) validatePrimary() error {
+	if c.PrimaryDatacenter != "" {
+		if err := tlsutil.CheckDatacenter(c.PrimaryDatacenter); err != nil {
+			return configError("-primary-datacenter", "%v", err)
+		}
+	}
+	if !c.IsSecondary() {
+		if len(c.PrimaryAddrs) > 0 {
+			return configError("-primary-address", "only a secondary datacenter takes it: give -primary-datacenter, the primary's datacenter, other than this server's -datacenter %q", c.Datacenter)
+		}
+		return nil
+	}
+	if len(c.PrimaryAddrs) == 0 {
+		return configError("-primary-address", "required: -primary-datacenter %q makes this cluster (%q) a secondary, which needs the public gRPC address of a server of %q (for example %s)",
+			c.PrimaryDatacenter, c.Datacenter, c.PrimaryDatacenter, ExampleAddr("-primary-address"))
+	}
+	seen := map[string]bool{}
+	for _, a := range c.PrimaryAddrs {
+		if err := ValidateAddr("-primary-address", a); err != nil {
+			return err
+		}
+		host, port, _ := net.SplitHostPort(a)
+		if ip := net.ParseIP(host); host == "" || port == "0" || (ip != nil && ip.IsUnspecified()) {
+			return configError("-primary-address", "%q: give the host and public gRPC port (-grpc-addr) of a server of %q (for example %s)", a, c.PrimaryDatacenter, ExampleAddr("-primary-address"))
+		}
+		if seen[a] {
+			return configError("-primary-address", "%q given twice", a)
+		}
+		seen[a] = true
 	}
 	return nil
 }
@@ -234,7 +293,7 @@ func ValidateAddr(field, addr string) error {
 // would lead a user to give the wrong one.
 func ExampleAddr(field string) string {
 	switch field {
-	case "-grpc-addr":
+	case "-grpc-addr", "-primary-address":
 		return DefaultGRPCAddr
 	case "-server-addr", "-retry-join":
 		return DefaultServerAddr

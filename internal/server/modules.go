@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"google.golang.org/grpc"
 
@@ -19,16 +18,17 @@ import (
 // DefaultModules are the domains a server serves unless its Config names
 // others: the core (namespaces), the orchestrator, the daemon
 // scheduler and the Connect CA. This list is the one place a domain is added.
-func DefaultModules() []module.Module { return defaultModules(0) }
+func DefaultModules() []module.Module { return defaultModules(Config{}) }
 
-// defaultModules is DefaultModules with the orchestrator's heartbeat TTL
-// (Config.HeartbeatTTL).
-func defaultModules(heartbeatTTL time.Duration) []module.Module {
+// defaultModules is DefaultModules configured by cfg: the orchestrator's
+// heartbeat TTL (Config.HeartbeatTTL), the CA's primary datacenter
+// (Config.PrimaryDatacenter, Config.PrimaryAddrs).
+func defaultModules(cfg Config) []module.Module {
 	return []module.Module{
 		core.Module(),
-		orchestratormodule.New(orchestratormodule.Config{HeartbeatTTL: heartbeatTTL}),
+		orchestratormodule.New(orchestratormodule.Config{HeartbeatTTL: cfg.HeartbeatTTL}),
 		schedulermodule.New(),
-		camodule.New(camodule.Config{}),
+		camodule.New(camodule.Config{PrimaryDatacenter: cfg.PrimaryDatacenter, PrimaryAddrs: cfg.PrimaryAddrs}),
 	}
 }
 

@@ -84,7 +84,7 @@ func New(cfg Config) (_ *Server, err error) {
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mods := cfg.Modules
 	if mods == nil {
-		mods = defaultModules(cfg.HeartbeatTTL)
+		mods = defaultModules(cfg)
 	}
 	if s.registry, err = registryOf(mods); err != nil {
 		return nil, err

@@ -213,3 +213,33 @@ func checkLeafTTLAgainstRoot(c *pbca.CAConfig, supplied *suppliedRoot, active *p
 	}
 	return ca.CheckLeafTTL(leaf, active.GetNotAfter().AsTime(), now)
 }
+
+// rootSettings are the settings of a CAConfig that make or choose the
+// root: in a secondary they are the primary's to change.
+var rootSettings = []string{"root_cert", "private_key", "rotation", "private_key_type", "private_key_bits", "root_ttl"}
+
+// checkSecondaryConfigChange refuses, in a secondary of the datacenter
+// primary, a change of the configuration raw (as PUT /v1/ca/config takes
+// it) to stored that would change a root: its roots are the primary's,
+// and so is rotating them. Settings given with their stored value pass,
+// so that an answer of GET sent back changes nothing.
+func checkSecondaryConfigChange(stored *pbca.CAConfig, raw json.RawMessage, primary string) error {
+	given, next, err := mergeConfig(stored, raw)
+	if err != nil {
+		return err
+	}
+	ca.FillConfigDefaults(next)
+	was := proto.Clone(stored).(*pbca.CAConfig)
+	ca.FillConfigDefaults(was)
+	nm, wm := next.ProtoReflect(), was.ProtoReflect()
+	for _, name := range rootSettings {
+		if !given[name] {
+			continue
+		}
+		fd := nm.Descriptor().Fields().ByName(protoreflect.Name(name))
+		if !nm.Get(fd).Equal(wm.Get(fd)) {
+			return resource.NewFieldError(name, "this datacenter is a secondary of %q, whose roots it uses: change the roots in the primary (its PUT /v1/ca/config, or trellis ca rotate against it), and this datacenter follows", primary)
+		}
+	}
+	return nil
+}

@@ -35,6 +35,18 @@ type Manager struct {
 	Now        func() time.Time // time.Now when nil
 	Datacenter string           // tlsutil.DefaultDatacenter when empty
 	Logger     *slog.Logger     // discards when nil
+
+	// Primary, in a secondary datacenter, is the primary's CA, which the
+	// manager takes its roots and intermediate from instead of making a
+	// root (see secondary.go); nil in the primary.
+	Primary PrimaryCA
+	// PrimaryDatacenter is the primary's datacenter, with Primary.
+	PrimaryDatacenter string
+	// PollInterval is how often a secondary reads the primary's roots
+	// when nothing else wakes it (DefaultPrimaryPollInterval when zero),
+	// jittered by ±20 % with Rand (math/rand/v2's when nil).
+	PollInterval time.Duration
+	Rand         func() float64
 }
 
 func (m *Manager) datacenter() string {
@@ -82,10 +94,16 @@ func (m *Manager) Controller() controller.Controller {
 			if err != nil {
 				return err
 			}
-			if !out.NextPrune.IsZero() {
-				// Run again when the next root is due to be pruned; any
-				// change of the CA's resources runs it sooner.
-				return controller.RequeueAfter(max(out.NextPrune.Sub(m.now()), time.Second))
+			next := out.NextPrune
+			if !out.Recheck.IsZero() && (next.IsZero() || out.Recheck.Before(next)) {
+				next = out.Recheck
+			}
+			if !next.IsZero() {
+				// Run again when the next root is due to be pruned (a
+				// secondary: when it reads the primary again or renews
+				// its intermediate); any change of the CA's resources
+				// runs it sooner.
+				return controller.RequeueAfter(max(next.Sub(m.now()), time.Second))
 			}
 			return nil
 		}),
@@ -106,6 +124,9 @@ type Outcome struct {
 	// NextPrune is when a root rotated out is next due to be pruned; zero
 	// when none waits.
 	NextPrune time.Time
+	// Recheck, in a secondary, is when to read the primary's roots again
+	// or renew the intermediate, whichever comes first.
+	Recheck time.Time
 }
 
 // Reconcile brings the CA to its configuration and reports the outcome
@@ -120,6 +141,9 @@ func (m *Manager) Reconcile(ctx context.Context) (Outcome, error) {
 	cfgRes, err := m.ensureConfig(ctx)
 	if err != nil {
 		return Outcome{}, err
+	}
+	if m.Primary != nil {
+		return m.reconcileSecondary(ctx, cfgRes)
 	}
 	out, caErr := m.converge(ctx, cfgRes)
 	next := &pbca.CAManagerStatus{State: ca.StateReady, ActiveRootId: out.ActiveRootID, Message: "one active root"}

@@ -1,7 +1,9 @@
 package camodule
 
 import (
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -24,6 +26,20 @@ type Config struct {
 	// (module.Cluster.Datacenter, from -datacenter), which is what a
 	// server wants; tests set it to pretend otherwise.
 	Datacenter string
+	// PrimaryDatacenter is the datacenter whose CA is the federation's
+	// (server.Config.PrimaryDatacenter): empty or the server's own makes
+	// this cluster the primary; another makes it a secondary, which takes
+	// its roots and an intermediate from the primary's servers at
+	// PrimaryAddrs (their public gRPC addresses).
+	PrimaryDatacenter string
+	PrimaryAddrs      []string
+	// PrimaryTLS, when set, is how a secondary checks the primary's
+	// public gRPC port, which serves TLS when the primary's servers have
+	// -tls-* files; nil dials it in plaintext.
+	PrimaryTLS *tls.Config
+	// PrimaryPollInterval is how often a secondary reads the primary's
+	// roots (DefaultPrimaryPollInterval when zero).
+	PrimaryPollInterval time.Duration
 }
 
 // New returns the CA's module.
@@ -54,6 +70,18 @@ func (m caModule) Setup(d module.Deps) (module.Parts, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	mgr := &Manager{API: d.API, Now: m.cfg.Now, Datacenter: dc, Logger: log}
+	secondaryOf := ""
+	var runnables []module.Runnable
+	if p := m.cfg.PrimaryDatacenter; p != "" && p != dc {
+		if len(m.cfg.PrimaryAddrs) == 0 {
+			return module.Parts{}, fmt.Errorf("a secondary of datacenter %q needs the public gRPC address of a server of it (-primary-address)", p)
+		}
+		secondaryOf = p
+		client := NewPrimaryClient(m.cfg.PrimaryAddrs, m.cfg.PrimaryTLS)
+		mgr.Primary, mgr.PrimaryDatacenter, mgr.PollInterval = client, p, m.cfg.PrimaryPollInterval
+		mgr.Logger = log.With("primary_datacenter", p)
+		runnables = append(runnables, module.Runnable{Name: "ca-primary-client", Run: client})
+	}
 	signer := NewSigner(SignerConfig{API: d.API, Datacenter: dc, Now: m.cfg.Now, Logger: log.With("component", "ca-signer")})
 	if d.Metrics != nil {
 		sm, err := newSignMetrics(d.Metrics, signer)
@@ -65,9 +93,9 @@ func (m caModule) Setup(d module.Deps) (module.Parts, error) {
 	return module.Parts{
 		Controllers: []controller.Controller{mgr.Controller()},
 		PublicServices: []module.Service{{
-			Desc: &pbca.CAService_ServiceDesc, Impl: caService{signer: signer}, Permissions: servicePermissions,
+			Desc: &pbca.CAService_ServiceDesc, Impl: caService{signer: signer, secondaryOf: secondaryOf}, Permissions: servicePermissions,
 		}},
-		Routes:    append(routes{api: d.API, now: m.cfg.Now, datacenter: dc}.table(), signRoute{signer: signer}.table()...),
-		Runnables: []module.Runnable{{Name: "ca-signer", Run: signer}},
+		Routes:    append(routes{api: d.API, now: m.cfg.Now, datacenter: dc, secondaryOf: secondaryOf}.table(), signRoute{signer: signer}.table()...),
+		Runnables: append([]module.Runnable{{Name: "ca-signer", Run: signer}}, runnables...),
 	}, nil
 }

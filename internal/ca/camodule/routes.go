@@ -27,6 +27,9 @@ type routes struct {
 	api        resource.API
 	now        func() time.Time // time.Now when nil
 	datacenter string           // the server's, in RootsBody
+	// secondaryOf is the primary's datacenter in a secondary, "" in the
+	// primary.
+	secondaryOf string
 }
 
 func (h routes) clock() time.Time {
@@ -86,9 +89,10 @@ func (h routes) roots(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	body.Datacenter = h.datacenter
-	if body.TrustDomain == "" {
+	if body.TrustDomain == "" && h.secondaryOf == "" {
 		// No root yet (the manager has not run): the trust domain is
-		// still the cluster's, when the caller may read its id.
+		// still the cluster's, when the caller may read its id. A
+		// secondary's is the primary's, unknown until it has its roots.
 		if id, err := core.ClusterID(r.Context(), h.api); err == nil {
 			body.TrustDomain = ca.TrustDomain(id)
 		}

@@ -59,6 +59,11 @@ func (h routes) putConfig(w http.ResponseWriter, r *http.Request) error {
 	if body.Version != "" && body.Version != version {
 		return status.Errorf(codes.Aborted, "version: the configuration is at version %s, not %s: read it again and apply the change to it", version, body.Version)
 	}
+	if h.secondaryOf != "" {
+		if err := checkSecondaryConfigChange(stored, body.Config, h.secondaryOf); err != nil {
+			return err
+		}
+	}
 	active, err := h.activeRoot(r)
 	if err != nil {
 		return err

@@ -25,7 +25,12 @@ const RetryAfterKey = "retry-after"
 // namespace:write on its namespace; an agent id: agent) and refuse with
 // ca.ReasonNotAllowed; the method's permission stays the floor.
 // SignIntermediate is a secondary datacenter's leader calling the
-// primary: server.
+// primary's public port (the server-to-server port takes only servers of
+// its own cluster's server CA, which a secondary's servers do not hold):
+// server, the strongest permission there is. With ACLs off every caller
+// has it; the ACL issue gives secondaries a token for it (Consul's
+// replication token), and until then an operator who exposes a primary's
+// public port to untrusted networks exposes this method too.
 var servicePermissions = map[string]acl.Permission{
 	"Sign":             acl.Agent,
 	"SignIntermediate": acl.Server,
@@ -36,6 +41,9 @@ var servicePermissions = map[string]acl.Permission{
 type caService struct {
 	pbca.UnimplementedCAServiceServer
 	signer *Signer
+	// secondaryOf is the primary's datacenter on a server of a secondary
+	// datacenter, "" on the primary's.
+	secondaryOf string
 }
 
 // Sign signs a leaf. A refused CSR is InvalidArgument naming the field;
@@ -56,8 +64,20 @@ func (s caService) Sign(ctx context.Context, req *pbca.SignRequest) (*pbca.SignR
 	}, nil
 }
 
-// SignIntermediate is declared, so that its permission is, and answers
-// Unimplemented until secondary datacenters are built.
-func (caService) SignIntermediate(context.Context, *pbca.SignIntermediateRequest) (*pbca.SignIntermediateResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "SignIntermediate: secondary datacenters are not built yet, so this CA signs no intermediates")
+// SignIntermediate signs a secondary datacenter's intermediate CA. A
+// refused CSR is InvalidArgument naming the field; on a server of a
+// secondary it is FailedPrecondition: only the primary signs
+// intermediates, and a secondary pointed at another secondary must say so
+// rather than chain under it.
+func (s caService) SignIntermediate(ctx context.Context, req *pbca.SignIntermediateRequest) (*pbca.SignIntermediateResponse, error) {
+	if s.secondaryOf != "" {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"this server is in datacenter %q, a secondary of %q: only the primary datacenter's servers sign intermediates (give a server of %q as -primary-address)",
+			s.signer.Datacenter(), s.secondaryOf, s.secondaryOf)
+	}
+	inter, err := s.signer.SignIntermediate(ctx, []byte(req.GetCsrPem()), req.GetDatacenter())
+	if err != nil {
+		return nil, err
+	}
+	return &pbca.SignIntermediateResponse{CertPem: inter.CertPEM, ChainPem: inter.ChainPEM}, nil
 }

@@ -229,8 +229,8 @@ func TestSignLeaves(t *testing.T) {
 		t.Errorf("gRPC Sign of nonsense = %v, want InvalidArgument naming the csr", err)
 	}
 	_, err = client.SignIntermediate(context.Background(), &pbca.SignIntermediateRequest{})
-	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "secondary datacenters") {
-		t.Errorf("SignIntermediate = %v, want Unimplemented naming the secondary datacenters", err)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "datacenter: missing") {
+		t.Errorf("SignIntermediate of nothing = %v, want InvalidArgument naming the datacenter", err)
 	}
 
 	// The two leaves, as a TLS server and client that trust the roots.

@@ -28,6 +28,9 @@ type signingState struct {
 	// signingNotAfter is the signing certificate's expiry when it is not
 	// the root itself (zero otherwise).
 	signingNotAfter time.Time
+	// intermediateTTL is the life of an intermediate the primary signs
+	// for a secondary datacenter (the CAConfig's intermediate_ttl).
+	intermediateTTL time.Duration
 
 	// The versions it was parsed from: the key is parsed again only
 	// when one of them changes.
@@ -78,6 +81,7 @@ func buildSigningState(view caView, prev *signingState) (*signingState, error) {
 		return nil, err
 	}
 	st.leafTTL = cfg.GetLeafTtl().AsDuration()
+	st.intermediateTTL = cfg.GetIntermediateTtl().AsDuration()
 	st.limits = Limits{PerSecond: cfg.GetCsrMaxPerSecond(), Concurrent: int(cfg.GetCsrMaxConcurrent())}
 	return st, nil
 }

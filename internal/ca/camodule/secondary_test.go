@@ -1,0 +1,462 @@
+package camodule_test
+
+import (
+	"context"
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	pbca "trellis.dev/trellis/api/ca/v1"
+	"trellis.dev/trellis/internal/ca"
+	"trellis.dev/trellis/internal/ca/camodule"
+	"trellis.dev/trellis/internal/core"
+	"trellis.dev/trellis/internal/module"
+	"trellis.dev/trellis/internal/server"
+)
+
+// startDC runs an in-memory server, its own cluster, of datacenter dc
+// with the core and the CA, a secondary of primaryDC at primaryAddrs when
+// primaryDC is set. Its CA reads the primary every 100 ms, so that a
+// rotation reaches it while the test waits. It returns the server and a
+// stop that the test may call early (the cleanup calls it too).
+func startDC(t *testing.T, dc, primaryDC string, primaryAddrs ...string) (*server.Server, func()) {
+	t.Helper()
+	srv, err := server.New(server.Config{
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Datacenter: dc,
+		PrimaryDatacenter: primaryDC, PrimaryAddrs: primaryAddrs, ShutdownTimeout: 10 * time.Second,
+		Modules: []module.Module{core.Module(), camodule.New(camodule.Config{
+			PrimaryDatacenter: primaryDC, PrimaryAddrs: primaryAddrs, PrimaryPollInterval: 100 * time.Millisecond,
+		})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Start = %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return srv, stop
+}
+
+// managerStatus reads the CA manager's report from GET /v1/ca/config;
+// empty before the manager has written the configuration.
+func managerStatus(t *testing.T, base string) map[string]any {
+	t.Helper()
+	var cfg struct {
+		Manager map[string]any `json:"manager"`
+	}
+	if code, body := get(t, base+"/v1/ca/config", &cfg); code != http.StatusOK && code != http.StatusNotFound {
+		t.Fatalf("GET /v1/ca/config = %d %s", code, body)
+	}
+	if cfg.Manager == nil {
+		return map[string]any{"message": "", "last_error": ""}
+	}
+	return cfg.Manager
+}
+
+// leafIn signs a leaf of service svc in datacenter dc at the server base.
+func leafIn(t *testing.T, base, td, dc, svc string) (camodule.SignBody, crypto.Signer) {
+	t.Helper()
+	key := p256(t)
+	id := ca.ServiceID{TrustDomain: td, Namespace: "default", Datacenter: dc, Service: svc}
+	return signOK(t, base, newCSR(t, key, []string{id.String()})), key
+}
+
+// poolOf is a pool of the given roots alone.
+func poolOf(certs ...*x509.Certificate) []*x509.Certificate { return certs }
+
+// handshake runs a TLS 1.3 handshake over loopback TCP between a server
+// holding leaf a and a client holding leaf b, each trusting only roots and
+// asking the other for its certificate, and returns the SPIFFE ids each
+// side saw of the other.
+func handshake(t *testing.T, roots []*x509.Certificate, a camodule.SignBody, aKey crypto.Signer, b camodule.SignBody, bKey crypto.Signer, serverName string) (serverSaw, clientSaw string) {
+	t.Helper()
+	pool := x509.NewCertPool()
+	for _, r := range roots {
+		pool.AddCert(r)
+	}
+	pair := func(leaf camodule.SignBody, key crypto.Signer) tls.Certificate {
+		var c tls.Certificate
+		for _, x := range append(parseCerts(t, leaf.CertPEM), parseCerts(t, leaf.ChainPEM)...) {
+			c.Certificate = append(c.Certificate, x.Raw)
+		}
+		c.PrivateKey = key
+		return c
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{pair(a, aKey)}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type result struct {
+		uri string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer c.Close()
+		tc := c.(*tls.Conn)
+		if err := tc.Handshake(); err != nil {
+			done <- result{err: err}
+			return
+		}
+		done <- result{uri: tc.ConnectionState().PeerCertificates[0].URIs[0].String()}
+	}()
+	cli, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{pair(b, bKey)}, RootCAs: pool, ServerName: serverName})
+	if err != nil {
+		t.Fatalf("client handshake: %v", err)
+	}
+	defer cli.Close()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("server handshake: %v", r.err)
+	}
+	return r.uri, cli.ConnectionState().PeerCertificates[0].URIs[0].String()
+}
+
+// A secondary datacenter on loopback: its leader takes the primary's
+// roots and trust domain and an intermediate from the primary; its leaves
+// name dc2, chain to the primary's root (crypto/x509 and openssl), and
+// services of both datacenters accept each other in a TLS handshake. When
+// the primary rotates, the secondary gets the new roots and a new
+// intermediate, and its new leaves verify against the new root alone and
+// the old root alone. The secondary refuses to rotate itself and to sign
+// intermediates, and keeps signing when the primary is gone.
+func TestSecondaryDatacenter(t *testing.T) {
+	primary, stopPrimary := startDC(t, "dc1", "")
+	pBase := "http://" + primary.HTTPAddr()
+	pRoots := activeRoots(t, pBase)
+	secondary, _ := startDC(t, "dc2", "dc1", primary.GRPCAddr())
+	sBase := "http://" + secondary.HTTPAddr()
+
+	var sRoots camodule.RootsBody
+	eventually(t, "the secondary has the primary's active root", func() bool {
+		code, _ := get(t, sBase+"/v1/ca/roots", &sRoots)
+		return code == http.StatusOK && sRoots.ActiveRootID == pRoots.ActiveRootID
+	})
+	if sRoots.TrustDomain != pRoots.TrustDomain || sRoots.Datacenter != "dc2" || len(sRoots.Roots) != 1 {
+		t.Fatalf("secondary roots = %+v; want the primary's trust domain %q, datacenter dc2, one root", sRoots, pRoots.TrustDomain)
+	}
+	if sRoots.Roots[0].RootCert != pRoots.Roots[0].RootCert {
+		t.Error("the secondary's root is not the primary's certificate")
+	}
+	ownTD, err := core.ClusterID(context.Background(), secondary.API())
+	if err != nil || ownTD+".trellis" == sRoots.TrustDomain {
+		t.Fatalf("the secondary's own cluster id %q, err %v: its trust domain must be the primary's", ownTD, err)
+	}
+	eventually(t, "the secondary's manager reports ready", func() bool {
+		return managerStatus(t, sBase)["state"] == ca.StateReady
+	})
+	if st := managerStatus(t, sBase); !strings.Contains(st["message"].(string), `a secondary of datacenter "dc1"`) {
+		t.Errorf("secondary status = %v", st)
+	}
+
+	// Leaves of dc2 from the secondary, dc1 from the primary.
+	td := pRoots.TrustDomain
+	now := time.Now()
+	web2, web2Key := leafIn(t, sBase, td, "dc2", "web")
+	cert := verifyAsPeer(t, pRoots, web2, now)
+	if got, want := cert.URIs[0].String(), "spiffe://"+td+"/ns/default/dc/dc2/svc/web"; got != want {
+		t.Errorf("dc2 leaf names %s, want %s", got, want)
+	}
+	chain := parseCerts(t, web2.ChainPEM)
+	if len(chain) != 1 || !chain[0].IsCA || !chain[0].MaxPathLenZero {
+		t.Errorf("dc2 leaf chain = %d certificates, want the secondary's intermediate", len(chain))
+	}
+	verifyWithOpenSSL(t, pRoots, web2)
+	api1, api1Key := leafIn(t, pBase, td, "dc1", "api")
+	primaryRoot := rootCerts(t, pRoots.Roots...)
+	serverSaw, clientSaw := handshake(t, primaryRoot, web2, web2Key, api1, api1Key, "web.svc.default.dc2.trellis")
+	if !strings.Contains(serverSaw, "/dc/dc1/svc/api") || !strings.Contains(clientSaw, "/dc/dc2/svc/web") {
+		t.Errorf("the dc2 server saw %s, the dc1 client saw %s", serverSaw, clientSaw)
+	}
+	serverSaw, clientSaw = handshake(t, primaryRoot, api1, api1Key, web2, web2Key, "api.svc.default.dc1.trellis")
+	if !strings.Contains(serverSaw, "/dc/dc2/svc/web") || !strings.Contains(clientSaw, "/dc/dc1/svc/api") {
+		t.Errorf("the dc1 server saw %s, the dc2 client saw %s", serverSaw, clientSaw)
+	}
+	// The secondary signs for its own datacenter only.
+	if resp, body := postSign(t, sBase, newCSR(t, p256(t), []string{ca.ServiceID{TrustDomain: td, Namespace: "default", Datacenter: "dc1", Service: "web"}.String()})); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"datacenter"`) {
+		t.Errorf("a dc1 CSR at the secondary = %d %s, want 400 naming the datacenter", resp.StatusCode, body)
+	}
+
+	// The secondary neither rotates nor signs intermediates.
+	before := stored(t, secondary.API())
+	code, body := put(t, sBase+"/v1/ca/config", `{"config": {"rotation": 5}}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "rotation") || !strings.Contains(body, "secondary") {
+		t.Errorf("PUT rotation at the secondary = %d %s, want 400 naming rotation", code, body)
+	}
+	if code, body := put(t, sBase+"/v1/ca/config", `{"config": {"private_key_type": "rsa", "private_key_bits": 2048}}`); code != http.StatusBadRequest || !strings.Contains(body, "private_key_type") {
+		t.Errorf("PUT key type at the secondary = %d %s, want 400 naming private_key_type", code, body)
+	}
+	if after := stored(t, secondary.API()); !sameMap(before, after) {
+		t.Errorf("refused changes wrote: %v -> %v", before, after)
+	}
+	if code, body := put(t, sBase+"/v1/ca/config", `{"config": {"leaf_ttl": "24h"}}`); code != http.StatusOK {
+		t.Errorf("PUT leaf_ttl at the secondary = %d %s, want 200", code, body)
+	}
+	conn, err := grpc.NewClient(secondary.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	csr, err := ca.NewIntermediateCSR(p256(t), td, "dc3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pbca.NewCAServiceClient(conn).SignIntermediate(context.Background(), &pbca.SignIntermediateRequest{CsrPem: string(csr), Datacenter: "dc3"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "secondary") {
+		t.Errorf("SignIntermediate at the secondary = %v, want FailedPrecondition", err)
+	}
+
+	// A rotation in the primary reaches the secondary.
+	oldRoot := rootCerts(t, pRoots.Roots[0])[0]
+	if code, body := put(t, pBase+"/v1/ca/config", `{"config": {"rotation": 1}}`); code != http.StatusOK {
+		t.Fatalf("PUT rotation at the primary = %d %s", code, body)
+	}
+	pRoots = waitRotated(t, pBase, pRoots.ActiveRootID)
+	eventually(t, "the secondary has the primary's new root", func() bool {
+		code, _ := get(t, sBase+"/v1/ca/roots", &sRoots)
+		return code == http.StatusOK && sRoots.ActiveRootID == pRoots.ActiveRootID && len(sRoots.Roots) == 2
+	})
+	var newRoot *x509.Certificate
+	for _, r := range pRoots.Roots {
+		if r.Active {
+			newRoot = rootCerts(t, r)[0]
+		}
+	}
+	var web2b camodule.SignBody
+	eventually(t, "the secondary signs under the new root", func() bool {
+		web2b, _ = leafIn(t, sBase, td, "dc2", "web")
+		return ca.VerifyLeaf([]byte(web2b.CertPEM+web2b.ChainPEM), poolOf(newRoot), time.Now()) == nil
+	})
+	for name, roots := range map[string][]*x509.Certificate{"the new root alone": poolOf(newRoot), "the old root alone": poolOf(oldRoot), "the bundle": rootCerts(t, pRoots.Roots...)} {
+		if err := ca.VerifyLeaf([]byte(web2b.CertPEM+web2b.ChainPEM), roots, time.Now()); err != nil {
+			t.Errorf("a dc2 leaf after the rotation does not verify against %s: %v", name, err)
+		}
+	}
+	if n := len(parseCerts(t, web2b.ChainPEM)); n != 2 {
+		t.Errorf("a dc2 leaf after the rotation carries %d certificates, want the intermediate and the cross-signed root", n)
+	}
+	verifyWithOpenSSL(t, pRoots, web2b)
+	if n := count(t, secondary.API(), ca.SigningKeyType); n != 1 {
+		t.Errorf("the secondary holds %d signing keys, want the new intermediate's alone", n)
+	}
+
+	// The primary gone: the secondary says why and keeps signing.
+	stopPrimary()
+	eventually(t, "the secondary reports that the primary cannot be reached", func() bool {
+		st := managerStatus(t, sBase)
+		return st["state"] == ca.StateFailed && st["active_root_id"] == pRoots.ActiveRootID &&
+			strings.Contains(st["message"].(string), "keeps signing") && strings.Contains(st["last_error"].(string), primary.GRPCAddr())
+	})
+	web2c, _ := leafIn(t, sBase, td, "dc2", "web")
+	if err := ca.VerifyLeaf([]byte(web2c.CertPEM+web2c.ChainPEM), poolOf(newRoot), time.Now()); err != nil {
+		t.Errorf("a dc2 leaf signed while the primary is gone: %v", err)
+	}
+}
+
+func sameMap(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// A secondary pointed at an address that answers but is not the primary
+// (another secondary, a primary of another name, an HTTP port) or at
+// nothing fails clearly in its status and stores no root and no key.
+func TestSecondaryPointedAtNonPrimary(t *testing.T) {
+	primary, _ := startDC(t, "dc1", "")
+	activeRoots(t, "http://"+primary.HTTPAddr())
+	dc2, _ := startDC(t, "dc2", "dc1", primary.GRPCAddr())
+	eventually(t, "dc2 is ready", func() bool { return managerStatus(t, "http://"+dc2.HTTPAddr())["state"] == ca.StateReady })
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nothing := closed.Addr().String()
+	closed.Close()
+
+	tests := []struct {
+		name, primaryDC, addr string
+		says                  []string
+	}{
+		{"another secondary", "dc1", dc2.GRPCAddr(), []string{"not the primary", `a secondary of "dc1"`}},
+		{"a primary of another name", "dc9", primary.GRPCAddr(), []string{"not the primary", `made in datacenter "dc1", not in the primary "dc9"`}},
+		{"an HTTP address", "dc1", primary.HTTPAddr(), []string{"not as a gRPC server", "-grpc-addr"}},
+		{"nothing there", "dc1", nothing, []string{"no server of the primary answered", nothing}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, _ := startDC(t, "dc3", tt.primaryDC, tt.addr)
+			base := "http://" + srv.HTTPAddr()
+			var st map[string]any
+			eventually(t, "the manager reports the failure", func() bool {
+				st = managerStatus(t, base)
+				return st["state"] == ca.StateFailed
+			})
+			msg, _ := st["last_error"].(string)
+			t.Logf("status: %s; last_error: %s", st["message"], msg)
+			for _, s := range tt.says {
+				if !strings.Contains(msg, s) {
+					t.Errorf("last_error %q does not say %q", msg, s)
+				}
+			}
+			if !strings.Contains(st["message"].(string), "nothing is stored") {
+				t.Errorf("message = %q", st["message"])
+			}
+			if r, k := count(t, srv.API(), ca.RootType), count(t, srv.API(), ca.SigningKeyType); r != 0 || k != 0 {
+				t.Errorf("%d roots and %d keys stored, want none", r, k)
+			}
+			if resp, body := postSign(t, base, newCSR(t, p256(t), []string{"spiffe://x.trellis/ns/default/dc/dc3/svc/web"})); resp.StatusCode != http.StatusServiceUnavailable {
+				t.Errorf("signing at a secondary without an intermediate = %d %s, want 503", resp.StatusCode, body)
+			}
+		})
+	}
+}
+
+// The primary's SignIntermediate refuses, naming the field, a request
+// that is not a secondary's CA request of its trust domain, and signs one
+// that is, with the chain up to its root.
+func TestSignIntermediateRefusals(t *testing.T) {
+	primary, _ := startDC(t, "dc1", "")
+	roots := activeRoots(t, "http://"+primary.HTTPAddr())
+	conn, err := grpc.NewClient(primary.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := pbca.NewCAServiceClient(conn)
+	key := p256(t)
+	good, err := ca.NewIntermediateCSR(key, roots.TrustDomain, "dc2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := ca.NewIntermediateCSR(key, "11111111-1111-4111-8111-111111111111.trellis", "dc2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafCSR := newCSR(t, key, []string{"spiffe://" + roots.TrustDomain})
+	tests := []struct {
+		name, csr, dc, says string
+	}{
+		{"not PEM", "hello", "dc2", "csr: it is not PEM"},
+		{"no datacenter", string(good), "", "datacenter: missing"},
+		{"the primary's datacenter", string(good), "dc1", "datacenter: \"dc1\" is the primary's own"},
+		{"another trust domain", string(other), "dc2", "csr.uri_san: it asks for trust domain"},
+		{"a leaf's CSR", leafCSR, "dc2", "csr.extensions: it does not ask for a CA certificate"},
+	}
+	before := stored(t, primary.API())
+	for _, tt := range tests {
+		_, err := client.SignIntermediate(context.Background(), &pbca.SignIntermediateRequest{CsrPem: tt.csr, Datacenter: tt.dc})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.says) {
+			t.Errorf("%s: SignIntermediate = %v, want InvalidArgument saying %q", tt.name, err, tt.says)
+		}
+	}
+	if after := stored(t, primary.API()); !sameMap(before, after) {
+		t.Errorf("refusals wrote: %v -> %v", before, after)
+	}
+	resp, err := client.SignIntermediate(context.Background(), &pbca.SignIntermediateRequest{CsrPem: string(good), Datacenter: "dc2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inter, _, err := ca.CheckIntermediate([]byte(resp.GetCertPem()), []byte(resp.GetChainPem()), key.Public(), rootCerts(t, roots.Roots...)[0], time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Until(inter.NotAfter); d < ca.DefaultIntermediateTTL-time.Hour || d > ca.DefaultIntermediateTTL {
+		t.Errorf("the intermediate lives %v, want intermediate_ttl (%v)", d, ca.DefaultIntermediateTTL)
+	}
+	if strings.Contains(resp.String(), "PRIVATE KEY") {
+		t.Error("the answer holds a private key")
+	}
+}
+
+// A secondary renews its intermediate at half its life, with its clock
+// injected: before that it keeps it, and a renewal replaces the key and
+// the intermediate under the same root.
+func TestSecondaryRenewsAtHalfLife(t *testing.T) {
+	primary, _ := startDC(t, "dc1", "")
+	roots := activeRoots(t, "http://"+primary.HTTPAddr())
+	sec := start(t, []module.Module{core.Module(), caTypes{}})
+	eventually(t, "the cluster id", func() bool {
+		_, err := core.ClusterID(context.Background(), sec.API())
+		return err == nil
+	})
+	client := camodule.NewPrimaryClient([]string{primary.GRPCAddr()}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = client.Start(ctx) }()
+	now := time.Now()
+	mgr := &camodule.Manager{API: sec.API(), Now: func() time.Time { return now }, Datacenter: "dc2", Primary: client, PrimaryDatacenter: "dc1"}
+
+	out, err := mgr.Reconcile(context.Background())
+	if err != nil || out.ActiveRootID != roots.ActiveRootID {
+		t.Fatalf("Reconcile = %+v, %v", out, err)
+	}
+	first := signingKey(t, sec.API(), roots.ActiveRootID)
+	inter := parseCerts(t, first.GetSigningCert())[0]
+	renewAt := ca.RenewAt(inter.NotBefore, inter.NotAfter)
+	if out.Recheck.After(renewAt) || !out.Recheck.After(now) {
+		t.Errorf("recheck at %v; want after now and no later than the renewal at %v", out.Recheck, renewAt)
+	}
+
+	now = renewAt.Add(-time.Second)
+	if _, err := mgr.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if k := signingKey(t, sec.API(), roots.ActiveRootID); k.GetSigningCert() != first.GetSigningCert() {
+		t.Fatal("renewed before half its life")
+	}
+
+	now = renewAt
+	if _, err := mgr.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	second := signingKey(t, sec.API(), roots.ActiveRootID)
+	if second.GetSigningCert() == first.GetSigningCert() || second.GetPrivateKey() == first.GetPrivateKey() {
+		t.Fatal("not renewed at half its life")
+	}
+	stored := storedRoots(t, sec.API())
+	root := stored[roots.ActiveRootID]
+	if root.GetSigningCert() != second.GetSigningCert() || len(root.GetIntermediateCerts()) != 1 || root.GetIntermediateCerts()[0] != second.GetSigningCert() {
+		t.Errorf("the active root does not carry the new intermediate: signing_cert %v, intermediate_certs %d", root.GetSigningCert() == second.GetSigningCert(), len(root.GetIntermediateCerts()))
+	}
+	b, _ := protojson.Marshal(root)
+	if strings.Contains(string(b), "PRIVATE KEY") {
+		t.Error("a root holds a private key")
+	}
+}
