@@ -1,0 +1,220 @@
+package leaves
+
+import (
+	"context"
+
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pbca "trellis.dev/trellis/api/ca/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ca"
+	"trellis.dev/trellis/internal/resource"
+)
+
+// RetryAfterKey is the trailer of a ResourceExhausted answer of Sign that
+// holds the seconds to wait (camodule.RetryAfterKey).
+const RetryAfterKey = "retry-after"
+
+// Servers is the cache's link to the servers over their public gRPC port:
+// Sign (CAService.Sign) and WatchRoots (a watch of the CARoot resources).
+// It uses one server at a time and moves to the next of the list when one
+// is unreachable.
+type Servers struct {
+	addrs []string
+	opts  []grpc.DialOption
+	log   *slog.Logger
+
+	mu sync.Mutex
+	i  int
+	cc *grpc.ClientConn
+}
+
+// NewServers dials addrs (gRPC host:port, tried in turn) with opts (the
+// transport credentials, the token).
+func NewServers(addrs []string, log *slog.Logger, opts ...grpc.DialOption) *Servers {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Servers{addrs: addrs, opts: opts, log: log}
+}
+
+// conn is the connection to the current server.
+func (s *Servers) conn() (*grpc.ClientConn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cc != nil {
+		return s.cc, nil
+	}
+	if len(s.addrs) == 0 {
+		return nil, errors.New("no server address")
+	}
+	cc, err := grpc.NewClient(s.addrs[s.i%len(s.addrs)], s.opts...)
+	if err != nil {
+		return nil, err
+	}
+	s.cc = cc
+	return cc, nil
+}
+
+// failed moves to the next server when cc failed in a way another server
+// may not.
+func (s *Servers) failed(cc *grpc.ClientConn, err error) {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Unknown:
+	default:
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cc != cc {
+		return
+	}
+	s.cc.Close()
+	s.cc = nil
+	s.i++
+}
+
+// Close closes the connection.
+func (s *Servers) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cc != nil {
+		s.cc.Close()
+		s.cc = nil
+	}
+}
+
+// Sign has a server sign csrPEM. Over the server's limit the error is a
+// *RateLimitedError with the retry-after the server sent.
+func (s *Servers) Sign(ctx context.Context, csrPEM string) (certPEM, chainPEM string, err error) {
+	cc, err := s.conn()
+	if err != nil {
+		return "", "", err
+	}
+	var trailer metadata.MD
+	resp, err := pbca.NewCAServiceClient(cc).Sign(ctx, &pbca.SignRequest{CsrPem: csrPEM}, grpc.Trailer(&trailer))
+	if err != nil {
+		if status.Code(err) == codes.ResourceExhausted {
+			wait := time.Second
+			if v := trailer.Get(RetryAfterKey); len(v) > 0 {
+				if n, perr := strconv.Atoi(v[0]); perr == nil && n >= 0 {
+					wait = time.Duration(n) * time.Second
+				}
+			}
+			return "", "", &RateLimitedError{RetryAfter: wait, Err: err}
+		}
+		s.failed(cc, err)
+		return "", "", err
+	}
+	return resp.GetCertPem(), resp.GetChainPem(), nil
+}
+
+// WatchRoots follows the CA's roots until ctx ends, calling set with them
+// after the first full listing and after every change. A broken watch is
+// opened again (on the next server when this one is gone) after a backoff.
+func (s *Servers) WatchRoots(ctx context.Context, set func(Roots)) {
+	for failures := 0; ; {
+		err := s.watchRootsOnce(ctx, set, func() { failures = 0 })
+		if ctx.Err() != nil {
+			return
+		}
+		failures++
+		wait := RetryDelay(failures, 0, mrandFloat())
+		s.log.Warn("the watch of the CA's roots ended; opening it again", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (s *Servers) watchRootsOnce(ctx context.Context, set func(Roots), listed func()) error {
+	cc, err := s.conn()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := pbresource.NewResourceServiceClient(cc).WatchList(ctx, &pbresource.WatchListRequest{Type: ca.RootType})
+	if err != nil {
+		s.failed(cc, err)
+		return err
+	}
+	byName := map[string]*pbca.CARoot{}
+	snapshot := true
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			s.failed(cc, err)
+			return err
+		}
+		switch ev.GetOp() {
+		case pbresource.WatchEvent_OP_UPSERT:
+			root, err := resource.DecodeData[*pbca.CARoot](ev.GetResource())
+			if err != nil {
+				return fmt.Errorf("a root the servers sent: %w", err)
+			}
+			byName[ev.GetResource().GetId().GetName()] = root
+		case pbresource.WatchEvent_OP_DELETE:
+			delete(byName, ev.GetResource().GetId().GetName())
+		case pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
+			snapshot = false
+			listed()
+		}
+		if !snapshot {
+			r, err := rootsOf(byName)
+			if err != nil {
+				return err
+			}
+			set(r)
+		}
+	}
+}
+
+// rootsOf turns the stored roots into Roots.
+func rootsOf(byName map[string]*pbca.CARoot) (Roots, error) {
+	var out Roots
+	for _, root := range byName {
+		certs, err := ca.ParseCerts([]byte(root.GetRootCert()))
+		if err != nil {
+			return Roots{}, fmt.Errorf("root %s: %w", root.GetId(), err)
+		}
+		out.Certs = append(out.Certs, certs[0])
+		if root.GetActive() {
+			out.ActiveID, out.TrustDomain, out.Active = root.GetId(), root.GetTrustDomain(), certs[0]
+		} else if out.TrustDomain == "" {
+			out.TrustDomain = root.GetTrustDomain()
+		}
+	}
+	return out, nil
+}
+
+// Token returns the dial options that send the ACL token with every
+// call (resource.TokenMetadataKey).
+func Token(token string) []grpc.DialOption {
+	if token == "" {
+		return nil
+	}
+	add := func(ctx context.Context) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, resource.TokenMetadataKey, token)
+	}
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoker(add(ctx), method, req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			return streamer(add(ctx), desc, cc, method, opts...)
+		}),
+	}
+}
