@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -58,7 +59,17 @@ type sample struct {
 
 func (b *bench) signCell(ctx context.Context) (*signResult, error) {
 	r := &signResult{servers: b.servers, clients: b.clients, refused: map[codes.Code]int{}}
-	extra := append([]string{"-enable-debug", "-log-level", "warn"}, b.serverFlags...)
+	extra := []string{"-enable-debug", "-log-level", "warn"}
+	creds := insecure.NewCredentials()
+	if !b.plaintext {
+		flags, tc, err := b.makeTLS()
+		if err != nil {
+			return nil, err
+		}
+		extra = append(extra, flags...)
+		creds = credentials.NewTLS(tc)
+	}
+	extra = append(extra, b.serverFlags...)
 	fmt.Fprintf(b.progress, "cabench: starting %d servers\n", b.servers)
 	c, err := testcluster.Start(ctx, testcluster.Options{Bin: b.trellis, Dir: b.dir, Servers: b.servers, Extra: extra})
 	if err != nil {
@@ -68,7 +79,7 @@ func (b *bench) signCell(ctx context.Context) (*signResult, error) {
 
 	conns := make([]*grpc.ClientConn, len(c.Members))
 	for i, m := range c.Members {
-		conn, err := grpc.NewClient(m.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(m.GRPCAddr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			return nil, err
 		}

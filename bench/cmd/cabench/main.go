@@ -6,7 +6,9 @@
 //     pre-generates -csrs fresh P-256 keys and CSRs, one per request
 //     (timed apart: that is the client's cost, not the CA's);
 //   - then -clients concurrent clients, spread round-robin over the 3
-//     servers (one gRPC connection per server, shared by its clients),
+//     servers (one gRPC connection per server, shared by its clients,
+//     over TLS with the cluster CA made by `trellis tls`, unless
+//     -plaintext),
 //     call CAService.Sign as fast as they can for -duration after a
 //     -warmup, each request with a CSR never sent before: signatures per
 //     second, p50/p99 latency, refusals and rate-limited answers, the
@@ -57,6 +59,7 @@ type bench struct {
 	servers, clients, csrs, verifyEvery int
 	duration, warmup, ceilingTime       time.Duration
 	profile                             bool
+	plaintext                           bool
 }
 
 func main() { os.Exit(run()) }
@@ -72,6 +75,7 @@ func run() int {
 	flag.DurationVar(&b.warmup, "warmup", time.Second, "signing before the timed phase, not counted")
 	flag.DurationVar(&b.ceilingTime, "ceiling-time", time.Second, "length of each round of an in-process ceiling measurement (the best of 3 rounds is kept)")
 	flag.IntVar(&b.verifyEvery, "verify-every", 50, "keep and verify every Nth leaf")
+	flag.BoolVar(&b.plaintext, "plaintext", false, "serve the public gRPC port without TLS (by default the servers run with -tls-* files from `trellis tls`, as a production cluster does, and the clients verify them)")
 	flag.BoolVar(&b.profile, "profile", false, "fetch each server's CPU profile of the timed phase into the kept working directory")
 	outPath := flag.String("out", "", "also write the report to this file")
 	keep := flag.Bool("keep", false, "keep the working directory (data dirs and logs) even when the run succeeds")

@@ -18,10 +18,14 @@ func (b *bench) reportSign(r *signResult) bool {
 	w := b.out
 	perSec := float64(r.signed) / r.elapsed.Seconds()
 	fmt.Fprintf(w, "## Connect CA: leaf signatures\n\n")
-	fmt.Fprintf(w, "%d servers, %d clients spread round-robin over them (one gRPC connection per server), `CAService.Sign`, "+
+	transport := "TLS 1.3, the servers' certificates from `trellis tls`"
+	if b.plaintext {
+		transport = "plaintext (-plaintext)"
+	}
+	fmt.Fprintf(w, "%d servers, %d clients spread round-robin over them (one gRPC connection per server, %s), `CAService.Sign`, "+
 		"each request a fresh P-256 CSR for a service of trust domain `%s`, datacenter `%s`; %s timed after a %s warm-up. "+
 		"Load average %s at the start of the timed phase, %s at its end.\n\n",
-		r.servers, r.clients, r.trustDomain, r.datacenter, report.Round(r.elapsed), b.warmup, r.loadStart, r.loadEnd)
+		r.servers, r.clients, transport, r.trustDomain, r.datacenter, report.Round(r.elapsed), b.warmup, r.loadStart, r.loadEnd)
 	if r.ranOut {
 		fmt.Fprintf(w, "The %d CSRs ran out after %s of the timed phase: raise -csrs.\n\n", r.csrs, report.Round(r.elapsed))
 	}
@@ -53,6 +57,10 @@ func (b *bench) reportSign(r *signResult) bool {
 	fmt.Fprintf(w, "| servers (%s) | %.2f | %s |\n", strings.Join(each, " + "), serverTotal.Seconds()/secs, perSig(serverTotal, r.signed))
 	fmt.Fprintf(w, "| the client (this process) | %.2f | %s |\n", r.clientCPU.Seconds()/secs, perSig(r.clientCPU, r.signed))
 	fmt.Fprintf(w, "| the whole machine, everything on it | %.2f of %d | |\n\n", r.machineBusy, r.ceiling.cores)
+	if others := r.machineBusy - serverTotal.Seconds()/secs - r.clientCPU.Seconds()/secs; others > quietShare {
+		fmt.Fprintf(w, "**The machine was not quiet: other processes took %.2f cores during the timed phase.** "+
+			"These figures are not of record; measure again on a quiet machine.\n\n", others)
+	}
 
 	fmt.Fprintf(w, "The client's own cost, apart: %d P-256 keys and CSRs generated before the timed phase in %s (%s of CPU, %s each).\n\n",
 		r.csrs, report.Round(r.csrWall), report.Round(r.csrCPU), report.Round(r.csrCPU/time.Duration(max(1, r.csrs))))
@@ -92,6 +100,11 @@ func (b *bench) reportSign(r *signResult) bool {
 	fmt.Fprintf(w, "Target ≥ %s signatures/s on %d servers: %s (%s/s).\n\n", thousands(target), r.servers, verdict, thousands(perSec))
 	return ok
 }
+
+// quietShare is the CPU, in cores, that processes other than the
+// servers and the client may take during the timed phase of a run whose
+// figures are of record.
+const quietShare = 0.2
 
 func total(m map[codes.Code]int) int {
 	n := 0
