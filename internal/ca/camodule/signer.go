@@ -250,10 +250,17 @@ func (s *Signer) observe(typ *pbresource.Type, set map[string]*pbresource.Resour
 	prev := s.state.Load()
 	st, err := buildSigningState(s.view, prev)
 	if err != nil {
-		if errors.Is(err, errNoActiveRoot) {
+		switch {
+		case errors.Is(err, errNoActiveRoot):
 			return
+		case errors.Is(err, errNoKeyYet):
+			// Its watch delivers it in a moment.
+			s.log.Debug("CA signer: waiting for the active root's signing key", "err", err)
+		case prev != nil:
+			s.log.Warn("CA signer: cannot sign with the stored CA; signing on under the root it had", "root_id", prev.rootID, "err", err)
+		default:
+			s.log.Warn("CA signer: cannot sign with the stored CA", "err", err)
 		}
-		s.log.Warn("CA signer: cannot sign with the stored CA; keeping what it signed with", "err", err)
 		if prev == nil {
 			s.broken.Store(&err)
 		}

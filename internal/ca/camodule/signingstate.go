@@ -40,6 +40,11 @@ type signingState struct {
 // errNoActiveRoot: the CA manager has not made the cluster's root yet.
 var errNoActiveRoot = errors.New("the CA has no active root yet: the leader's CA manager makes it (see GET /v1/ca/config for its state)")
 
+// errNoKeyYet: the active root's signing key is not stored (replicated)
+// yet. A root and its key are written together, but each type has its
+// own watch, so a server may see the root a moment before the key.
+var errNoKeyYet = errors.New("has no signing key stored yet")
+
 // caView is the stored CA as a server sees it: every CARoot, every
 // CASigningKey (by name), the CAConfig (nil when none is stored).
 type caView struct {
@@ -72,7 +77,7 @@ func buildSigningState(view caView, prev *signingState) (*signingState, error) {
 	name := rootRes.GetId().GetName()
 	keyRes := view.keys[name]
 	if keyRes == nil {
-		return nil, fmt.Errorf("the active root %s has no signing key stored yet", root.GetId())
+		return nil, fmt.Errorf("the active root %s %w", root.GetId(), errNoKeyYet)
 	}
 	st := &signingState{}
 	if prev != nil && prev.rootName == name && prev.rootVersion == rootRes.GetVersion() && prev.keyVersion == keyRes.GetVersion() {

@@ -152,7 +152,7 @@ func TestBuildSigningState(t *testing.T) {
 	}{
 		{"nothing", caView{}, "no active root yet", errNoActiveRoot},
 		{"no active root", caView{roots: []*pbresource.Resource{a.root(t, "1", false)}, keys: keys(a.signingKey(t, "2", a.key, a.id))}, "no active root yet", errNoActiveRoot},
-		{"no key yet", caView{roots: []*pbresource.Resource{a.root(t, "1", true)}}, "has no signing key stored yet", nil},
+		{"no key yet", caView{roots: []*pbresource.Resource{a.root(t, "1", true)}}, "has no signing key stored yet", errNoKeyYet},
 		{"key of another root", caView{roots: []*pbresource.Resource{a.root(t, "1", true)}, keys: keys(a.signingKey(t, "2", a.key, b.id))}, "is for root", nil},
 		{"not the certificate's key", caView{roots: []*pbresource.Resource{a.root(t, "1", true)}, keys: keys(a.signingKey(t, "2", other.key, a.id))}, "not the signing certificate's", nil},
 	} {
