@@ -121,7 +121,7 @@ func (m *Manager) convergeSecondary(ctx context.Context, cfgRes *pbresource.Reso
 		if want, keyPEM, err = m.newIntermediate(ctx, cfg, active, activeCerts[0], now); err != nil {
 			return out, sec, fmt.Errorf("get an intermediate from the primary datacenter %q (%s): %w", m.PrimaryDatacenter, reason, err)
 		}
-		m.log().Info("the primary signed a new intermediate", "primary_datacenter", m.PrimaryDatacenter, "root_id", active.GetId(),
+		m.log().Info("the primary signed a new intermediate", "root_id", active.GetId(),
 			"reason", reason, "not_after", want.cert.NotAfter)
 	}
 	if err := m.storePrimaryRoots(ctx, primaryRoots, want, keyPEM, list.GetResources(), local); err != nil {
@@ -137,12 +137,10 @@ func (m *Manager) convergeSecondary(ctx context.Context, cfgRes *pbresource.Reso
 }
 
 // intermediate is the intermediate a secondary signs with: the root it
-// is of, the certificate, and what a leaf's chain carries after the leaf
-// (the intermediate, then the primary's chain up to its root).
+// is of, and the certificate.
 type intermediate struct {
-	rootID   string
-	cert     *x509.Certificate
-	chainPEM []string
+	rootID string
+	cert   *x509.Certificate
 }
 
 func (i intermediate) state() secondaryState {
@@ -158,7 +156,7 @@ func (m *Manager) localIntermediate(ctx context.Context, active *storedRoot) (in
 	if active == nil {
 		return intermediate{}, nil
 	}
-	out := intermediate{rootID: active.root.GetId(), chainPEM: active.root.GetIntermediateCerts()}
+	out := intermediate{rootID: active.root.GetId()}
 	resp, err := m.API.Read(ctx, &pbresource.ReadRequest{Id: ca.SigningKeyID(active.res.GetId().GetName())})
 	if status.Code(err) == codes.NotFound {
 		return out, nil
@@ -196,7 +194,7 @@ func (m *Manager) newIntermediate(ctx context.Context, cfg *pbca.CAConfig, activ
 	if err != nil {
 		return intermediate{}, nil, err
 	}
-	cert, chain, err := ca.CheckIntermediate([]byte(ans.CertPEM), []byte(ans.ChainPEM), key.Public(), activeCert, now)
+	cert, _, err := ca.CheckIntermediate([]byte(ans.CertPEM), []byte(ans.ChainPEM), key.Public(), activeCert, now)
 	if err != nil {
 		return intermediate{}, nil, fmt.Errorf("%w: what it signed: %v", ca.ErrNotPrimary, err)
 	}
@@ -204,18 +202,19 @@ func (m *Manager) newIntermediate(ctx context.Context, cfg *pbca.CAConfig, activ
 	if err != nil {
 		return intermediate{}, nil, errors.New("encode the intermediate's key")
 	}
-	out := intermediate{rootID: active.GetId(), cert: cert, chainPEM: []string{string(ca.EncodeCerts(cert))}}
-	for _, c := range chain {
-		out.chainPEM = append(out.chainPEM, string(ca.EncodeCerts(c)))
-	}
-	return out, keyPEM, nil
+	return intermediate{rootID: active.GetId(), cert: cert}, keyPEM, nil
 }
 
 // storePrimaryRoots stores the primary's roots as this datacenter's, the
-// active one marked with the intermediate (signing_cert, and first in
-// intermediate_certs, so that leaves carry it), with the intermediate's
-// key when it is new, in one batch that holds only if no CARoot changed
-// since the list. Then it deletes the roots the primary no longer has and
+// active one with the intermediate as its signing_cert, with the
+// intermediate's key when it is new, in one batch that holds only if no
+// CARoot changed since the list. The roots keep the primary's
+// intermediate_certs (the cross-signed root after a rotation): the
+// signers put the signing certificate before them, so that leaves carry
+// [intermediate, cross-signed root]. The intermediate is kept out of
+// intermediate_certs so that a signer that sees the new root before the
+// new key (they are separate watches) never pairs an intermediate with
+// another's chain. Then it deletes the roots the primary no longer has and
 // the keys of roots no longer active. Roots that did not change are not
 // written.
 func (m *Manager) storePrimaryRoots(ctx context.Context, primary []*pbca.CARoot, inter intermediate, keyPEM []byte, listed []*pbresource.Resource, local []storedRoot) error {
@@ -234,7 +233,6 @@ func (m *Manager) storePrimaryRoots(ctx context.Context, primary []*pbca.CARoot,
 		if r.GetActive() {
 			activeName = name
 			want.SigningCert = interPEM
-			want.IntermediateCerts = inter.chainPEM
 		}
 		version := resource.CreateOnly
 		if have, ok := byName[name]; ok {
