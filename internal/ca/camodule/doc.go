@@ -52,4 +52,19 @@
 //   - The routes never return a private key: /v1/ca/roots shows CARoots,
 //     which hold none, and /v1/ca/config clears the write-only key field
 //     even though a stored CAConfig never holds one.
+//   - A secondary datacenter (Config.PrimaryDatacenter other than the
+//     server's) runs the same manager with a PrimaryCA: it makes no root,
+//     but copies the primary's roots and has the primary sign an
+//     intermediate for a key of its own, stored sealed as the active
+//     root's signing key (secondary.go). It reaches the primary on its
+//     public gRPC port, since the two clusters' server CAs differ and
+//     neither's server-to-server port takes the other's servers; the
+//     roots come through the resource API (anyone reads CARoots), the
+//     intermediate through CAService.SignIntermediate (permission server).
+//     It polls (jittered) rather than holds a watch on the primary, which
+//     keeps the manager a plain controller whose requeue is the poll.
+//     Whether a new intermediate is needed, and whether the answers are a
+//     primary's, is decided in internal/ca (IntermediateReason,
+//     CheckPrimaryRoots, CheckIntermediate); nothing is stored until both
+//     the roots and the intermediate have passed.
 package camodule
