@@ -16,15 +16,9 @@ func probeID(roots *camodule.RootsBody) ca.ServiceID {
 	return ca.ServiceID{TrustDomain: roots.TrustDomain, Namespace: "bench", Datacenter: roots.Datacenter, Service: "probe"}
 }
 
-// verifySamples verifies each kept leaf, with the chain its answer
-// carries, as a TLS peer would against the roots the servers publish
-// now, for server and client authentication; and checks that it names
-// the SPIFFE id its CSR asked for and holds the CSR's public key. It
-// returns how many passed, and the first failure.
+// verifySamples verifies the kept leaves (verifyLeaves) against the
+// roots the servers publish now.
 func verifySamples(members []*testcluster.Member, samples []sample) (int, error) {
-	if len(samples) == 0 {
-		return 0, fmt.Errorf("no leaf was kept to verify")
-	}
 	body, err := agreedRoots(members)
 	if err != nil {
 		return 0, err
@@ -37,7 +31,18 @@ func verifySamples(members []*testcluster.Member, samples []sample) (int, error)
 		}
 		roots = append(roots, certs...)
 	}
-	now := time.Now()
+	return verifyLeaves(roots, samples, time.Now())
+}
+
+// verifyLeaves verifies each kept leaf, with the chain its answer
+// carries, as a TLS peer would against roots at now, for server and
+// client authentication; and checks that it names the SPIFFE id its CSR
+// asked for, holds the CSR's public key and carries the serial the
+// answer gives. It returns how many passed, and the first failure.
+func verifyLeaves(roots []*x509.Certificate, samples []sample, now time.Time) (int, error) {
+	if len(samples) == 0 {
+		return 0, fmt.Errorf("no leaf was kept to verify")
+	}
 	for i, s := range samples {
 		certs, err := ca.ParseCerts([]byte(s.resp.GetCertPem() + s.resp.GetChainPem()))
 		if err != nil {
