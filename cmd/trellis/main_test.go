@@ -271,6 +271,8 @@ func TestCommandErrors(t *testing.T) {
 		{"server: primary address on a primary", []string{"server", "-data-dir", dir, "-primary-address", "10.0.0.1:7701"}, "", 2, `-primary-address: only a secondary datacenter takes it`},
 		{"server: bad primary address", []string{"server", "-data-dir", dir, "-datacenter", "dc2", "-primary-datacenter", "dc1", "-primary-address", "10.0.0.1:7701,nope"}, "", 2, `-primary-address: "nope" is not host:port (for example 127.0.0.1:7701)`},
 		{"server: bad primary datacenter", []string{"server", "-data-dir", dir, "-primary-datacenter", "DC1"}, "", 2, `-primary-datacenter: "DC1" is not a datacenter name`},
+		{"server: missing primary CA file", []string{"server", "-data-dir", dir, "-datacenter", "dc2", "-primary-datacenter", "dc1", "-primary-address", "10.0.0.1:7701", "-primary-tls-ca-file", filepath.Join(dir, "nope.pem")}, "", 2, "-primary-tls-ca-file: open"},
+		{"server: primary CA file on a primary", []string{"server", "-data-dir", dir, "-primary-tls-ca-file", filepath.Join(dir, "nope.pem")}, "", 2, "-primary-tls-ca-file: only a secondary datacenter takes it"},
 		{"server: raft multiplier too big", []string{"server", "-data-dir", dir, "-raft-multiplier", "11"}, "", 2, "-raft-multiplier: 11 is out of range: give an integer from 1 (a LAN) to 10"},
 		{"server: raft multiplier zero", []string{"server", "-data-dir", dir, "-raft-multiplier", "0"}, "", 2, "-raft-multiplier: 0 is out of range"},
 		{"server: raft multiplier negative", []string{"server", "-data-dir", dir, "-raft-multiplier", "-3"}, "", 2, "-raft-multiplier: -3 is out of range"},

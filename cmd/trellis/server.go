@@ -1,7 +1,11 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -21,6 +25,7 @@ func newServerCmd(e *cli.Env) *cobra.Command {
 		httpsAddr       string
 		primaryDC       string
 		primaryAddrs    []string
+		primaryCAFile   string
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -49,7 +54,9 @@ datacenter of the Connect CA: its leader takes the primary's roots (and its
 trust domain) and has the primary sign an intermediate CA that its servers sign
 leaves with, so that services of every datacenter verify each other.
 -primary-address is the public gRPC address (-grpc-addr) of a server of the
-primary; give several (repeated, or comma-separated) to try them in turn.
+primary; give several (repeated, or comma-separated) to try them in turn. When
+the primary's servers serve TLS there, -primary-tls-ca-file names the primary
+cluster's CA certificate.
 Without -primary-datacenter, or with this server's own -datacenter, the
 cluster is the primary and makes its own root (docs/ca.md).
 
@@ -85,6 +92,11 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 			}
 			cfg.HTTPSAddr = httpsAddr
 			cfg.PrimaryDatacenter, cfg.PrimaryAddrs = primaryDC, primaryAddrs
+			if primaryCAFile != "" {
+				if cfg.PrimaryTLS, err = primaryTLS(primaryCAFile, primaryDC); err != nil {
+					return cli.Usage(err)
+				}
+			}
 			if err := cfg.Validate(); err != nil {
 				return cli.Usage(err)
 			}
@@ -108,6 +120,8 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 		"the datacenter whose Connect CA is the federation's (default: this server's -datacenter, which makes this cluster the primary); another name makes this cluster a secondary, which needs -primary-address")
 	cmd.Flags().StringSliceVar(&primaryAddrs, "primary-address", nil,
 		"public gRPC address (host:port, the primary servers' -grpc-addr) of a server of -primary-datacenter, which a secondary's CA gets its roots and intermediate from; repeatable or comma-separated, tried in turn")
+	cmd.Flags().StringVar(&primaryCAFile, "primary-tls-ca-file", "",
+		"on a secondary whose primary's servers serve TLS on their public gRPC port (they have -tls-* files): the primary cluster's CA certificate (PEM); the secondary then dials them over TLS and accepts only server.<primary-datacenter>.trellis certificates of it")
 	cmd.Flags().StringVar(&httpsAddr, "https-addr", "", "also serve the HTTP API over TLS on this address (host:port; needs the -tls-* files)")
 	cmd.Flags().StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "the cluster CA's certificate (PEM, from `trellis tls ca create`): with -tls-cert-file and -tls-key-file, servers talk to each other (Raft and -server-addr) only over mutual TLS")
 	cmd.Flags().StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "this server's certificate (PEM, from `trellis tls cert create -server`); reloaded on SIGHUP")
@@ -139,4 +153,26 @@ func serverConfig(f serverFlags, bootstrapExpect int, retryJoin []string, raftMu
 		return cfg, cli.Usage(err)
 	}
 	return cfg, nil
+}
+
+// primaryTLS is how a secondary checks the primary's servers on their
+// public gRPC port: the primary cluster's CA read from caFile, and the
+// name every server certificate of the primary datacenter carries.
+func primaryTLS(caFile, primaryDC string) (*tls.Config, error) {
+	if primaryDC == "" {
+		return nil, errors.New("-primary-tls-ca-file: only a secondary datacenter takes it: give -primary-datacenter too")
+	}
+	data, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("-primary-tls-ca-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("-primary-tls-ca-file: %s holds no PEM certificate", caFile)
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		RootCAs:    pool,
+		ServerName: tlsutil.ServerName(primaryDC, tlsutil.DefaultDomain),
+	}, nil
 }

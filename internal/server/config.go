@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,6 +72,10 @@ type Config struct {
 	// two clusters have different server CAs, so no server of one holds a
 	// certificate the other's server-to-server port accepts.
 	PrimaryAddrs []string
+	// PrimaryTLS, when set, is how a secondary checks the primary's
+	// servers on their public gRPC port (-primary-tls-ca-file): their CA
+	// and the server name they present. Nil dials them in plaintext.
+	PrimaryTLS *tls.Config
 	// Raft, when set, makes the server a Raft voter with durable storage.
 	// Nil: everything in memory, this server the leader at once.
 	Raft *RaftConfig
@@ -217,6 +222,9 @@ func (c Config) validatePrimary() error {
 		}
 	}
 	if !c.IsSecondary() {
+		if c.PrimaryTLS != nil {
+			return configError("-primary-tls-ca-file", "only a secondary datacenter takes it: give -primary-datacenter, the primary's datacenter, other than this server's -datacenter %q", c.Datacenter)
+		}
 		if len(c.PrimaryAddrs) > 0 {
 			return configError("-primary-address", "only a secondary datacenter takes it: give -primary-datacenter, the primary's datacenter, other than this server's -datacenter %q", c.Datacenter)
 		}

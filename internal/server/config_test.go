@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"strings"
 	"testing"
@@ -40,6 +41,7 @@ func TestConfigValidate(t *testing.T) {
 		{"primary address not host:port", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"10.0.0.1"}}, `-primary-address: "10.0.0.1" is not host:port (for example 127.0.0.1:7701)`},
 		{"primary address without host", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{":7701"}}, `-primary-address: ":7701": give the host and public gRPC port (-grpc-addr) of a server of "dc1"`},
 		{"primary address port 0", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"10.0.0.1:0"}}, `-primary-address: "10.0.0.1:0": give the host`},
+		{"primary TLS on a primary", Config{PrimaryTLS: &tls.Config{}}, `-primary-tls-ca-file: only a secondary datacenter takes it`},
 		{"primary address twice", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"a:1", "a:1"}}, `-primary-address: "a:1" given twice`},
 		{"raft ok", Config{Raft: raft(RaftConfig{DataDir: "/d", BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:7703", "s3.example:7703"}})}, ""},
 		{"raft joining", Config{Raft: raft(RaftConfig{DataDir: "/d", RetryJoin: []string{"10.0.0.2:7703"}})}, ""},

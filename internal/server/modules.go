@@ -22,13 +22,13 @@ func DefaultModules() []module.Module { return defaultModules(Config{}) }
 
 // defaultModules is DefaultModules configured by cfg: the orchestrator's
 // heartbeat TTL (Config.HeartbeatTTL), the CA's primary datacenter
-// (Config.PrimaryDatacenter, Config.PrimaryAddrs).
+// (Config.PrimaryDatacenter, Config.PrimaryAddrs, Config.PrimaryTLS).
 func defaultModules(cfg Config) []module.Module {
 	return []module.Module{
 		core.Module(),
 		orchestratormodule.New(orchestratormodule.Config{HeartbeatTTL: cfg.HeartbeatTTL}),
 		schedulermodule.New(),
-		camodule.New(camodule.Config{PrimaryDatacenter: cfg.PrimaryDatacenter, PrimaryAddrs: cfg.PrimaryAddrs}),
+		camodule.New(camodule.Config{PrimaryDatacenter: cfg.PrimaryDatacenter, PrimaryAddrs: cfg.PrimaryAddrs, PrimaryTLS: cfg.PrimaryTLS}),
 	}
 }
 

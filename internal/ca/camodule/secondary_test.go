@@ -24,6 +24,7 @@ import (
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/server"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // startDC runs an in-memory server, its own cluster, of datacenter dc
@@ -33,11 +34,18 @@ import (
 // stop that the test may call early (the cleanup calls it too).
 func startDC(t *testing.T, dc, primaryDC string, primaryAddrs ...string) (*server.Server, func()) {
 	t.Helper()
+	return startDCWith(t, dc, primaryDC, nil, nil, primaryAddrs...)
+}
+
+// startDCWith is startDC with TLS on its public gRPC port (serveTLS), and
+// what it checks the primary's with (primaryTLS).
+func startDCWith(t *testing.T, dc, primaryDC string, serveTLS *tlsutil.Configurator, primaryTLS *tls.Config, primaryAddrs ...string) (*server.Server, func()) {
+	t.Helper()
 	srv, err := server.New(server.Config{
-		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Datacenter: dc,
-		PrimaryDatacenter: primaryDC, PrimaryAddrs: primaryAddrs, ShutdownTimeout: 10 * time.Second,
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Datacenter: dc, TLS: serveTLS,
+		PrimaryDatacenter: primaryDC, PrimaryAddrs: primaryAddrs, PrimaryTLS: primaryTLS, ShutdownTimeout: 10 * time.Second,
 		Modules: []module.Module{core.Module(), camodule.New(camodule.Config{
-			PrimaryDatacenter: primaryDC, PrimaryAddrs: primaryAddrs, PrimaryPollInterval: 100 * time.Millisecond,
+			PrimaryDatacenter: primaryDC, PrimaryAddrs: primaryAddrs, PrimaryTLS: primaryTLS, PrimaryPollInterval: 100 * time.Millisecond,
 		})},
 	})
 	if err != nil {
@@ -459,5 +467,66 @@ func TestSecondaryRenewsAtHalfLife(t *testing.T) {
 	b, _ := protojson.Marshal(root)
 	if strings.Contains(string(b), "PRIVATE KEY") {
 		t.Error("a root holds a private key")
+	}
+}
+
+// A primary whose servers serve TLS on their public gRPC port: a
+// secondary given the primary cluster's CA gets its roots and
+// intermediate over TLS, checking the primary's server name; one that
+// trusts another CA, or dials in plaintext, fails clearly and stores
+// nothing.
+func TestSecondaryOverTLS(t *testing.T) {
+	bundle, err := tlsutil.NewDevBundle("dc1", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := tlsutil.NewFromBundle(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	primary, _ := startDCWith(t, "dc1", "", serving, nil)
+	pRoots := activeRoots(t, "http://"+primary.HTTPAddr())
+	trusting := func(b *tlsutil.DevBundle) *tls.Config {
+		pool := x509.NewCertPool()
+		pool.AddCert(b.CA.Cert)
+		return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: tlsutil.ServerName("dc1", tlsutil.DefaultDomain)}
+	}
+
+	good, _ := startDCWith(t, "dc2", "dc1", nil, trusting(bundle), primary.GRPCAddr())
+	var roots camodule.RootsBody
+	eventually(t, "the secondary has the primary's root over TLS", func() bool {
+		code, _ := get(t, "http://"+good.HTTPAddr()+"/v1/ca/roots", &roots)
+		return code == http.StatusOK && roots.ActiveRootID == pRoots.ActiveRootID
+	})
+	leaf, _ := leafIn(t, "http://"+good.HTTPAddr(), pRoots.TrustDomain, "dc2", "web")
+	verifyAsPeer(t, pRoots, leaf, time.Now())
+
+	other, err := tlsutil.NewDevBundle("dc1", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		cfg  *tls.Config
+		says string
+	}{
+		"another CA": {trusting(other), "certificate signed by unknown authority"},
+		"plaintext":  {nil, "give -primary-tls-ca-file"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv, _ := startDCWith(t, "dc3", "dc1", nil, tc.cfg, primary.GRPCAddr())
+			base := "http://" + srv.HTTPAddr()
+			var st map[string]any
+			eventually(t, "the manager reports the failure", func() bool {
+				st = managerStatus(t, base)
+				return st["state"] == ca.StateFailed
+			})
+			t.Logf("last_error: %s", st["last_error"])
+			if msg := st["last_error"].(string); !strings.Contains(msg, primary.GRPCAddr()) || !strings.Contains(msg, tc.says) {
+				t.Errorf("last_error %q does not name the address and say %q", msg, tc.says)
+			}
+			if r, k := count(t, srv.API(), ca.RootType), count(t, srv.API(), ca.SigningKeyType); r != 0 || k != 0 {
+				t.Errorf("%d roots and %d keys stored, want none", r, k)
+			}
+		})
 	}
 }
