@@ -60,12 +60,16 @@ func (m *Manager) reconcileSecondary(ctx context.Context, cfgRes *pbresource.Res
 	case caErr != nil && out.ActiveRootID == "":
 		next = &pbca.CAManagerStatus{State: ca.StateFailed, LastError: caErr.Error(),
 			Message: fmt.Sprintf("a secondary of datacenter %q: getting the roots and an intermediate from the primary failed, and nothing is stored; retrying with backoff", primary)}
-		m.log().Warn("CA initialisation from the primary failed", "primary_datacenter", primary, "err", caErr)
+		m.log().Warn("CA initialisation from the primary failed", "err", caErr)
+	case caErr != nil && sec.notAfter.IsZero():
+		next = &pbca.CAManagerStatus{State: ca.StateFailed, ActiveRootId: out.ActiveRootID, LastError: caErr.Error(),
+			Message: fmt.Sprintf("a secondary of datacenter %q: getting an intermediate from the primary failed, and this datacenter has none to sign with; retrying with backoff", primary)}
+		m.log().Warn("CA update from the primary failed; no intermediate to sign with", "err", caErr)
 	case caErr != nil:
 		next = &pbca.CAManagerStatus{State: ca.StateFailed, ActiveRootId: out.ActiveRootID, LastError: caErr.Error(),
 			Message: fmt.Sprintf("a secondary of datacenter %q: bringing the CA up to the primary's failed; this datacenter keeps signing with the intermediate it has (valid until %s); retrying with backoff",
 				primary, sec.notAfter.UTC().Format(time.RFC3339))}
-		m.log().Warn("CA update from the primary failed; signing with the intermediate this datacenter has", "primary_datacenter", primary, "err", caErr)
+		m.log().Warn("CA update from the primary failed; signing with the intermediate this datacenter has", "err", caErr)
 	}
 	if err := m.report(ctx, cfgRes, next); err != nil {
 		return out, errors.Join(caErr, err)
