@@ -8,6 +8,8 @@ import (
 
 	"net"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -200,6 +202,11 @@ func TestSecondaryDatacenter(t *testing.T) {
 		t.Errorf("dc2 leaf chain = %d certificates, want the secondary's intermediate", len(chain))
 	}
 	verifyWithOpenSSL(t, pRoots, web2)
+	if m := regexp.MustCompile(`(?m)^trellis_ca_signing_cert_expiry_seconds (\S+)$`).FindStringSubmatch(scrape(t, sBase)); m == nil {
+		t.Error("the secondary does not report when its intermediate expires")
+	} else if secs, _ := strconv.ParseFloat(m[1], 64); secs < (ca.DefaultIntermediateTTL - time.Hour).Seconds() {
+		t.Errorf("the intermediate expires in %s s, want about %v", m[1], ca.DefaultIntermediateTTL)
+	}
 	api1, api1Key := leafIn(t, pBase, td, "dc1", "api")
 	primaryRoot := rootCerts(t, pRoots.Roots...)
 	serverSaw, clientSaw := handshake(t, primaryRoot, web2, web2Key, api1, api1Key, "web.svc.default.dc2.trellis")
