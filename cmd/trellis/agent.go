@@ -64,11 +64,26 @@ again. Stopping the agent (Ctrl-C, SIGTERM) leaves its tasks running; 'trellis
 agent leave' stops them and takes the instance out of the cluster.
 
 Tasks reach the agent's local API at TRELLIS_TASK_METADATA_URI for their own
-state; 'trellis task logs' reads their logs there.`,
+state; 'trellis task logs' reads their logs there.
+
+The agent keeps a leaf cache of Connect CA certificates: its own agent leaf
+(spiffe://<trust-domain>/agent/client/dc/<dc>/id/<name>) and one per service
+of the tasks it runs (named by the task definition's family for now). Keys are
+made on this machine; the servers sign. Each leaf is renewed at a random point
+between 60 % and 90 % of its life, and re-signed within -ca-resign-window after
+the CA's root changes. GET /v1/agent/leaves on the local API lists them (never
+a key).
+
+With -auto-encrypt and -tls-ca-file alone (the cluster CA that signed the
+servers' certificates), the agent gets its leaf over TLS that checks the
+servers, then talks to them over mutual TLS presenting it: the CA file is all
+an operator hands out for a first join (see docs/tls.md).`,
 		Example: `  trellis agent -server 127.0.0.1:7701 -data-dir /var/lib/trellis/agent -name web-1 \
       -attribute zone=eu-1a -attribute node.class=big
   trellis agent -server 10.0.0.1:7701 -server 10.0.0.2:7701 -server 10.0.0.3:7701 \
-      -data-dir /var/lib/trellis/agent -cluster prod -http-addr 0.0.0.0:7710`,
+      -data-dir /var/lib/trellis/agent -cluster prod -http-addr 0.0.0.0:7710
+  trellis agent -server 10.0.0.1:7701 -data-dir /var/lib/trellis/agent \
+      -tls-ca-file trellis-agent-ca.pem -auto-encrypt`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := (&serverFlags{logLevel: logLevel}).logger(e.Stderr)
@@ -89,6 +104,7 @@ state; 'trellis task logs' reads their logs there.`,
 			}
 			cfg.Token = e.Token()
 			cfg.Logger = log
+			tlsFiles.Datacenter = cfg.Datacenter
 			if tlsFiles.Enabled() {
 				tc, err := tlsutil.New(tlsFiles)
 				if err != nil {
@@ -126,6 +142,9 @@ state; 'trellis task logs' reads their logs there.`,
 	fs.StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "the cluster CA's certificate (PEM): dial the servers over TLS and accept only servers of that CA (for servers started with -tls-* files)")
 	fs.StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "a client certificate of the cluster CA to present (optional; PEM); reloaded on SIGHUP")
 	fs.StringVar(&tlsFiles.KeyFile, "tls-key-file", "", "the private key of -tls-cert-file (PEM)")
+	fs.StringVar(&cfg.Datacenter, "datacenter", "dc1", "the servers' datacenter: the name their server certificates carry (server.<dc>.trellis) and the one the agent's Connect CA leaves name")
+	fs.BoolVar(&cfg.AutoEncrypt, "auto-encrypt", false, "get the agent's leaf from the servers' Connect CA (over TLS checked with -tls-ca-file, which is all the agent needs) and present it to the servers: mutual TLS with no certificate file to hand out")
+	fs.DurationVar(&cfg.ResignWindow, "ca-resign-window", 30*time.Second, "after the Connect CA's active root changes, re-sign the leaves at a random moment within this window, so a fleet does not sign at once")
 	addLogLevelFlag(fs, &logLevel, "info")
 	e.ClientFlags.RegisterToken(fs)
 	cmd.AddCommand(newAgentLeaveCmd(e))

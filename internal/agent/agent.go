@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"trellis.dev/trellis/internal/agent/leaves"
 	"trellis.dev/trellis/internal/agent/session"
 	"trellis.dev/trellis/internal/agent/tasks"
 )
@@ -32,6 +34,13 @@ type Agent struct {
 
 	tasks   *tasks.Manager
 	session *session.Session
+
+	// leaves is the leaf cache and leafServers its link to the servers
+	// (nil with DisableLeafCache); sessionTLS is how the session dials
+	// the servers (cfg.TLS, presenting the agent leaf with AutoEncrypt).
+	leaves      *leaves.Cache
+	leafServers *leaves.Servers
+	sessionTLS  *tls.Config
 
 	mu      sync.Mutex
 	started atomic.Bool
@@ -81,6 +90,10 @@ func New(cfg Config) (*Agent, error) {
 	if a.address == "" {
 		a.address = advertiseAddr(ln.Addr().(*net.TCPAddr), cfg.Servers[0])
 	}
+	a.sessionTLS = cfg.TLS
+	if !cfg.DisableLeafCache {
+		a.setupLeafCache()
+	}
 	id := session.NewID(cfg.Clock.Now())
 	a.tasks, err = tasks.New(tasks.Config{
 		Instance:  cfg.Name,
@@ -106,7 +119,7 @@ func New(cfg Config) (*Agent, error) {
 		Attributes:  cfg.Attributes,
 		ID:          id,
 		Token:       cfg.Token,
-		TLS:         cfg.TLS,
+		TLS:         a.sessionTLS,
 		DialOptions: cfg.DialOptions,
 		RPCTimeout:  cfg.RPCTimeout,
 		ReportDelay: cfg.ReportDelay,
@@ -213,7 +226,21 @@ func (a *Agent) Start(ctx context.Context) error {
 		}
 	}()
 
-	a.session.Run(ctx, facts)
+	if a.leaves != nil {
+		leavesCtx, stopLeaves := context.WithCancel(ctx)
+		wait := a.runLeafCache(leavesCtx)
+		defer wait()
+		defer stopLeaves()
+	}
+	if a.cfg.AutoEncrypt && a.leaves.AgentCertificate() == nil {
+		a.log.Info("auto-encrypt: getting the agent's leaf from the servers before joining")
+		if _, _, err := a.leaves.Get(ctx, leaves.AgentKey); err == nil {
+			a.log.Info("auto-encrypt: the agent's leaf is signed; talking to the servers over mutual TLS with it")
+		}
+	}
+	if ctx.Err() == nil {
+		a.session.Run(ctx, facts)
+	}
 
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -16,6 +16,7 @@ import (
 	"trellis.dev/trellis/internal/driver"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // Defaults of Config.
@@ -85,6 +86,21 @@ type Config struct {
 	// (tlsutil's OutgoingClientConfig: only a server of the cluster's CA
 	// is accepted); nil dials in plaintext.
 	TLS *tls.Config
+
+	// Datacenter is the servers' datacenter (tlsutil.DefaultDatacenter
+	// when empty): the agent's leaves name it.
+	Datacenter string
+	// ResignWindow spreads the re-signing of the leaves after the Connect
+	// CA's active root changes (leaves.DefaultResignWindow when zero).
+	ResignWindow time.Duration
+	// DisableLeafCache turns the leaf cache off: the agent then holds no
+	// Connect CA leaf (the simulator's thousands of agents).
+	DisableLeafCache bool
+	// AutoEncrypt makes the agent present its agent leaf (from the leaf
+	// cache) to the servers: it gets it over server-authenticated TLS
+	// first, then every connection is mutual TLS with it, the leaf
+	// renewed without reconnecting. It needs TLS.
+	AutoEncrypt bool
 }
 
 // SystemClock is the real clock.
@@ -146,6 +162,20 @@ func (c Config) Validate() error {
 			return configError("Drivers", "driver %q is nil", name)
 		}
 	}
+	if c.Datacenter != "" {
+		if err := tlsutil.CheckDatacenter(c.Datacenter); err != nil {
+			return configError("-datacenter", "%v", err)
+		}
+	}
+	if c.ResignWindow < 0 {
+		return configError("-ca-resign-window", "%v is negative", c.ResignWindow)
+	}
+	if c.AutoEncrypt && c.TLS == nil {
+		return configError("-auto-encrypt", "needs -tls-ca-file: the agent gets its leaf over TLS, checking the servers against that CA")
+	}
+	if c.AutoEncrypt && c.DisableLeafCache {
+		return configError("-auto-encrypt", "needs the leaf cache, which holds the agent's leaf")
+	}
 	if c.HTTPAddr != "" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 			return configError("-http-addr", "%q is not host:port", c.HTTPAddr)
@@ -192,6 +222,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Version == "" {
 		c.Version = buildVersion()
+	}
+	if c.Datacenter == "" {
+		c.Datacenter = tlsutil.DefaultDatacenter
 	}
 	return c
 }

@@ -26,6 +26,7 @@ func (a *Agent) handler() http.Handler {
 	mux.HandleFunc("GET /v1/tasks/{namespace}/{name}/logs/{container}", a.serveLogs)
 	mux.HandleFunc("GET /v1/agent/self", a.serveSelf)
 	mux.HandleFunc("POST /v1/agent/leave", a.serveLeave)
+	mux.HandleFunc("GET /v1/agent/leaves", a.serveLeaves)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, wire.CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})
@@ -157,4 +158,14 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func writeError(w http.ResponseWriter, code int, body, msg string) {
 	writeJSON(w, code, wire.Error{Error: msg, Code: body})
+}
+
+// serveLeaves lists the leaf cache's leaves: ids, serials, dates, never a
+// key.
+func (a *Agent) serveLeaves(w http.ResponseWriter, _ *http.Request) {
+	if a.leaves == nil {
+		writeError(w, http.StatusNotFound, wire.CodeNotFound, "this agent runs no leaf cache")
+		return
+	}
+	writeJSON(w, http.StatusOK, a.leaves.Leaves())
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"trellis.dev/trellis/internal/acl"
 	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
@@ -49,8 +51,14 @@ type Config struct {
 	// server-to-server listener and Raft accept only peers with a server
 	// certificate of the cluster's CA (mutual TLS), and this server dials
 	// them with its own. The public gRPC port and HTTPSAddr serve TLS with
-	// the server certificate and ask clients for none. Nil: plaintext.
+	// the server certificate; a client certificate is asked for, not
+	// required, and one presented must be a client certificate of the
+	// cluster's CA or an agent leaf of the Connect CA (auto-encrypt),
+	// whose roots the server follows. Nil: plaintext.
 	TLS *tlsutil.Configurator
+	// PublicGRPCOptions are added to the options of the public gRPC
+	// server (tests look at each call's peer with an interceptor).
+	PublicGRPCOptions []grpc.ServerOption
 	// PublicPlaintext keeps the public gRPC port plaintext even with TLS:
 	// trellis dev secures its server-to-server port with certificates it
 	// makes in memory, which no client outside the process could trust.

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ca"
 	"trellis.dev/trellis/internal/cluster"
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/httpapi"
@@ -111,9 +112,9 @@ func New(cfg Config) (_ *Server, err error) {
 		if publicTLS, err = cfg.TLS.IncomingPublicConfig(); err != nil {
 			return nil, fmt.Errorf("-tls-cert-file: %w", err)
 		}
-		s.grpc = newGRPC(grpc.Creds(credentials.NewTLS(publicTLS)))
+		s.grpc = newGRPC(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(publicTLS))}, cfg.PublicGRPCOptions...)...)
 	} else {
-		s.grpc = newGRPC()
+		s.grpc = newGRPC(cfg.PublicGRPCOptions...)
 	}
 
 	// Listeners first: with port 0 the Raft node must advertise the
@@ -188,6 +189,9 @@ func New(cfg Config) (_ *Server, err error) {
 	routes, err := s.setupModules(mods)
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := s.registry.Resolve(ca.RootType); ok && publicTLS != nil {
+		s.Add("connect-roots", connectRoots{api: s.api, tls: cfg.TLS, log: s.log.With("component", "connect-roots")})
 	}
 
 	s.httpAPI, err = httpapi.New(httpapi.Config{

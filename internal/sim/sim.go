@@ -115,6 +115,9 @@ func New(cfg Config) (*Fleet, error) {
 			HTTPAddr:   "127.0.0.1:0",
 			Token:      cfg.Token,
 			Logger:     cfg.Logger, // the agent names its instance in what it logs
+			// The simulated fleet measures the orchestrator; thousands of
+			// leaf caches would add a roots watch and signatures per agent.
+			DisableLeafCache: true,
 		})
 		if err != nil {
 			f.cleanup()

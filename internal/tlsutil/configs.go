@@ -34,8 +34,12 @@ func (c *Configurator) IncomingServerConfig() (*tls.Config, error) {
 }
 
 // IncomingPublicConfig is for the public ports (gRPC, HTTPS): it serves
-// the server certificate and asks for no client certificate, since
-// clients are authenticated by their ACL tokens there.
+// the server certificate. A client certificate is asked for but not
+// required, since clients are authenticated by their ACL tokens there (a
+// CLI, or an agent before it has its leaf, presents none); one that is
+// presented must verify, as a client certificate of the cluster CA or as
+// an agent leaf of the Connect CA (see SetConnectRoots), or the handshake
+// is refused.
 func (c *Configurator) IncomingPublicConfig() (*tls.Config, error) {
 	if !c.cfg.Server {
 		return nil, ErrNotServer
@@ -43,7 +47,13 @@ func (c *Configurator) IncomingPublicConfig() (*tls.Config, error) {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: c.getCertificate,
-		ClientAuth:     tls.NoClientCert,
+		ClientAuth:     tls.RequestClientCert,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return nil
+			}
+			return c.verifyPublicClient(cs.PeerCertificates)
+		},
 	}, nil
 }
 
@@ -63,6 +73,32 @@ func (c *Configurator) OutgoingServerConfig() (*tls.Config, error) {
 // and datacenter, whatever address it was dialed at. The process's own
 // certificate, if it has one, is presented when asked for.
 func (c *Configurator) OutgoingClientConfig() *tls.Config { return c.outgoing() }
+
+// OutgoingClientConfigWith is OutgoingClientConfig presenting leaf()'s
+// certificate, when it returns one, instead of the process's own: the
+// agent's leaf from its leaf cache with auto-encrypt. leaf is called at
+// every handshake, so a renewed leaf is presented from the next one on.
+func (c *Configurator) OutgoingClientConfigWith(leaf func() *tls.Certificate) *tls.Config {
+	return PresentingLeaf(c.outgoing(), leaf)
+}
+
+// PresentingLeaf is a copy of the client config cfg that presents
+// leaf()'s certificate when the server asks for one and leaf returns one,
+// and otherwise what cfg would. leaf is called at every handshake.
+func PresentingLeaf(cfg *tls.Config, leaf func() *tls.Certificate) *tls.Config {
+	out := cfg.Clone()
+	fallback := cfg.GetClientCertificate
+	out.GetClientCertificate = func(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		if cert := leaf(); cert != nil {
+			return cert, nil
+		}
+		if fallback != nil {
+			return fallback(cri)
+		}
+		return &tls.Certificate{}, nil
+	}
+	return out
+}
 
 func (c *Configurator) outgoing() *tls.Config {
 	name := c.ServerName()

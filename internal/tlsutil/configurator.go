@@ -77,6 +77,10 @@ type Configurator struct {
 	// static is set for material given in memory (dev): there are no
 	// files to reload.
 	static bool
+	// connectRoots are the Connect CA's roots, whose agent leaves the
+	// public ports accept as client certificates (SetConnectRoots); nil
+	// until a server sets them.
+	connectRoots atomic.Pointer[x509.CertPool]
 }
 
 // New loads and checks the files of cfg. It refuses a missing or

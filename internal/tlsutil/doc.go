@@ -53,6 +53,16 @@
 //     refused, since it would stop verifying before the date it shows. A
 //     CA may be name-constrained to its domain and localhost, so that its
 //     key cannot mint certificates for other sites.
+//   - The public ports ask for a client certificate and require none:
+//     clients are authenticated by their ACL tokens there, and an agent
+//     with auto-encrypt has no certificate until the servers sign its
+//     leaf. A certificate that is presented must verify, as a client
+//     certificate of the cluster CA or as an agent leaf of the Connect CA
+//     (spiffe://<td>/agent/client/dc/<dc>/id/<instance>, of this
+//     datacenter), whose roots a server hands over with SetConnectRoots as
+//     they change; anything else ends the handshake. Clients present the
+//     leaf with OutgoingClientConfigWith or PresentingLeaf, read at each
+//     handshake, so a renewed leaf needs no reconnection.
 //   - `trellis dev` needs no files: NewDevBundle makes a CA and a server
 //     and a client certificate in memory, valid for a day, and
 //     NewFromBundle makes a Configurator of them.

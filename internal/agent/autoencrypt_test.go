@@ -1,0 +1,254 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+
+	"trellis.dev/trellis/internal/agent/leaves"
+	"trellis.dev/trellis/internal/ca"
+	"trellis.dev/trellis/internal/ca/camodule"
+	"trellis.dev/trellis/internal/server"
+	"trellis.dev/trellis/internal/testcluster"
+	"trellis.dev/trellis/internal/testlog"
+	"trellis.dev/trellis/internal/tlsutil"
+)
+
+// peerSeen is what a server saw of the agent's calls: the URI SAN and
+// serial of the client certificate each heartbeat came with.
+type peerSeen struct {
+	mu    sync.Mutex
+	calls []seenCall
+}
+
+type seenCall struct {
+	server, uri, serial string
+}
+
+func (p *peerSeen) record(server string, ctx context.Context, method string) {
+	if !strings.Contains(method, "AgentService") {
+		return
+	}
+	pr, ok := peer.FromContext(ctx)
+	if !ok {
+		return
+	}
+	info, ok := pr.AuthInfo.(credentials.TLSInfo)
+	c := seenCall{server: server}
+	if ok && len(info.State.PeerCertificates) > 0 {
+		leaf := info.State.PeerCertificates[0]
+		if len(leaf.URIs) > 0 {
+			c.uri = leaf.URIs[0].String()
+		}
+		c.serial = fmt.Sprintf("%x", leaf.SerialNumber)
+	}
+	p.mu.Lock()
+	p.calls = append(p.calls, c)
+	p.mu.Unlock()
+}
+
+// saw reports whether a server other than except took a call of the agent
+// presenting the leaf of uri and serial.
+func (p *peerSeen) saw(uri, serial, except string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.calls {
+		if c.uri == uri && c.serial == serial && c.server != except {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *peerSeen) options(server string) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			p.record(server, ctx, info.FullMethod)
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			p.record(server, ss.Context(), info.FullMethod)
+			return h(srv, ss)
+		}),
+	}
+}
+
+// writeTLSFiles writes what `trellis tls ca create` and `trellis tls
+// cert create -server` write: the CA, and a server certificate and key.
+func writeTLSFiles(t *testing.T, dir string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	authority, err := tlsutil.GenerateCA(tlsutil.CAOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCert, err := tlsutil.GenerateCert(authority, tlsutil.CertOptions{Kind: tlsutil.KindServer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, certFile, keyFile = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+	for name, data := range map[string][]byte{caFile: authority.CertPEM, certFile: srvCert.CertPEM, keyFile: srvCert.KeyPEM} {
+		if err := os.WriteFile(name, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return caFile, certFile, keyFile
+}
+
+type tlsServer struct {
+	srv  *server.Server
+	stop func()
+}
+
+// An agent given only the cluster CA's file and -auto-encrypt joins a
+// three-server cluster whose servers hold certificate files of that CA:
+// it gets its agent leaf from the Connect CA over server-authenticated
+// TLS, and the servers see its heartbeats come with that leaf (the peer
+// certificate's URI SAN is the agent's SPIFFE id). After a rotation it
+// holds a leaf of the new root, and a server it moves to takes its
+// heartbeats presenting that new leaf.
+func TestAutoEncrypt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("forms a three-server Raft cluster")
+	}
+	caFile, certFile, keyFile := writeTLSFiles(t, t.TempDir())
+	ports, err := testcluster.FreePorts(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := &peerSeen{}
+	addrs := make([]string, 3)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", ports[i])
+	}
+	servers := make([]*tlsServer, 3)
+	for i := range servers {
+		var join []string
+		for j, a := range addrs {
+			if j != i {
+				join = append(join, a)
+			}
+		}
+		tc, err := tlsutil.New(tlsutil.Config{Server: true, CAFile: caFile, CertFile: certFile, KeyFile: keyFile})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := server.New(server.Config{
+			TLS: tc, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", ServerAddr: addrs[i], RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
+			Raft:              &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: 3, RetryJoin: join},
+			PublicGRPCOptions: seen.options(fmt.Sprint(i)),
+			Logger:            testlog.Logger(t).With("server", i), ShutdownTimeout: 20 * time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Start(ctx) }()
+		var once sync.Once
+		s := &tlsServer{srv: srv, stop: func() {
+			once.Do(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("server %d: %v", i, err)
+				}
+			})
+		}}
+		t.Cleanup(s.stop)
+		servers[i] = s
+	}
+	base := "http://" + servers[0].srv.HTTPAddr()
+	var first camodule.RootsBody
+	eventually(t, "the CA's active root", func() bool {
+		first = caRoots(base)
+		return first.ActiveRootID != ""
+	})
+
+	// What `trellis agent -tls-ca-file ca.pem -auto-encrypt` does.
+	caOnly, err := tlsutil.New(tlsutil.Config{CAFile: caFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config(t, "i-1", newProcTable(t))
+	for _, s := range servers {
+		cfg.Servers = append(cfg.Servers, s.srv.GRPCAddr())
+	}
+	cfg.TLS, cfg.AutoEncrypt, cfg.ResignWindow = caOnly.OutgoingClientConfig(), true, time.Second
+	a := startAgent(t, cfg)
+
+	wantID := ca.AgentID{TrustDomain: first.TrustDomain, Datacenter: "dc1", Instance: "i-1"}.String()
+	var leaf string
+	eventually(t, "a server takes the agent's heartbeats with its agent leaf", func() bool {
+		cert := a.Leaves().AgentCertificate()
+		if cert == nil {
+			return false
+		}
+		leaf = fmt.Sprintf("%x", cert.Leaf.SerialNumber)
+		return a.Server() != "" && seen.saw(wantID, leaf, "")
+	})
+
+	// A rotation: the agent's leaf is signed again, from the new root.
+	body, _ := json.Marshal(map[string]any{"config": map[string]any{"rotation": 1}})
+	req, _ := http.NewRequest(http.MethodPut, base+"/v1/ca/config", bytes.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT /v1/ca/config rotation = %s", resp.Status)
+	}
+	var rotated camodule.RootsBody
+	eventually(t, "a new active root", func() bool {
+		rotated = caRoots(base)
+		return rotated.ActiveRootID != "" && rotated.ActiveRootID != first.ActiveRootID
+	})
+	var newLeaf string
+	eventually(t, "the agent's leaf signed under the new root", func() bool {
+		for _, in := range a.Leaves().Leaves() {
+			if in.Key == leaves.AgentKey.String() && in.RootID == rotated.ActiveRootID {
+				newLeaf = in.Serial
+				return true
+			}
+		}
+		return false
+	})
+
+	// The server the agent is on goes away; another takes its heartbeats,
+	// over a new connection presenting the new leaf.
+	on := a.Server()
+	var stopped string
+	for i, s := range servers {
+		if s.srv.GRPCAddr() == on {
+			stopped = fmt.Sprint(i)
+			s.stop()
+		}
+	}
+	eventually(t, "another server takes the agent's heartbeats with its new leaf", func() bool {
+		return seen.saw(wantID, newLeaf, stopped)
+	})
+}
+
+func caRoots(base string) camodule.RootsBody {
+	var body camodule.RootsBody
+	resp, err := http.Get(base + "/v1/ca/roots")
+	if err != nil {
+		return body
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+	}
+	return body
+}

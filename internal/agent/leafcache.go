@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"trellis.dev/trellis/internal/agent/leaves"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/tlsutil"
+)
+
+// The agent's leaf cache (package leaves): its own agent leaf and one
+// leaf per service of the tasks it runs. With auto-encrypt the agent
+// leaf is also what the agent presents to the servers.
+
+// setupLeafCache makes the cache and its link to the servers. With
+// auto-encrypt it returns the TLS config the agent dials the servers
+// with: the cluster CA's check of the servers, presenting the agent leaf
+// once the cache holds one.
+func (a *Agent) setupLeafCache() {
+	cfg := a.cfg
+	dialTLS := cfg.TLS
+	if cfg.AutoEncrypt {
+		// The cache is made below; the closure reads it at each
+		// handshake, by when it exists.
+		dialTLS = tlsutil.PresentingLeaf(cfg.TLS, func() *tls.Certificate { return a.leaves.AgentCertificate() })
+		a.sessionTLS = dialTLS
+	}
+	creds := insecure.NewCredentials()
+	if dialTLS != nil {
+		creds = credentials.NewTLS(dialTLS)
+	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, leaves.Token(cfg.Token)...)
+	a.leafServers = leaves.NewServers(cfg.Servers, a.log.With("component", "leaves"), opts...)
+	// New refuses only a Config without its required fields, which are
+	// all set here.
+	c, err := leaves.New(leaves.Config{
+		Signer: a.leafServers, Datacenter: cfg.Datacenter, Instance: cfg.Name,
+		ResignWindow: cfg.ResignWindow, Logger: a.log.With("component", "leaves"),
+	})
+	if err != nil {
+		panic(err)
+	}
+	a.leaves = c
+}
+
+// Leaves is the agent's leaf cache, nil when it is turned off.
+func (a *Agent) Leaves() *leaves.Cache { return a.leaves }
+
+// runLeafCache runs the cache, its watch of the roots and its following
+// of the agent's services until ctx ends; wait waits for them.
+func (a *Agent) runLeafCache(ctx context.Context) (wait func()) {
+	var wg sync.WaitGroup
+	for _, fn := range []func(context.Context){
+		func(ctx context.Context) { a.leafServers.WatchRoots(ctx, a.leaves.SetRoots) },
+		a.leaves.Run,
+		a.followServices,
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(ctx)
+		}()
+	}
+	return func() {
+		wg.Wait()
+		a.leafServers.Close()
+	}
+}
+
+// followServices keeps the cache's services those of the agent's tasks:
+// a task definition family in its namespace is a service until task
+// definitions name services. A family that is not a DNS label cannot be
+// a SPIFFE id's service and has no leaf.
+func (a *Agent) followServices(ctx context.Context) {
+	var last []leaves.Key
+	for {
+		changed := a.tasks.Changed()
+		var keys []leaves.Key
+		for _, f := range a.tasks.Families() {
+			if resource.IsDNSLabel(f.Namespace) && resource.IsDNSLabel(f.Family) {
+				keys = append(keys, leaves.ServiceKey(f.Namespace, f.Family))
+			}
+		}
+		if !sameKeys(keys, last) {
+			if err := a.leaves.SetServices(keys); err != nil {
+				a.log.Warn("leaf cache: services refused", "err", err)
+			}
+			last = keys
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+func sameKeys(a, b []leaves.Key) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
