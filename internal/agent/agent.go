@@ -92,7 +92,10 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.sessionTLS = cfg.TLS
 	if !cfg.DisableLeafCache {
-		a.setupLeafCache()
+		if err := a.setupLeafCache(); err != nil {
+			ln.Close()
+			return nil, err
+		}
 	}
 	id := session.NewID(cfg.Clock.Now())
 	a.tasks, err = tasks.New(tasks.Config{

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -17,9 +18,12 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/agent/leaves"
 	"trellis.dev/trellis/internal/ca"
 	"trellis.dev/trellis/internal/ca/camodule"
+	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/server"
 	"trellis.dev/trellis/internal/testcluster"
 	"trellis.dev/trellis/internal/testlog"
@@ -251,4 +255,42 @@ func caRoots(base string) camodule.RootsBody {
 		_ = json.NewDecoder(resp.Body).Decode(&body)
 	}
 	return body
+}
+
+// The leaf cache holds a leaf for the family of each task the agent runs
+// (the service, until task definitions name one), signed by the server's
+// CA, and drops it once the family's last task is gone. The local API
+// lists the leaves, and never a key.
+func TestLeafCacheFollowsTheAgentsTasks(t *testing.T) {
+	srv, _, a := runningTask(t)
+	hasLeaf := func(key string) bool {
+		for _, in := range a.Leaves().Leaves() {
+			if in.Key == key && in.Serial != "" {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, "a leaf for the sleeper family", func() bool { return hasLeaf("default/sleeper") && hasLeaf("agent") })
+	cert, pool, err := a.Leaves().Get(context.Background(), leaves.ServiceKey("default", "sleeper"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cert.Leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Fatalf("the service leaf does not verify against the cache's roots: %v", err)
+	}
+	if u := cert.Leaf.URIs[0].String(); !strings.HasSuffix(u, "/ns/default/dc/dc1/svc/sleeper") {
+		t.Fatalf("the service leaf names %s", u)
+	}
+	code, body := httpGet(t, "http://"+a.HTTPAddr()+"/v1/agent/leaves")
+	if code != http.StatusOK || !strings.Contains(body, `"key":"default/sleeper"`) || strings.Contains(body, "PRIVATE KEY") {
+		t.Fatalf("GET /v1/agent/leaves = %d %s", code, body)
+	}
+
+	srv.editTask(t, "default", "t1", func(tk *pborch.Task) { tk.DesiredStatus = orchestrator.StatusStopped })
+	srv.waitTask(t, "default", "t1", "stops", lastStatus(orchestrator.StatusStopped))
+	if _, err := srv.res.Delete(context.Background(), &pbresource.DeleteRequest{Id: orchestrator.TaskID("default", "t1")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the sleeper leaf is dropped", func() bool { return !hasLeaf("default/sleeper") && hasLeaf("agent") })
 }

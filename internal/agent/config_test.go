@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"crypto/tls"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseMemTotal(t *testing.T) {
@@ -47,6 +49,10 @@ func TestConfigRefusals(t *testing.T) {
 		{func(c *Config) { c.Attributes = map[string]string{"os": "x"} }, `-attribute: "os" is a built-in attribute`},
 		{func(c *Config) { c.Attributes = map[string]string{"-x": "x"} }, `-attribute[-x]`},
 		{func(c *Config) { c.HTTPAddr = "7710" }, `-http-addr: "7710" is not host:port`},
+		{func(c *Config) { c.Datacenter = "DC_1" }, `-datacenter: "DC_1" is not a datacenter name`},
+		{func(c *Config) { c.ResignWindow = -time.Second }, `-ca-resign-window: -1s is negative`},
+		{func(c *Config) { c.AutoEncrypt = true }, `-auto-encrypt: needs -tls-ca-file`},
+		{func(c *Config) { c.AutoEncrypt, c.TLS, c.DisableLeafCache = true, &tls.Config{}, true }, `-auto-encrypt: needs the leaf cache`},
 	} {
 		cfg := good()
 		c.edit(&cfg)

@@ -19,10 +19,10 @@ import (
 // leaf is also what the agent presents to the servers.
 
 // setupLeafCache makes the cache and its link to the servers. With
-// auto-encrypt it returns the TLS config the agent dials the servers
+// auto-encrypt it also sets the TLS config the agent dials the servers
 // with: the cluster CA's check of the servers, presenting the agent leaf
 // once the cache holds one.
-func (a *Agent) setupLeafCache() {
+func (a *Agent) setupLeafCache() error {
 	cfg := a.cfg
 	dialTLS := cfg.TLS
 	if cfg.AutoEncrypt {
@@ -37,16 +37,15 @@ func (a *Agent) setupLeafCache() {
 	}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, leaves.Token(cfg.Token)...)
 	a.leafServers = leaves.NewServers(cfg.Servers, a.log.With("component", "leaves"), opts...)
-	// New refuses only a Config without its required fields, which are
-	// all set here.
 	c, err := leaves.New(leaves.Config{
 		Signer: a.leafServers, Datacenter: cfg.Datacenter, Instance: cfg.Name,
 		ResignWindow: cfg.ResignWindow, Logger: a.log.With("component", "leaves"),
 	})
 	if err != nil {
-		panic(err)
+		return err
 	}
 	a.leaves = c
+	return nil
 }
 
 // Leaves is the agent's leaf cache, nil when it is turned off.
