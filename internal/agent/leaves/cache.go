@@ -212,12 +212,24 @@ func (c *Cache) Get(ctx context.Context, key Key) (*tls.Certificate, *x509.CertP
 	}
 }
 
-// AgentCertificate is the agent's leaf now, nil before the first is
-// signed: for a tls.Config's GetClientCertificate.
+// AgentCertificate is the agent's leaf now, for a tls.Config's
+// GetClientCertificate: nil before the first is signed, and nil when the
+// one it holds is not valid now (it expired while the servers could not
+// sign a new one). The servers would refuse such a leaf at the
+// handshake, and the cache's own connection, which asks for the next
+// leaf, presents it too: without one it falls back to TLS that checks
+// the servers only, as at the first join.
 func (c *Cache) AgentCertificate() *tls.Certificate {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.entries[AgentKey].cert
+	cert := c.entries[AgentKey].cert
+	c.mu.Unlock()
+	if cert == nil {
+		return nil
+	}
+	if now := time.Now(); now.Before(cert.Leaf.NotBefore) || !now.Before(cert.Leaf.NotAfter) {
+		return nil
+	}
+	return cert
 }
 
 // Info describes a leaf of the cache (never its key).

@@ -302,3 +302,32 @@ func TestCacheDropsLeavesOfGoneServices(t *testing.T) {
 		}
 	})
 }
+
+// An agent leaf that expired while the servers could not sign is no
+// longer offered for the agent's handshakes: they would refuse it, and
+// the cache could never ask for the next one.
+func TestAnExpiredAgentLeafIsNotPresented(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		auth := newLocalCA(t)
+		c := newCache(t, auth)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go c.Run(ctx)
+		c.SetRoots(auth.Roots())
+		cert, _, err := c.Get(ctx, AgentKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		auth.mu.Lock()
+		auth.limited = 1 << 30 // the servers refuse from now on
+		auth.mu.Unlock()
+		time.Sleep(time.Until(cert.Leaf.NotAfter) - time.Second)
+		if c.AgentCertificate() != cert {
+			t.Fatal("the leaf is not presented while it is valid")
+		}
+		time.Sleep(2 * time.Second)
+		if got := c.AgentCertificate(); got != nil {
+			t.Fatalf("an expired leaf (not after %v) is presented at %v", cert.Leaf.NotAfter, time.Now())
+		}
+	})
+}
