@@ -21,6 +21,7 @@ func newSimCmd(e *cli.Env) *cobra.Command {
 		attributes []string
 		logLevel   string
 		pprofAddr  string
+		statusAddr string
 		gcPercent  int
 	)
 	cmd := &cobra.Command{
@@ -43,10 +44,22 @@ with Go's default the collector took a fifth of the process's CPU away from
 the servers it shares the machine with. Agents on machines of their own do
 not compete with the servers.
 
+With -ca-leaves every instance also holds a leaf cache, as a real agent
+does: its agent leaf of the Connect CA (and with -ca-service-leaf one service
+leaf), its key made here, signed by the servers (CAService.Sign), renewed at
+60-90 % of its life and re-signed within -ca-resign-window after a root
+rotation. The caches share one watch of the CA's roots and one connection
+per server (a real agent has its own). -status-addr serves what they hold:
+GET /v1/sim/leaves counts the instances holding leaves and those holding
+leaves of the active root; GET /v1/sim/leaves/sample?every=N returns the
+agent leaf and chain (PEM, never a key) of every N-th instance.
+
 Stop it with Ctrl-C; its instances then go silent and the servers mark them
 down after the heartbeat TTL.`,
 		Example: `  trellis sim -instances 5000 -server 127.0.0.1:7701
-  trellis sim -instances 100 -server 127.0.0.1:7701 -zones 3 -exit-rate 0.1 -exit-after 30s`,
+  trellis sim -instances 100 -server 127.0.0.1:7701 -zones 3 -exit-rate 0.1 -exit-after 30s
+  trellis sim -instances 5000 -server 127.0.0.1:7701 -ca-leaves -status-addr 127.0.0.1:7800
+  curl -s 127.0.0.1:7800/v1/sim/leaves`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := (&serverFlags{logLevel: logLevel}).logger(e.Stderr)
@@ -93,6 +106,14 @@ down after the heartbeat TTL.`,
 			if err != nil {
 				return cli.Usage(err)
 			}
+			if statusAddr != "" {
+				ln, err := net.Listen("tcp", statusAddr)
+				if err != nil {
+					return cli.Usage(fmt.Errorf("-status-addr: %w", err))
+				}
+				go func() { _ = http.Serve(ln, fleet.LeavesHandler()) }()
+				defer ln.Close()
+			}
 			ctx, stop := cli.SignalContext(cmd.Context())
 			defer stop()
 			start := time.Now()
@@ -115,6 +136,11 @@ down after the heartbeat TTL.`,
 	fs.Float64Var(&cfg.Driver.ExitRate, "exit-rate", 0, "probability that a simulated container exits by itself (code 1)")
 	fs.DurationVar(&cfg.Driver.ExitAfter, "exit-after", time.Minute, "when a container that exits by itself does so")
 	fs.Uint64Var(&cfg.Driver.Seed, "seed", 1, "seed of the simulated failures, for repeatable runs")
+	fs.BoolVar(&cfg.CALeaves, "ca-leaves", false, "give every instance a leaf cache holding its agent leaf of the Connect CA")
+	fs.BoolVar(&cfg.CAServiceLeaf, "ca-service-leaf", false, "with -ca-leaves, one service leaf (sim/sim-service) per instance too")
+	fs.DurationVar(&cfg.CAResignWindow, "ca-resign-window", 30*time.Second, "with -ca-leaves, the window over which a root rotation's re-signing is spread")
+	fs.StringVar(&cfg.Datacenter, "datacenter", "dc1", "the servers' datacenter, which the leaves' SPIFFE ids name")
+	fs.StringVar(&statusAddr, "status-addr", "", "serve the fleet's leaves on HOST:PORT (GET /v1/sim/leaves, /v1/sim/leaves/sample?every=N)")
 	addLogLevelFlag(fs, &logLevel, "warn")
 	e.ClientFlags.RegisterToken(fs)
 	fs.IntVar(&gcPercent, "gc-percent", 400, "the Go garbage collector's target (GOGC) for this process; GOGC in the environment wins")

@@ -48,6 +48,19 @@ type Config struct {
 	StartRate int
 	Token     string
 	Logger    *slog.Logger
+
+	// CALeaves gives every instance a leaf cache (internal/agent/leaves)
+	// holding its agent leaf of the Connect CA, signed by the servers of
+	// Datacenter and re-signed within CAResignWindow after a rotation
+	// (leaves.DefaultResignWindow when zero); CAServiceLeaf adds one
+	// service leaf (sim/sim-service) to each. LeavesHandler serves what
+	// they hold. See leaves.go.
+	CALeaves       bool
+	CAServiceLeaf  bool
+	CAResignWindow time.Duration
+	// Datacenter is the servers' (default "dc1"): the leaves' SPIFFE ids
+	// name it.
+	Datacenter string
 }
 
 // Fleet is a running fleet.
@@ -57,7 +70,10 @@ type Fleet struct {
 	driver *simdriver.Driver
 	dir    string
 	temp   bool
+	leaves *leafFleet // nil without Config.CALeaves
 }
+
+func instanceName(cfg Config, i int) string { return fmt.Sprintf("%s%d", cfg.NamePrefix, i) }
 
 // New makes the fleet's agents; Run runs them.
 func New(cfg Config) (*Fleet, error) {
@@ -75,6 +91,15 @@ func New(cfg Config) (*Fleet, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Datacenter == "" {
+		cfg.Datacenter = "dc1"
+	}
+	if cfg.CAResignWindow < 0 {
+		return nil, fmt.Errorf("-ca-resign-window: %s is negative", cfg.CAResignWindow)
+	}
+	if cfg.CAServiceLeaf && !cfg.CALeaves {
+		return nil, errors.New("-ca-service-leaf: needs -ca-leaves")
 	}
 	f := &Fleet{cfg: cfg, driver: simdriver.New(cfg.Driver), dir: cfg.DataDir}
 	if f.dir == "" {
@@ -95,7 +120,7 @@ func New(cfg Config) (*Fleet, error) {
 	// definition can be placed on a simulated instance.
 	drivers := map[string]driver.Driver{"exec": f.driver, "docker": f.driver}
 	for i := 1; i <= cfg.Instances; i++ {
-		name := fmt.Sprintf("%s%d", cfg.NamePrefix, i)
+		name := instanceName(cfg, i)
 		attrs := maps.Clone(cfg.Attributes)
 		if attrs == nil {
 			attrs = map[string]string{}
@@ -125,6 +150,14 @@ func New(cfg Config) (*Fleet, error) {
 		}
 		f.agents = append(f.agents, a)
 	}
+	if cfg.CALeaves {
+		lf, err := newLeafFleet(cfg)
+		if err != nil {
+			f.cleanup()
+			return nil, fmt.Errorf("-ca-leaves: %w", err)
+		}
+		f.leaves = lf
+	}
 	return f, nil
 }
 
@@ -134,6 +167,14 @@ func New(cfg Config) (*Fleet, error) {
 func (f *Fleet) Run(ctx context.Context, started func(n int)) error {
 	defer f.cleanup()
 	var wg sync.WaitGroup
+	if f.leaves != nil {
+		defer f.leaves.close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.leaves.watch(ctx)
+		}()
+	}
 	errs := make(chan error, len(f.agents))
 	tick := time.NewTicker(time.Second / time.Duration(f.cfg.StartRate))
 	defer tick.Stop()
@@ -144,6 +185,9 @@ func (f *Fleet) Run(ctx context.Context, started func(n int)) error {
 		}
 		if ctx.Err() != nil {
 			break
+		}
+		if f.leaves != nil {
+			f.leaves.start(ctx, i+1)
 		}
 		wg.Add(1)
 		go func() {
