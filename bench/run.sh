@@ -2,13 +2,15 @@
 # make bench: Go micro-benchmarks, then Trellis against etcd in one run,
 # then the orchestrator against its peers (etcd leases, os/exec), then
 # leader failover (SIGKILL under writes, and during daemon deployments),
-# then the Connect CA's leaf signatures on 3 servers.
+# then the Connect CA's leaf signatures on 3 servers, then a root
+# rotation under 5,000 simulated agents holding leaves.
 # Installs etcd 3.4 (Debian's etcd-server) when it is missing.
 #
 # Arguments go to peerbench; ORCHBENCH_ARGS to orchbench, for instance
 # ORCHBENCH_ARGS="-cells start" to run one of its cells alone;
 # FAILOVERBENCH_ARGS to failoverbench (FAILOVERBENCH_ARGS="-cells writes");
-# CABENCH_ARGS to cabench (CABENCH_ARGS="-duration 20s").
+# CABENCH_ARGS to cabench (CABENCH_ARGS="-duration 20s"); CAROTBENCH_ARGS
+# to carotbench (CAROTBENCH_ARGS="-limits 10000").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bench/results
@@ -23,3 +25,4 @@ go test -run '^$' -bench . -benchmem ./internal/... | tee bench/results/gobench.
 (cd bench && go run ./cmd/orchbench -trellis ../bin/trellis -out results/orchbench.md ${ORCHBENCH_ARGS:-})
 (cd bench && go run ./cmd/failoverbench -trellis ../bin/trellis -out results/failoverbench.md ${FAILOVERBENCH_ARGS:-})
 (cd bench && go run ./cmd/cabench -trellis ../bin/trellis -out results/cabench.md ${CABENCH_ARGS:-})
+(cd bench && go run ./cmd/carotbench -trellis ../bin/trellis -out results/carotbench.md ${CAROTBENCH_ARGS:-})
