@@ -226,10 +226,10 @@ func TestOrchestratorEndToEnd(t *testing.T) {
 	t.Logf("agent SIGKILLed: instance down after %v, its tasks LOST after %v (TTL %v, bound %v)", downAfter.Round(time.Millisecond), lostAfter.Round(time.Millisecond), orchTTL, downBound)
 	// The bound is a target, logged above, not asserted: under -race on a
 	// shared machine a correct detector can be late (see
-	// internal/server's detectSlack). Never before the TTL is the rule.
-	if downAfter < orchTTL {
-		t.Errorf("instance down %v after the SIGKILL, before the TTL %v", downAfter, orchTTL)
-	}
+	// internal/server's detectSlack). Nor is a lower bound checked here:
+	// the TTL runs from the agent's last heartbeat, which came before the
+	// SIGKILL by up to a heartbeat interval (internal/server's tests,
+	// which know that heartbeat, check it).
 	for _, name := range lostOn1 {
 		if r := e.task(name).Data.StopReason; !strings.Contains(r, a1.Name) || !strings.Contains(r, "down") {
 			t.Errorf("lost task %s: stop reason %q does not say its instance is down", name, r)
