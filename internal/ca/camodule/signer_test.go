@@ -101,9 +101,17 @@ func postSign(t *testing.T, base, csr string) (*http.Response, []byte) {
 	return resp, b
 }
 
+// signOK signs csr, waiting while the server answers 503: its signer
+// has not loaded the active root yet (the roots and keys reach it through
+// its own watches, a moment after /v1/ca/roots shows the root).
 func signOK(t *testing.T, base, csr string) camodule.SignBody {
 	t.Helper()
-	resp, b := postSign(t, base, csr)
+	var resp *http.Response
+	var b []byte
+	eventually(t, "the signer holds the active root", func() bool {
+		resp, b = postSign(t, base, csr)
+		return resp.StatusCode != http.StatusServiceUnavailable
+	})
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("POST /v1/ca/sign = %d %s", resp.StatusCode, b)
 	}
