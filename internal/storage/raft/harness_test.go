@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"testing"
 	"time"
@@ -49,15 +50,19 @@ type node struct {
 
 func startNode(t testing.TB, id, dir, raftAddr, grpcAddr string, tuning Tuning, logger *slog.Logger, storeOpts ...inmem.Option) *node {
 	t.Helper()
+	var lis net.Listener
 	if grpcAddr == "" {
-		grpcAddr = "127.0.0.1:0"
-	}
-	lis, err := net.Listen("tcp", grpcAddr)
-	if err != nil {
-		t.Fatalf("listen %s: %v", grpcAddr, err)
+		lis = listenBelowEphemeral(t)
+	} else {
+		var err error
+		if lis, err = net.Listen("tcp", grpcAddr); err != nil {
+			t.Fatalf("listen %s: %v", grpcAddr, err)
+		}
 	}
 	if raftAddr == "" {
-		raftAddr = "127.0.0.1:0"
+		l := listenBelowEphemeral(t)
+		raftAddr = l.Addr().String()
+		l.Close()
 	}
 	b, err := Open(Config{
 		ID: id, DataDir: dir, RaftAddr: raftAddr, ServerAddr: lis.Addr().String(),
@@ -73,6 +78,23 @@ func startNode(t testing.TB, id, dir, raftAddr, grpcAddr string, tuning Tuning, 
 	go func() { defer close(n.done); _ = n.srv.Serve(lis) }()
 	t.Cleanup(n.stop)
 	return n
+}
+
+// listenBelowEphemeral listens on a loopback port below Linux's ephemeral
+// range (32768 and up). A node restarts on the addresses it had, and a
+// port from the ephemeral range, free while it was down, may meanwhile be
+// the local end of another test's outgoing connection: "address already
+// in use". Ports below the range are never given out that way.
+func listenBelowEphemeral(t testing.TB) net.Listener {
+	t.Helper()
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		if lis, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			return lis
+		}
+	}
+	t.Fatal("no free loopback port between 20000 and 32000")
+	return nil
 }
 
 // stop shuts the server down (idempotent).
