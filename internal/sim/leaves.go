@@ -8,11 +8,15 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
-	"trellis.dev/trellis/internal/agent"
+	pbca "trellis.dev/trellis/api/ca/v1"
 	"trellis.dev/trellis/internal/agent/leaves"
 )
 
@@ -26,14 +30,19 @@ import (
 //     cache (a real agent opens its own watch; 5,000 watches from one
 //     process would measure the process, not the CA);
 //   - one gRPC connection per server, each cache signing over the
-//     connection of the server its instance starts from.
+//     connection of the server its instance starts from (connSigner:
+//     unlike leaves.Servers, which a real agent has to itself, it never
+//     closes the connection on a failure, which would cancel the
+//     signatures of every other cache under way on it; gRPC reconnects by
+//     itself). The roots watch has a connection of its own.
 //
 // What the servers see of a rotation is thus what a fleet's would: each
 // cache draws its own re-signing time in the window and signs on its own.
 
 // leafFleet is the fleet's leaf caches.
 type leafFleet struct {
-	servers []*leaves.Servers
+	watcher *leaves.Servers
+	conns   []*grpc.ClientConn // one per server, shared by the caches' signers
 	log     *slog.Logger
 
 	mu      sync.Mutex
@@ -45,8 +54,14 @@ type leafFleet struct {
 func newLeafFleet(cfg Config) (*leafFleet, error) {
 	lf := &leafFleet{log: cfg.Logger}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, leaves.Token(cfg.Token)...)
-	for i := range cfg.Servers {
-		lf.servers = append(lf.servers, leaves.NewServers(agent.RotateServers(cfg.Servers, i), cfg.Logger, opts...))
+	lf.watcher = leaves.NewServers(cfg.Servers, cfg.Logger, opts...)
+	for _, addr := range cfg.Servers {
+		cc, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			lf.close()
+			return nil, err
+		}
+		lf.conns = append(lf.conns, cc)
 	}
 	var services []leaves.Key
 	if cfg.CAServiceLeaf {
@@ -54,16 +69,17 @@ func newLeafFleet(cfg Config) (*leafFleet, error) {
 	}
 	for i := 1; i <= cfg.Instances; i++ {
 		c, err := leaves.New(leaves.Config{
-			Signer:       lf.servers[(i-1)%len(lf.servers)],
+			Signer:       connSigner{lf.conns[(i-1)%len(lf.conns)]},
 			Datacenter:   cfg.Datacenter,
 			Instance:     instanceName(cfg, i),
 			ResignWindow: cfg.CAResignWindow,
 			Logger:       cfg.Logger,
 		})
-		if err != nil {
-			return nil, err
+		if err == nil {
+			err = c.SetServices(services)
 		}
-		if err := c.SetServices(services); err != nil {
+		if err != nil {
+			lf.close()
 			return nil, err
 		}
 		lf.caches = append(lf.caches, c)
@@ -74,7 +90,7 @@ func newLeafFleet(cfg Config) (*leafFleet, error) {
 // watch follows the roots until ctx ends, handing each change to every
 // cache started.
 func (lf *leafFleet) watch(ctx context.Context) {
-	lf.servers[0].WatchRoots(ctx, func(r leaves.Roots) {
+	lf.watcher.WatchRoots(ctx, func(r leaves.Roots) {
 		lf.mu.Lock()
 		defer lf.mu.Unlock()
 		lf.roots = r
@@ -97,9 +113,32 @@ func (lf *leafFleet) start(ctx context.Context, i int) {
 }
 
 func (lf *leafFleet) close() {
-	for _, s := range lf.servers {
-		s.Close()
+	lf.watcher.Close()
+	for _, cc := range lf.conns {
+		cc.Close()
 	}
+}
+
+// connSigner signs over a connection shared by many caches: what
+// leaves.Servers.Sign does, without ever closing the connection.
+type connSigner struct{ cc *grpc.ClientConn }
+
+func (s connSigner) Sign(ctx context.Context, csrPEM string) (certPEM, chainPEM string, err error) {
+	var trailer metadata.MD
+	resp, err := pbca.NewCAServiceClient(s.cc).Sign(ctx, &pbca.SignRequest{CsrPem: csrPEM}, grpc.Trailer(&trailer))
+	if status.Code(err) == codes.ResourceExhausted {
+		wait := time.Second
+		if v := trailer.Get(leaves.RetryAfterKey); len(v) > 0 {
+			if n, perr := strconv.Atoi(v[0]); perr == nil && n >= 0 {
+				wait = time.Duration(n) * time.Second
+			}
+		}
+		return "", "", &leaves.RateLimitedError{RetryAfter: wait, Err: err}
+	}
+	if err != nil {
+		return "", "", err
+	}
+	return resp.GetCertPem(), resp.GetChainPem(), nil
 }
 
 // LeafStatus is what the fleet's leaf caches hold now.

@@ -5,8 +5,11 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,7 +107,10 @@ func TestFleetLeavesFollowARotation(t *testing.T) {
 	}
 	verifySample(t, samples, oldRoots, rootsBody.TrustDomain)
 
-	body, _ := json.Marshal(map[string]any{"config": map[string]any{"rotation": 1}})
+	// The rotation lowers the server's limit too: 24 leaves re-signed
+	// within 2 s, at most 4 a second plus a second's burst, so some are
+	// refused with a retry-after, and the caches still get there.
+	body, _ := json.Marshal(map[string]any{"config": map[string]any{"rotation": 1, "csr_max_per_second": 4}})
 	req, _ := http.NewRequest(http.MethodPut, base+"/v1/ca/config", bytes.NewReader(body))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -118,6 +124,9 @@ func TestFleetLeavesFollowARotation(t *testing.T) {
 		getJSON(t, status.URL+"/v1/sim/leaves", &st)
 		return st.ActiveRootID != first && st.ActiveRootID != "" && st.OfActiveRoot == n
 	})
+	if limited := rateLimited(t, base); limited == 0 {
+		t.Fatalf("24 leaves re-signed within 2 s at 4 a second, and no request was refused over the limit")
+	}
 	getJSON(t, base+"/v1/ca/roots", &rootsBody)
 	if rootsBody.ActiveRootID != st.ActiveRootID {
 		t.Fatalf("the fleet names %s active, the server %s", st.ActiveRootID, rootsBody.ActiveRootID)
@@ -142,6 +151,29 @@ func TestFleetLeavesFollowARotation(t *testing.T) {
 	if err := <-fleetDone; err != nil {
 		t.Fatalf("fleet: %v", err)
 	}
+}
+
+// rateLimited is the server's count of signing requests refused over its
+// limit.
+func rateLimited(t *testing.T, base string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	total := 0.0
+	for _, line := range strings.Split(string(out), "\n") {
+		if name, v, ok := strings.Cut(line, " "); ok && strings.HasPrefix(name, "trellis_ca_sign_rate_limited_total") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			total += f
+		}
+	}
+	return total
 }
 
 // A fleet without leaves says so rather than counting none.

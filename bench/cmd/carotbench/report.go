@@ -41,6 +41,9 @@ func (b *bench) reportRotation(r *rotation) bool {
 	}
 	fmt.Fprintf(w, "| every agent holds a leaf of the new root, from `trellis ca rotate` | %s | the window, %s |\n", converged, r.window)
 	fmt.Fprintf(w, "| the fleet's watch names the new root | %s after | — |\n", r.rootSeen.Round(time.Millisecond))
+	if r.statusErrs > 0 {
+		fmt.Fprintf(w, "| reads of the sim's status that failed (every 250 ms) | %d | — |\n", r.statusErrs)
+	}
 	fmt.Fprintf(w, "| signatures by the servers during the rotation | %s | %d agents |\n", thousands(total), r.agents)
 	fmt.Fprintf(w, "| peak rate over any 1 s, all %d servers · the busiest (server%d) | %s/s · **%s/s** | %s/s per server |\n",
 		r.servers, busiest, thousands(all1), thousands(busiest1), thousands(r.limit))

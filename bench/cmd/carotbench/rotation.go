@@ -31,6 +31,7 @@ type rotation struct {
 	rootSeen     time.Duration // from start until the sim named the new root
 	converged    time.Duration // from start until every agent held a leaf of it; 0: never
 	lastStatus   sim.LeafStatus
+	statusErrs   int // reads of the sim's status that failed
 	points       []point
 	verified     int
 	verifyErr    error
@@ -170,6 +171,9 @@ func (b *bench) rotate(ctx context.Context, members []*testcluster.Member, statu
 	for {
 		st, err := leafStatus(statusURL)
 		now := time.Now()
+		if err != nil {
+			r.statusErrs++
+		}
 		if err == nil {
 			r.lastStatus = st
 			if st.ActiveRootID != r.oldID && st.ActiveRootID != "" && r.rootSeen == 0 {
