@@ -162,9 +162,11 @@ func (b *bench) rotate(ctx context.Context, members []*testcluster.Member, statu
 	r.loadStart = testcluster.LoadAvg()
 	fmt.Fprintf(b.progress, "carotbench: rotating\n")
 	r.start = time.Now()
-	if err := b.cli(ctx, "", "ca", "rotate", "-addr", addr); err != nil {
-		return nil, err
-	}
+	// The fleet is followed while `trellis ca rotate` waits for the new
+	// root, so that the time its watch names the root is measured.
+	rotated := make(chan error, 1)
+	go func() { rotated <- b.cli(ctx, "", "ca", "rotate", "-addr", addr) }()
+	rotateDone := false
 	deadline := r.start.Add(b.window + b.grace)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -185,6 +187,16 @@ func (b *bench) rotate(ctx context.Context, members []*testcluster.Member, statu
 				break
 			}
 		}
+		if !rotateDone {
+			select {
+			case err := <-rotated:
+				if err != nil {
+					return nil, err
+				}
+				rotateDone = true
+			default:
+			}
+		}
 		if now.After(deadline) {
 			break
 		}
@@ -192,6 +204,11 @@ func (b *bench) rotate(ctx context.Context, members []*testcluster.Member, statu
 		case <-ctx.Done():
 			return r, ctx.Err()
 		case <-tick.C:
+		}
+	}
+	if !rotateDone {
+		if err := <-rotated; err != nil {
+			return nil, err
 		}
 	}
 	// One more second of readings after the last re-signing.
