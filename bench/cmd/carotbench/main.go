@@ -127,8 +127,12 @@ func run() int {
 	}()
 
 	fmt.Fprintf(b.out, "# carotbench %s\n\n", time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(b.out, "Trellis `%s`. %d servers, %d simulated agents (`trellis sim -ca-leaves`), re-signing window %s. %d CPUs; load average at the start %s.\n\n",
-		b.trellis, b.servers, b.agents, b.window, runtime.NumCPU(), testcluster.LoadAvg())
+	leaves := "its agent leaf"
+	if b.serviceLeaf {
+		leaves = "its agent leaf and a service leaf (`-ca-service-leaf`)"
+	}
+	fmt.Fprintf(b.out, "Trellis `%s`. %d servers, %d simulated agents (`trellis sim -ca-leaves`), each holding %s, re-signing window %s. %d CPUs; load average at the start %s.\n\n",
+		b.trellis, b.servers, b.agents, leaves, b.window, runtime.NumCPU(), testcluster.LoadAvg())
 	results, err := b.rotations(ctx)
 	for _, r := range results {
 		if !b.reportRotation(r) {
