@@ -503,9 +503,11 @@ func TestLogsEndpoint(t *testing.T) {
 
 	base := "http://" + a.HTTPAddr() + "/v1/tasks/default/t1/logs/app"
 	eventually(t, "stdout has the line", func() bool { code, body := httpGet(t, base); return code == 200 && body == "hello\n" })
-	if code, body := httpGet(t, base+"?stream=stderr"); code != 200 || body != "oops\n" {
-		t.Errorf("stderr: %d %q", code, body)
-	}
+	// The shell writes stderr's line after stdout's: wait for it too.
+	eventually(t, "stderr has the line", func() bool {
+		code, body := httpGet(t, base+"?stream=stderr")
+		return code == 200 && body == "oops\n"
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rc, err := OpenLogs(ctx, a.HTTPAddr(), "default", "t1", "app", driver.Stdout, true)
