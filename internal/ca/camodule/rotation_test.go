@@ -188,7 +188,15 @@ func TestRotationToSuppliedRoot(t *testing.T) {
 	if stored := signingKey(t, srv.API(), roots.ActiveRootID); stored.GetPrivateKey() != keyPEM {
 		t.Error("the stored key is not the one supplied")
 	}
-	_, whole := get(t, base+"/v1/ca/config", nil)
+	// The manager reports the rotation on the CAConfig after writing the
+	// roots, which changes its version: wait for that report, so that the
+	// answer sent back below is not stale (409).
+	var whole string
+	eventually(t, "the manager reports the supplied root active", func() bool {
+		var c configAnswer
+		_, whole = get(t, base+"/v1/ca/config", &c)
+		return c.Manager["active_root_id"] == roots.ActiveRootID
+	})
 	assertNoKey(t, "GET /v1/ca/config", whole, keyPEM)
 	_, rootsBody := get(t, base+"/v1/ca/roots", nil)
 	assertNoKey(t, "GET /v1/ca/roots", rootsBody, keyPEM)
