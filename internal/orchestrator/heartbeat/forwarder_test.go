@@ -104,6 +104,19 @@ func TestForwardedHeartbeatsTravelInOneBatch(t *testing.T) {
 	if got := follower.metric("trellis_heartbeat_requests_total", "forwarded"); got != float64(len(reqs)) {
 		t.Errorf("requests_total{forwarded} = %v, want %d", got, len(reqs))
 	}
+	if got := follower.metric("trellis_heartbeat_answer_seconds", "forwarded"); got != float64(len(reqs)) {
+		t.Errorf("answer_seconds{forwarded} counts %v heartbeats, want %d", got, len(reqs))
+	}
+	// The leader times only the heartbeats agents send it, not a batch's.
+	if got := leader.metric("trellis_heartbeat_answer_seconds", "kept"); got != 0 {
+		t.Errorf("the leader's answer_seconds{kept} counts %v heartbeats of a forwarded batch, want 0", got)
+	}
+	if _, err := leaderClient.Heartbeat(context.Background(), reqs[0]); err != nil {
+		t.Fatalf("a heartbeat on the leader: %v", err)
+	}
+	if got := leader.metric("trellis_heartbeat_answer_seconds", "kept"); got != 1 {
+		t.Errorf("the leader's answer_seconds{kept} = %v after one heartbeat, want 1", got)
+	}
 
 	for i, req := range reqs {
 		name := req.GetInstance()

@@ -95,16 +95,27 @@ func (s *Service) Start(ctx context.Context) error {
 
 // Heartbeat implements pbagent.AgentServiceServer.
 func (s *Service) Heartbeat(ctx context.Context, req *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error) {
+	start := time.Now()
+	m := s.cfg.Tracker.metrics
 	resp, err := s.take(ctx, req)
 	if !errors.Is(err, ErrNotLeader) {
+		m.answerSeconds.WithLabelValues(pathKept).Observe(time.Since(start).Seconds())
 		return resp, err
 	}
 	if s.fwd == nil || forwarded(ctx) {
 		return nil, errNoLeader
 	}
-	s.cfg.Tracker.metrics.heartbeats.WithLabelValues(resultForwarded).Inc()
-	return s.fwd.forward(ctx, req)
+	m.heartbeats.WithLabelValues(resultForwarded).Inc()
+	resp, err = s.fwd.forward(ctx, req)
+	m.answerSeconds.WithLabelValues(pathForwarded).Observe(time.Since(start).Seconds())
+	return resp, err
 }
+
+// Path labels of the answer_seconds metric.
+const (
+	pathKept      = "kept"
+	pathForwarded = "forwarded"
+)
 
 // HeartbeatStream implements pbagent.AgentServiceServer: Heartbeat for
 // each request of the stream, answered in order. The first error ends the

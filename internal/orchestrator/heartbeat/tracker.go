@@ -309,6 +309,10 @@ type metrics struct {
 	// heartbeats, result "forwarded").
 	forwardBatches   *prometheus.CounterVec
 	forwardBatchSize prometheus.Histogram
+	// answerSeconds is how long this server took to answer each heartbeat
+	// it received from an agent, by how: kept here (the leader) or
+	// forwarded to the leader.
+	answerSeconds *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer, tracked func() float64) (*metrics, error) {
@@ -330,11 +334,16 @@ func newMetrics(reg prometheus.Registerer, tracked func() float64) (*metrics, er
 			Help:    "Heartbeats in each batch this server, as a follower, forwarded to the leader.",
 			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000},
 		}),
+		answerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "trellis", Subsystem: "heartbeat", Name: "answer_seconds",
+			Help:    "How long this server took to answer an agent's heartbeat, by path (kept: this server leads; forwarded: to the leader), whatever the answer. An agent gives up a heartbeat after a quarter of the TTL.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"path"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.heartbeats, m.expired, m.forwardBatches, m.forwardBatchSize, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	for _, c := range []prometheus.Collector{m.heartbeats, m.expired, m.forwardBatches, m.forwardBatchSize, m.answerSeconds, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "trellis", Subsystem: "heartbeat", Name: "tracked_instances",
 		Help: "Live instances whose heartbeats this server, as leader, keeps.",
 	}, tracked)} {
