@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"encoding/asn1"
 	"encoding/pem"
+	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
@@ -163,6 +164,20 @@ var oidBasicConstraints = asn1.ObjectIdentifier{2, 5, 29, 19}
 // certificate. SignLeaf would not grant it anyway; refusing says plainly
 // that the client is confused or hostile.
 func checkNoCARequest(csr *x509.CertificateRequest) error {
+	isCA, err := requestedCA(csr)
+	if err != nil {
+		return refuse(ReasonCARequested, fieldCSRExtensions, "its basicConstraints extension does not parse")
+	}
+	if isCA {
+		return refuse(ReasonCARequested, fieldCSRExtensions, "it asks for a CA certificate (basicConstraints CA=true); the CA signs leaves only")
+	}
+	return nil
+}
+
+// requestedCA reports whether csr's requested extensions ask for a CA
+// certificate (basicConstraints CA=true); an error when such an extension
+// does not parse.
+func requestedCA(csr *x509.CertificateRequest) (bool, error) {
 	for _, ext := range csr.Extensions {
 		if !ext.Id.Equal(oidBasicConstraints) {
 			continue
@@ -172,13 +187,13 @@ func checkNoCARequest(csr *x509.CertificateRequest) error {
 			MaxPathLen int  `asn1:"optional,default:-1"`
 		}
 		if rest, err := asn1.Unmarshal(ext.Value, &bc); err != nil || len(rest) != 0 {
-			return refuse(ReasonCARequested, fieldCSRExtensions, "its basicConstraints extension does not parse")
+			return false, errors.New("basicConstraints does not parse")
 		}
 		if bc.IsCA {
-			return refuse(ReasonCARequested, fieldCSRExtensions, "it asks for a CA certificate (basicConstraints CA=true); the CA signs leaves only")
+			return true, nil
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // checkCSRItself checks what any CSR the CA signs must be, whatever it

@@ -114,21 +114,11 @@ func CheckSecondaryDatacenter(datacenter, primary string) error {
 	return nil
 }
 
-// requestsCA reports whether csr asks for a CA certificate.
+// requestsCA reports whether csr asks for a CA certificate; one whose
+// basicConstraints does not parse does not.
 func requestsCA(csr *x509.CertificateRequest) bool {
-	for _, ext := range csr.Extensions {
-		if !ext.Id.Equal(oidBasicConstraints) {
-			continue
-		}
-		var bc struct {
-			IsCA       bool `asn1:"optional"`
-			MaxPathLen int  `asn1:"optional,default:-1"`
-		}
-		if rest, err := asn1.Unmarshal(ext.Value, &bc); err == nil && len(rest) == 0 {
-			return bc.IsCA
-		}
-	}
-	return false
+	isCA, err := requestedCA(csr)
+	return err == nil && isCA
 }
 
 // ErrNotPrimary is wrapped by the errors that say the address a secondary
