@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pbca "trellis.dev/trellis/api/ca/v1"
+	"trellis.dev/trellis/bench/internal/caroots"
 	"trellis.dev/trellis/internal/ca/camodule"
 	"trellis.dev/trellis/internal/testcluster"
 )
@@ -304,7 +303,7 @@ func waitCA(ctx context.Context, members []*testcluster.Member, conns []*grpc.Cl
 	var roots *camodule.RootsBody
 	var last error
 	err := testcluster.WaitFor(ctx, 60*time.Second, func() bool {
-		roots, last = agreedRoots(members)
+		roots, last = caroots.Agreed(members)
 		return last == nil
 	})
 	if err != nil {
@@ -325,34 +324,4 @@ func waitCA(ctx context.Context, members []*testcluster.Member, conns []*grpc.Cl
 		}
 	}
 	return roots, nil
-}
-
-// agreedRoots reads GET /v1/ca/roots from every member and returns the
-// answer when they all name the same active root.
-func agreedRoots(members []*testcluster.Member) (*camodule.RootsBody, error) {
-	client := http.Client{Timeout: 5 * time.Second}
-	var first *camodule.RootsBody
-	for _, m := range members {
-		resp, err := client.Get("http://" + m.HTTPAddr + "/v1/ca/roots")
-		if err != nil {
-			return nil, err
-		}
-		var body camodule.RootsBody
-		err = json.NewDecoder(resp.Body).Decode(&body)
-		resp.Body.Close()
-		switch {
-		case err != nil:
-			return nil, fmt.Errorf("%s: /v1/ca/roots: %w", m.Name, err)
-		case resp.StatusCode != http.StatusOK:
-			return nil, fmt.Errorf("%s: /v1/ca/roots: %s", m.Name, resp.Status)
-		case body.ActiveRootID == "" || len(body.Roots) == 0:
-			return nil, fmt.Errorf("%s: no active root yet", m.Name)
-		case first != nil && body.ActiveRootID != first.ActiveRootID:
-			return nil, errors.New("the servers name different active roots")
-		}
-		if first == nil {
-			first = &body
-		}
-	}
-	return first, nil
 }

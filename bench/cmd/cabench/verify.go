@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"trellis.dev/trellis/bench/internal/caroots"
 	"trellis.dev/trellis/internal/ca"
 	"trellis.dev/trellis/internal/ca/camodule"
 	"trellis.dev/trellis/internal/testcluster"
@@ -19,7 +20,7 @@ func probeID(roots *camodule.RootsBody) ca.ServiceID {
 // verifySamples verifies the kept leaves (verifyLeaves) against the
 // roots the servers publish now.
 func verifySamples(members []*testcluster.Member, samples []sample) (int, error) {
-	body, err := agreedRoots(members)
+	body, err := caroots.Agreed(members)
 	if err != nil {
 		return 0, err
 	}

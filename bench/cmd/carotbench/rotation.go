@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"trellis.dev/trellis/bench/internal/caroots"
 	"trellis.dev/trellis/internal/ca"
 	"trellis.dev/trellis/internal/ca/camodule"
 	"trellis.dev/trellis/internal/sim"
@@ -50,7 +51,7 @@ func (b *bench) rotations(ctx context.Context) ([]*rotation, error) {
 	defer c.Stop()
 	var roots *camodule.RootsBody
 	err = testcluster.WaitFor(ctx, 60*time.Second, func() bool {
-		roots, err = agreedRoots(c.Members)
+		roots, err = caroots.Agreed(c.Members)
 		return err == nil
 	})
 	if err != nil {
@@ -121,7 +122,7 @@ func (b *bench) rotate(ctx context.Context, members []*testcluster.Member, statu
 			return nil, fmt.Errorf("%s: csr_max_per_second is %q, not %s", m.Name, got, value)
 		}
 	}
-	before, err := agreedRoots(members)
+	before, err := caroots.Agreed(members)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +222,7 @@ func (b *bench) rotate(ctx context.Context, members []*testcluster.Member, statu
 	}
 	fmt.Fprintf(b.progress, "carotbench: every agent holds a leaf of the new root after %s\n", r.converged.Round(time.Millisecond))
 
-	after, err := agreedRoots(members)
+	after, err := caroots.Agreed(members)
 	if err != nil {
 		return r, err
 	}
@@ -318,33 +319,6 @@ func configLimit(httpAddr string) string {
 		return ""
 	}
 	return strings.Trim(string(cfg["csr_max_per_second"]), `"`)
-}
-
-// agreedRoots reads GET /v1/ca/roots from every member and returns the
-// answer when they all name the same active root.
-func agreedRoots(members []*testcluster.Member) (*camodule.RootsBody, error) {
-	var first *camodule.RootsBody
-	for _, m := range members {
-		resp, err := httpClient.Get("http://" + m.HTTPAddr + "/v1/ca/roots")
-		if err != nil {
-			return nil, err
-		}
-		var body camodule.RootsBody
-		err = json.NewDecoder(resp.Body).Decode(&body)
-		resp.Body.Close()
-		switch {
-		case err != nil:
-			return nil, fmt.Errorf("%s: /v1/ca/roots: %w", m.Name, err)
-		case body.ActiveRootID == "" || len(body.Roots) == 0:
-			return nil, fmt.Errorf("%s: no active root yet", m.Name)
-		case first != nil && body.ActiveRootID != first.ActiveRootID:
-			return nil, errors.New("the servers name different active roots")
-		}
-		if first == nil {
-			first = &body
-		}
-	}
-	return first, nil
 }
 
 // activeRoot is the active root's certificate of roots.
