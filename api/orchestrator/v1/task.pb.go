@@ -184,7 +184,9 @@ type TaskStatus struct {
 	Session string `protobuf:"bytes,8,opt,name=session,proto3" json:"session,omitempty"`
 	// reported_at is when the agent last reported it (the servers marking it
 	// LOST leave it as it was: that is how a report is told from theirs).
-	ReportedAt    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
+	ReportedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
+	// network: where the task's namespace is and what was published (bridge only).
+	Network       *TaskNetwork `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -282,6 +284,156 @@ func (x *TaskStatus) GetReportedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *TaskStatus) GetNetwork() *TaskNetwork {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+// TaskNetwork is a task's network as its agent set it up.
+type TaskNetwork struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// mode: "host" or "bridge".
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// namespace_path: the task's network namespace, e.g.
+	// /run/netns/trellis-<task uid>.
+	NamespacePath string `protobuf:"bytes,2,opt,name=namespace_path,json=namespacePath,proto3" json:"namespace_path,omitempty"`
+	// address: the task's IP on the bridge (no prefix).
+	Address       string         `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	Ports         []*PortBinding `protobuf:"bytes,4,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskNetwork) Reset() {
+	*x = TaskNetwork{}
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskNetwork) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskNetwork) ProtoMessage() {}
+
+func (x *TaskNetwork) ProtoReflect() protoreflect.Message {
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskNetwork.ProtoReflect.Descriptor instead.
+func (*TaskNetwork) Descriptor() ([]byte, []int) {
+	return file_api_orchestrator_v1_task_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TaskNetwork) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *TaskNetwork) GetNamespacePath() string {
+	if x != nil {
+		return x.NamespacePath
+	}
+	return ""
+}
+
+func (x *TaskNetwork) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *TaskNetwork) GetPorts() []*PortBinding {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+// PortBinding is one port published on the instance: a PortMapping with
+// the host port the agent chose when the definition left it 0.
+type PortBinding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ContainerPort uint32                 `protobuf:"varint,2,opt,name=container_port,json=containerPort,proto3" json:"container_port,omitempty"`
+	HostPort      uint32                 `protobuf:"varint,3,opt,name=host_port,json=hostPort,proto3" json:"host_port,omitempty"`
+	Protocol      string                 `protobuf:"bytes,4,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortBinding) Reset() {
+	*x = PortBinding{}
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortBinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortBinding) ProtoMessage() {}
+
+func (x *PortBinding) ProtoReflect() protoreflect.Message {
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortBinding.ProtoReflect.Descriptor instead.
+func (*PortBinding) Descriptor() ([]byte, []int) {
+	return file_api_orchestrator_v1_task_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PortBinding) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PortBinding) GetContainerPort() uint32 {
+	if x != nil {
+		return x.ContainerPort
+	}
+	return 0
+}
+
+func (x *PortBinding) GetHostPort() uint32 {
+	if x != nil {
+		return x.HostPort
+	}
+	return 0
+}
+
+func (x *PortBinding) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
 // ContainerState is one container as the agent last saw it.
 type ContainerState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -304,7 +456,7 @@ type ContainerState struct {
 
 func (x *ContainerState) Reset() {
 	*x = ContainerState{}
-	mi := &file_api_orchestrator_v1_task_proto_msgTypes[2]
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +468,7 @@ func (x *ContainerState) String() string {
 func (*ContainerState) ProtoMessage() {}
 
 func (x *ContainerState) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_task_proto_msgTypes[2]
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +481,7 @@ func (x *ContainerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerState.ProtoReflect.Descriptor instead.
 func (*ContainerState) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_api_orchestrator_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ContainerState) GetName() string {
@@ -420,7 +572,7 @@ const file_api_orchestrator_v1_task_proto_rawDesc = "" +
 	"\x10\vJ\x04\b\v\x10\fJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fR\vlast_statusR\n" +
 	"containersR\n" +
 	"started_atR\vstopping_atR\n" +
-	"stopped_atR\x06healthR\asessionR\vreported_at\"\xb9\x03\n" +
+	"stopped_atR\x06healthR\asessionR\vreported_at\"\xf9\x03\n" +
 	"\n" +
 	"TaskStatus\x12\x1f\n" +
 	"\vlast_status\x18\x01 \x01(\tR\n" +
@@ -439,7 +591,19 @@ const file_api_orchestrator_v1_task_proto_rawDesc = "" +
 	"\x06health\x18\a \x01(\tR\x06health\x12\x18\n" +
 	"\asession\x18\b \x01(\tR\asession\x12;\n" +
 	"\vreported_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"reportedAt\"\xcf\x02\n" +
+	"reportedAt\x12>\n" +
+	"\anetwork\x18\n" +
+	" \x01(\v2$.trellis.orchestrator.v1.TaskNetworkR\anetwork\"\x9e\x01\n" +
+	"\vTaskNetwork\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n" +
+	"\x0enamespace_path\x18\x02 \x01(\tR\rnamespacePath\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12:\n" +
+	"\x05ports\x18\x04 \x03(\v2$.trellis.orchestrator.v1.PortBindingR\x05ports\"\x81\x01\n" +
+	"\vPortBinding\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
+	"\x0econtainer_port\x18\x02 \x01(\rR\rcontainerPort\x12\x1b\n" +
+	"\thost_port\x18\x03 \x01(\rR\bhostPort\x12\x1a\n" +
+	"\bprotocol\x18\x04 \x01(\tR\bprotocol\"\xcf\x02\n" +
 	"\x0eContainerState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
@@ -468,27 +632,31 @@ func file_api_orchestrator_v1_task_proto_rawDescGZIP() []byte {
 	return file_api_orchestrator_v1_task_proto_rawDescData
 }
 
-var file_api_orchestrator_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_api_orchestrator_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_api_orchestrator_v1_task_proto_goTypes = []any{
 	(*Task)(nil),                  // 0: trellis.orchestrator.v1.Task
 	(*TaskStatus)(nil),            // 1: trellis.orchestrator.v1.TaskStatus
-	(*ContainerState)(nil),        // 2: trellis.orchestrator.v1.ContainerState
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(*TaskNetwork)(nil),           // 2: trellis.orchestrator.v1.TaskNetwork
+	(*PortBinding)(nil),           // 3: trellis.orchestrator.v1.PortBinding
+	(*ContainerState)(nil),        // 4: trellis.orchestrator.v1.ContainerState
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
 }
 var file_api_orchestrator_v1_task_proto_depIdxs = []int32{
-	3, // 0: trellis.orchestrator.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	2, // 1: trellis.orchestrator.v1.TaskStatus.containers:type_name -> trellis.orchestrator.v1.ContainerState
-	3, // 2: trellis.orchestrator.v1.TaskStatus.started_at:type_name -> google.protobuf.Timestamp
-	3, // 3: trellis.orchestrator.v1.TaskStatus.stopping_at:type_name -> google.protobuf.Timestamp
-	3, // 4: trellis.orchestrator.v1.TaskStatus.stopped_at:type_name -> google.protobuf.Timestamp
-	3, // 5: trellis.orchestrator.v1.TaskStatus.reported_at:type_name -> google.protobuf.Timestamp
-	3, // 6: trellis.orchestrator.v1.ContainerState.started_at:type_name -> google.protobuf.Timestamp
-	3, // 7: trellis.orchestrator.v1.ContainerState.finished_at:type_name -> google.protobuf.Timestamp
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	5,  // 0: trellis.orchestrator.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	4,  // 1: trellis.orchestrator.v1.TaskStatus.containers:type_name -> trellis.orchestrator.v1.ContainerState
+	5,  // 2: trellis.orchestrator.v1.TaskStatus.started_at:type_name -> google.protobuf.Timestamp
+	5,  // 3: trellis.orchestrator.v1.TaskStatus.stopping_at:type_name -> google.protobuf.Timestamp
+	5,  // 4: trellis.orchestrator.v1.TaskStatus.stopped_at:type_name -> google.protobuf.Timestamp
+	5,  // 5: trellis.orchestrator.v1.TaskStatus.reported_at:type_name -> google.protobuf.Timestamp
+	2,  // 6: trellis.orchestrator.v1.TaskStatus.network:type_name -> trellis.orchestrator.v1.TaskNetwork
+	3,  // 7: trellis.orchestrator.v1.TaskNetwork.ports:type_name -> trellis.orchestrator.v1.PortBinding
+	5,  // 8: trellis.orchestrator.v1.ContainerState.started_at:type_name -> google.protobuf.Timestamp
+	5,  // 9: trellis.orchestrator.v1.ContainerState.finished_at:type_name -> google.protobuf.Timestamp
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_api_orchestrator_v1_task_proto_init() }
@@ -496,14 +664,14 @@ func file_api_orchestrator_v1_task_proto_init() {
 	if File_api_orchestrator_v1_task_proto != nil {
 		return
 	}
-	file_api_orchestrator_v1_task_proto_msgTypes[2].OneofWrappers = []any{}
+	file_api_orchestrator_v1_task_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_orchestrator_v1_task_proto_rawDesc), len(file_api_orchestrator_v1_task_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -31,6 +31,11 @@ type TaskDefinition struct {
 	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	Containers    []*ContainerDefinition `protobuf:"bytes,3,rep,name=containers,proto3" json:"containers,omitempty"`
 	RestartPolicy *RestartPolicy         `protobuf:"bytes,4,opt,name=restart_policy,json=restartPolicy,proto3" json:"restart_policy,omitempty"`
+	// network: "host" (the instance's network; the default) or "bridge"
+	// (one network namespace for the task, shared by all its containers).
+	Network string `protobuf:"bytes,5,opt,name=network,proto3" json:"network,omitempty"`
+	// ports the task publishes on its instance (bridge only).
+	Ports         []*PortMapping `protobuf:"bytes,6,rep,name=ports,proto3" json:"ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -93,6 +98,93 @@ func (x *TaskDefinition) GetRestartPolicy() *RestartPolicy {
 	return nil
 }
 
+func (x *TaskDefinition) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *TaskDefinition) GetPorts() []*PortMapping {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+// PortMapping is one port a bridge task publishes on its instance.
+type PortMapping struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is a DNS label, unique in the task.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// container_port: 1-65535, the port inside the task's namespace.
+	ContainerPort uint32 `protobuf:"varint,2,opt,name=container_port,json=containerPort,proto3" json:"container_port,omitempty"`
+	// host_port: 0 = a free port the agent picks; else fixed, 1-65535.
+	HostPort uint32 `protobuf:"varint,3,opt,name=host_port,json=hostPort,proto3" json:"host_port,omitempty"`
+	// protocol: "tcp" (the default) or "udp".
+	Protocol      string `protobuf:"bytes,4,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortMapping) Reset() {
+	*x = PortMapping{}
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortMapping) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortMapping) ProtoMessage() {}
+
+func (x *PortMapping) ProtoReflect() protoreflect.Message {
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortMapping.ProtoReflect.Descriptor instead.
+func (*PortMapping) Descriptor() ([]byte, []int) {
+	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PortMapping) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PortMapping) GetContainerPort() uint32 {
+	if x != nil {
+		return x.ContainerPort
+	}
+	return 0
+}
+
+func (x *PortMapping) GetHostPort() uint32 {
+	if x != nil {
+		return x.HostPort
+	}
+	return 0
+}
+
+func (x *PortMapping) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
 // ContainerDefinition is one container of a task.
 type ContainerDefinition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -127,7 +219,7 @@ type ContainerDefinition struct {
 
 func (x *ContainerDefinition) Reset() {
 	*x = ContainerDefinition{}
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[1]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -139,7 +231,7 @@ func (x *ContainerDefinition) String() string {
 func (*ContainerDefinition) ProtoMessage() {}
 
 func (x *ContainerDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[1]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -152,7 +244,7 @@ func (x *ContainerDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerDefinition.ProtoReflect.Descriptor instead.
 func (*ContainerDefinition) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{1}
+	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ContainerDefinition) GetName() string {
@@ -259,7 +351,7 @@ type Dependency struct {
 
 func (x *Dependency) Reset() {
 	*x = Dependency{}
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[2]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +363,7 @@ func (x *Dependency) String() string {
 func (*Dependency) ProtoMessage() {}
 
 func (x *Dependency) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[2]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +376,7 @@ func (x *Dependency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dependency.ProtoReflect.Descriptor instead.
 func (*Dependency) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{2}
+	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Dependency) GetContainer() string {
@@ -323,7 +415,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[3]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +427,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[3]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +440,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{3}
+	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HealthCheck) GetCommand() []string {
@@ -413,7 +505,7 @@ type RestartPolicy struct {
 
 func (x *RestartPolicy) Reset() {
 	*x = RestartPolicy{}
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[4]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +517,7 @@ func (x *RestartPolicy) String() string {
 func (*RestartPolicy) ProtoMessage() {}
 
 func (x *RestartPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[4]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +530,7 @@ func (x *RestartPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartPolicy.ProtoReflect.Descriptor instead.
 func (*RestartPolicy) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{4}
+	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RestartPolicy) GetAttempts() int32 {
@@ -466,14 +558,21 @@ var File_api_orchestrator_v1_taskdef_proto protoreflect.FileDescriptor
 
 const file_api_orchestrator_v1_taskdef_proto_rawDesc = "" +
 	"\n" +
-	"!api/orchestrator/v1/taskdef.proto\x12\x17trellis.orchestrator.v1\x1a\"api/orchestrator/v1/instance.proto\"\xe1\x01\n" +
+	"!api/orchestrator/v1/taskdef.proto\x12\x17trellis.orchestrator.v1\x1a\"api/orchestrator/v1/instance.proto\"\xb7\x02\n" +
 	"\x0eTaskDefinition\x12\x16\n" +
 	"\x06family\x18\x01 \x01(\tR\x06family\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12L\n" +
 	"\n" +
 	"containers\x18\x03 \x03(\v2,.trellis.orchestrator.v1.ContainerDefinitionR\n" +
 	"containers\x12M\n" +
-	"\x0erestart_policy\x18\x04 \x01(\v2&.trellis.orchestrator.v1.RestartPolicyR\rrestartPolicy\"\xe6\x04\n" +
+	"\x0erestart_policy\x18\x04 \x01(\v2&.trellis.orchestrator.v1.RestartPolicyR\rrestartPolicy\x12\x18\n" +
+	"\anetwork\x18\x05 \x01(\tR\anetwork\x12:\n" +
+	"\x05ports\x18\x06 \x03(\v2$.trellis.orchestrator.v1.PortMappingR\x05ports\"\x81\x01\n" +
+	"\vPortMapping\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
+	"\x0econtainer_port\x18\x02 \x01(\rR\rcontainerPort\x12\x1b\n" +
+	"\thost_port\x18\x03 \x01(\rR\bhostPort\x12\x1a\n" +
+	"\bprotocol\x18\x04 \x01(\tR\bprotocol\"\xe6\x04\n" +
 	"\x13ContainerDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06driver\x18\x02 \x01(\tR\x06driver\x12\x14\n" +
@@ -525,28 +624,30 @@ func file_api_orchestrator_v1_taskdef_proto_rawDescGZIP() []byte {
 	return file_api_orchestrator_v1_taskdef_proto_rawDescData
 }
 
-var file_api_orchestrator_v1_taskdef_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_api_orchestrator_v1_taskdef_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_api_orchestrator_v1_taskdef_proto_goTypes = []any{
 	(*TaskDefinition)(nil),      // 0: trellis.orchestrator.v1.TaskDefinition
-	(*ContainerDefinition)(nil), // 1: trellis.orchestrator.v1.ContainerDefinition
-	(*Dependency)(nil),          // 2: trellis.orchestrator.v1.Dependency
-	(*HealthCheck)(nil),         // 3: trellis.orchestrator.v1.HealthCheck
-	(*RestartPolicy)(nil),       // 4: trellis.orchestrator.v1.RestartPolicy
-	nil,                         // 5: trellis.orchestrator.v1.ContainerDefinition.EnvEntry
-	(*Resources)(nil),           // 6: trellis.orchestrator.v1.Resources
+	(*PortMapping)(nil),         // 1: trellis.orchestrator.v1.PortMapping
+	(*ContainerDefinition)(nil), // 2: trellis.orchestrator.v1.ContainerDefinition
+	(*Dependency)(nil),          // 3: trellis.orchestrator.v1.Dependency
+	(*HealthCheck)(nil),         // 4: trellis.orchestrator.v1.HealthCheck
+	(*RestartPolicy)(nil),       // 5: trellis.orchestrator.v1.RestartPolicy
+	nil,                         // 6: trellis.orchestrator.v1.ContainerDefinition.EnvEntry
+	(*Resources)(nil),           // 7: trellis.orchestrator.v1.Resources
 }
 var file_api_orchestrator_v1_taskdef_proto_depIdxs = []int32{
-	1, // 0: trellis.orchestrator.v1.TaskDefinition.containers:type_name -> trellis.orchestrator.v1.ContainerDefinition
-	4, // 1: trellis.orchestrator.v1.TaskDefinition.restart_policy:type_name -> trellis.orchestrator.v1.RestartPolicy
-	5, // 2: trellis.orchestrator.v1.ContainerDefinition.env:type_name -> trellis.orchestrator.v1.ContainerDefinition.EnvEntry
-	2, // 3: trellis.orchestrator.v1.ContainerDefinition.depends_on:type_name -> trellis.orchestrator.v1.Dependency
-	3, // 4: trellis.orchestrator.v1.ContainerDefinition.health_check:type_name -> trellis.orchestrator.v1.HealthCheck
-	6, // 5: trellis.orchestrator.v1.ContainerDefinition.resources:type_name -> trellis.orchestrator.v1.Resources
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	2, // 0: trellis.orchestrator.v1.TaskDefinition.containers:type_name -> trellis.orchestrator.v1.ContainerDefinition
+	5, // 1: trellis.orchestrator.v1.TaskDefinition.restart_policy:type_name -> trellis.orchestrator.v1.RestartPolicy
+	1, // 2: trellis.orchestrator.v1.TaskDefinition.ports:type_name -> trellis.orchestrator.v1.PortMapping
+	6, // 3: trellis.orchestrator.v1.ContainerDefinition.env:type_name -> trellis.orchestrator.v1.ContainerDefinition.EnvEntry
+	3, // 4: trellis.orchestrator.v1.ContainerDefinition.depends_on:type_name -> trellis.orchestrator.v1.Dependency
+	4, // 5: trellis.orchestrator.v1.ContainerDefinition.health_check:type_name -> trellis.orchestrator.v1.HealthCheck
+	7, // 6: trellis.orchestrator.v1.ContainerDefinition.resources:type_name -> trellis.orchestrator.v1.Resources
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_api_orchestrator_v1_taskdef_proto_init() }
@@ -555,14 +656,14 @@ func file_api_orchestrator_v1_taskdef_proto_init() {
 		return
 	}
 	file_api_orchestrator_v1_instance_proto_init()
-	file_api_orchestrator_v1_taskdef_proto_msgTypes[1].OneofWrappers = []any{}
+	file_api_orchestrator_v1_taskdef_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_orchestrator_v1_taskdef_proto_rawDesc), len(file_api_orchestrator_v1_taskdef_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
