@@ -5,7 +5,8 @@
 // SPIFFE ids (spiffe.go), keys and PEM (keys.go), the checks every
 // certificate signing request passes (csr.go), the certificates the CA
 // makes — roots, cross-signed roots, leaves, intermediates of secondary
-// datacenters (certs.go) — and the timing policy: which root to prune,
+// datacenters (certs.go), leaves through the leaf encoder (leaf.go,
+// der.go) — and the timing policy: which root to prune,
 // when to renew (decisions.go). The CA manager on the leader, the signing
 // service on every server, the agents' leaf cache and the CLI call these;
 // time always arrives as an argument.
@@ -44,6 +45,18 @@
 //     every name, usage and lifetime of a leaf itself; a CSR asking for a
 //     CA certificate is refused outright, and one asking for DNS names is
 //     simply not granted them.
+//   - Leaves by a leaf encoder of our own (leaf.go), every other
+//     certificate by x509.CreateCertificate. The CA signs leaves by the
+//     thousand; CreateCertificate verifies each signature it has just
+//     made (an ECDSA verification, as costly as the CSR's own) and
+//     encodes its template by reflection. LeafIssuer encodes what a
+//     signing key's leaves share once, writes the rest in DER by hand
+//     (der.go) and signs with the key's crypto.Signer: hashing and
+//     signing stay Go's, only the byte layout is ours, and tests hold it
+//     to CreateCertificate's output byte for byte up to the signature,
+//     for every key type the CA signs with. The check it skips is the
+//     caller's: SignLeaf checks every leaf; the signing service checks a
+//     key's first leaf and a sample after (camodule).
 //   - Errors name the reason. A refused CSR is a *Refusal whose Reason is
 //     a fixed metric label (not_pem, bad_signature, trust_domain, ...) and
 //     whose Field names the part of the request at fault. No error here

@@ -37,6 +37,11 @@ func TestOpenSSLVerifies(t *testing.T) {
 	}
 	sec := Signer{Cert: inter, Key: secKey, Chain: []*x509.Certificate{inter}}
 	dc2 := ServiceID{TrustDomain: testTD, Namespace: "default", Datacenter: "dc2", Service: "api"}
+	// Leaves are made by the leaf encoder (leaf.go): one root of each
+	// other key type the CA signs with.
+	rsa2048 := rootOfKey(t, testKey(t, KeyType{"rsa", 2048}), t0, DefaultRootTTL)
+	rsa4096 := rootOfKey(t, testKey(t, KeyType{"rsa", 4096}), t0, DefaultRootTTL)
+	agent := AgentID{TrustDomain: testTD, Datacenter: testDC, Instance: "i-0a1b2c"}
 
 	cases := []struct {
 		name  string
@@ -50,6 +55,10 @@ func TestOpenSSLVerifies(t *testing.T) {
 		{"leaf of B with [crossB], roots {B}", b, webID, []*x509.Certificate{bCert}, true},
 		{"leaf of B without crossB, roots {A}", Signer{Cert: bCert, Key: bKey}, webID, []*x509.Certificate{a.Cert}, false},
 		{"secondary leaf, roots {A}", sec, dc2, []*x509.Certificate{a.Cert}, true},
+		{"agent leaf of A, roots {A}", Signer{Cert: a.Cert, Key: a.Key}, agent, []*x509.Certificate{a.Cert}, true},
+		{"leaf of an RSA 2048 root", rsa2048, webID, []*x509.Certificate{rsa2048.Cert}, true},
+		{"leaf of an RSA 4096 root", rsa4096, webID, []*x509.Certificate{rsa4096.Cert}, true},
+		{"leaf of an RSA root, roots {A}", rsa2048, webID, []*x509.Certificate{a.Cert}, false},
 	}
 	dir := t.TempDir()
 	at := strconv.FormatInt(later.Unix(), 10)
