@@ -44,6 +44,14 @@
 //     replicated a moment before its key, say — it keeps signing with
 //     what it had: leaves of the previous root stay valid until it is
 //     pruned.
+//   - Leaves are made by the leaf encoder (ca.LeafIssuer), which does not
+//     verify each signature it makes as x509.CreateCertificate does (a
+//     third of a leaf's cost). The signer checks instead, per signing
+//     key: every leaf until one has verified, then one in 1,000
+//     (selfcheck.go: checkDue decides, from plain values). A key whose
+//     leaf fails the check signs nothing more on this server (Unavailable,
+//     so agents ask another server), logged and counted; a new key starts
+//     afresh.
 //   - A per-server limit (Limiter: a token bucket for
 //     csr_max_per_second, a count for csr_max_concurrent, time given to
 //     it) refuses at once with a retry-after instead of queueing; the

@@ -16,6 +16,7 @@ type signMetrics struct {
 	signatures prometheus.Counter
 	refusals   *prometheus.CounterVec
 	limited    *prometheus.CounterVec
+	selfChecks *prometheus.CounterVec
 }
 
 // newSignMetrics registers the signer's metrics with reg, including the
@@ -34,8 +35,12 @@ func newSignMetrics(reg prometheus.Registerer, s *Signer) (*signMetrics, error) 
 			Name: "trellis_ca_sign_rate_limited_total",
 			Help: "Signing requests this server refused over its limit (ResourceExhausted, HTTP 429), by limit: rate (csr_max_per_second) or concurrency (csr_max_concurrent).",
 		}, []string{"limit"}),
+		selfChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "trellis_ca_leaf_self_checks_total",
+			Help: "Leaves this server verified with the signing certificate before handing them out (the first of each signing key, then one in 1,000), by result: ok, or failed (the key then signs no more on this server).",
+		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.signatures, m.refusals, m.limited, expiryCollector{s: s}} {
+	for _, c := range []prometheus.Collector{m.signatures, m.refusals, m.limited, m.selfChecks, expiryCollector{s: s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -54,6 +59,17 @@ func (m *signMetrics) refused(err error) {
 	if m != nil && errors.As(err, &r) {
 		m.refusals.WithLabelValues(r.Reason).Inc()
 	}
+}
+
+func (m *signMetrics) selfChecked(ok bool) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if !ok {
+		result = "failed"
+	}
+	m.selfChecks.WithLabelValues(result).Inc()
 }
 
 func (m *signMetrics) rateLimited(limit string) {

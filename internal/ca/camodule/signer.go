@@ -85,7 +85,8 @@ type Leaf struct {
 // checks it against this CA's trust domain and this server's datacenter,
 // and signs a leaf of the CAConfig's leaf_ttl. Refusals are a
 // *ca.Refusal (bad input), a *RateLimitedError (over the limit), or
-// Unavailable (no active root yet).
+// Unavailable (no active root yet, or a signing key whose leaves do not
+// verify: selfcheck.go).
 func (s *Signer) Sign(_ context.Context, csrPEM []byte) (Leaf, error) {
 	st := s.state.Load()
 	if st == nil {
@@ -95,7 +96,11 @@ func (s *Signer) Sign(_ context.Context, csrPEM []byte) (Leaf, error) {
 		}
 		return Leaf{}, status.Error(codes.Unavailable, msg)
 	}
-	release, err := s.limiter.Acquire(s.now())
+	if err := st.selfCheck.refusal(st.rootID); err != nil {
+		return Leaf{}, err
+	}
+	now := s.now()
+	release, err := s.limiter.Acquire(now)
 	if err != nil {
 		var rl *RateLimitedError
 		if errors.As(err, &rl) {
@@ -114,20 +119,41 @@ func (s *Signer) Sign(_ context.Context, csrPEM []byte) (Leaf, error) {
 		s.metrics.refused(err)
 		return Leaf{}, err
 	}
-	cert, err := ca.SignLeaf(csr, id, st.signer, st.leafTTL, s.now())
+	leaf, err := st.issuer.Issue(csr, id, st.leafTTL, now)
 	if err != nil {
 		// The CSR passed every check: what is left is the signer's
 		// fault (an expired signing certificate), not the caller's.
 		return Leaf{}, status.Errorf(codes.Internal, "sign the leaf of %s: %v", id, err)
 	}
+	if err := s.checkLeaf(st, leaf); err != nil {
+		return Leaf{}, err
+	}
 	s.metrics.signed()
 	return Leaf{
-		CertPEM:  string(ca.EncodeCerts(cert)),
+		CertPEM:  string(leaf.PEM()),
 		ChainPEM: st.chainPEM,
-		Serial:   cert.SerialNumber.Text(16),
-		NotAfter: cert.NotAfter,
+		Serial:   leaf.Serial.Text(16),
+		NotAfter: leaf.NotAfter,
 		ID:       id,
 	}, nil
+}
+
+// checkLeaf verifies leaf when its key's self-check is due, and on a
+// failure stops the key from signing on this server (selfcheck.go).
+func (s *Signer) checkLeaf(st *signingState, leaf ca.IssuedLeaf) error {
+	if !st.selfCheck.due() {
+		return nil
+	}
+	if _, err := st.issuer.Check(leaf); err != nil {
+		st.selfCheck.fail(err)
+		s.metrics.selfChecked(false)
+		s.log.Error("CA signer: a leaf signed with the active root's key does not verify; this server signs no more with that key",
+			"root_id", st.rootID, "err", err)
+		return st.selfCheck.refusal(st.rootID)
+	}
+	st.selfCheck.proven.Store(true)
+	s.metrics.selfChecked(true)
+	return nil
 }
 
 // TrustDomain is the active root's trust domain; "" before there is one.

@@ -21,10 +21,15 @@ import (
 type signingState struct {
 	rootID, rootName, trustDomain string
 	signer                        ca.Signer
-	chainPEM                      string
-	leafTTL                       time.Duration
-	limits                        Limits
-	rootNotAfter                  time.Time
+	// issuer signs leaves with signer; selfCheck records the checks of
+	// its leaves (selfcheck.go). Both belong to the parsed key: a state
+	// rebuilt for a change of the configuration alone keeps them.
+	issuer       *ca.LeafIssuer
+	selfCheck    *selfCheck
+	chainPEM     string
+	leafTTL      time.Duration
+	limits       Limits
+	rootNotAfter time.Time
 	// signingNotAfter is the signing certificate's expiry when it is not
 	// the root itself (zero otherwise).
 	signingNotAfter time.Time
@@ -180,6 +185,10 @@ func parseSigner(rootRes *pbresource.Resource, root *pbca.CARoot, keyRes *pbreso
 	if err := checkSigner(st.signer); err != nil {
 		return nil, fmt.Errorf("root %s: %w", root.GetId(), err)
 	}
+	if st.issuer, err = ca.NewLeafIssuer(st.signer); err != nil {
+		return nil, fmt.Errorf("root %s: %w", root.GetId(), err)
+	}
+	st.selfCheck = &selfCheck{}
 	return st, nil
 }
 

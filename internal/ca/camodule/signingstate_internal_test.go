@@ -143,6 +143,11 @@ func TestBuildSigningState(t *testing.T) {
 	if again.signer.Key != st.signer.Key || again.leafTTL != 3*time.Hour || again.limits != defaultLimits {
 		t.Errorf("after a config change: key reused %v, ttl %v, limits %+v", again.signer.Key == st.signer.Key, again.leafTTL, again.limits)
 	}
+	// And the key's leaf issuer and the record of its self-checks: a key
+	// that failed one stays stopped, a proven one is not checked afresh.
+	if again.issuer == nil || again.issuer != st.issuer || again.selfCheck == nil || again.selfCheck != st.selfCheck {
+		t.Error("after a config change: the key's leaf issuer or self-check record was not kept")
+	}
 
 	for _, tc := range []struct {
 		name string
