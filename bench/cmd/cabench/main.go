@@ -14,9 +14,10 @@
 //     second, p50/p99 latency, refusals and rate-limited answers, the
 //     servers' CPU and the client's own;
 //   - in the same run, in this process, the ceiling: the signer's own
-//     work per leaf (parse and check the CSR, sign the leaf with
-//     x509.CreateCertificate, encode it) on one core and on all cores,
-//     and the ratio of the cluster's rate to it;
+//     work per leaf (parse and check the CSR, sign the leaf with the leaf
+//     encoder, encode it) on one core and on all cores, and the ratio of
+//     the cluster's rate to it; beside it, the leaf encoder alone and
+//     x509.CreateCertificate alone;
 //   - every -verify-every'th leaf is kept and, after the timed phase,
 //     verified as a TLS peer would against the roots the servers publish
 //     (GET /v1/ca/roots), with its SPIFFE id and public key checked
