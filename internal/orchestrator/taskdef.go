@@ -25,9 +25,11 @@ const (
 )
 
 // MutateTaskDefinition fills the defaults: essential containers (true
-// unless set, as in ECS) and a dependency condition of START.
+// unless set, as in ECS), a dependency condition of START and a port
+// protocol of tcp.
 func MutateTaskDefinition(res *pbresource.Resource) error {
 	return resource.MutateData(res, func(td *pborch.TaskDefinition) {
+		mutateNetwork(td)
 		for _, c := range td.Containers {
 			if c.Essential == nil {
 				essential := true
@@ -45,7 +47,8 @@ func MutateTaskDefinition(res *pbresource.Resource) error {
 // ValidateTaskDefinition is the Validate hook of
 // orchestrator/v1/TaskDefinition. It refuses everything that would only
 // fail later on an agent: unknown drivers, missing images or commands,
-// port clashes, dependency cycles, unparsable health checks.
+// port clashes, dependency cycles, unparsable health checks, ports out of
+// range or published twice.
 func ValidateTaskDefinition(res *pbresource.Resource) error {
 	td, err := resource.DecodeData[*pborch.TaskDefinition](res)
 	if err != nil {
@@ -63,8 +66,8 @@ func ValidateTaskDefinition(res *pbresource.Resource) error {
 	return ValidateContainers(td)
 }
 
-// ValidateContainers checks a task definition's containers and restart
-// policy; fields are named from "data.".
+// ValidateContainers checks a task definition's containers, network and
+// ports, and restart policy; fields are named from "data.".
 func ValidateContainers(td *pborch.TaskDefinition) error {
 	cs := td.GetContainers()
 	if len(cs) == 0 {
@@ -125,6 +128,9 @@ func ValidateContainers(td *pborch.TaskDefinition) error {
 	}
 	if cycle := dependencyCycle(cs); cycle != nil {
 		return resource.NewFieldError("data.containers", "depends_on has a cycle: %s", strings.Join(cycle, " -> "))
+	}
+	if err := validateNetwork(td); err != nil {
+		return err
 	}
 	return validateRestartPolicy(td.GetRestartPolicy())
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
@@ -66,7 +67,8 @@ func checkTaskDefinition(td *pborch.TaskDefinition, types *resource.Registry) er
 	if _, ok := types.Resolve(orchestrator.TaskDefinitionType); !ok {
 		return nil
 	}
-	first := &pborch.TaskDefinition{Family: td.GetFamily(), Revision: 1, Containers: td.GetContainers(), RestartPolicy: td.GetRestartPolicy()}
+	first := proto.Clone(td).(*pborch.TaskDefinition)
+	first.Revision = 1
 	data, err := anypb.New(first)
 	if err != nil {
 		return err

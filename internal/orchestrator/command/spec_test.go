@@ -131,6 +131,12 @@ func TestParseTaskDefinitionErrors(t *testing.T) {
 		{"no containers", "family: web\ncontainers: []\n", "web.yaml:2: containers: a task needs at least one container"},
 		{"no command", head, "web.yaml:3: containers[0].command: is required by the exec driver: the program and its arguments"},
 		{"a port past 65535", head + cmd + "    ports: [70000]\n", "web.yaml:6: containers[0].ports[0]: 70000 is not a port: 1 to 65535"},
+		{"ports on the host's network", head + cmd + "ports: [{name: http, container_port: 8080}]\n",
+			`web.yaml:6: ports: only with network "bridge": a task on the host's network listens on the host's ports itself (list them in its containers' ports)`},
+		{"a host port past 65535", head + cmd + "network: bridge\nports:\n  - {name: http, container_port: 8080}\n  - {name: admin, container_port: 9901, host_port: 70000}\n",
+			"web.yaml:9: ports[1].host_port: 70000 is out of range 0-65535 (0: a free port the agent picks)"},
+		{"a container's ports in bridge", head + cmd + "    ports: [8080]\nnetwork: bridge\n",
+			"web.yaml:6: containers[0].ports: a bridge task publishes its ports in the task's ports, not a container's: move them to ports (name, container_port, host_port)"},
 		{"a bad duration", head + cmd + "    stop_timeout: soon\n", `web.yaml:6: containers[0].stop_timeout: "soon" is not a duration such as 30s or 5m`},
 		{"not a mapping", "- a\n- b\n", "web.yaml:1: a task definition is a mapping with family and containers, not a list"},
 		{"two documents", "family: a\n---\nfamily: b\n", "web.yaml:3: one task definition per file: this is a second document"},
@@ -146,6 +152,27 @@ func TestParseTaskDefinitionErrors(t *testing.T) {
 				t.Fatalf("got  %v\nwant %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// A bridge task's network and ports are read from the file and checked
+// as the server checks them.
+func TestParseBridgeTaskDefinition(t *testing.T) {
+	const in = `family: web
+network: bridge
+ports:
+  - {name: http, container_port: 8080, host_port: 8080}
+  - {name: dns, container_port: 53, protocol: udp}
+containers:
+  - {name: app, driver: exec, command: ["/bin/sleep", "100"]}
+`
+	spec, err := ParseTaskDefinition([]byte(in), "web.yaml", testTypes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	td := spec.Definition
+	if td.GetNetwork() != "bridge" || len(td.GetPorts()) != 2 || td.GetPorts()[0].GetHostPort() != 8080 || td.GetPorts()[1].GetProtocol() != "udp" {
+		t.Fatalf("read %v", td)
 	}
 }
 
