@@ -6,7 +6,7 @@ PROTOS := $(shell find api -name '*.proto')
 # README's quick start uses (the daemon scheduler needs more than one to show).
 DEV_FLAGS ?= -instances 3
 
-.PHONY: build test test-short proto lint bench dev clean
+.PHONY: build test test-short proto lint bench dev clean cni-plugins
 
 # What `trellis version` reports. Go records the commit by itself when it
 # builds from a git clone, but not from a git worktree nor under
@@ -23,11 +23,26 @@ LDFLAGS := -X main.commit=$(GIT_COMMIT) -X main.buildDate=$(GIT_DATE) -X main.mo
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/trellis
 
-dev: build
+dev: build cni-plugins
 	./$(BIN) dev $(DEV_FLAGS)
 
-test:
+test: cni-plugins
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+# cni-plugins installs the CNI plugins that tasks with `network: bridge`
+# need (Debian's containernetworking-plugins) when they are missing and
+# this is root on a Debian-like system; otherwise it says how, and the
+# agent runs without bridge networking (its tests skip, saying why).
+CNI_PLUGIN_DIR ?= /usr/lib/cni
+cni-plugins:
+	@if [ ! -x $(CNI_PLUGIN_DIR)/bridge ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing the CNI plugins (containernetworking-plugins) for network: bridge"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins || echo "could not install containernetworking-plugins: bridge networking stays off"; \
+	  else \
+	    echo "note: the CNI plugins are not in $(CNI_PLUGIN_DIR): tasks with network: bridge need them (as root: apt-get install containernetworking-plugins)"; \
+	  fi; \
+	fi
 
 # test-short skips the tests that start several processes or a three-server
 # cluster, and runs without the race detector: a quick check while working.
