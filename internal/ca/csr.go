@@ -22,6 +22,9 @@ const (
 	ReasonDatacenter   = "datacenter"
 	ReasonKeyType      = "key_type"
 	ReasonCARequested  = "ca_requested"
+	// ReasonServerID: the CSR asks for a server's identity, which only a
+	// server signs, for itself (SignServerLeaf).
+	ReasonServerID = "server_id"
 	// ReasonNotAllowed is for the signing service: the caller's token
 	// does not allow it to ask for this identity. CheckCSR never uses it.
 	ReasonNotAllowed = "not_allowed"
@@ -114,6 +117,10 @@ func CheckCSR(csr *x509.CertificateRequest, p CSRPolicy) (Identity, error) {
 		td, dc = v.TrustDomain, v.Datacenter
 	case AgentID:
 		td, dc = v.TrustDomain, v.Datacenter
+	case ServerID:
+		// Whatever its trust domain or datacenter: a server identity is
+		// never signed on request, or an agent could pass for a server.
+		return nil, refuse(ReasonServerID, fieldCSRURISAN, "%s is a server's identity: a server signs its own, with the key it holds, and the CA signs none on request (ask for a service or an agent id)", id)
 	}
 	if td != p.TrustDomain {
 		return nil, refuse(ReasonTrustDomain, fieldCSRURISAN, "%s is of trust domain %q, not this CA's %q", id, td, p.TrustDomain)

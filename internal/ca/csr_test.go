@@ -56,6 +56,11 @@ func TestCheckCSRRefuses(t *testing.T) {
 		{"foreign trust domain", csrPEM(t, ec, []string{svcURI("other.trellis", testDC, "web")}), ReasonTrustDomain, "csr.uri_san"},
 		{"other datacenter", csrPEM(t, ec, []string{svcURI(testTD, "dc2", "web")}), ReasonDatacenter, "csr.uri_san"},
 		{"agent of another datacenter", csrPEM(t, ec, []string{AgentID{testTD, "dc2", "i-1"}.String()}), ReasonDatacenter, "csr.uri_san"},
+		// Only a server signs a server identity, for itself: asked for, it
+		// is refused whatever its trust domain or datacenter.
+		{"server identity", csrPEM(t, ec, []string{ServerID{testTD, testDC, "s-1"}.String()}), ReasonServerID, "csr.uri_san"},
+		{"server identity of another datacenter", csrPEM(t, ec, []string{ServerID{testTD, "dc2", "s-1"}.String()}), ReasonServerID, "csr.uri_san"},
+		{"server identity of another trust domain", csrPEM(t, ec, []string{ServerID{"other.trellis", testDC, "s-1"}.String()}), ReasonServerID, "csr.uri_san"},
 		{"CA requested", csrPEM(t, ec, []string{web}, basicConstraintsExt(t, true)), ReasonCARequested, "csr.extensions"},
 		{"unparseable basicConstraints", csrPEM(t, ec, []string{web}, pkix.Extension{Id: oidBasicConstraints, Value: []byte{0xff}}), ReasonCARequested, "csr.extensions"},
 		{"RSA 1024", csrPEM(t, freshKey1024(t), []string{web}), ReasonKeyType, "csr.public_key"},

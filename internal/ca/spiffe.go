@@ -19,8 +19,8 @@ func TrustDomain(clusterID string) string {
 	return strings.ToLower(clusterID) + trustDomainSuffix
 }
 
-// Identity is a SPIFFE id a leaf certificate can carry: a ServiceID or an
-// AgentID.
+// Identity is a SPIFFE id a leaf certificate can carry: a ServiceID, an
+// AgentID or a ServerID.
 type Identity interface {
 	URI() *url.URL
 	String() string
@@ -67,6 +67,39 @@ func (id AgentID) URI() *url.URL {
 
 func (id AgentID) String() string { return id.URI().String() }
 
+// ServerID identifies a server (by its Raft node id) in a datacenter:
+// spiffe://<td>/server/dc/<dc>/id/<server>. Only a server signs one, for
+// itself, with the signing key it holds (SignServerLeaf); the signing
+// service refuses a CSR that asks for one (ReasonServerID), so that no
+// agent or service can ever hold a server's identity.
+type ServerID struct {
+	TrustDomain, Datacenter, Server string
+}
+
+// URI is the id as the URI SAN of a certificate.
+func (id ServerID) URI() *url.URL {
+	return &url.URL{
+		Scheme: "spiffe",
+		Host:   id.TrustDomain,
+		Path:   "/server/dc/" + id.Datacenter + "/id/" + id.Server,
+	}
+}
+
+func (id ServerID) String() string { return id.URI().String() }
+
+// Check refuses a server id that ParseID would not read back: a trust
+// domain that is not a lower-case DNS name, a datacenter or server that
+// is not a lower-case DNS label.
+func (id ServerID) Check() error {
+	if err := CheckTrustDomain(id.TrustDomain); err != nil {
+		return fmt.Errorf("%q is not a SPIFFE id: %w", id.String(), err)
+	}
+	if err := checkSegments("datacenter", id.Datacenter, "server", id.Server); err != nil {
+		return fmt.Errorf("%q is not a SPIFFE id: %w", id.String(), err)
+	}
+	return nil
+}
+
 // TrustDomainURI is the URI SAN of a CA certificate of trust domain td:
 // spiffe://<td>, with no path.
 func TrustDomainURI(td string) *url.URL {
@@ -86,9 +119,9 @@ func ParseIDString(s string) (Identity, error) {
 	return ParseID(u)
 }
 
-// ParseID reads a service or an agent SPIFFE id. It accepts exactly the two
-// forms ServiceID and AgentID write, in lower case, and refuses anything
-// more: a certificate's identity must have one spelling, or two spellings
+// ParseID reads a service, an agent or a server SPIFFE id. It accepts
+// exactly the three forms ServiceID, AgentID and ServerID write, in lower
+// case, and refuses anything more: a certificate's identity must have one spelling, or two spellings
 // of one service could be granted different rights.
 func ParseID(u *url.URL) (Identity, error) {
 	if u == nil {
@@ -111,8 +144,14 @@ func ParseID(u *url.URL) (Identity, error) {
 			return nil, fmt.Errorf("%q is not a SPIFFE id: %w", u.String(), err)
 		}
 		return id, nil
+	case len(seg) == 5 && seg[0] == "server" && seg[1] == "dc" && seg[3] == "id":
+		id := ServerID{TrustDomain: u.Host, Datacenter: seg[2], Server: seg[4]}
+		if err := checkSegments("datacenter", id.Datacenter, "server", id.Server); err != nil {
+			return nil, fmt.Errorf("%q is not a SPIFFE id: %w", u.String(), err)
+		}
+		return id, nil
 	}
-	return nil, fmt.Errorf("%q is not a SPIFFE id: its path is neither /ns/<ns>/dc/<dc>/svc/<svc> nor /agent/client/dc/<dc>/id/<instance>", u.String())
+	return nil, fmt.Errorf("%q is not a SPIFFE id: its path is none of /ns/<ns>/dc/<dc>/svc/<svc>, /agent/client/dc/<dc>/id/<instance>, /server/dc/<dc>/id/<server>", u.String())
 }
 
 // checkIDURL refuses every part of a URL that a SPIFFE id of ours does not

@@ -23,6 +23,8 @@ func TestParseIDAccepts(t *testing.T) {
 			AgentID{TrustDomain: testTD, Datacenter: "dc1", Instance: "i-0abc"}},
 		{"spiffe://td.trellis/agent/client/dc/dc2/id/" + strings.Repeat("a", 63),
 			AgentID{TrustDomain: "td.trellis", Datacenter: "dc2", Instance: strings.Repeat("a", 63)}},
+		{"spiffe://" + testTD + "/server/dc/dc1/id/0b7c3f4e-1d2a-4c5b-9e8f-7a6b5c4d3e2f",
+			ServerID{TrustDomain: testTD, Datacenter: "dc1", Server: "0b7c3f4e-1d2a-4c5b-9e8f-7a6b5c4d3e2f"}},
 	}
 	for _, c := range cases {
 		t.Run(c.in, func(t *testing.T) {
@@ -74,6 +76,10 @@ func TestParseIDRefuses(t *testing.T) {
 		{"long label", "spiffe://td.trellis/ns/default/dc/dc1/svc/" + strings.Repeat("a", 64), "at most 63"},
 		{"agent server", "spiffe://td.trellis/agent/server/dc/dc1/id/x", "path"},
 		{"agent empty instance", "spiffe://td.trellis/agent/client/dc/dc1/id/", "instance is empty"},
+		{"server empty id", "spiffe://td.trellis/server/dc/dc1/id/", "server is empty"},
+		{"server upper-case id", "spiffe://td.trellis/server/dc/dc1/id/S-1", "server \"S-1\""},
+		{"server without dc", "spiffe://td.trellis/server/id/s-1", "path"},
+		{"server extra segment", "spiffe://td.trellis/server/dc/dc1/id/s-1/x", "path"},
 		{"trust domain only", "spiffe://td.trellis/", "path"},
 	}
 	for _, c := range cases {

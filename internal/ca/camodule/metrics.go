@@ -29,7 +29,7 @@ func newSignMetrics(reg prometheus.Registerer, s *Signer) (*signMetrics, error) 
 		}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "trellis_ca_sign_refusals_total",
-			Help: "Certificate signing requests this server refused as bad input, by reason (not_pem, not_csr, bad_signature, uri_san_count, not_spiffe, trust_domain, datacenter, key_type, ca_requested).",
+			Help: "Certificate signing requests this server refused as bad input, by reason (not_pem, not_csr, bad_signature, uri_san_count, not_spiffe, trust_domain, datacenter, key_type, ca_requested, server_id).",
 		}, []string{"reason"}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "trellis_ca_sign_rate_limited_total",
