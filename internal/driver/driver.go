@@ -54,6 +54,17 @@ type Spec struct {
 	// files; exec uses it as the working directory when WorkingDir is
 	// empty.
 	TaskDir string
+
+	// Netns is the path of the task's network namespace (network:
+	// bridge), shared by all its containers; "" runs the container in the
+	// network a driver gives by default. exec starts the process inside
+	// it. docker cannot join a namespace by its path: its containers join
+	// NetnsHolder, the container holding it (see NetnsHolder).
+	Netns string
+	// NetnsHolder is the id of the container that holds Netns, for the
+	// driver that made it (NetnsHolder.HoldNetns): docker joins it as
+	// container:<id>.
+	NetnsHolder string
 }
 
 // Handle finds a started container again. The agent stores it with the
@@ -134,6 +145,23 @@ type Driver interface {
 // data dir, or a crash in the middle of a start, left behind.
 type Inventory interface {
 	Inventory(ctx context.Context) ([]Owned, error)
+}
+
+// NetnsHolder is implemented by drivers whose containers can join only a
+// network namespace that one of their own containers holds: Docker runs a
+// container in another's namespace (container:<id>), never in one given
+// by its path. For a bridge task with such containers the agent asks the
+// driver for a holder, a container that holds a new namespace and does
+// nothing else, makes that namespace the task's (the CNI plugins set it
+// up), and passes the holder's id in Spec.NetnsHolder.
+type NetnsHolder interface {
+	// HoldNetns starts the holder of task taskUID's namespace and returns
+	// its handle and its pid: /proc/<pid>/ns/net is the namespace. A
+	// holder of the same task already running is returned as it is.
+	HoldNetns(ctx context.Context, taskID, taskUID string) (Handle, int, error)
+	// ReleaseNetns removes the holder (the namespace lives on while the
+	// agent holds it). Idempotent.
+	ReleaseNetns(ctx context.Context, h Handle) error
 }
 
 // Owned is a container a driver holds for the agent.

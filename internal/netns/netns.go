@@ -21,9 +21,11 @@
 package netns
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -184,6 +186,22 @@ func Do(path string, fn func() error) error {
 		done <- err
 	}()
 	return <-done
+}
+
+// Dialer returns a DialContext that opens its connections from inside the
+// network namespace at path: what the agent's health checks of a bridge
+// task use, since the task's 127.0.0.1 and ports are there. Each dial
+// takes a thread for its duration.
+func Dialer(path string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var conn net.Conn
+		err := Do(path, func() (err error) {
+			var d net.Dialer
+			conn, err = d.DialContext(ctx, network, addr)
+			return err
+		})
+		return conn, err
+	}
 }
 
 // EnterError is Do's failure to enter a namespace (fn did not run).

@@ -1,7 +1,10 @@
 package netns
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -119,5 +122,45 @@ func TestCheckRefusesOtherFiles(t *testing.T) {
 	boom := errors.New("boom")
 	if err := Do("/proc/self/ns/net", func() error { return boom }); err != boom {
 		t.Fatalf("fn's error: %v", err)
+	}
+}
+
+// Dialer connects from inside the namespace: to its loopback, which the
+// host's 127.0.0.1 is not.
+func TestDialer(t *testing.T) {
+	requireRoot(t)
+	path := filepath.Join(t.TempDir(), "ns")
+	if err := Create(path); err != nil {
+		t.Fatal(err)
+	}
+	defer Remove(path)
+	var ln net.Listener
+	if err := Do(path, func() (err error) {
+		if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Write([]byte("inside\n"))
+			c.Close()
+		}
+	}()
+	conn, err := Dialer(path)(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	b, err := io.ReadAll(conn)
+	if err != nil || string(b) != "inside\n" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	if _, err := Dialer(filepath.Join(t.TempDir(), "none"))(context.Background(), "tcp", ln.Addr().String()); err == nil {
+		t.Fatal("a dial through a missing namespace")
 	}
 }

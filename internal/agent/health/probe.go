@@ -20,9 +20,15 @@ type Prober interface {
 // the container's handle.
 type ExecFunc func(ctx context.Context, cmd []string) (code int, output []byte, err error)
 
+// DialFunc opens a connection for a probe: the agent's own dialer, or one
+// that dials from inside a task's network namespace (netns.Dialer), where
+// a bridge task's 127.0.0.1 and ports are.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
 // NewProber returns the prober of c. exec is needed for command checks
-// only.
-func NewProber(c Check, exec ExecFunc) (Prober, error) {
+// only; dial, when not nil, opens the connections of http and tcp checks
+// (a bridge task's network namespace).
+func NewProber(c Check, exec ExecFunc, dial DialFunc) (Prober, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -33,9 +39,11 @@ func NewProber(c Check, exec ExecFunc) (Prober, error) {
 		}
 		return CommandProber{Command: c.Command, Exec: exec}, nil
 	case "http":
-		return NewHTTPProber(c.HTTP), nil
+		p := NewHTTPProber(c.HTTP)
+		p.Dial = dial
+		return p, nil
 	default:
-		return TCPProber{Addr: c.TCP}, nil
+		return TCPProber{Addr: c.TCP, Dial: dial}, nil
 	}
 }
 
@@ -66,6 +74,8 @@ func (p CommandProber) Probe(ctx context.Context) Result {
 // each probe sees whether the container accepts a new one.
 type HTTPProber struct {
 	URL string
+	// Dial, when set, opens the probe's connection (see DialFunc).
+	Dial DialFunc
 }
 
 // probeClient is shared by HTTP probers: it follows no redirects, keeps no
@@ -89,7 +99,14 @@ func (p HTTPProber) Probe(ctx context.Context) Result {
 		return Result{Output: fmt.Sprintf("GET %s: %v", p.URL, err)}
 	}
 	req.Header.Set("User-Agent", "trellis-health-check")
-	resp, err := probeClient.Do(req)
+	client := probeClient
+	if p.Dial != nil {
+		client = &http.Client{
+			Transport:     &http.Transport{DisableKeepAlives: true, Proxy: nil, DialContext: p.Dial},
+			CheckRedirect: probeClient.CheckRedirect,
+		}
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{Output: fmt.Sprintf("GET %s: timed out", p.URL)}
@@ -108,11 +125,16 @@ func (p HTTPProber) Probe(ctx context.Context) Result {
 // TCPProber connects to an address; an accepted connection passes.
 type TCPProber struct {
 	Addr string
+	// Dial, when set, opens the connection (see DialFunc).
+	Dial DialFunc
 }
 
 func (p TCPProber) Probe(ctx context.Context) Result {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", p.Addr)
+	dial := p.Dial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	conn, err := dial(ctx, "tcp", p.Addr)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{Output: fmt.Sprintf("connect %s: timed out", p.Addr)}

@@ -127,7 +127,7 @@ func TestCommandProber(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.cmd, func(t *testing.T) {
 			c := Check{Command: []string{tt.cmd, "arg"}, Timeout: 50 * time.Millisecond}
-			p, err := NewProber(c, exec)
+			p, err := NewProber(c, exec, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -140,7 +140,7 @@ func TestCommandProber(t *testing.T) {
 			}
 		})
 	}
-	if _, err := NewProber(Check{Command: []string{"x"}}, nil); err == nil {
+	if _, err := NewProber(Check{Command: []string{"x"}}, nil, nil); err == nil {
 		t.Fatal("a command check without an exec function was accepted")
 	}
 }

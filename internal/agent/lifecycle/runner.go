@@ -11,6 +11,7 @@ import (
 
 	"trellis.dev/trellis/internal/agent/health"
 	"trellis.dev/trellis/internal/driver"
+	"trellis.dev/trellis/internal/netns"
 )
 
 // DefaultOpTimeout bounds a driver's Signal, Recover and Destroy calls.
@@ -286,7 +287,12 @@ func (r *Runner) watch(ctx context.Context, cs ContainerSpec, incarnation int, d
 	defer stopHealth()
 	if cs.Health != nil {
 		exec := func(ctx context.Context, cmd []string) (int, []byte, error) { return drv.Exec(ctx, h, cmd) }
-		prober, err := health.NewProber(*cs.Health, exec)
+		var dial health.DialFunc
+		if cs.Spec.Netns != "" {
+			// A bridge task listens in its namespace, not the agent's.
+			dial = netns.Dialer(cs.Spec.Netns)
+		}
+		prober, err := health.NewProber(*cs.Health, exec, dial)
 		if err != nil {
 			r.cfg.Logger.Warn("health check cannot run", "task", r.cfg.Spec.TaskID, "container", cs.Name, "err", err)
 		} else {

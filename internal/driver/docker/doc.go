@@ -54,6 +54,11 @@
 //     agent listens on that address. Config.Network = "host" runs containers
 //     in the host's network namespace instead: nothing is published and
 //     ports are bound by the program directly, as with exec.
+//   - A container of a bridge task (Spec.NetnsHolder set) joins the task's
+//     network namespace through its holder, NetworkMode
+//     container:<holder>: Docker accepts no namespace path. Its ports are
+//     then the task's, published by the agent's CNI plugins, not by the
+//     engine. HoldNetns starts the holder (holder.go says what it is).
 //   - MemoryBytes becomes the memory limit, with swap disabled (the memory
 //     and memory+swap limits are equal) so that exceeding it is an OOM kill
 //     rather than slow swapping; CPUMillis becomes NanoCPUs (a CFS quota).

@@ -112,6 +112,14 @@ func createConfig(spec driver.Spec, agent, network string) (*container.Config, *
 	if spec.MemoryBytes > 0 {
 		host.Resources.MemorySwap = spec.MemoryBytes
 	}
+	if spec.NetnsHolder != "" {
+		// A bridge task: the container joins the namespace its holder
+		// keeps, where the task's other containers are; its ports are the
+		// task's, published by the agent, and it reaches the host through
+		// the bridge's gateway.
+		host.NetworkMode = container.NetworkMode("container:" + spec.NetnsHolder)
+		return cfg, host, nil
+	}
 	if network == "host" {
 		host.NetworkMode = "host"
 		return cfg, host, nil
@@ -153,6 +161,12 @@ func validateSpec(spec driver.Spec) error {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			errs = append(errs, fmt.Errorf("spec.Env[%q]: a name must be non-empty, without '=' or NUL", k))
 		}
+	}
+	if spec.Netns != "" && spec.NetnsHolder == "" {
+		errs = append(errs, fmt.Errorf("spec.NetnsHolder: empty, but spec.Netns is set: a docker container joins a task's namespace through its holder container (driver.NetnsHolder), not its path %s", spec.Netns))
+	}
+	if spec.NetnsHolder != "" && strings.ContainsAny(spec.NetnsHolder, ": /") {
+		errs = append(errs, fmt.Errorf("spec.NetnsHolder: %q is not a container id", spec.NetnsHolder))
 	}
 	if spec.WorkingDir != "" && !path.IsAbs(spec.WorkingDir) {
 		errs = append(errs, fmt.Errorf("spec.WorkingDir: %q is not an absolute path", spec.WorkingDir))

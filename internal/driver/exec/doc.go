@@ -19,6 +19,16 @@
 // kills the container's cgroup (cgroup.kill), which catches processes that
 // left the group with setsid.
 //
+// # Networks
+//
+// A container runs in the host's network, unless Spec.Netns names the
+// task's network namespace (network: bridge): the process is then forked
+// from a thread that has entered the namespace (internal/netns), so it is
+// in the namespace from its first instruction, and so is everything it
+// starts; no `ip netns exec` or helper process. The handle records the
+// namespace, so that Exec runs health-check commands there too, after an
+// agent restart as well.
+//
 // # Surviving an agent restart
 //
 // Nothing ties a container to the agent: its stdout and stderr are files
@@ -82,8 +92,8 @@
 // # Exec
 //
 // Exec runs a command for a command health check on the host, with the
-// container's environment and working directory: an exec container has no
-// isolation to enter. It runs outside the container's cgroup, so that a
+// container's environment, working directory and network namespace: an
+// exec container has no other isolation to enter. It runs outside the container's cgroup, so that a
 // check never counts against the container's memory, in a process group
 // of its own that is killed when ctx ends; its combined output is capped
 // at ExecOutputLimit.

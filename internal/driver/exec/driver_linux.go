@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"trellis.dev/trellis/internal/driver"
+	"trellis.dev/trellis/internal/netns"
 )
 
 // cgroups probes the host once and notes, once, what is not enforced.
@@ -82,6 +83,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Handle, er
 		Stderr: logPath(spec.LogDir, spec.Container, driver.Stderr),
 		Dir:    dir,
 		Env:    env,
+		Netns:  spec.Netns,
 	}
 	stdout, err := openLog(st.Stdout)
 	if err != nil {
@@ -119,9 +121,9 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Handle, er
 	}
 
 	started := time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := startIn(spec.Netns, cmd); err != nil {
 		d.dropCgroup(st.Cgroup)
-		return driver.Handle{}, fmt.Errorf("command: start %s: %w", path, err)
+		return driver.Handle{}, err
 	}
 	pid := cmd.Process.Pid
 	// Until cmd.Wait the child cannot be reaped, so its pid and /proc
@@ -152,6 +154,27 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Handle, er
 	go d.rotateLoop(c)
 	d.log.Debug("started", "task", spec.TaskID, "container", spec.Container, "pid", pid, "cgroup", st.Cgroup)
 	return h, nil
+}
+
+// startIn starts cmd, in the network namespace at netnsPath when it is
+// set: the child is forked from a thread that is in the namespace, so it
+// is in the namespace from its first instruction, as are the processes it
+// starts.
+func startIn(netnsPath string, cmd *osexec.Cmd) error {
+	if netnsPath == "" {
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("command: start %s: %w", cmd.Path, err)
+		}
+		return nil
+	}
+	err := netns.Do(netnsPath, cmd.Start)
+	if ee := (*netns.EnterError)(nil); errors.As(err, &ee) {
+		return fmt.Errorf("netns: the task's network namespace: %w", err)
+	}
+	if err != nil {
+		return fmt.Errorf("command: start %s: %w", cmd.Path, err)
+	}
+	return nil
 }
 
 func (d *Driver) dropCgroup(dir string) {

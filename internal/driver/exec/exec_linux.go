@@ -45,7 +45,10 @@ func (d *Driver) Exec(ctx context.Context, h driver.Handle, cmd []string) (int, 
 	// A grandchild that keeps the output pipe open must not hold Exec past
 	// its context.
 	c.WaitDelay = time.Second
-	err = c.Run()
+	err = startIn(st.Netns, c)
+	if err == nil {
+		err = c.Wait()
+	}
 	if ctx.Err() != nil {
 		return -1, out.Bytes(), ctx.Err()
 	}

@@ -32,6 +32,9 @@ type handleState struct {
 	// which Exec gives the commands it runs.
 	Dir string   `json:"dir"`
 	Env []string `json:"env,omitempty"`
+	// Netns is the task's network namespace, where the process runs and
+	// Exec runs commands; empty for the host's network.
+	Netns string `json:"netns,omitempty"`
 }
 
 func encodeHandle(pid int, started time.Time, st handleState) (driver.Handle, error) {

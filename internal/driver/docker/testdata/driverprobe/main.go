@@ -11,16 +11,20 @@
 //	alloc MIB      print "ready"; on SIGUSR1 allocate and touch MIB mebibytes,
 //	               print "allocated", and wait
 //	spew BYTES     print BYTES bytes of 'x' on stdout
+//	get URL        GET URL until it answers (at most 30 s), print the body
+//	               and exit 0; exit 1 if it never answers
 package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -48,6 +52,8 @@ func main() {
 		alloc(atoi(arg(args, 1)))
 	case "spew":
 		os.Stdout.WriteString(strings.Repeat("x", atoi(arg(args, 1))))
+	case "get":
+		get(arg(args, 1))
 	default:
 		fmt.Fprintf(os.Stderr, "driverprobe: unknown behaviour %q\n", args[0])
 		os.Exit(2)
@@ -82,6 +88,25 @@ func serve(port string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+func get(url string) {
+	// The server may start after us (they are started together): try
+	// until it answers, as a client in a task would.
+	var last error
+	for range 300 {
+		resp, err := http.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			fmt.Println(string(body))
+			os.Exit(0)
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	fmt.Fprintln(os.Stderr, last)
+	os.Exit(1)
 }
 
 func alloc(mib int) {
