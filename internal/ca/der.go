@@ -50,6 +50,25 @@ func appendLength(b []byte, n int) []byte {
 	return b
 }
 
+// appendHeader appends the tag and length of an element whose contents,
+// n octets, the caller appends next.
+func appendHeader(b []byte, tag byte, n int) []byte {
+	return appendLength(append(b, tag), n)
+}
+
+// tlvSize is the size of an element with n octets of contents: tag,
+// length and contents.
+func tlvSize(n int) int {
+	if n < 0x80 {
+		return 2 + n
+	}
+	size := 2 + n // the tag, and 0x80 | the count of length octets
+	for v := n; v > 0; v >>= 8 {
+		size++
+	}
+	return size
+}
+
 // appendTLV appends one element: its tag, its length and the contents,
 // which are the concatenation of parts.
 func appendTLV(b []byte, tag byte, parts ...[]byte) []byte {
@@ -107,7 +126,7 @@ func appendDirectoryString(b []byte, s string) ([]byte, error) {
 	if tag == tagUTF8String && !utf8.ValidString(s) {
 		return nil, errors.New("subject: the common name is not valid UTF-8")
 	}
-	return appendTLV(b, tag, []byte(s)), nil
+	return append(appendHeader(b, tag, len(s)), s...), nil
 }
 
 // isPrintableStringChar reports whether c may stand in a PrintableString
@@ -126,5 +145,5 @@ func appendIA5(b []byte, tag byte, s string) ([]byte, error) {
 			return nil, errors.New("subject alternative name: " + s + " is not ASCII (IA5)")
 		}
 	}
-	return appendTLV(b, tag, []byte(s)), nil
+	return append(appendHeader(b, tag, len(s)), s...), nil
 }

@@ -20,8 +20,15 @@ func TestDERLengthsMatchEncodingASN1(t *testing.T) {
 		// 255/256, 65535/65536.
 		n := rapid.OneOf(rapid.IntRange(0, 300), rapid.IntRange(65000, 70000)).Draw(t, "n")
 		content := bytes.Repeat([]byte{0x5a}, n)
-		if got, want := appendTLV(nil, tagOctetString, content), mustMarshal(content); !bytes.Equal(got, want) {
+		want := mustMarshal(content)
+		if got := appendTLV(nil, tagOctetString, content); !bytes.Equal(got, want) {
 			t.Fatalf("an OCTET STRING of %d octets: %x…, want %x…", n, got[:min(8, len(got))], want[:min(8, len(want))])
+		}
+		if got := append(appendHeader(nil, tagOctetString, n), content...); !bytes.Equal(got, want) {
+			t.Fatalf("appendHeader of %d octets: %x…, want %x…", n, got[:min(8, len(got))], want[:min(8, len(want))])
+		}
+		if got := tlvSize(n); got != len(want) {
+			t.Fatalf("tlvSize(%d) = %d, want %d", n, got, len(want))
 		}
 	})
 }

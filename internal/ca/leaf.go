@@ -212,13 +212,9 @@ func (li *LeafIssuer) Issue(csr *x509.CertificateRequest, id Identity, ttl time.
 	if commonName == "" {
 		return IssuedLeaf{}, fmt.Errorf("identity: %s names no service or instance", id)
 	}
-	// The key as CreateCertificate writes it, not the CSR's bytes as
-	// they came: crypto/x509 parses a CSR whose key's
-	// AlgorithmIdentifier carries trailing elements, and a leaf must not
-	// copy such an encoding.
-	spki, err := x509.MarshalPKIXPublicKey(csr.PublicKey)
+	spki, err := leafSPKI(csr)
 	if err != nil {
-		return IssuedLeaf{}, fmt.Errorf("csr: its public key: %w", err)
+		return IssuedLeaf{}, err
 	}
 	serial, err := randomSerial()
 	if err != nil {
@@ -237,47 +233,124 @@ func (li *LeafIssuer) Issue(csr *x509.CertificateRequest, id Identity, ttl time.
 	}
 	// Certificate ::= SEQUENCE { tbsCertificate, signatureAlgorithm,
 	// signatureValue BIT STRING } with no unused bits.
-	sigValue := appendTLV(make([]byte, 0, len(sig)+4), tagBitString, []byte{0}, sig)
-	der := appendTLV(make([]byte, 0, len(tbs)+len(li.sigAlg)+len(sigValue)+4), tagSequence, tbs, li.sigAlg, sigValue)
+	certLen := len(tbs) + len(li.sigAlg) + tlvSize(1+len(sig))
+	der := appendHeader(make([]byte, 0, tlvSize(certLen)), tagSequence, certLen)
+	der = append(append(der, tbs...), li.sigAlg...)
+	der = append(appendHeader(der, tagBitString, 1+len(sig)), 0)
+	der = append(der, sig...)
 	return IssuedLeaf{DER: der, Serial: serial, NotBefore: notBefore, NotAfter: notAfter}, nil
 }
 
-// tbs encodes the TBSCertificate (RFC 5280, 4.1) of one leaf.
+// leafSPKI is the SubjectPublicKeyInfo a leaf carries: the key as
+// CreateCertificate writes it, not necessarily the CSR's bytes as they
+// came, since crypto/x509 parses a CSR whose key's AlgorithmIdentifier
+// carries trailing elements, and a leaf must not copy such an encoding.
+// The CSR's bytes are used as they are when they are that encoding,
+// which for an ECDSA key is known in advance (a fixed prefix, then the
+// uncompressed point the parser read); anything else is encoded afresh.
+func leafSPKI(csr *x509.CertificateRequest) ([]byte, error) {
+	raw := csr.RawSubjectPublicKeyInfo
+	if p, ok := csr.PublicKey.(*ecdsa.PublicKey); ok {
+		var prefix []byte
+		var pointLen int
+		switch p.Curve {
+		case elliptic.P256():
+			prefix, pointLen = spkiPrefixP256, 65
+		case elliptic.P384():
+			prefix, pointLen = spkiPrefixP384, 97
+		}
+		if prefix != nil && len(raw) == len(prefix)+pointLen && bytes.HasPrefix(raw, prefix) {
+			return raw, nil
+		}
+	}
+	spki, err := x509.MarshalPKIXPublicKey(csr.PublicKey)
+	if err != nil {
+		return nil, fmt.Errorf("csr: its public key: %w", err)
+	}
+	return spki, nil
+}
+
+// The DER of an ECDSA SubjectPublicKeyInfo on P-256 and P-384 up to the
+// uncompressed point (RFC 5480): what MarshalPKIXPublicKey writes first.
+var (
+	spkiPrefixP256 = ecSPKIPrefix(asn1.ObjectIdentifier{1, 2, 840, 10045, 3, 1, 7}, 65)
+	spkiPrefixP384 = ecSPKIPrefix(asn1.ObjectIdentifier{1, 3, 132, 0, 34}, 97)
+)
+
+// ecSPKIPrefix is SEQUENCE { AlgorithmIdentifier { id-ecPublicKey,
+// curve }, BIT STRING } up to the point of pointLen octets.
+func ecSPKIPrefix(curve asn1.ObjectIdentifier, pointLen int) []byte {
+	alg := mustMarshal(pkix.AlgorithmIdentifier{
+		Algorithm:  asn1.ObjectIdentifier{1, 2, 840, 10045, 2, 1},
+		Parameters: asn1.RawValue{FullBytes: mustMarshal(curve)},
+	})
+	bitString := appendLength([]byte{tagBitString}, 1+pointLen)
+	b := appendLength([]byte{tagSequence}, len(alg)+len(bitString)+1+pointLen)
+	b = append(b, alg...)
+	b = append(b, bitString...)
+	return append(b, 0) // no unused bits
+}
+
+// tbs encodes the TBSCertificate (RFC 5280, 4.1) of one leaf. The
+// primitive elements are written first, into one scratch buffer; the
+// lengths of the constructed ones around them follow from theirs, so the
+// TBSCertificate is written in one pass into a buffer of its exact size.
 func (li *LeafIssuer) tbs(serial *big.Int, notBefore, notAfter time.Time, commonName, dnsName, uri string, spki []byte) ([]byte, error) {
-	serialDER, err := appendPositiveInteger(nil, serial)
+	prim, err := appendPositiveInteger(make([]byte, 0, 64+len(commonName)+len(dnsName)+len(uri)), serial)
 	if err != nil {
 		return nil, err
 	}
-	validity := appendTLV(nil, tagSequence, appendTime(appendTime(make([]byte, 0, 34), notBefore), notAfter))
-
-	// Name ::= SEQUENCE OF SET OF SEQUENCE { type, value }: the common
-	// name alone, as pkix.Name{CommonName: ...} encodes.
-	cn, err := appendDirectoryString(nil, commonName)
-	if err != nil {
+	serialEnd := len(prim)
+	prim = appendTime(appendTime(prim, notBefore), notAfter)
+	timesEnd := len(prim)
+	if prim, err = appendDirectoryString(prim, commonName); err != nil {
 		return nil, err
 	}
-	subject := appendTLV(nil, tagSequence, appendTLV(nil, tagSet, appendTLV(nil, tagSequence, derCommonName, cn)))
-
+	cnEnd := len(prim)
 	// subjectAltName: the DNS name first, then the URI, as
-	// CreateCertificate orders them. Not critical: the subject is not
-	// empty.
-	var names []byte
+	// CreateCertificate orders them.
 	if dnsName != "" {
-		if names, err = appendIA5(names, tagDNSName, dnsName); err != nil {
+		if prim, err = appendIA5(prim, tagDNSName, dnsName); err != nil {
 			return nil, err
 		}
 	}
-	if names, err = appendIA5(names, tagURIName, uri); err != nil {
+	if prim, err = appendIA5(prim, tagURIName, uri); err != nil {
 		return nil, err
 	}
-	san := appendTLV(nil, tagSequence, derSubjectAltName,
-		appendTLV(nil, tagOctetString, appendTLV(nil, tagSequence, names)))
+	serialDER, times, cn, names := prim[:serialEnd], prim[serialEnd:timesEnd], prim[timesEnd:cnEnd], prim[cnEnd:]
 
-	extensions := appendTLV(nil, tagExplicit3, appendTLV(nil, tagSequence, li.fixedExts, san))
+	// The contents' lengths of the constructed elements, inside out.
+	// Name ::= SEQUENCE OF SET OF SEQUENCE { type, value }: the common
+	// name alone, as pkix.Name{CommonName: ...} encodes.
+	atvLen := len(derCommonName) + len(cn)
+	rdnLen := tlvSize(atvLen)
+	nameLen := tlvSize(rdnLen)
+	// Extension { extnID, extnValue OCTET STRING { GeneralNames } }, not
+	// critical: the subject is not empty.
+	sanValueLen := tlvSize(len(names))
+	sanLen := len(derSubjectAltName) + tlvSize(sanValueLen)
+	extsLen := len(li.fixedExts) + tlvSize(sanLen)
+	issuer := li.signer.Cert.RawSubject
+	tbsLen := len(derVersion3) + len(serialDER) + len(li.sigAlg) + len(issuer) +
+		tlvSize(len(times)) + tlvSize(nameLen) + len(spki) + tlvSize(tlvSize(extsLen))
 
-	return appendTLV(make([]byte, 0, 512), tagSequence,
-		derVersion3, serialDER, li.sigAlg, li.signer.Cert.RawSubject,
-		validity, subject, spki, extensions), nil
+	b := make([]byte, 0, tlvSize(tbsLen))
+	b = appendHeader(b, tagSequence, tbsLen)
+	b = append(b, derVersion3...)
+	b = append(b, serialDER...)
+	b = append(b, li.sigAlg...)
+	b = append(b, issuer...)
+	b = append(appendHeader(b, tagSequence, len(times)), times...)
+	b = appendHeader(appendHeader(appendHeader(b, tagSequence, nameLen), tagSet, rdnLen), tagSequence, atvLen)
+	b = append(append(b, derCommonName...), cn...)
+	b = append(b, spki...)
+	b = append(appendHeader(appendHeader(b, tagExplicit3, tlvSize(extsLen)), tagSequence, extsLen), li.fixedExts...)
+	b = append(appendHeader(b, tagSequence, sanLen), derSubjectAltName...)
+	b = append(appendHeader(appendHeader(b, tagOctetString, sanValueLen), tagSequence, len(names)), names...)
+	if len(b) != tlvSize(tbsLen) {
+		return nil, fmt.Errorf("encode the leaf: %d octets written, %d counted", len(b), tlvSize(tbsLen))
+	}
+	return b, nil
 }
 
 // Check reads leaf back as a peer would and checks it: it parses, its

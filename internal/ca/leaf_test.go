@@ -351,3 +351,25 @@ func BenchmarkIssueLeaf(b *testing.B) {
 		}
 	}
 }
+
+// TestLeafSPKI: the ECDSA prefixes the encoder knows in advance are what
+// MarshalPKIXPublicKey writes, and a leaf's key is always that encoding.
+func TestLeafSPKI(t *testing.T) {
+	for _, c := range []struct {
+		kt     KeyType
+		prefix []byte
+	}{{KeyType{"ec", 256}, spkiPrefixP256}, {KeyType{"ec", 384}, spkiPrefixP384}, {KeyType{"rsa", 2048}, nil}} {
+		key := testKey(t, c.kt)
+		want, err := x509.MarshalPKIXPublicKey(key.Public())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.prefix != nil && !bytes.HasPrefix(want, c.prefix) {
+			t.Errorf("%s: prefix %x, but MarshalPKIXPublicKey writes %x", c.kt, c.prefix, want)
+		}
+		got, err := leafSPKI(mustCSR(t, csrPEM(t, key, []string{webID.String()})))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: leafSPKI = %x, %v; want %x", c.kt, got, err, want)
+		}
+	}
+}
