@@ -87,11 +87,14 @@ func DecideInstance(target Target, name string, in *InstanceView, matches bool, 
 		}
 	}
 	if best == nil {
-		d.Unavailable = true
 		pl := Placement{Instance: name, Seq: lastSeq + 1, Repair: latest != nil && latest.Died()}
 		if stopping != nil {
 			pl.Replaces = stopping.Name
 		}
+		if d.block(target, in, pl.Replaces) {
+			return d
+		}
+		d.Unavailable = true
 		d.Place = &pl
 		d.Instance.State = StateStarting
 		return d
@@ -115,12 +118,27 @@ func DecideInstance(target Target, name string, in *InstanceView, matches bool, 
 	case !cur.Healthy:
 		// Unavailable already: replacing it costs nothing.
 		d.Unavailable = true
-		d.replace()
+		if !d.block(target, in, cur.Name) {
+			d.replace()
+		}
+	case d.block(target, in, cur.Name):
+		// The healthy task of another definition goes on running.
 	default:
 		d.Instance.State = StatePending
 		d.Replaceable = true
 	}
 	return d
+}
+
+// block marks the instance blocked when the target cannot be placed on it
+// (replacing task replaces), and reports whether it is.
+func (d *InstanceDecision) block(target Target, in *InstanceView, replaces string) bool {
+	why := target.blocked(in, replaces)
+	if why == "" {
+		return false
+	}
+	d.Instance.State, d.Instance.Blocked = StateBlocked, why
+	return true
 }
 
 // replace stops the instance's current task and places its successor,

@@ -71,6 +71,15 @@ type Target struct {
 	// definition are replaced, a batch at a time. Without it the scheduler
 	// only places where nothing runs and stops what no longer matches.
 	Replace bool
+	// Needs is what the task definition asks of an instance beyond the
+	// group: an instance in the group that cannot meet it gets no task
+	// now (its plan is StateBlocked, and says why).
+	Needs Needs
+	// PortHolders returns the live tasks on an instance that publish fixed
+	// host ports, of every environment and namespace, and those run by
+	// hand. It is asked only when Needs.HostPorts is not empty, and only
+	// for instances where a task is about to be placed; nil means none.
+	PortHolders func(instance string) []PortHolder
 }
 
 // Instance progress states, as a deployment reports them.
@@ -81,6 +90,9 @@ const (
 	StateComplete = "complete"
 	StateFailed   = "failed"
 	StateOutdated = "outdated"
+	// StateBlocked: the instance is in the group, but the target cannot
+	// be placed there now (InstancePlan.Blocked says why).
+	StateBlocked = "blocked"
 )
 
 // Placement is a new task to create.
@@ -113,6 +125,9 @@ type InstancePlan struct {
 	Latest  *TaskView
 	// State is its progress toward the target.
 	State string
+	// Blocked says why the target cannot be placed there now (State is
+	// StateBlocked); what runs there, if anything, is left as it is.
+	Blocked string
 }
 
 // Plan is what to do so that the environment converges on its target.
@@ -163,7 +178,13 @@ const (
 //     unavailable; a task that is not healthy anyway is replaced at once;
 //   - an instance that is down is left alone (its agent may return with
 //     the task); one that drains, leaves, stops matching or is gone has
-//     its task stopped.
+//     its task stopped;
+//   - no placement, nor replacement, on an instance that cannot take the
+//     target (Target.Needs: a bridge task where network.bridge is not
+//     "true", a fixed host port another live task publishes there): it is
+//     blocked, keeps what it runs (unavailable only if that is not
+//     healthy), and a deployment does not count it among the instances to
+//     bring to its version, but lists it, with why.
 func ComputePlan(target Target, instances []InstanceView, tasks []TaskView, now time.Time) Plan {
 	// Walk instances and tasks together, both sorted by instance name: one
 	// sort each, no map, no per-instance allocation.

@@ -26,6 +26,10 @@ type DeploymentView struct {
 // Progress is how far a deployment is and what becomes of it.
 type Progress struct {
 	Total, Complete, Failed int
+	// Blocked counts the instances of the group where the version cannot
+	// be placed now (not in Total); blocked names them with why.
+	Blocked int
+	blocked []string
 	// Instances lists the instances not yet complete, sorted, at most
 	// MaxListedInstances of them.
 	Instances []*pbscheduler.InstanceProgress
@@ -50,7 +54,6 @@ func UserProgress(d DeploymentView, plan Plan, r Rollout, now time.Time) Progres
 		if !ip.Matches {
 			continue
 		}
-		pr.Total++
 		state, task, reason := ip.State, "", ""
 		if ip.Current != nil {
 			task = ip.Current.Name
@@ -63,6 +66,19 @@ func UserProgress(d DeploymentView, plan Plan, r Rollout, now time.Time) Progres
 				pr.Recheck = Earliest(pr.Recheck, t.CreatedAt.Add(r.HealthyDeadline))
 			}
 		}
+		if state == StateBlocked {
+			// Not the deployment's to bring to its version while it is:
+			// listed, with why, and counted apart.
+			pr.Blocked++
+			if len(pr.blocked) < maxNamed {
+				pr.blocked = append(pr.blocked, ip.Instance+": "+ip.Blocked)
+			}
+			if len(pr.Instances) < MaxListedInstances {
+				pr.Instances = append(pr.Instances, &pbscheduler.InstanceProgress{Instance: ip.Instance, State: state, Task: task, Reason: ip.Blocked})
+			}
+			continue
+		}
+		pr.Total++
 		switch state {
 		case StateComplete:
 			pr.Complete++
@@ -119,9 +135,15 @@ func (pr *Progress) decide(d DeploymentView, failures []string, r Rollout, now t
 		if len(failures) > 1 {
 			pr.Reason += fmt.Sprintf(" (and %d more)", len(failures)-1)
 		}
+	case pr.Complete == pr.Total && pr.Total == 0 && pr.Blocked > 0:
+		pr.Status = StatusCompleted
+		pr.Reason = fmt.Sprintf("nothing placed: %s; the version is placed on each one once it can take it", pr.blockedText())
 	case pr.Complete == pr.Total:
 		pr.Status = StatusCompleted
 		pr.Reason = fmt.Sprintf("%d/%d complete", pr.Complete, pr.Total)
+		if pr.Blocked > 0 {
+			pr.Reason += "; " + pr.blockedText()
+		}
 	default:
 		since := d.LastProgress
 		if since.IsZero() {
@@ -139,6 +161,20 @@ func (pr *Progress) decide(d DeploymentView, failures []string, r Rollout, now t
 
 // maxNamed bounds the instances a message names one by one.
 const maxNamed = 5
+
+// blockedText says which instances are blocked and why: "2 instances
+// blocked (i1: host port 8080/tcp is taken by task web-1; i2: ...)".
+func (pr *Progress) blockedText() string {
+	s := fmt.Sprintf("%d instance blocked", pr.Blocked)
+	if pr.Blocked > 1 {
+		s = fmt.Sprintf("%d instances blocked", pr.Blocked)
+	}
+	s += " (" + strings.Join(pr.blocked, "; ")
+	if pr.Blocked > len(pr.blocked) {
+		s += fmt.Sprintf("; and %d more", pr.Blocked-len(pr.blocked))
+	}
+	return s + ")"
+}
 
 // NothingPlaced is the status reason of a user deployment that completed
 // without placing anything: no instance of its group is ready. It says

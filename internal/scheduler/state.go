@@ -17,6 +17,7 @@ const (
 	ViewUnhealthy = "unhealthy"
 	ViewStopping  = "stopping"
 	ViewMissing   = "missing"
+	ViewBlocked   = "blocked"
 )
 
 // State computes the seed's view of an environment: how many instances
@@ -114,7 +115,36 @@ func Summary(st *pbscheduler.EnvironmentState) string {
 	if st.GetStopping() > 0 {
 		s += fmt.Sprintf(", %d stopping", st.GetStopping())
 	}
+	if st.GetBlocked() > 0 {
+		s += fmt.Sprintf(", %d blocked", st.GetBlocked())
+	}
 	return s
+}
+
+// MarkBlocked marks in an environment's view the instances the scheduler
+// last found blocked (EnvironmentStatus.blocked): each gets the reason,
+// and one without a live task the state "blocked" instead of "missing";
+// the summary counts them. Instances no longer in the group are left out.
+func MarkBlocked(st *pbscheduler.EnvironmentState, blocked []*pbscheduler.BlockedInstance) {
+	if len(blocked) == 0 {
+		return
+	}
+	why := make(map[string]string, len(blocked))
+	for _, b := range blocked {
+		why[b.GetInstance()] = b.GetReason()
+	}
+	for _, is := range st.Instances {
+		reason, ok := why[is.GetInstance()]
+		if !ok || !is.GetMatches() {
+			continue
+		}
+		is.Reason = reason
+		if is.GetState() == ViewMissing {
+			is.State = ViewBlocked
+		}
+		st.Blocked++
+	}
+	st.Summary = Summary(st)
 }
 
 // Diff actions.
@@ -123,16 +153,20 @@ const (
 	ActionReplace = "replace"
 	ActionStop    = "stop"
 	ActionKeep    = "keep"
+	ActionBlocked = "blocked"
 )
 
 // Diff says what deploying a version with taskdef and group would change
 // on each instance: the seed's current-vs-desired view, before anything
 // runs. Down instances are left out: nothing is done to them until they
 // return. The plan is asked at the zero time, so that no decision depends
-// on how long a task has been healthy.
-func Diff(taskdef string, group Group, instances []InstanceView, tasks []TaskView) *pbscheduler.EnvironmentDiff {
+// on how long a task has been healthy. needs and holders are what the
+// task definition asks of an instance and who holds host ports where
+// (Target.Needs, Target.PortHolders): an instance that cannot take it is
+// "blocked", with why.
+func Diff(taskdef string, group Group, instances []InstanceView, tasks []TaskView, needs Needs, holders func(instance string) []PortHolder) *pbscheduler.EnvironmentDiff {
 	d := &pbscheduler.EnvironmentDiff{TaskDefinition: taskdef}
-	plan := ComputePlan(Target{TaskDefinition: taskdef, Group: group, Rollout: Rollout{MinHealthyPercent: 0}, Replace: true}, instances, tasks, time.Time{})
+	plan := ComputePlan(Target{TaskDefinition: taskdef, Group: group, Rollout: Rollout{MinHealthyPercent: 0}, Replace: true, Needs: needs, PortHolders: holders}, instances, tasks, time.Time{})
 	stops := map[string]string{}
 	for _, s := range plan.Stops {
 		stops[s.Task] = s.Reason
@@ -155,6 +189,9 @@ func Diff(taskdef string, group Group, instances []InstanceView, tasks []TaskVie
 			d.Stop++
 		case !ip.Matches:
 			continue
+		case ip.State == StateBlocked:
+			c.Action, c.ToTaskDefinition, c.Reason = ActionBlocked, taskdef, ip.Blocked
+			d.Blocked++
 		case ip.Current == nil:
 			c.Action, c.ToTaskDefinition = ActionPlace, taskdef
 			d.Place++

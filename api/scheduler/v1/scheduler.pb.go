@@ -194,8 +194,13 @@ type EnvironmentStatus struct {
 	// reads the same everywhere: by its number, the uuid beside it.
 	DesiredVersionNumber       int64 `protobuf:"varint,7,opt,name=desired_version_number,json=desiredVersionNumber,proto3" json:"desired_version_number,omitempty"`
 	LastCompletedVersionNumber int64 `protobuf:"varint,8,opt,name=last_completed_version_number,json=lastCompletedVersionNumber,proto3" json:"last_completed_version_number,omitempty"`
-	unknownFields              protoimpl.UnknownFields
-	sizeCache                  protoimpl.SizeCache
+	// blocked lists the instances of the group where the desired version
+	// cannot be placed now, and why (a bridge task on an instance without
+	// network.bridge=true, a fixed host port another task holds there), as
+	// the scheduler's last run found them, sorted; at most 500 of them.
+	Blocked       []*BlockedInstance `protobuf:"bytes,9,rep,name=blocked,proto3" json:"blocked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnvironmentStatus) Reset() {
@@ -284,6 +289,68 @@ func (x *EnvironmentStatus) GetLastCompletedVersionNumber() int64 {
 	return 0
 }
 
+func (x *EnvironmentStatus) GetBlocked() []*BlockedInstance {
+	if x != nil {
+		return x.Blocked
+	}
+	return nil
+}
+
+// BlockedInstance is an instance of an environment's group that cannot
+// take its task now.
+type BlockedInstance struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Instance string                 `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
+	// reason: "host port 8080/tcp is taken by task web-1", ...
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockedInstance) Reset() {
+	*x = BlockedInstance{}
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockedInstance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockedInstance) ProtoMessage() {}
+
+func (x *BlockedInstance) ProtoReflect() protoreflect.Message {
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockedInstance.ProtoReflect.Descriptor instead.
+func (*BlockedInstance) Descriptor() ([]byte, []int) {
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BlockedInstance) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *BlockedInstance) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // InstanceGroup selects instances: one cluster, and attribute filters that
 // must all hold. A filter is "key=value", "key!=value", "key" (the
 // attribute exists), "!key" (it does not) or "key in (a,b)" /
@@ -298,7 +365,7 @@ type InstanceGroup struct {
 
 func (x *InstanceGroup) Reset() {
 	*x = InstanceGroup{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[2]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -310,7 +377,7 @@ func (x *InstanceGroup) String() string {
 func (*InstanceGroup) ProtoMessage() {}
 
 func (x *InstanceGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[2]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -323,7 +390,7 @@ func (x *InstanceGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceGroup.ProtoReflect.Descriptor instead.
 func (*InstanceGroup) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{2}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *InstanceGroup) GetCluster() string {
@@ -366,7 +433,7 @@ type DeploymentConfig struct {
 
 func (x *DeploymentConfig) Reset() {
 	*x = DeploymentConfig{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[3]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +445,7 @@ func (x *DeploymentConfig) String() string {
 func (*DeploymentConfig) ProtoMessage() {}
 
 func (x *DeploymentConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[3]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +458,7 @@ func (x *DeploymentConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeploymentConfig.ProtoReflect.Descriptor instead.
 func (*DeploymentConfig) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DeploymentConfig) GetMinHealthyPercent() int32 {
@@ -455,7 +522,7 @@ type EnvironmentVersion struct {
 
 func (x *EnvironmentVersion) Reset() {
 	*x = EnvironmentVersion{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[4]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +534,7 @@ func (x *EnvironmentVersion) String() string {
 func (*EnvironmentVersion) ProtoMessage() {}
 
 func (x *EnvironmentVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[4]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +547,7 @@ func (x *EnvironmentVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentVersion.ProtoReflect.Descriptor instead.
 func (*EnvironmentVersion) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{4}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EnvironmentVersion) GetEnvironment() string {
@@ -583,13 +650,17 @@ type Deployment struct {
 	// to (empty and 0 when none was started).
 	RollbackDeployment    string `protobuf:"bytes,18,opt,name=rollback_deployment,json=rollbackDeployment,proto3" json:"rollback_deployment,omitempty"`
 	RollbackVersionNumber int64  `protobuf:"varint,19,opt,name=rollback_version_number,json=rollbackVersionNumber,proto3" json:"rollback_version_number,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// blocked counts the instances of the group it could not place on
+	// (they are listed in instances with state "blocked" and the reason);
+	// they are not in total.
+	Blocked       int32 `protobuf:"varint,20,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Deployment) Reset() {
 	*x = Deployment{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[5]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +672,7 @@ func (x *Deployment) String() string {
 func (*Deployment) ProtoMessage() {}
 
 func (x *Deployment) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[5]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +685,7 @@ func (x *Deployment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deployment.ProtoReflect.Descriptor instead.
 func (*Deployment) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Deployment) GetEnvironment() string {
@@ -750,12 +821,20 @@ func (x *Deployment) GetRollbackVersionNumber() int64 {
 	return 0
 }
 
+func (x *Deployment) GetBlocked() int32 {
+	if x != nil {
+		return x.Blocked
+	}
+	return 0
+}
+
 // InstanceProgress is one instance in a deployment.
 type InstanceProgress struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Instance string                 `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
 	// state: "pending", "stopping" (the old task is stopping), "starting"
-	// (the new task is placed, not yet healthy), "complete", "failed".
+	// (the new task is placed, not yet healthy), "complete", "failed",
+	// "blocked" (its task cannot be placed there now: reason says why).
 	State         string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	Task          string `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
 	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -765,7 +844,7 @@ type InstanceProgress struct {
 
 func (x *InstanceProgress) Reset() {
 	*x = InstanceProgress{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +856,7 @@ func (x *InstanceProgress) String() string {
 func (*InstanceProgress) ProtoMessage() {}
 
 func (x *InstanceProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +869,7 @@ func (x *InstanceProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceProgress.ProtoReflect.Descriptor instead.
 func (*InstanceProgress) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InstanceProgress) GetInstance() string {
@@ -834,19 +913,24 @@ type EnvironmentState struct {
 	Launching int32 `protobuf:"varint,3,opt,name=launching,proto3" json:"launching,omitempty"`
 	Unhealthy int32 `protobuf:"varint,4,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
 	Stopping  int32 `protobuf:"varint,5,opt,name=stopping,proto3" json:"stopping,omitempty"`
-	// summary reads "5 desired: 2 active, 3 launching, 1 unhealthy".
+	// summary reads "5 desired: 2 active, 3 launching, 1 unhealthy" (and
+	// ", 1 stopping", ", 1 blocked" when there are).
 	Summary   string           `protobuf:"bytes,6,opt,name=summary,proto3" json:"summary,omitempty"`
 	Versions  []*VersionCount  `protobuf:"bytes,7,rep,name=versions,proto3" json:"versions,omitempty"`
 	Instances []*InstanceState `protobuf:"bytes,8,rep,name=instances,proto3" json:"instances,omitempty"`
 	// current: live task names grouped by task definition.
-	Current       map[string]*TaskNames `protobuf:"bytes,9,rep,name=current,proto3" json:"current,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Current map[string]*TaskNames `protobuf:"bytes,9,rep,name=current,proto3" json:"current,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// blocked: instances of the group where the desired version cannot be
+	// placed now (state "blocked", or what runs there stays), as the
+	// scheduler last found them.
+	Blocked       int32 `protobuf:"varint,10,opt,name=blocked,proto3" json:"blocked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnvironmentState) Reset() {
 	*x = EnvironmentState{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +942,7 @@ func (x *EnvironmentState) String() string {
 func (*EnvironmentState) ProtoMessage() {}
 
 func (x *EnvironmentState) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +955,7 @@ func (x *EnvironmentState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentState.ProtoReflect.Descriptor instead.
 func (*EnvironmentState) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EnvironmentState) GetDesired() int32 {
@@ -937,6 +1021,13 @@ func (x *EnvironmentState) GetCurrent() map[string]*TaskNames {
 	return nil
 }
 
+func (x *EnvironmentState) GetBlocked() int32 {
+	if x != nil {
+		return x.Blocked
+	}
+	return 0
+}
+
 type TaskNames struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tasks         []string               `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
@@ -946,7 +1037,7 @@ type TaskNames struct {
 
 func (x *TaskNames) Reset() {
 	*x = TaskNames{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1049,7 @@ func (x *TaskNames) String() string {
 func (*TaskNames) ProtoMessage() {}
 
 func (x *TaskNames) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1062,7 @@ func (x *TaskNames) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskNames.ProtoReflect.Descriptor instead.
 func (*TaskNames) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TaskNames) GetTasks() []string {
@@ -995,7 +1086,7 @@ type VersionCount struct {
 
 func (x *VersionCount) Reset() {
 	*x = VersionCount{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1098,7 @@ func (x *VersionCount) String() string {
 func (*VersionCount) ProtoMessage() {}
 
 func (x *VersionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1111,7 @@ func (x *VersionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCount.ProtoReflect.Descriptor instead.
 func (*VersionCount) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *VersionCount) GetTaskDefinition() string {
@@ -1067,16 +1158,19 @@ type InstanceState struct {
 	Task           string `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
 	TaskDefinition string `protobuf:"bytes,4,opt,name=task_definition,json=taskDefinition,proto3" json:"task_definition,omitempty"`
 	VersionNumber  int64  `protobuf:"varint,5,opt,name=version_number,json=versionNumber,proto3" json:"version_number,omitempty"`
-	// state: "active", "launching", "unhealthy", "stopping", "missing".
-	State         string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
-	Health        string `protobuf:"bytes,7,opt,name=health,proto3" json:"health,omitempty"`
+	// state: "active", "launching", "unhealthy", "stopping", "missing",
+	// "blocked" (in the group, but its task cannot be placed there now).
+	State  string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	Health string `protobuf:"bytes,7,opt,name=health,proto3" json:"health,omitempty"`
+	// reason says why a blocked instance is (the scheduler's last word).
+	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InstanceState) Reset() {
 	*x = InstanceState{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1182,7 @@ func (x *InstanceState) String() string {
 func (*InstanceState) ProtoMessage() {}
 
 func (x *InstanceState) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1195,7 @@ func (x *InstanceState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceState.ProtoReflect.Descriptor instead.
 func (*InstanceState) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InstanceState) GetInstance() string {
@@ -1153,6 +1247,13 @@ func (x *InstanceState) GetHealth() string {
 	return ""
 }
 
+func (x *InstanceState) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // EnvironmentDiff is what a deployment of a version would change,
 // instance by instance, computed before anything runs.
 type EnvironmentDiff struct {
@@ -1166,13 +1267,14 @@ type EnvironmentDiff struct {
 	Replace       int32 `protobuf:"varint,6,opt,name=replace,proto3" json:"replace,omitempty"`
 	Stop          int32 `protobuf:"varint,7,opt,name=stop,proto3" json:"stop,omitempty"`
 	Keep          int32 `protobuf:"varint,8,opt,name=keep,proto3" json:"keep,omitempty"`
+	Blocked       int32 `protobuf:"varint,9,opt,name=blocked,proto3" json:"blocked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnvironmentDiff) Reset() {
 	*x = EnvironmentDiff{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1286,7 @@ func (x *EnvironmentDiff) String() string {
 func (*EnvironmentDiff) ProtoMessage() {}
 
 func (x *EnvironmentDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1299,7 @@ func (x *EnvironmentDiff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentDiff.ProtoReflect.Descriptor instead.
 func (*EnvironmentDiff) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EnvironmentDiff) GetVersion() string {
@@ -1256,12 +1358,21 @@ func (x *EnvironmentDiff) GetKeep() int32 {
 	return 0
 }
 
+func (x *EnvironmentDiff) GetBlocked() int32 {
+	if x != nil {
+		return x.Blocked
+	}
+	return 0
+}
+
 // InstanceChange is one instance in a diff.
 type InstanceChange struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Instance string                 `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
 	// action: "place" (no task yet), "replace" (another task definition
-	// runs), "stop" (it no longer matches), "keep" (already right).
+	// runs), "stop" (it no longer matches), "keep" (already right),
+	// "blocked" (in the group, but the version cannot be placed there now:
+	// reason says why).
 	Action             string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	FromTaskDefinition string `protobuf:"bytes,3,opt,name=from_task_definition,json=fromTaskDefinition,proto3" json:"from_task_definition,omitempty"`
 	ToTaskDefinition   string `protobuf:"bytes,4,opt,name=to_task_definition,json=toTaskDefinition,proto3" json:"to_task_definition,omitempty"`
@@ -1272,7 +1383,7 @@ type InstanceChange struct {
 
 func (x *InstanceChange) Reset() {
 	*x = InstanceChange{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1395,7 @@ func (x *InstanceChange) String() string {
 func (*InstanceChange) ProtoMessage() {}
 
 func (x *InstanceChange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1408,7 @@ func (x *InstanceChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceChange.ProtoReflect.Descriptor instead.
 func (*InstanceChange) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InstanceChange) GetInstance() string {
@@ -1355,7 +1466,7 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"created_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAtJ\x04\b\n" +
-	"\x10\vJ\x04\b\v\x10\fJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fJ\x04\b\x0f\x10\x10J\x04\b\x14\x10\x15J\x04\b\x15\x10\x16J\x04\b\x16\x10\x17R\x06statusR\x06healthR\x0fdesired_versionR\x17desired_task_definitionR\x11active_deploymentR\x16last_completed_versionR\x16desired_version_numberR\x1dlast_completed_version_number\"\x80\x03\n" +
+	"\x10\vJ\x04\b\v\x10\fJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fJ\x04\b\x0f\x10\x10J\x04\b\x14\x10\x15J\x04\b\x15\x10\x16J\x04\b\x16\x10\x17R\x06statusR\x06healthR\x0fdesired_versionR\x17desired_task_definitionR\x11active_deploymentR\x16last_completed_versionR\x16desired_version_numberR\x1dlast_completed_version_number\"\xc1\x03\n" +
 	"\x11EnvironmentStatus\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\x12\x16\n" +
 	"\x06health\x18\x02 \x01(\tR\x06health\x12'\n" +
@@ -1364,7 +1475,11 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x11active_deployment\x18\x05 \x01(\tR\x10activeDeployment\x124\n" +
 	"\x16last_completed_version\x18\x06 \x01(\tR\x14lastCompletedVersion\x124\n" +
 	"\x16desired_version_number\x18\a \x01(\x03R\x14desiredVersionNumber\x12A\n" +
-	"\x1dlast_completed_version_number\x18\b \x01(\x03R\x1alastCompletedVersionNumber\"I\n" +
+	"\x1dlast_completed_version_number\x18\b \x01(\x03R\x1alastCompletedVersionNumber\x12?\n" +
+	"\ablocked\x18\t \x03(\v2%.trellis.scheduler.v1.BlockedInstanceR\ablocked\"E\n" +
+	"\x0fBlockedInstance\x12\x1a\n" +
+	"\binstance\x18\x01 \x01(\tR\binstance\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"I\n" +
 	"\rInstanceGroup\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1e\n" +
 	"\n" +
@@ -1388,7 +1503,7 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"deployment\x12\x12\n" +
 	"\x04role\x18\a \x01(\tR\x04role\x129\n" +
 	"\n" +
-	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x95\x06\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xaf\x06\n" +
 	"\n" +
 	"Deployment\x12 \n" +
 	"\venvironment\x18\x01 \x01(\tR\venvironment\x12\x18\n" +
@@ -1414,12 +1529,13 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\n" +
 	"batch_size\x18\x11 \x01(\x05R\tbatchSize\x12/\n" +
 	"\x13rollback_deployment\x18\x12 \x01(\tR\x12rollbackDeployment\x126\n" +
-	"\x17rollback_version_number\x18\x13 \x01(\x03R\x15rollbackVersionNumber\"p\n" +
+	"\x17rollback_version_number\x18\x13 \x01(\x03R\x15rollbackVersionNumber\x12\x18\n" +
+	"\ablocked\x18\x14 \x01(\x05R\ablocked\"p\n" +
 	"\x10InstanceProgress\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x12\n" +
 	"\x04task\x18\x03 \x01(\tR\x04task\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xe5\x03\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xff\x03\n" +
 	"\x10EnvironmentState\x12\x18\n" +
 	"\adesired\x18\x01 \x01(\x05R\adesired\x12\x16\n" +
 	"\x06active\x18\x02 \x01(\x05R\x06active\x12\x1c\n" +
@@ -1429,7 +1545,9 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\asummary\x18\x06 \x01(\tR\asummary\x12>\n" +
 	"\bversions\x18\a \x03(\v2\".trellis.scheduler.v1.VersionCountR\bversions\x12A\n" +
 	"\tinstances\x18\b \x03(\v2#.trellis.scheduler.v1.InstanceStateR\tinstances\x12M\n" +
-	"\acurrent\x18\t \x03(\v23.trellis.scheduler.v1.EnvironmentState.CurrentEntryR\acurrent\x1a[\n" +
+	"\acurrent\x18\t \x03(\v23.trellis.scheduler.v1.EnvironmentState.CurrentEntryR\acurrent\x12\x18\n" +
+	"\ablocked\x18\n" +
+	" \x01(\x05R\ablocked\x1a[\n" +
 	"\fCurrentEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
 	"\x05value\x18\x02 \x01(\v2\x1f.trellis.scheduler.v1.TaskNamesR\x05value:\x028\x01\"!\n" +
@@ -1440,7 +1558,7 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12%\n" +
 	"\x0eversion_number\x18\x03 \x01(\x03R\rversionNumber\x12\x14\n" +
 	"\x05tasks\x18\x04 \x01(\x05R\x05tasks\x12\x18\n" +
-	"\ahealthy\x18\x05 \x01(\x05R\ahealthy\"\xd7\x01\n" +
+	"\ahealthy\x18\x05 \x01(\x05R\ahealthy\"\xef\x01\n" +
 	"\rInstanceState\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x18\n" +
 	"\amatches\x18\x02 \x01(\bR\amatches\x12\x12\n" +
@@ -1448,7 +1566,8 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x0ftask_definition\x18\x04 \x01(\tR\x0etaskDefinition\x12%\n" +
 	"\x0eversion_number\x18\x05 \x01(\x03R\rversionNumber\x12\x14\n" +
 	"\x05state\x18\x06 \x01(\tR\x05state\x12\x16\n" +
-	"\x06health\x18\a \x01(\tR\x06health\"\x93\x02\n" +
+	"\x06health\x18\a \x01(\tR\x06health\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"\xad\x02\n" +
 	"\x0fEnvironmentDiff\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12%\n" +
 	"\x0eversion_number\x18\x02 \x01(\x03R\rversionNumber\x12'\n" +
@@ -1457,7 +1576,8 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x05place\x18\x05 \x01(\x05R\x05place\x12\x18\n" +
 	"\areplace\x18\x06 \x01(\x05R\areplace\x12\x12\n" +
 	"\x04stop\x18\a \x01(\x05R\x04stop\x12\x12\n" +
-	"\x04keep\x18\b \x01(\x05R\x04keep\"\xbc\x01\n" +
+	"\x04keep\x18\b \x01(\x05R\x04keep\x12\x18\n" +
+	"\ablocked\x18\t \x01(\x05R\ablocked\"\xbc\x01\n" +
 	"\x0eInstanceChange\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x120\n" +
@@ -1477,47 +1597,49 @@ func file_api_scheduler_v1_scheduler_proto_rawDescGZIP() []byte {
 	return file_api_scheduler_v1_scheduler_proto_rawDescData
 }
 
-var file_api_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_api_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_api_scheduler_v1_scheduler_proto_goTypes = []any{
 	(*Environment)(nil),           // 0: trellis.scheduler.v1.Environment
 	(*EnvironmentStatus)(nil),     // 1: trellis.scheduler.v1.EnvironmentStatus
-	(*InstanceGroup)(nil),         // 2: trellis.scheduler.v1.InstanceGroup
-	(*DeploymentConfig)(nil),      // 3: trellis.scheduler.v1.DeploymentConfig
-	(*EnvironmentVersion)(nil),    // 4: trellis.scheduler.v1.EnvironmentVersion
-	(*Deployment)(nil),            // 5: trellis.scheduler.v1.Deployment
-	(*InstanceProgress)(nil),      // 6: trellis.scheduler.v1.InstanceProgress
-	(*EnvironmentState)(nil),      // 7: trellis.scheduler.v1.EnvironmentState
-	(*TaskNames)(nil),             // 8: trellis.scheduler.v1.TaskNames
-	(*VersionCount)(nil),          // 9: trellis.scheduler.v1.VersionCount
-	(*InstanceState)(nil),         // 10: trellis.scheduler.v1.InstanceState
-	(*EnvironmentDiff)(nil),       // 11: trellis.scheduler.v1.EnvironmentDiff
-	(*InstanceChange)(nil),        // 12: trellis.scheduler.v1.InstanceChange
-	nil,                           // 13: trellis.scheduler.v1.EnvironmentState.CurrentEntry
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*BlockedInstance)(nil),       // 2: trellis.scheduler.v1.BlockedInstance
+	(*InstanceGroup)(nil),         // 3: trellis.scheduler.v1.InstanceGroup
+	(*DeploymentConfig)(nil),      // 4: trellis.scheduler.v1.DeploymentConfig
+	(*EnvironmentVersion)(nil),    // 5: trellis.scheduler.v1.EnvironmentVersion
+	(*Deployment)(nil),            // 6: trellis.scheduler.v1.Deployment
+	(*InstanceProgress)(nil),      // 7: trellis.scheduler.v1.InstanceProgress
+	(*EnvironmentState)(nil),      // 8: trellis.scheduler.v1.EnvironmentState
+	(*TaskNames)(nil),             // 9: trellis.scheduler.v1.TaskNames
+	(*VersionCount)(nil),          // 10: trellis.scheduler.v1.VersionCount
+	(*InstanceState)(nil),         // 11: trellis.scheduler.v1.InstanceState
+	(*EnvironmentDiff)(nil),       // 12: trellis.scheduler.v1.EnvironmentDiff
+	(*InstanceChange)(nil),        // 13: trellis.scheduler.v1.InstanceChange
+	nil,                           // 14: trellis.scheduler.v1.EnvironmentState.CurrentEntry
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_api_scheduler_v1_scheduler_proto_depIdxs = []int32{
-	2,  // 0: trellis.scheduler.v1.Environment.instance_group:type_name -> trellis.scheduler.v1.InstanceGroup
-	3,  // 1: trellis.scheduler.v1.Environment.deployment:type_name -> trellis.scheduler.v1.DeploymentConfig
-	14, // 2: trellis.scheduler.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
-	14, // 3: trellis.scheduler.v1.Environment.updated_at:type_name -> google.protobuf.Timestamp
-	2,  // 4: trellis.scheduler.v1.EnvironmentVersion.instance_group:type_name -> trellis.scheduler.v1.InstanceGroup
-	3,  // 5: trellis.scheduler.v1.EnvironmentVersion.deployment:type_name -> trellis.scheduler.v1.DeploymentConfig
-	14, // 6: trellis.scheduler.v1.EnvironmentVersion.created_at:type_name -> google.protobuf.Timestamp
-	14, // 7: trellis.scheduler.v1.Deployment.created_at:type_name -> google.protobuf.Timestamp
-	14, // 8: trellis.scheduler.v1.Deployment.start_time:type_name -> google.protobuf.Timestamp
-	14, // 9: trellis.scheduler.v1.Deployment.end_time:type_name -> google.protobuf.Timestamp
-	14, // 10: trellis.scheduler.v1.Deployment.last_progress_at:type_name -> google.protobuf.Timestamp
-	6,  // 11: trellis.scheduler.v1.Deployment.instances:type_name -> trellis.scheduler.v1.InstanceProgress
-	9,  // 12: trellis.scheduler.v1.EnvironmentState.versions:type_name -> trellis.scheduler.v1.VersionCount
-	10, // 13: trellis.scheduler.v1.EnvironmentState.instances:type_name -> trellis.scheduler.v1.InstanceState
-	13, // 14: trellis.scheduler.v1.EnvironmentState.current:type_name -> trellis.scheduler.v1.EnvironmentState.CurrentEntry
-	12, // 15: trellis.scheduler.v1.EnvironmentDiff.changes:type_name -> trellis.scheduler.v1.InstanceChange
-	8,  // 16: trellis.scheduler.v1.EnvironmentState.CurrentEntry.value:type_name -> trellis.scheduler.v1.TaskNames
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	3,  // 0: trellis.scheduler.v1.Environment.instance_group:type_name -> trellis.scheduler.v1.InstanceGroup
+	4,  // 1: trellis.scheduler.v1.Environment.deployment:type_name -> trellis.scheduler.v1.DeploymentConfig
+	15, // 2: trellis.scheduler.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
+	15, // 3: trellis.scheduler.v1.Environment.updated_at:type_name -> google.protobuf.Timestamp
+	2,  // 4: trellis.scheduler.v1.EnvironmentStatus.blocked:type_name -> trellis.scheduler.v1.BlockedInstance
+	3,  // 5: trellis.scheduler.v1.EnvironmentVersion.instance_group:type_name -> trellis.scheduler.v1.InstanceGroup
+	4,  // 6: trellis.scheduler.v1.EnvironmentVersion.deployment:type_name -> trellis.scheduler.v1.DeploymentConfig
+	15, // 7: trellis.scheduler.v1.EnvironmentVersion.created_at:type_name -> google.protobuf.Timestamp
+	15, // 8: trellis.scheduler.v1.Deployment.created_at:type_name -> google.protobuf.Timestamp
+	15, // 9: trellis.scheduler.v1.Deployment.start_time:type_name -> google.protobuf.Timestamp
+	15, // 10: trellis.scheduler.v1.Deployment.end_time:type_name -> google.protobuf.Timestamp
+	15, // 11: trellis.scheduler.v1.Deployment.last_progress_at:type_name -> google.protobuf.Timestamp
+	7,  // 12: trellis.scheduler.v1.Deployment.instances:type_name -> trellis.scheduler.v1.InstanceProgress
+	10, // 13: trellis.scheduler.v1.EnvironmentState.versions:type_name -> trellis.scheduler.v1.VersionCount
+	11, // 14: trellis.scheduler.v1.EnvironmentState.instances:type_name -> trellis.scheduler.v1.InstanceState
+	14, // 15: trellis.scheduler.v1.EnvironmentState.current:type_name -> trellis.scheduler.v1.EnvironmentState.CurrentEntry
+	13, // 16: trellis.scheduler.v1.EnvironmentDiff.changes:type_name -> trellis.scheduler.v1.InstanceChange
+	9,  // 17: trellis.scheduler.v1.EnvironmentState.CurrentEntry.value:type_name -> trellis.scheduler.v1.TaskNames
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_api_scheduler_v1_scheduler_proto_init() }
@@ -1525,14 +1647,14 @@ func file_api_scheduler_v1_scheduler_proto_init() {
 	if File_api_scheduler_v1_scheduler_proto != nil {
 		return
 	}
-	file_api_scheduler_v1_scheduler_proto_msgTypes[3].OneofWrappers = []any{}
+	file_api_scheduler_v1_scheduler_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_scheduler_v1_scheduler_proto_rawDesc), len(file_api_scheduler_v1_scheduler_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -18,7 +18,9 @@ import (
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/driver"
 	"trellis.dev/trellis/internal/httpapi/wire"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/scheduler"
 )
 
 // TaskStatuses are the values of task list --status, a closed set.
@@ -64,7 +66,9 @@ func newTaskRunCmd(e *cli.Env) *cobra.Command {
 sees it at once and starts its containers; trellis task show follows it.
 
 Without a revision the family's latest is used. An instance that is draining,
-down or gone is refused.`,
+down or gone is refused, and so is one that cannot run the task: a driver it
+lacks, a bridge task where its network.bridge attribute is not "true", a fixed
+host port that a live task there (of any namespace) publishes.`,
 		Example: `  trellis task run --taskdef web:1 --instance node-1
   trellis task run --taskdef web --instance node-2 --started-by release-42`,
 		Args: cobra.NoArgs,
@@ -98,6 +102,19 @@ down or gone is refused.`,
 					return cli.Result{}, fmt.Errorf("instance %s cannot run container %s: driver %s is not available there", instance, ct.GetName(), ct.GetDriver())
 				}
 			}
+			// What the scheduler checks before it places (a bridge
+			// instance, free fixed host ports), against what is read
+			// now: a placement made meanwhile is the agent's to refuse.
+			needs := scheduler.NeedsOf(td)
+			var holders []scheduler.PortHolder
+			if len(needs.HostPorts) > 0 {
+				if holders, err = portHolders(ctx, c, call.Namespace, instance); err != nil {
+					return cli.Result{}, err
+				}
+			}
+			if why := scheduler.Blocked(needs, in.GetAttributes(), holders, ""); why != "" {
+				return cli.Result{}, fmt.Errorf("instance %s cannot run %s: %s", instance, orchestrator.TaskDefinitionRef(td.GetFamily(), td.GetRevision()), why)
+			}
 			name, err := newTaskName()
 			if err != nil {
 				return cli.Result{}, err
@@ -123,6 +140,45 @@ down or gone is refused.`,
 			return cli.Say("task %s of %s placed on %s", name, ref, instance).With(r), nil
 		},
 	})
+}
+
+// portHolders are the live tasks on instance, of every namespace, whose
+// task definitions publish fixed host ports (a task of another namespace
+// than ns is named namespace/name).
+func portHolders(ctx context.Context, c *client.Client, ns, instance string) ([]scheduler.PortHolder, error) {
+	list, err := c.List(ctx, taskWire, client.ListOptions{Namespace: ids.WildcardNamespace})
+	if err != nil {
+		return nil, err
+	}
+	rows, err := decodeTasks(list)
+	if err != nil {
+		return nil, err
+	}
+	defs := map[string][]orchestrator.HostPort{}
+	var out []scheduler.PortHolder
+	for _, row := range rows {
+		if row.task.GetInstance() != instance || row.status.GetLastStatus() == orchestrator.StatusStopped {
+			continue
+		}
+		tns := row.r.ID.Tenancy.Namespace
+		key := tns + "/" + row.task.GetTaskDefinition()
+		ports, seen := defs[key]
+		if !seen {
+			if _, td, err := resolveTaskDef(ctx, c, tns, row.task.GetTaskDefinition()); err == nil {
+				ports = orchestrator.FixedHostPorts(td)
+			}
+			defs[key] = ports
+		}
+		if len(ports) == 0 {
+			continue
+		}
+		name := row.r.ID.Name
+		if tns != ns {
+			name = tns + "/" + name
+		}
+		out = append(out, scheduler.PortHolder{Task: name, Ports: ports})
+	}
+	return out, nil
 }
 
 func driverAvailable(in *pborch.Instance, name string) bool {

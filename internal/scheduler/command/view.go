@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,7 +55,26 @@ func Progress(d *pbscheduler.Deployment) string {
 	if d.GetFailed() > 0 {
 		s += fmt.Sprintf(", %d failed", d.GetFailed())
 	}
+	if d.GetBlocked() > 0 {
+		s += fmt.Sprintf(", %d blocked", d.GetBlocked())
+	}
 	return s
+}
+
+// blockedReasons says why the instances a deployment lists as blocked
+// are: "i2: host port 8080/tcp is taken by task web-1; i3: ...", at most
+// five of them.
+func blockedReasons(d *pbscheduler.Deployment) string {
+	var parts []string
+	for _, in := range d.GetInstances() {
+		if in.GetState() == scheduler.StateBlocked && len(parts) < 5 {
+			parts = append(parts, in.GetInstance()+": "+in.GetReason())
+		}
+	}
+	if n := int(d.GetBlocked()) - len(parts); n > 0 && len(parts) > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", n))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // NothingPlaced is the progress of a deployment that ended without an
@@ -105,6 +125,11 @@ func ProgressLine(d *pbscheduler.Deployment) string {
 		return cli.Dash(d.GetStatus()) + ": " + nothingPlacedReason(d)
 	}
 	s := cli.Dash(d.GetStatus()) + ": " + Progress(d)
+	if d.GetStatus() == DeploymentCompleted && d.GetBlocked() > 0 {
+		if why := blockedReasons(d); why != "" {
+			s += " (" + why + ")"
+		}
+	}
 	if DeploymentRunning(d) || d.GetStatus() == DeploymentCompleted {
 		return s
 	}
@@ -398,15 +423,26 @@ func WriteEnvironmentStatus(w io.Writer, st *pbscheduler.EnvironmentState) error
 		return nil
 	}
 	fmt.Fprintln(w)
+	// The reason column shows only when an instance has one (it is
+	// blocked): the table of a daemon that runs everywhere stays as it was.
+	reasons := slices.ContainsFunc(st.GetInstances(), func(in *pbscheduler.InstanceState) bool { return in.GetReason() != "" })
 	tw := cli.NewTable(w)
-	fmt.Fprintln(tw, "INSTANCE\tVERSION\tTASKDEF\tTASK\tSTATE\tHEALTH")
+	header := "INSTANCE\tVERSION\tTASKDEF\tTASK\tSTATE\tHEALTH"
+	if reasons {
+		header += "\tREASON"
+	}
+	fmt.Fprintln(tw, header)
 	for _, in := range st.GetInstances() {
 		state := cli.Dash(in.GetState())
 		if !in.GetMatches() {
 			state += " (no longer matches)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.GetInstance(), versionNumber(in.GetVersionNumber()), cli.Dash(in.GetTaskDefinition()),
+		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", in.GetInstance(), versionNumber(in.GetVersionNumber()), cli.Dash(in.GetTaskDefinition()),
 			cli.Dash(in.GetTask()), state, cli.Dash(in.GetHealth()))
+		if reasons {
+			row += "\t" + cli.Dash(in.GetReason())
+		}
+		fmt.Fprintln(tw, row)
 	}
 	return tw.Flush()
 }
@@ -414,8 +450,12 @@ func WriteEnvironmentStatus(w io.Writer, st *pbscheduler.EnvironmentState) error
 // WriteDiff prints `trellis env diff`: what deploying the version would
 // do, counted, then instance by instance.
 func WriteDiff(w io.Writer, d *pbscheduler.EnvironmentDiff) error {
-	fmt.Fprintf(w, "Deploying version %s would place %d, replace %d, stop %d, keep %d.\n",
-		describeVersion(d.GetVersionNumber(), d.GetVersion(), d.GetTaskDefinition()), d.GetPlace(), d.GetReplace(), d.GetStop(), d.GetKeep())
+	blocked := ""
+	if d.GetBlocked() > 0 {
+		blocked = fmt.Sprintf(", and is blocked on %d", d.GetBlocked())
+	}
+	fmt.Fprintf(w, "Deploying version %s would place %d, replace %d, stop %d, keep %d%s.\n",
+		describeVersion(d.GetVersionNumber(), d.GetVersion(), d.GetTaskDefinition()), d.GetPlace(), d.GetReplace(), d.GetStop(), d.GetKeep(), blocked)
 	if len(d.GetChanges()) == 0 {
 		fmt.Fprintln(w, "No instance matches the instance group, and no task runs: nothing to do.")
 		return nil
@@ -510,7 +550,7 @@ func WriteDeployment(w io.Writer, id string, d *pbscheduler.Deployment) error {
 	if len(d.GetInstances()) == 0 {
 		return nil
 	}
-	notComplete := int(d.GetTotal() - d.GetComplete())
+	notComplete := int(d.GetTotal() - d.GetComplete() + d.GetBlocked())
 	fmt.Fprintln(w)
 	if len(d.GetInstances()) < notComplete {
 		fmt.Fprintf(w, "%d of the %d instances not yet complete:\n", len(d.GetInstances()), notComplete)

@@ -37,6 +37,15 @@ func TestProgressLine(t *testing.T) {
 		{&pbscheduler.Deployment{Status: "completed", StatusReason: "0/0 complete"}, "completed: nothing placed: no instance of the instance group was ready"},
 		{&pbscheduler.Deployment{Status: "canceled", StatusReason: "replaced by deployment d4"}, "canceled: nothing placed (replaced by deployment d4)"},
 		{&pbscheduler.Deployment{}, "-: nothing placed"},
+		// Instances it could not place on: counted, and why, once it ends.
+		{&pbscheduler.Deployment{Status: "in-progress", Total: 2, Complete: 1, Blocked: 1,
+			Instances: []*pbscheduler.InstanceProgress{{Instance: "i2", State: "blocked", Reason: "host port 8080/tcp is taken by task t9"}}},
+			"in-progress: 1/2 complete, 1 blocked"},
+		{&pbscheduler.Deployment{Status: "completed", Total: 2, Complete: 2, Blocked: 1, StatusReason: "2/2 complete; 1 instance blocked (...)",
+			Instances: []*pbscheduler.InstanceProgress{{Instance: "i2", State: "blocked", Reason: "host port 8080/tcp is taken by task t9"}}},
+			"completed: 2/2 complete, 1 blocked (i2: host port 8080/tcp is taken by task t9)"},
+		{&pbscheduler.Deployment{Status: "completed", Blocked: 1, StatusReason: "nothing placed: 1 instance blocked (i2: host port 8080/tcp is taken by task t9); the version is placed on each one once it can take it"},
+			"completed: nothing placed: 1 instance blocked (i2: host port 8080/tcp is taken by task t9); the version is placed on each one once it can take it"},
 	} {
 		if got := ProgressLine(tc.d); got != tc.want {
 			t.Errorf("ProgressLine = %q, want %q", got, tc.want)
@@ -154,6 +163,19 @@ node-3     1         ls:3      t3     unhealthy                      unhealthy
 node-4     1         ls:3      t4     stopping (no longer matches)   healthy
 node-5     -         -         -      missing                        -
 `)
+	// A blocked instance adds the reason column.
+	b.Reset()
+	_ = WriteEnvironmentStatus(&b, &pbscheduler.EnvironmentState{Summary: "2 desired: 1 active, 0 launching, 0 unhealthy, 1 blocked",
+		Instances: []*pbscheduler.InstanceState{
+			{Instance: "node-1", Matches: true, Task: "t1", TaskDefinition: "web:1", VersionNumber: 1, State: "active", Health: "healthy"},
+			{Instance: "node-2", Matches: true, State: "blocked", Reason: "host port 8080/tcp is taken by task t9"},
+		}})
+	checkLines(t, b.String(), `2 desired: 1 active, 0 launching, 0 unhealthy, 1 blocked
+
+INSTANCE   VERSION   TASKDEF   TASK   STATE     HEALTH    REASON
+node-1     1         web:1     t1     active    healthy   -
+node-2     -         -         -      blocked   -         host port 8080/tcp is taken by task t9
+`)
 	b.Reset()
 	_ = WriteEnvironmentStatus(&b, &pbscheduler.EnvironmentState{Summary: "0 desired: 0 active"})
 	checkLines(t, b.String(), "0 desired: 0 active\n\nNo instance matches the instance group.\n")
@@ -181,6 +203,17 @@ node-1     place     -      ls:4   no task
 node-2     replace   ls:3   ls:4   -
 node-3     stop      ls:3   -      draining
 node-4     keep      ls:4   ls:4   -
+`)
+	b.Reset()
+	_ = WriteDiff(&b, &pbscheduler.EnvironmentDiff{VersionNumber: 1, TaskDefinition: "web:1", Place: 1, Blocked: 1, Changes: []*pbscheduler.InstanceChange{
+		{Instance: "node-1", Action: "place", ToTaskDefinition: "web:1"},
+		{Instance: "node-2", Action: "blocked", ToTaskDefinition: "web:1", Reason: "host port 8080/tcp is taken by task t9"},
+	}})
+	checkLines(t, b.String(), `Deploying version 1 (web:1) would place 1, replace 0, stop 0, keep 0, and is blocked on 1.
+
+INSTANCE   ACTION    FROM   TO      REASON
+node-1     place     -      web:1   -
+node-2     blocked   -      web:1   host port 8080/tcp is taken by task t9
 `)
 	b.Reset()
 	_ = WriteDiff(&b, &pbscheduler.EnvironmentDiff{VersionNumber: 1, TaskDefinition: "ls:3"})

@@ -78,7 +78,7 @@ func Controller(cfg Config) (controller.Controller, error) {
 	if cfg.Resync == 0 {
 		cfg.Resync = DefaultResync
 	}
-	r := &reconciler{api: cfg.API, now: cfg.Now, log: cfg.Logger.With("controller", ControllerName), envs: map[string]*pbresource.ID{}, cache: cfg.Cache, instances: newInstanceViews(cfg.Cache), tasks: newTaskViews()}
+	r := &reconciler{api: cfg.API, now: cfg.Now, log: cfg.Logger.With("controller", ControllerName), envs: map[string]*pbresource.ID{}, cache: cfg.Cache, instances: newInstanceViews(cfg.Cache), tasks: newTaskViews(), blocked: newBlockedEnvs()}
 	return controller.Controller{
 		Name:        ControllerName,
 		ManagedType: scheduler.EnvironmentType,
@@ -108,6 +108,11 @@ type reconciler struct {
 	cache     *controller.Cache
 	instances *instanceViews
 	tasks     *taskViews
+
+	// portsMu serializes the runs that may place fixed host ports
+	// (ports.go); blocked remembers where environments are blocked.
+	portsMu sync.Mutex
+	blocked *blockedEnvs
 }
 
 func (r *reconciler) mapEnvironment(ev controller.Event, look controller.Lookup) []controller.Request {
@@ -118,6 +123,7 @@ func (r *reconciler) mapEnvironment(ev controller.Event, look controller.Lookup)
 		delete(r.envs, key)
 		r.instances.forget(envKey(id))
 		r.tasks.forget(envKey(id))
+		r.blocked.set(id, nil)
 	} else {
 		c := proto.Clone(id).(*pbresource.ID)
 		c.Uid = ""
@@ -136,10 +142,11 @@ func (r *reconciler) startTerm() {
 }
 
 // mapTask notes that an environment's tasks changed and maps the task to
-// its environment.
+// its environment, and to the environments blocked on its instance (it
+// may have freed the host port they wait for).
 func (r *reconciler) mapTask(ev controller.Event, look controller.Lookup) []controller.Request {
 	r.tasks.changed(ev.Resource.GetOwner(), ev.Resource.GetId().GetName())
-	return controller.MapOwner(ev, look)
+	return append(controller.MapOwner(ev, look), r.blocked.requests(ev.Resource)...)
 }
 
 // mapInstance notes that the instances changed and asks for every

@@ -172,7 +172,7 @@ func (r *reconciler) progress(st *envState, plan scheduler.Plan, views []schedul
 		default:
 			pr = scheduler.MonitorProgress(view, views, rollout, now)
 		}
-		if d == active && pr.Status == scheduler.StatusCompleted && pr.Total == 0 {
+		if d == active && pr.Status == scheduler.StatusCompleted && pr.Total == 0 && pr.Blocked == 0 {
 			// "0/0 complete" reads as success: say that nothing runs, and why.
 			pr.Reason = scheduler.NothingPlaced(group, st.instances)
 		}
@@ -181,7 +181,7 @@ func (r *reconciler) progress(st *envState, plan scheduler.Plan, views []schedul
 		if int32(pr.Complete) > next.Complete {
 			next.LastProgressAt = timestamppb.New(now)
 		}
-		next.Total, next.Complete, next.Failed, next.Instances = int32(pr.Total), int32(pr.Complete), int32(pr.Failed), pr.Instances
+		next.Total, next.Complete, next.Failed, next.Blocked, next.Instances = int32(pr.Total), int32(pr.Complete), int32(pr.Failed), int32(pr.Blocked), pr.Instances
 		if d.Data.GetType() == scheduler.DeploymentUser {
 			next.BatchSize = int32(plan.BatchSize)
 		}

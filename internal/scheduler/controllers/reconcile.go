@@ -52,7 +52,14 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 		}
 	}
 	if st.status.GetStatus() != scheduler.EnvActive {
-		if err := r.report(ctx, st, st.status); err != nil {
+		// An inactive environment places nothing, so nothing is blocked.
+		r.blocked.set(req.ID, nil)
+		inactive := st.status
+		if len(inactive.GetBlocked()) > 0 {
+			inactive = proto.Clone(inactive).(*pbscheduler.EnvironmentStatus)
+			inactive.Blocked = nil
+		}
+		if err := r.report(ctx, st, inactive); err != nil {
 			return err
 		}
 		return r.collect(ctx, st)
@@ -79,27 +86,37 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 	// date like any other. After a failed deployment they are left as
 	// they are (a rollback or a new deployment decides).
 	replace := active != nil || st.status.GetLastCompletedVersion() == st.status.GetDesiredVersion()
-	target := scheduler.Target{TaskDefinition: ver.GetTaskDefinition(), Version: st.status.GetDesiredVersion(), Group: group, Rollout: rollout, Replace: replace}
+	ns := st.res.GetId().GetTenancy().GetNamespace()
+	target := scheduler.Target{TaskDefinition: ver.GetTaskDefinition(), Version: st.status.GetDesiredVersion(), Group: group, Rollout: rollout, Replace: replace,
+		Needs: r.needs(ns, ver.GetTaskDefinition()), PortHolders: r.portHolders(ns)}
 	views := viewsOf(st.tasks)
 	matching := r.instances.matching(envKey(st.res.GetId()), st.status.GetDesiredVersion(), group)
+	unlock := r.lockPorts(target.Needs)
 	plan := scheduler.ComputePlan(target, matching.Relevant(views), views, now)
 	writes, err := r.planWrites(st, plan, target, active, ver.GetNumber(), now)
 	if err != nil {
+		unlock()
 		return err
 	}
 	recheck, progressWrites, after, err := r.progress(st, plan, views, active, rollout, group, now)
 	if err != nil {
+		unlock()
 		return err
 	}
 	// The plan and the progress it makes go in one write: a run costs one
 	// commit, not two, and a batch of a rollout starts a round trip sooner.
-	if err := r.writeAll(ctx, append(writes, progressWrites...)); err != nil {
+	err = r.writeAll(ctx, append(writes, progressWrites...))
+	unlock()
+	if err != nil {
 		return err
 	}
+	r.blocked.set(req.ID, blockedInstances(plan))
 	// The status follows from the deployments as this run left them, and
 	// is written after them: a run that ends between the two leaves the
 	// status behind the deployments, and the next run's read catches up.
-	if err := r.report(ctx, st, scheduler.ReportStatus(st.status, after, st.versions)); err != nil {
+	next := scheduler.ReportStatus(st.status, after, st.versions)
+	next.Blocked = scheduler.BlockedOf(plan)
+	if err := r.report(ctx, st, next); err != nil {
 		return err
 	}
 	if len(plan.Places) > 0 || len(plan.Stops) > 0 {

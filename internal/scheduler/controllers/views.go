@@ -25,10 +25,13 @@ import (
 // instances and tasks are listed whole into the cache.
 
 // cachedTypes are what the controller reads from the cache: its tasks by
-// owner (the built-in index), and the instances.
+// owner (the built-in index), every task by instance (the host ports in
+// use there), the instances, and the task definitions (what a definition
+// asks of an instance, and the host ports a task publishes).
 var cachedTypes = []controller.CachedType{
-	{Type: orchestrator.TaskType},
+	{Type: orchestrator.TaskType, Indexes: []*controller.Index{orchestrator.TasksByInstance}},
 	{Type: orchestrator.InstanceType},
+	{Type: orchestrator.TaskDefinitionType},
 }
 
 // instanceViews keeps the instances as plans read them, and per

@@ -107,7 +107,11 @@ func (o *Operations) Diff(ctx context.Context, ns, name, version string) (*pbsch
 	if err != nil {
 		return nil, err
 	}
-	d := scheduler.Diff(ver.GetTaskDefinition(), group, instances, tasks)
+	needs, holders, err := o.placement(ctx, ns, ver.GetTaskDefinition())
+	if err != nil {
+		return nil, err
+	}
+	d := scheduler.Diff(ver.GetTaskDefinition(), group, instances, tasks, needs, holders)
 	d.Version, d.VersionNumber = uuid, ver.GetNumber()
 	return d, nil
 }
@@ -152,7 +156,9 @@ func (o *Operations) state(ctx context.Context, res *pbresource.Resource, env *p
 	if err != nil {
 		return nil, err
 	}
-	return scheduler.State(group, instances, tasks, numbers), nil
+	st := scheduler.State(group, instances, tasks, numbers)
+	scheduler.MarkBlocked(st, reported.GetBlocked())
+	return st, nil
 }
 
 // world reads the instances, the environment's tasks and the numbers of
