@@ -285,6 +285,7 @@ func writeTask(w io.Writer, r *wire.Resource, t *pborch.Task, st *pborch.TaskSta
 	if s := st.GetStoppedAt(); s != nil {
 		fmt.Fprintf(tw, "Stopped at:\t%s\n", s.AsTime().Local().Format("2006-01-02 15:04:05.000"))
 	}
+	writeTaskNetwork(tw, st.GetNetwork())
 	tw.Flush()
 	fmt.Fprintln(w)
 	if len(st.GetContainers()) == 0 {

@@ -184,6 +184,7 @@ func writeTaskDefinition(w io.Writer, r *wire.Resource, td *pborch.TaskDefinitio
 			ct.GetEssential(), ct.GetSidecar(), cli.Dash(strings.Join(deps, ",")), cli.Dash(describeCheck(ct.GetHealthCheck())))
 	}
 	tw.Flush()
+	writeTaskDefinitionNetwork(w, td)
 	if p := td.GetRestartPolicy(); p != nil {
 		s := orchestrator.RestartPolicySettings(p)
 		fmt.Fprintf(w, "\nRestart policy: %d attempts within %s, %s apart\n", s.Attempts, s.Interval, s.Delay)

@@ -79,13 +79,19 @@ func report(t *testing.T, api *resource.Service, r *pbresource.Resource, st *pbo
 
 // runCLI runs `trellis task ARGS...` against addr.
 func runCLI(addr string, args ...string) (string, error) {
+	return runTrellis(addr, newTaskCmd, append([]string{"task"}, args...)...)
+}
+
+// runTrellis runs `trellis ARGS...` against addr, with the command that
+// newCmd makes as the root's one subcommand.
+func runTrellis(addr string, newCmd func(*cli.Env) *cobra.Command, args ...string) (string, error) {
 	var out bytes.Buffer
 	vars := map[string]string{"TRELLIS_ADDR": addr}
 	e := &cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: io.Discard, Getenv: func(k string) string { return vars[k] }, Now: time.Now}
 	root := &cobra.Command{Use: "trellis", SilenceErrors: true, SilenceUsage: true}
 	e.ClientFlags.Register(root.PersistentFlags())
-	root.AddCommand(newTaskCmd(e))
-	root.SetArgs(append([]string{"task"}, args...))
+	root.AddCommand(newCmd(e))
+	root.SetArgs(args)
 	root.SetOut(io.Discard)
 	err := root.ExecuteContext(context.Background())
 	return out.String(), err
@@ -131,5 +137,58 @@ func TestTaskRunChecksNetworkAndHostPorts(t *testing.T) {
 	out, err := runCLI(addr, "run", "--taskdef", "web:1", "--instance", "i1")
 	if err != nil || !strings.Contains(out, "of web:1 placed on i1") {
 		t.Fatalf("task run once 8080 is free: %q, %v", out, err)
+	}
+}
+
+// taskdef show shows the network and the ports published; task show the
+// network as the agent reports it.
+func TestNetworkShown(t *testing.T) {
+	api, addr := testServer(t)
+	td := &pborch.TaskDefinition{Family: "web", Revision: 1, Network: "bridge",
+		Containers: []*pborch.ContainerDefinition{{Name: "app", Driver: "exec", Command: []string{"sleep", "1000"}}},
+		Ports: []*pborch.PortMapping{
+			{Name: "http", ContainerPort: 8080, HostPort: 80},
+			{Name: "metrics", ContainerPort: 9100},
+			{Name: "dns", ContainerPort: 53, HostPort: 5353, Protocol: "udp"},
+		}}
+	store(t, api, orchestrator.TaskDefinitionID("default", "web", 1), td)
+	out, err := runTrellis(addr, func(e *cli.Env) *cobra.Command { return newTaskDefCmd(e, testTypes()) }, "taskdef", "show", "web:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Network: bridge (one network namespace for the task, shared by its containers)",
+		"PORT      CONTAINER PORT   HOST PORT               PROTOCOL",
+		"http      8080             80                      tcp",
+		"metrics   9100             any (the agent picks)   tcp",
+		"dns       53               5353                    udp",
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("taskdef show lacks %q:\n%s", want, out)
+		}
+	}
+
+	task := store(t, api, orchestrator.TaskID("default", "01jweb"), &pborch.Task{TaskDefinition: "web:1", Instance: "i1", DesiredStatus: orchestrator.StatusRunning})
+	out, err = runCLI(addr, "show", "01jweb")
+	if err != nil || strings.Contains(out, "Network") {
+		t.Fatalf("task show before any report: %v\n%s", err, out)
+	}
+	report(t, api, task, &pborch.TaskStatus{LastStatus: orchestrator.StatusRunning, Network: &pborch.TaskNetwork{
+		Mode: "bridge", NamespacePath: "/run/netns/trellis-0f8e", Address: "10.88.0.5",
+		Ports: []*pborch.PortBinding{{Name: "http", ContainerPort: 8080, HostPort: 80, Protocol: "tcp"}, {Name: "metrics", ContainerPort: 9100, HostPort: 31022, Protocol: "tcp"}},
+	}})
+	out, err = runCLI(addr, "show", "01jweb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Network:             bridge",
+		"Network namespace:   /run/netns/trellis-0f8e",
+		"Address:             10.88.0.5",
+		"Published ports:     http 80/tcp -> 8080, metrics 31022/tcp -> 9100",
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("task show lacks %q:\n%s", want, out)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"trellis.dev/trellis/internal/agent"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/httpapi/wire"
+	"trellis.dev/trellis/internal/orchestrator"
 )
 
 // How the orchestrator's objects are shown in tables.
@@ -83,4 +84,59 @@ func shortID(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// writeTaskNetwork adds to task show's table what the agent reports of
+// the task's network, when it reports it: the mode, and for a bridge
+// task its namespace, address and published ports.
+func writeTaskNetwork(tw io.Writer, n *pborch.TaskNetwork) {
+	if n == nil {
+		return
+	}
+	fmt.Fprintf(tw, "Network:\t%s\n", cli.Dash(n.GetMode()))
+	if n.GetNamespacePath() != "" {
+		fmt.Fprintf(tw, "Network namespace:\t%s\n", n.GetNamespacePath())
+	}
+	if n.GetAddress() != "" {
+		fmt.Fprintf(tw, "Address:\t%s\n", n.GetAddress())
+	}
+	if len(n.GetPorts()) > 0 {
+		var ports []string
+		for _, p := range n.GetPorts() {
+			proto := p.GetProtocol()
+			if proto == "" {
+				proto = orchestrator.ProtocolTCP
+			}
+			ports = append(ports, fmt.Sprintf("%s %d/%s -> %d", p.GetName(), p.GetHostPort(), proto, p.GetContainerPort()))
+		}
+		fmt.Fprintf(tw, "Published ports:\t%s\n", strings.Join(ports, ", "))
+	}
+}
+
+// writeTaskDefinitionNetwork is taskdef show's network: the mode, and the
+// ports a bridge task publishes.
+func writeTaskDefinitionNetwork(w io.Writer, td *pborch.TaskDefinition) {
+	mode := orchestrator.NetworkMode(td)
+	switch mode {
+	case orchestrator.NetworkBridge:
+		fmt.Fprintln(w, "\nNetwork: bridge (one network namespace for the task, shared by its containers)")
+	case orchestrator.NetworkHost:
+		fmt.Fprintln(w, "\nNetwork: host (the instance's)")
+	default:
+		fmt.Fprintf(w, "\nNetwork: %s\n", mode)
+	}
+	if len(td.GetPorts()) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := cli.NewTable(w)
+	fmt.Fprintln(tw, "PORT\tCONTAINER PORT\tHOST PORT\tPROTOCOL")
+	for _, p := range td.GetPorts() {
+		host := fmt.Sprint(p.GetHostPort())
+		if p.GetHostPort() == 0 {
+			host = "any (the agent picks)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", p.GetName(), p.GetContainerPort(), host, orchestrator.PortProtocol(p))
+	}
+	tw.Flush()
 }
