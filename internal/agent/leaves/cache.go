@@ -22,7 +22,7 @@ import (
 
 // DefaultResignWindow is the window over which a root change's
 // re-signing is spread (Config.ResignWindow).
-const DefaultResignWindow = 30 * time.Second
+const DefaultResignWindow = ca.DefaultResignWindow
 
 // Signer has the servers sign a CSR (PEM): the leaf and the chain a TLS
 // peer sends after it, both PEM. A refusal for the servers' signing limit
@@ -76,7 +76,7 @@ type Cache struct {
 
 // entry is one leaf: its schedule, and the leaf once signed.
 type entry struct {
-	sched Schedule
+	sched ca.LeafSchedule
 	cert  *tls.Certificate // nil until signed
 	id    string           // the SPIFFE id of cert
 }
@@ -139,7 +139,7 @@ func (c *Cache) SetRoots(r Roots) {
 	c.roots, c.pool = r, r.Pool()
 	now := time.Now()
 	for _, e := range c.entries {
-		e.sched = OnRootChange(e.sched, r.ActiveID, now, c.cfg.ResignWindow, c.cfg.Rand())
+		e.sched = ca.OnRootChange(e.sched, r.ActiveID, now, c.cfg.ResignWindow, c.cfg.Rand())
 	}
 	c.broadcastLocked()
 }
@@ -269,7 +269,7 @@ func (c *Cache) Leaves() []Info {
 }
 
 // Run keeps the leaves signed until ctx ends: it signs each leaf when
-// NextSignAt says, once the roots are known.
+// ca.NextSignAt says, once the roots are known.
 func (c *Cache) Run(ctx context.Context) {
 	var timer *time.Timer
 	defer func() {
@@ -315,7 +315,7 @@ func (c *Cache) due(now time.Time) (due []Key, next time.Time) {
 		return nil, time.Time{}
 	}
 	for k, e := range c.entries {
-		at := NextSignAt(e.sched)
+		at := ca.NextSignAt(e.sched)
 		if !at.After(now) {
 			due = append(due, k)
 		} else if next.IsZero() || at.Before(next) {
@@ -348,7 +348,7 @@ func (c *Cache) sign(ctx context.Context, k Key) {
 		if errors.As(err, &rl) {
 			retryAfter = rl.RetryAfter
 		}
-		e.sched = Failed(e.sched, now, retryAfter, c.cfg.Rand())
+		e.sched = ca.SignFailed(e.sched, now, retryAfter, c.cfg.Rand())
 		c.log.Warn("cannot sign a leaf; retrying", "leaf", k.String(), "id", id.String(), "retry_at", e.sched.RetryAt, "err", err)
 		c.broadcastLocked()
 		return
@@ -358,10 +358,10 @@ func (c *Cache) sign(ctx context.Context, k Key) {
 		rootID = c.roots.ActiveID
 	}
 	e.cert, e.id = cert, id.String()
-	e.sched = Signed(cert.Leaf.NotBefore, cert.Leaf.NotAfter, rootID, c.cfg.Rand())
+	e.sched = ca.LeafSigned(cert.Leaf.NotBefore, cert.Leaf.NotAfter, rootID, c.cfg.Rand())
 	// Roots may have changed while it was signed: a leaf not of the
 	// active root is re-signed within the window.
-	e.sched = OnRootChange(e.sched, c.roots.ActiveID, now, c.cfg.ResignWindow, c.cfg.Rand())
+	e.sched = ca.OnRootChange(e.sched, c.roots.ActiveID, now, c.cfg.ResignWindow, c.cfg.Rand())
 	c.log.Info("signed a leaf", "leaf", k.String(), "id", e.id, "serial", fmt.Sprintf("%x", cert.Leaf.SerialNumber),
 		"not_after", cert.Leaf.NotAfter, "renew_at", e.sched.RenewAt, "root", rootID)
 	c.broadcastLocked()

@@ -11,8 +11,9 @@
 //
 // # Design decisions
 //
-//   - When to sign is a pure decision over plain values (Schedule,
-//     NextSignAt, OnRootChange, RetryDelay), tested with tables; the
+//   - When to sign is a pure decision over plain values (internal/ca's
+//     LeafSchedule, NextSignAt, OnRootChange, SignRetryDelay, shared with
+//     the servers' own leaves), tested with tables; the
 //     cache's loop only acts on it.
 //   - Renewal at ca.LeafRenewAt with a fresh random r per leaf, a point
 //     between 60 % and 90 % of its life, so the leaves a fleet got at one

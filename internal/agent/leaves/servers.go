@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -129,7 +130,7 @@ func (s *Servers) WatchRoots(ctx context.Context, set func(Roots)) {
 			return
 		}
 		failures++
-		wait := RetryDelay(failures, 0, mrandFloat())
+		wait := ca.SignRetryDelay(failures, 0, mrand.Float64())
 		s.log.Warn("the watch of the CA's roots ended; opening it again", "err", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():
