@@ -2,6 +2,7 @@ package module
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,12 +48,32 @@ type Deps struct {
 	Metrics prometheus.Registerer
 	// Cluster holds what a module may know of the cluster.
 	Cluster Cluster
+	// ServerCerts is the server's TLS, for the module that makes the
+	// server's own certificate (the CA's); nil when the server serves no
+	// TLS or takes its certificates from files alone
+	// (-connect-server-certs=false).
+	ServerCerts ServerCerts
+}
+
+// ServerCerts is a server's TLS as the maker of its own certificate sees
+// it (tlsutil.Configurator).
+type ServerCerts interface {
+	// ServerNames are the DNS names the server's certificate carries:
+	// those peers check a server by.
+	ServerNames() []string
+	// SetConnectServerCertificate hands over the certificate to present
+	// (its chain in Certificate, its key in PrivateKey); nil takes it back.
+	SetConnectServerCertificate(cert *tls.Certificate)
 }
 
 // Cluster is what a module may know of the cluster the server is part of.
 type Cluster struct {
 	// Datacenter is the server's datacenter (server.Config.Datacenter).
 	Datacenter string
+	// ServerID names this server among the cluster's: its Raft node id,
+	// fixed at its first start (a uuid); an in-memory server has one for
+	// the run.
+	ServerID string
 	// GRPCAddr is the address the public gRPC server listens on.
 	GRPCAddr string
 	// ServerAddr is the address of this server's server-to-server port,

@@ -56,6 +56,11 @@ type Config struct {
 	// cluster's CA or an agent leaf of the Connect CA (auto-encrypt),
 	// whose roots the server follows. Nil: plaintext.
 	TLS *tlsutil.Configurator
+	// DisableConnectServerCerts keeps the server on its certificate file
+	// (-connect-server-certs=false). Otherwise a server with TLS signs
+	// itself a leaf of the Connect CA once the CA is up, renews it, and
+	// presents it to the peers that ask for it (see tlsutil).
+	DisableConnectServerCerts bool
 	// PublicGRPCOptions are added to the options of the public gRPC
 	// server (tests look at each call's peer with an interceptor).
 	PublicGRPCOptions []grpc.ServerOption

@@ -110,7 +110,10 @@ func (s *Server) moduleDeps() module.Deps {
 		Cache:    s.ControllerCache(),
 		Logger:   s.log,
 		Metrics:  s.metrics,
-		Cluster:  module.Cluster{Datacenter: s.cfg.Datacenter, GRPCAddr: s.GRPCAddr(), ServerAddr: s.ServerAddr()},
+		Cluster:  module.Cluster{Datacenter: s.cfg.Datacenter, ServerID: s.serverID, GRPCAddr: s.GRPCAddr(), ServerAddr: s.ServerAddr()},
+	}
+	if s.cfg.TLS != nil && !s.cfg.DisableConnectServerCerts {
+		d.ServerCerts = s.cfg.TLS
 	}
 	if s.leadership != nil {
 		d.Leadership = s.leadership.Subscribe

@@ -21,6 +21,7 @@ import (
 	"trellis.dev/trellis/internal/cluster"
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/httpapi"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
@@ -59,6 +60,9 @@ type Server struct {
 
 	leadership *leadershipHub // nil when the backend does not say
 	bootstrap  *bootstrapper
+	// serverID names this server among the cluster's: the Raft node id,
+	// or a uuid for the run of an in-memory server.
+	serverID string
 
 	// extra runnables run between the gRPC server (first up, last down)
 	// and the HTTP server (last up, first down).
@@ -163,9 +167,13 @@ func New(cfg Config) (_ *Server, err error) {
 		if err := s.openRaft(cfg.Raft); err != nil {
 			return nil, err
 		}
+		s.serverID = s.raft.ID()
 	} else {
 		s.backend = inmem.NewBackend()
 		s.cluster = SingleNode{Addr: cfg.RaftAddr, Datacenter: cfg.Datacenter}
+		if s.serverID, err = ids.NewUUID(); err != nil {
+			return nil, err
+		}
 	}
 
 	svc := resource.NewService(resource.Config{

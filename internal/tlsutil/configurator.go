@@ -81,6 +81,9 @@ type Configurator struct {
 	// public ports accept as client certificates (SetConnectRoots); nil
 	// until a server sets them.
 	connectRoots atomic.Pointer[x509.CertPool]
+	// connectServer is this server's leaf of the Connect CA
+	// (SetConnectServerCertificate); nil until the server has one.
+	connectServer atomic.Pointer[tls.Certificate]
 }
 
 // New loads and checks the files of cfg. It refuses a missing or
@@ -162,6 +165,38 @@ func (c *Configurator) Certificate() *x509.Certificate {
 
 // ServerName is the name a server of this cluster's datacenter presents.
 func (c *Configurator) ServerName() string { return ServerName(c.cfg.Datacenter, c.cfg.Domain) }
+
+// ConnectServerName is the name a client asks for to be served a
+// server's Connect CA leaf (see the package function).
+func (c *Configurator) ConnectServerName() string {
+	return ConnectServerName(c.cfg.Datacenter, c.cfg.Domain)
+}
+
+// ServerNames are the DNS names a server's Connect CA leaf carries: the
+// name peers check a server by, and the Connect name clients ask for.
+func (c *Configurator) ServerNames() []string {
+	return []string{c.ServerName(), c.ConnectServerName()}
+}
+
+// SetConnectServerCertificate makes cert, a leaf of the Connect CA that
+// names ServerNames, this server's Connect certificate; nil drops it.
+// A server's CA module calls it whenever it signs itself a new one.
+func (c *Configurator) SetConnectServerCertificate(cert *tls.Certificate) {
+	c.connectServer.Store(cert)
+}
+
+// ConnectServerCertificate is the server's Connect certificate when it
+// has one valid now, else nil.
+func (c *Configurator) ConnectServerCertificate() *tls.Certificate {
+	cert := c.connectServer.Load()
+	if cert == nil || cert.Leaf == nil {
+		return nil
+	}
+	if now := c.cfg.Now(); now.Before(cert.Leaf.NotBefore) || !now.Before(cert.Leaf.NotAfter) {
+		return nil
+	}
+	return cert
+}
 
 func (c *Configurator) load() (*material, error) {
 	cfg := c.cfg

@@ -19,6 +19,17 @@ func ServerName(datacenter, domain string) string {
 	return "server." + datacenter + "." + domain
 }
 
+// ConnectServerName is the name a server's Connect CA leaf carries beside
+// ServerName, and the name (SNI) a client asks for to be served that leaf
+// rather than the server's certificate file: server.dc1.connect.trellis.
+// A client asks for it only when it can verify a leaf of the Connect CA
+// (it follows the CA's roots); any other name is served the file, so
+// that the CLI and a first-join agent, which hold only the cluster CA,
+// never meet a certificate they cannot check.
+func ConnectServerName(datacenter, domain string) string {
+	return "server." + datacenter + ".connect." + domain
+}
+
 // ClientName is the DNS name of a client (agent, CLI) certificate:
 // client.dc1.trellis.
 func ClientName(datacenter, domain string) string {

@@ -52,6 +52,16 @@
 //     leaf fails the check signs nothing more on this server (Unavailable,
 //     so agents ask another server), logged and counted; a new key starts
 //     afresh.
+//   - Each server with TLS signs its own leaf (serverleaf.go), a leaf of
+//     its server identity spiffe://<td>/server/dc/<dc>/id/<raft node id>,
+//     with the key the signer holds: no RPC, no CSR, no limit, and the
+//     signing service refuses that identity to everyone else. It follows
+//     the signer's state: a leaf as soon as the signer can sign, renewed
+//     and re-signed after a rotation by the agents' rules (ca.LeafSchedule,
+//     ca.OnRootChange over a short window, DefaultServerResignWindow), its
+//     key made on the server and kept in memory, each new leaf handed to
+//     the server's TLS (module.ServerCerts), which presents it to the
+//     peers that ask for it.
 //   - A per-server limit (Limiter: a token bucket for
 //     csr_max_per_second, a count for csr_max_concurrent, time given to
 //     it) refuses at once with a retry-after instead of queueing; the

@@ -40,6 +40,9 @@ type Config struct {
 	// PrimaryPollInterval is how often a secondary reads the primary's
 	// roots (DefaultPrimaryPollInterval when zero).
 	PrimaryPollInterval time.Duration
+	// ServerResignWindow spreads the re-signing of the server's own leaf
+	// after the active root changes (DefaultServerResignWindow when zero).
+	ServerResignWindow time.Duration
 }
 
 // New returns the CA's module.
@@ -89,6 +92,16 @@ func (m caModule) Setup(d module.Deps) (module.Parts, error) {
 			return module.Parts{}, err
 		}
 		signer.metrics = sm
+	}
+	// The server's own leaf, when it serves TLS: signed here, with the
+	// key the signer holds, never asked of the signing service.
+	if leaf := newServerLeaf(d, signer, m.cfg.ServerResignWindow, log); leaf != nil {
+		if d.Metrics != nil {
+			if err := d.Metrics.Register(serverLeafCollector{m: leaf}); err != nil {
+				return module.Parts{}, err
+			}
+		}
+		runnables = append(runnables, module.Runnable{Name: "ca-server-leaf", Run: leaf})
 	}
 	return module.Parts{
 		Controllers: []controller.Controller{mgr.Controller()},

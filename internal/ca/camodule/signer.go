@@ -36,6 +36,11 @@ type Signer struct {
 	// signer has no state to keep signing with meanwhile.
 	broken atomic.Pointer[error]
 
+	// changed is closed and replaced whenever state is (setState), for
+	// the server's own leaf to follow the signing state.
+	changedMu sync.Mutex
+	changed   chan struct{}
+
 	mu   sync.Mutex // guards view and synced
 	view caView
 	// synced: which of the three followed types has delivered its
@@ -57,7 +62,8 @@ func NewSigner(cfg SignerConfig) *Signer {
 	s := &Signer{
 		api: cfg.API, datacenter: cfg.Datacenter, now: cfg.Now, log: cfg.Logger,
 		limiter: NewLimiter(Limits{}), synced: map[string]bool{},
-		view: caView{keys: map[string]*pbresource.Resource{}},
+		view:    caView{keys: map[string]*pbresource.Resource{}},
+		changed: make(chan struct{}),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -297,5 +303,23 @@ func (s *Signer) observe(typ *pbresource.Type, set map[string]*pbresource.Resour
 	if prev == nil || prev.rootID != st.rootID {
 		s.log.Info("CA signer: signing under root", "root_id", st.rootID, "trust_domain", st.trustDomain, "datacenter", s.datacenter)
 	}
+	s.setState(st)
+}
+
+// setState makes st what the signer signs with and wakes whoever follows
+// it (stateChanged).
+func (s *Signer) setState(st *signingState) {
 	s.state.Store(st)
+	s.changedMu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.changedMu.Unlock()
+}
+
+// stateChanged is closed at the next setState: read the state after
+// taking it, and wait on it for the next.
+func (s *Signer) stateChanged() <-chan struct{} {
+	s.changedMu.Lock()
+	defer s.changedMu.Unlock()
+	return s.changed
 }
