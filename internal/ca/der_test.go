@@ -3,6 +3,7 @@ package ca
 import (
 	"bytes"
 	"encoding/asn1"
+	"encoding/pem"
 	"math/big"
 	"testing"
 	"time"
@@ -91,6 +92,25 @@ func TestDERDirectoryStringsMatchEncodingASN1(t *testing.T) {
 	})
 	if _, err := appendDirectoryString(nil, "bad\xff"); err == nil {
 		t.Error("invalid UTF-8 encoded")
+	}
+}
+
+// TestCertificatePEMMatchesEncodingPEM: the leaf's PEM is what
+// pem.EncodeToMemory writes, for DER of every length around the 48-byte
+// lines.
+func TestCertificatePEMMatchesEncodingPEM(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		der := rapid.SliceOfN(rapid.Byte(), 0, 2000).Draw(t, "der")
+		want := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+		if got := (IssuedLeaf{DER: der}).PEM(); !bytes.Equal(got, want) {
+			t.Fatalf("%d bytes:\n%s\nwant\n%s", len(der), got, want)
+		}
+	})
+	for _, n := range []int{0, 1, 47, 48, 49, 95, 96, 97} {
+		der := bytes.Repeat([]byte{0xa5}, n)
+		if got, want := (IssuedLeaf{DER: der}).PEM(), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}); !bytes.Equal(got, want) {
+			t.Errorf("%d bytes:\n%s\nwant\n%s", n, got, want)
+		}
 	}
 }
 

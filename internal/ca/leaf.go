@@ -10,10 +10,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
-	"encoding/pem"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"time"
 )
 
@@ -163,9 +164,6 @@ func NewLeafIssuer(s Signer) (*LeafIssuer, error) {
 	return &LeafIssuer{signer: s, sigAlg: sigAlg, hash: hash, fixedExts: exts}, nil
 }
 
-// Signer is what li signs with.
-func (li *LeafIssuer) Signer() Signer { return li.signer }
-
 // IssuedLeaf is a leaf certificate as Issue made it: its DER and the
 // fields a caller reports without parsing it back.
 type IssuedLeaf struct {
@@ -176,9 +174,33 @@ type IssuedLeaf struct {
 	NotBefore, NotAfter time.Time
 }
 
-// PEM is the leaf as a PEM CERTIFICATE block.
+// PEM is the leaf as a PEM CERTIFICATE block, the bytes
+// pem.EncodeToMemory writes (RFC 7468: base64 in lines of 64
+// characters), in one allocation: pem's line breaker, which writes
+// through two buffered writers, showed at ~2% of a server's CPU when
+// signing.
 func (l IssuedLeaf) PEM() []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: pemCertificate, Bytes: l.DER})
+	return appendCertificatePEM(nil, l.DER)
+}
+
+const (
+	pemCertBegin = "-----BEGIN " + pemCertificate + "-----\n"
+	pemCertEnd   = "-----END " + pemCertificate + "-----\n"
+	// pemLineBytes is what one line of 64 base64 characters encodes.
+	pemLineBytes = 48
+)
+
+func appendCertificatePEM(b, der []byte) []byte {
+	n := base64.StdEncoding.EncodedLen(len(der))
+	lines := (len(der) + pemLineBytes - 1) / pemLineBytes
+	b = slices.Grow(b, len(pemCertBegin)+n+lines+len(pemCertEnd))
+	b = append(b, pemCertBegin...)
+	for len(der) > 0 {
+		line := der[:min(pemLineBytes, len(der))]
+		b = append(base64.StdEncoding.AppendEncode(b, line), '\n')
+		der = der[len(line):]
+	}
+	return append(b, pemCertEnd...)
 }
 
 // Issue makes and signs the leaf certificate of id for the key of csr,
