@@ -491,6 +491,7 @@ type taskJSON struct {
 		LastStatus    string          `json:"last_status"`
 		StopReason    string          `json:"stop_reason"`
 		Containers    []containerJSON `json:"containers"`
+		Network       networkJSON     `json:"network"`
 	} `json:"data"`
 }
 

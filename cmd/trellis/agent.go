@@ -43,6 +43,7 @@ func newAgentCmd(e *cli.Env) *cobra.Command {
 		cfg        agent.Config
 		logLevel   string
 		tlsFiles   tlsutil.Config
+		netFlags   networkFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -66,6 +67,14 @@ agent leave' stops them and takes the instance out of the cluster.
 Tasks reach the agent's local API at TRELLIS_TASK_METADATA_URI for their own
 state; 'trellis task logs' reads their logs there.
 
+A task with network: bridge gets a network namespace of its own, shared by its
+containers, with an address on the host bridge -bridge-name (subnet
+-bridge-subnet), outbound NAT and its ports published on the host, through the
+CNI plugins (apt-get install containernetworking-plugins; the agent must run as
+root). Without them the instance runs host tasks only, its network.bridge
+attribute is false, and a bridge task placed on it stops saying why (see
+docs/networking.md).
+
 The agent keeps a leaf cache of Connect CA certificates: its own agent leaf
 (spiffe://<trust-domain>/agent/client/dc/<dc>/id/<name>) and one per service
 of the tasks it runs (named by the task definition's family for now). Keys are
@@ -83,7 +92,9 @@ an operator hands out for a first join (see docs/tls.md).`,
   trellis agent -server 10.0.0.1:7701 -server 10.0.0.2:7701 -server 10.0.0.3:7701 \
       -data-dir /var/lib/trellis/agent -cluster prod -http-addr 0.0.0.0:7710
   trellis agent -server 10.0.0.1:7701 -data-dir /var/lib/trellis/agent \
-      -tls-ca-file trellis-agent-ca.pem -auto-encrypt`,
+      -tls-ca-file trellis-agent-ca.pem -auto-encrypt
+  trellis agent -server 10.0.0.1:7701 -data-dir /var/lib/trellis/agent \
+      -bridge-subnet 10.77.0.0/22`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := (&serverFlags{logLevel: logLevel}).logger(e.Stderr)
@@ -112,6 +123,9 @@ an operator hands out for a first join (see docs/tls.md).`,
 				}
 				cfg.TLS = tc.OutgoingClientConfig()
 				go tlsutil.WatchSIGHUP(cmd.Context(), tc, log.With("component", "tls"))
+			}
+			if cfg.Network, err = netFlags.config(); err != nil {
+				return cli.Usage(err)
 			}
 			if err := cfg.Validate(); err != nil {
 				return cli.Usage(err)
@@ -145,6 +159,7 @@ an operator hands out for a first join (see docs/tls.md).`,
 	fs.StringVar(&cfg.Datacenter, "datacenter", "dc1", "the servers' datacenter: the name their server certificates carry (server.<dc>.trellis) and the one the agent's Connect CA leaves name")
 	fs.BoolVar(&cfg.AutoEncrypt, "auto-encrypt", false, "get the agent's leaf from the servers' Connect CA (over TLS checked with -tls-ca-file, which is all the agent needs) and present it to the servers: mutual TLS with no certificate file to hand out")
 	fs.DurationVar(&cfg.ResignWindow, "ca-resign-window", 30*time.Second, "after the Connect CA's active root changes, re-sign the leaves at a random moment within this window, so a fleet does not sign at once")
+	netFlags.register(fs)
 	addLogLevelFlag(fs, &logLevel, "info")
 	e.ClientFlags.RegisterToken(fs)
 	cmd.AddCommand(newAgentLeaveCmd(e))

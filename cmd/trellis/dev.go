@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"trellis.dev/trellis/internal/agent"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
@@ -56,6 +57,7 @@ func newDevCmd(e *cli.Env) *cobra.Command {
 	var (
 		f         serverFlags
 		instances int
+		netFlags  networkFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -69,6 +71,10 @@ Without -data-dir everything is kept in memory and gone when it stops: on
 Ctrl-C the agents stop their tasks first. With -data-dir the server is a
 single-server Raft cluster that keeps its data there, the agents keep theirs in
 DIR/agents, and tasks keep running across a restart of trellis dev.
+
+As root with the CNI plugins installed (make dev installs them), the agents run
+tasks with network: bridge too: they share the bridge -bridge-name, each leasing
+addresses from its own part of -bridge-subnet (docs/networking.md).
 
 It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 		Example: `  trellis dev
@@ -88,12 +94,17 @@ It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 				return err
 			}
 			cfg.Logger = log
-			return runDev(cmd.Context(), cfg, instances, f.dataDir, log, func(s *server.Server) { printDevBanner(e.Stdout, s, instances) })
+			network, err := netFlags.config()
+			if err != nil {
+				return cli.Usage(err)
+			}
+			return runDev(cmd.Context(), cfg, instances, f.dataDir, network, log, func(s *server.Server) { printDevBanner(e.Stdout, s, instances) })
 		},
 	}
 	f.register(cmd.Flags())
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "keep data in this directory (a single-server Raft cluster) instead of in memory")
 	cmd.Flags().IntVar(&instances, "instances", 1, "how many local agents (instances dev-1 ... dev-N) to run; 0 for none")
+	netFlags.register(cmd.Flags())
 	return cmd
 }
 
@@ -137,12 +148,12 @@ func devConfig(f serverFlags) (server.Config, error) {
 // runDev runs the dev server and its agents until ctx ends or SIGINT or
 // SIGTERM arrives; a second signal kills the process the default way. The
 // agents stop before the server, so that their last reports are stored.
-func runDev(ctx context.Context, cfg server.Config, instances int, dataDir string, log *slog.Logger, started func(*server.Server)) error {
+func runDev(ctx context.Context, cfg server.Config, instances int, dataDir string, network *agent.NetworkConfig, log *slog.Logger, started func(*server.Server)) error {
 	s, err := server.New(cfg)
 	if err != nil {
 		return err
 	}
-	agents, err := newDevAgents(instances, s, dataDir, log)
+	agents, err := newDevAgents(instances, s, dataDir, network, log)
 	if err != nil {
 		return err
 	}

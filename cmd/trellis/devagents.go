@@ -12,7 +12,9 @@ import (
 
 	"trellis.dev/trellis/internal/agent"
 	"trellis.dev/trellis/internal/agent/taskrunner"
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/server"
+	"trellis.dev/trellis/internal/tasknet"
 )
 
 // devLeaveTimeout bounds how long `trellis dev` waits, on Ctrl-C, for its
@@ -36,7 +38,7 @@ type devAgents struct {
 // devInstanceName names the i-th (from 1) local instance.
 func devInstanceName(i int) string { return fmt.Sprintf("dev-%d", i) }
 
-func newDevAgents(n int, s *server.Server, dataDir string, log *slog.Logger) (*devAgents, error) {
+func newDevAgents(n int, s *server.Server, dataDir string, network *agent.NetworkConfig, log *slog.Logger) (*devAgents, error) {
 	d := &devAgents{keep: dataDir != "", errs: make(chan error, n)}
 	base := filepath.Join(dataDir, "agents")
 	if dataDir == "" {
@@ -57,6 +59,18 @@ func newDevAgents(n int, s *server.Server, dataDir string, log *slog.Logger) (*d
 			HTTPAddr:   "127.0.0.1:0",
 			Logger:     log.With("agent", name),
 			NewRunner:  taskrunner.New,
+		}
+		if network != nil {
+			// One bridge for all, each agent leasing from its own part of
+			// the subnet: host-local keeps an agent's leases in its data
+			// dir, where no other agent looks.
+			c := *network
+			var err error
+			if c.RangeStart, c.RangeEnd, err = tasknet.SplitRange(c.Subnet, i-1, n); err != nil {
+				d.cleanup()
+				return nil, cli.Usage(err)
+			}
+			cfg.Network = &c
 		}
 		cfg.Drivers = agentDrivers(name, cfg.Logger)
 		a, err := agent.New(cfg)

@@ -34,6 +34,8 @@ type Agent struct {
 
 	tasks   *tasks.Manager
 	session *session.Session
+	// network is the bridge task networking; nil without Config.Network.
+	network *taskNetwork
 
 	// leaves is the leaf cache and leafServers its link to the servers
 	// (nil with DisableLeafCache); sessionTLS is how the session dials
@@ -97,8 +99,19 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
+	var networks tasks.Networks
+	if cfg.Network != nil {
+		a.network, err = newTaskNetwork(cfg.Network, cfg.DataDir, a.log)
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		a.network.metadata, a.network.addr = a.metadataHandler(), a.localAddr
+		networks = a.network
+	}
 	id := session.NewID(cfg.Clock.Now())
 	a.tasks, err = tasks.New(tasks.Config{
+		Network:   networks,
 		Instance:  cfg.Name,
 		DataDir:   cfg.DataDir,
 		Drivers:   cfg.Drivers,
@@ -214,6 +227,10 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.log.Info("agent starting", "servers", a.cfg.Servers, "http", a.localAddr, "address", a.address, "session", a.Session())
 
 	facts := probeFacts(ctx, a.cfg.Drivers)
+	facts.BridgeNetwork = a.network != nil && a.network.Unavailable() == nil
+	if a.network != nil {
+		defer a.network.close()
+	}
 	a.tasks.Resume(ctx)
 
 	httpSrv := &http.Server{

@@ -96,6 +96,11 @@ type Config struct {
 	// DisableLeafCache turns the leaf cache off: the agent then holds no
 	// Connect CA leaf (the simulator's thousands of agents).
 	DisableLeafCache bool
+	// Network configures bridge task networking (network: bridge): the
+	// bridge, its subnet, where the CNI plugins are. Nil: this instance
+	// runs no bridge tasks (network.bridge=false), as the simulator's.
+	Network *NetworkConfig
+
 	// AutoEncrypt makes the agent present its agent leaf (from the leaf
 	// cache) to the servers: it gets it over server-authenticated TLS
 	// first, then every connection is mutual TLS with it, the leaf
@@ -175,6 +180,11 @@ func (c Config) Validate() error {
 	}
 	if c.AutoEncrypt && c.DisableLeafCache {
 		return configError("-auto-encrypt", "needs the leaf cache, which holds the agent's leaf")
+	}
+	if c.Network != nil {
+		if err := c.Network.tasknetConfig("/").Validate(); err != nil {
+			return fmt.Errorf("%w: %v", ErrConfig, err)
+		}
 	}
 	if c.HTTPAddr != "" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"crypto/tls"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,9 @@ func TestConfigRefusals(t *testing.T) {
 		{func(c *Config) { c.ResignWindow = -time.Second }, `-ca-resign-window: -1s is negative`},
 		{func(c *Config) { c.AutoEncrypt = true }, `-auto-encrypt: needs -tls-ca-file`},
 		{func(c *Config) { c.AutoEncrypt, c.TLS, c.DisableLeafCache = true, &tls.Config{}, true }, `-auto-encrypt: needs the leaf cache`},
+		{func(c *Config) { c.Network = &NetworkConfig{Bridge: "br 0"} }, `-bridge-name: "br 0" is not an interface name`},
+		{func(c *Config) { c.Network = &NetworkConfig{Subnet: netip.MustParsePrefix("10.0.0.1/24")} }, `-bridge-subnet: 10.0.0.1/24 is not a network address`},
+		{func(c *Config) { c.Network = &NetworkConfig{PluginDirs: []string{"cni"}} }, `-cni-plugin-dir: "cni" is not an absolute path`},
 	} {
 		cfg := good()
 		c.edit(&cfg)

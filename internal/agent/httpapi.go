@@ -33,6 +33,18 @@ func (a *Agent) handler() http.Handler {
 	return mux
 }
 
+// metadataHandler serves the metadata endpoint alone: what listens in
+// bridge tasks' namespaces, where only the task itself calls.
+func (a *Agent) metadataHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/metadata/{token}", a.serveMetadata)
+	mux.HandleFunc("GET /v1/metadata/{token}/task", a.serveMetadata)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, wire.CodeNotFound, "no such endpoint in a task's namespace: "+r.Method+" "+r.URL.Path)
+	})
+	return mux
+}
+
 func (a *Agent) serveMetadata(w http.ResponseWriter, r *http.Request) {
 	md, ok := a.tasks.Metadata(r.PathValue("token"))
 	if !ok {

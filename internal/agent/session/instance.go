@@ -25,6 +25,8 @@ const (
 	// AttrDriverPrefix + name is set for each available driver, to its
 	// detail (a version).
 	AttrDriverPrefix = "driver."
+	// AttrNetworkBridge is "true" when the instance runs bridge tasks.
+	AttrNetworkBridge = orchestrator.AttrNetworkBridge
 )
 
 // BuiltinAttribute reports whether an attribute is one the agent sets
@@ -32,7 +34,7 @@ const (
 // those).
 func BuiltinAttribute(k string) bool {
 	switch k {
-	case AttrOS, AttrArch, AttrHostname, AttrCPUCount, AttrMemoryBytes, AttrKernel:
+	case AttrOS, AttrArch, AttrHostname, AttrCPUCount, AttrMemoryBytes, AttrKernel, AttrNetworkBridge:
 		return true
 	}
 	return strings.HasPrefix(k, AttrDriverPrefix)
@@ -46,6 +48,9 @@ type Facts struct {
 	MemoryBytes int64
 	Kernel      string
 	Drivers     []*pborch.DriverInfo
+	// BridgeNetwork: tasks with network: bridge can run here (the CNI
+	// plugins are there, the agent is root, the subnet is free).
+	BridgeNetwork bool
 }
 
 func truncate(s string, n int) string {
@@ -61,6 +66,9 @@ func (f Facts) attributes() map[string]string {
 		AttrOS:       runtime.GOOS,
 		AttrArch:     runtime.GOARCH,
 		AttrCPUCount: strconv.Itoa(f.CPUs),
+		// Always set, "false" too: a scheduler tells an instance that
+		// cannot from one whose agent predates the attribute.
+		AttrNetworkBridge: strconv.FormatBool(f.BridgeNetwork),
 	}
 	if f.Hostname != "" {
 		a[AttrHostname] = truncate(f.Hostname, orchestrator.MaxAttributeValueLength)

@@ -21,14 +21,16 @@ func TestMergeInstance(t *testing.T) {
 		}},
 		attributes: map[string]string{"zone": "a"},
 	}
+	r.facts.BridgeNetwork = true
 	stored := &pborch.Instance{
 		Cluster: "default", Status: orchestrator.InstanceDown, Drain: true, Session: "s1",
-		Attributes: map[string]string{"rack": "r1", "zone": "b", "os": "plan9", "driver.docker": "27", "kernel": "5.0"},
+		Attributes: map[string]string{"rack": "r1", "zone": "b", "os": "plan9", "driver.docker": "27", "kernel": "5.0", "network.bridge": "false"},
 	}
 	got := mergeInstance(stored, r, at)
 	want := map[string]string{
 		"rack": "r1", "zone": "a", "os": runtime.GOOS, "arch": got.GetAttributes()["arch"], "hostname": "box",
 		"cpu.count": "4", "memory.bytes": "8589934592", "kernel": "6.1.0", "driver.exec": "cgroups v2",
+		"network.bridge": "true",
 	}
 	if len(got.GetAttributes()) != len(want) {
 		t.Errorf("attributes %v, want %v", got.GetAttributes(), want)

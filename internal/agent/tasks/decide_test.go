@@ -128,7 +128,7 @@ func TestReportRoundTrip(t *testing.T) {
 		StartedAt: now, StoppingAt: now.Add(time.Second), StoppedAt: now.Add(2 * time.Second),
 		Containers: []ContainerStatus{{Name: "app", Status: orchestrator.StatusStopped, ExitCode: &code, StartedAt: now, FinishedAt: now.Add(time.Second), RuntimeID: "42", Restarts: 1}},
 	}
-	merged := reportOf(snap, "s1")
+	merged := reportOf(snap, nil, "s1")
 	merged.ReportedAt = timestamppb.New(now)
 	if merged.GetHealth() != orchestrator.HealthUnknown || merged.GetContainers()[0].GetExitCode() != 3 || merged.GetSession() != "s1" {
 		t.Errorf("report %v", merged)
@@ -142,15 +142,15 @@ func TestReportRoundTrip(t *testing.T) {
 	if err := proto.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	if !orchestrator.SameReport(&back, reportOf(snap, "s1")) {
+	if !orchestrator.SameReport(&back, reportOf(snap, nil, "s1")) {
 		t.Errorf("a stored report does not compare equal to itself")
 	}
-	if orchestrator.SameReport(&back, reportOf(snap, "s2")) {
+	if orchestrator.SameReport(&back, reportOf(snap, nil, "s2")) {
 		t.Errorf("a report of another session compares equal")
 	}
 	lost := proto.Clone(&back).(*pborch.TaskStatus)
 	lost.LastStatus = orchestrator.StatusLost
-	if orchestrator.SameReport(lost, reportOf(snap, "s1")) {
+	if orchestrator.SameReport(lost, reportOf(snap, nil, "s1")) {
 		t.Errorf("a task marked lost compares equal to the report")
 	}
 }

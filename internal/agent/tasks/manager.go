@@ -26,6 +26,9 @@ type Config struct {
 	NewRunner NewRunnerFunc
 	// Admit, when set, is asked before a task starts; see AdmitFunc.
 	Admit AdmitFunc
+	// Network gives bridge tasks their network namespaces; nil: bridge
+	// tasks cannot run here (they stop, saying so).
+	Network Networks
 	// LocalAddr is the local API's address on this host: the metadata URI
 	// each task gets points there.
 	LocalAddr string
@@ -129,7 +132,8 @@ func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d
 
 // Resume takes on the tasks of the local state (those still running are
 // re-attached through their runners, those done are reported) and
-// removes the containers the drivers hold for no task it knows. Runners
+// removes the containers the drivers, and the namespaces the task network,
+// hold for no task it runs. Runners
 // run until ctx ends, which detaches them: the tasks keep running, for a
 // later Resume to pick up. Call it once, before anything else starts a
 // task.
@@ -139,6 +143,7 @@ func (m *Manager) Resume(ctx context.Context) {
 	m.mu.Unlock()
 	m.resume()
 	m.removeOrphans(ctx)
+	m.sweepNetworks(ctx)
 }
 
 // Wait waits until every runner has returned (after Resume's ctx ended,

@@ -195,7 +195,7 @@ func (m *Manager) reconcileLocked(e *task) effects {
 	if !e.deleted {
 		stored, status = e.stored, e.status
 	}
-	mine := reportOf(e.snap, m.session)
+	mine := reportOf(e.snap, networkStatus(e.def, e.net), m.session)
 	reported := e.written >= e.seq && (stored == nil || orchestrator.SameReport(status, mine) || e.repairs >= MaxRepairs)
 	waiting := e.phase == phaseIdle && stored.GetDesiredStatus() == orchestrator.StatusRunning &&
 		status.GetLastStatus() == orchestrator.StatusPending && m.predecessorLocked(e) != nil

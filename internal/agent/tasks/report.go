@@ -20,11 +20,13 @@ import (
 // created_at, ...) belongs to whoever placed the task, and a report never
 // touches it.
 
-// reportOf turns a snapshot into the TaskStatus the agent reports
+// reportOf turns a snapshot (and the task's network) into the TaskStatus
+// the agent reports
 // (reported_at aside, which is set as it is written). Defaults are filled
 // in, so that a stored report compares equal to the one that was written.
-func reportOf(s Snapshot, session string) *pborch.TaskStatus {
+func reportOf(s Snapshot, net *pborch.TaskNetwork, session string) *pborch.TaskStatus {
 	t := &pborch.TaskStatus{
+		Network:    net,
 		LastStatus: s.Status,
 		Health:     s.Health,
 		StopReason: s.StopReason,
@@ -150,7 +152,7 @@ func (m *Manager) Reports() []Report {
 				after = o.uid
 			}
 		}
-		st := reportOf(t.snap, m.session)
+		st := reportOf(t.snap, networkStatus(t.def, t.net), m.session)
 		st.ReportedAt = now
 		payload, err := anypb.New(st)
 		if err != nil {

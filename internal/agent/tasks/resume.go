@@ -68,6 +68,7 @@ func (m *Manager) resume() {
 			e.status = orchestrator.TaskStatusOf(res)
 		}
 		e.stopReason, e.silent = r.StopReason, r.Silent
+		e.net = r.Network
 		e.snap = r.Snapshot
 		e.hasReport = r.Snapshot.Status != ""
 		e.seq = 1 // this session has reported nothing yet

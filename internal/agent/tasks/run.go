@@ -68,6 +68,11 @@ func (m *Manager) start(l *link, e *task) {
 // run makes the task's runner and runs it with state (nil: from the
 // beginning).
 func (m *Manager) run(e *task, state json.RawMessage) {
+	// A bridge task's namespace comes first: every container starts in it.
+	if err := m.setupNetwork(e); err != nil {
+		m.runnerFailed(e, err)
+		return
+	}
 	m.mu.Lock()
 	rc := m.runnerConfigLocked(e)
 	runCtx := m.runCtx
@@ -101,6 +106,7 @@ func (m *Manager) run(e *task, state json.RawMessage) {
 
 func (m *Manager) runnerFailed(e *task, err error) {
 	m.log.Error("cannot run task", "task", e.key(), "err", err)
+	m.teardownNetwork(e)
 	m.mu.Lock()
 	fx := m.finishLocked(e, fmt.Sprintf("cannot start: %v", err))
 	m.mu.Unlock()
@@ -109,6 +115,8 @@ func (m *Manager) runnerFailed(e *task, err error) {
 
 // runnerEnded: Run returned; the task has stopped.
 func (m *Manager) runnerEnded(e *task, err error) {
+	// Every container has exited and been released: the namespace goes.
+	m.teardownNetwork(e)
 	m.mu.Lock()
 	reason := e.stopReason
 	switch {
@@ -211,6 +219,8 @@ func (m *Manager) runnerConfigLocked(e *task) RunnerConfig {
 		},
 		Dir:    dir,
 		LogDir: filepath.Join(dir, "logs"),
+		Netns:  netnsOf(e.net),
+		Holder: holderOf(e.net),
 		Report: func(s Snapshot) { m.onSnapshot(e, s) },
 		Logger: m.log, // the lifecycle names the task in what it logs
 		Clock:  m.clock,

@@ -73,6 +73,11 @@ type RunnerConfig struct {
 	// logs go. Both exist when the runner is made.
 	Dir    string
 	LogDir string
+	// Netns is a bridge task's network namespace, where every container
+	// runs; Holder the container holding it, for a driver that joins
+	// through it (driver.NetnsHolder). Both "" for a host task.
+	Netns  string
+	Holder string
 	// Report receives the task's state at every change.
 	Report func(Snapshot)
 	Logger *slog.Logger
@@ -105,6 +110,8 @@ func (rc RunnerConfig) DriverSpec(c *pborch.ContainerDefinition) driver.Spec {
 		MemoryBytes: c.GetResources().GetMemoryBytes(),
 		LogDir:      rc.LogDir,
 		TaskDir:     rc.Dir,
+		Netns:       rc.Netns,
+		NetnsHolder: rc.Holder,
 	}
 }
 

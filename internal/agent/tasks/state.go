@@ -49,6 +49,9 @@ type record struct {
 	Silent bool `json:"silent,omitempty"`
 	// Done: the task has stopped here; only its report remains to store.
 	Done bool `json:"done,omitempty"`
+	// Network is a bridge task's network: its namespace, address and
+	// ports, adopted by a restarted agent.
+	Network *taskNetwork `json:"network,omitempty"`
 }
 
 func (r *record) definition() (*pborch.TaskDefinition, error) {

@@ -33,8 +33,11 @@ type task struct {
 	resJSON   json.RawMessage
 	resJSONOf *pbresource.Resource
 
-	phase  phase
-	def    *pborch.TaskDefinition
+	phase phase
+	def   *pborch.TaskDefinition
+	// net is a bridge task's network (nil before it is set up, and for
+	// host tasks).
+	net    *taskNetwork
 	token  string
 	runner TaskRunner
 
@@ -100,6 +103,7 @@ func (t *task) record() *record {
 		StopReason: t.stopReason,
 		Silent:     t.silent,
 		Done:       t.phase == phaseDone,
+		Network:    t.net,
 	}
 }
 

@@ -31,6 +31,9 @@ type TaskMetadata struct {
 	StoppingAt    time.Time         `json:"stopping_at,omitzero"`
 	StoppedAt     time.Time         `json:"stopped_at,omitzero"`
 	Containers    []ContainerStatus `json:"containers"`
+	// Network is the task's network: its mode, and a bridge task's
+	// namespace, address and published ports.
+	Network NetworkMetadata `json:"network"`
 }
 
 // Metadata is the metadata of the task whose metadata token is token;
@@ -57,6 +60,7 @@ func (m *Manager) Metadata(token string) (TaskMetadata, bool) {
 		StoppingAt:     s.StoppingAt,
 		StoppedAt:      s.StoppedAt,
 		Containers:     slices.Clone(s.Containers),
+		Network:        networkMetadata(e.def, e.net),
 	}
 	if md.LastStatus == "" {
 		md.LastStatus = orchestrator.StatusPending
