@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	"trellis.dev/trellis/internal/orchestrator"
 )
@@ -210,4 +212,83 @@ func TestPlanAndProgressWithABlockedInstance(t *testing.T) {
 	if pr.Status != StatusCompleted || !strings.HasPrefix(pr.Reason, "nothing placed: 2 instances blocked (i2: host port 8080/tcp is taken") {
 		t.Fatalf("status %q reason %q", pr.Status, pr.Reason)
 	}
+}
+
+// TestPlanNeverPlacesWhereBlocked: whatever the fleet, the tasks and who
+// holds which host ports, a plan never places (nor replaces, which stops
+// the old task) where the placement would be blocked, and every
+// instance it leaves blocked says why.
+func TestPlanNeverPlacesWhereBlocked(t *testing.T) {
+	ports := []orchestrator.HostPort{hostPort(80, "tcp"), hostPort(80, "udp"), hostPort(8080, "tcp")}
+	rapid.Check(t, func(rt *rapid.T) {
+		var needs Needs
+		needs.Bridge = rapid.Bool().Draw(rt, "bridge")
+		for _, p := range ports {
+			if rapid.Bool().Draw(rt, "wants "+p.String()) {
+				needs.HostPorts = append(needs.HostPorts, p)
+			}
+		}
+		n := rapid.IntRange(1, 8).Draw(rt, "instances")
+		var instances []InstanceView
+		var tasks []TaskView
+		holders := map[string][]PortHolder{}
+		for i := range n {
+			name := fmt.Sprintf("i%d", i)
+			in := ready(name)
+			switch rapid.IntRange(0, 2).Draw(rt, "bridge attribute") {
+			case 0:
+				in.Attributes[orchestrator.AttrNetworkBridge] = "true"
+			case 1:
+				in.Attributes[orchestrator.AttrNetworkBridge] = "false"
+			}
+			instances = append(instances, in)
+			// The environment's own task there, if any, holds the ports
+			// its definition publishes, as the cache would say.
+			switch rapid.IntRange(0, 3).Draw(rt, "own task") {
+			case 1:
+				tasks = append(tasks, running("own-"+name, name, "d:1", 1))
+			case 2:
+				tv := running("own-"+name, name, "d:1", 1)
+				tv.Healthy = false
+				tasks = append(tasks, tv)
+			case 3:
+				tv := running("own-"+name, name, "d:1", 1)
+				tv.Desired = orchestrator.StatusStopped
+				tasks = append(tasks, tv)
+			}
+			if len(tasks) > 0 && tasks[len(tasks)-1].Instance == name && rapid.Bool().Draw(rt, "own holds") {
+				holders[name] = append(holders[name], PortHolder{Task: "own-" + name, Ports: needs.HostPorts})
+			}
+			if rapid.Bool().Draw(rt, "other holder") {
+				p := ports[rapid.IntRange(0, len(ports)-1).Draw(rt, "other port")]
+				holders[name] = append(holders[name], PortHolder{Task: "other-" + name, Ports: []orchestrator.HostPort{p}})
+			}
+		}
+		target := Target{TaskDefinition: "d:2", Group: groupOf(t), Replace: rapid.Bool().Draw(rt, "replace"),
+			Rollout: Rollout{MinHealthyPercent: rapid.IntRange(0, 100).Draw(rt, "mhp"), HealthyDeadline: time.Minute, ProgressDeadline: time.Hour},
+			Needs:   needs, PortHolders: func(instance string) []PortHolder { return holders[instance] }}
+		p := ComputePlan(target, instances, tasks, t0)
+		attrs := map[string]map[string]string{}
+		for _, in := range instances {
+			attrs[in.Name] = in.Attributes
+		}
+		for _, pl := range p.Places {
+			if why := Blocked(needs, attrs[pl.Instance], holders[pl.Instance], pl.Replaces); why != "" {
+				rt.Fatalf("placed on %s (replacing %q), which is blocked: %s", pl.Instance, pl.Replaces, why)
+			}
+		}
+		for _, ip := range p.Instances {
+			if (ip.State == StateBlocked) != (ip.Blocked != "") {
+				rt.Fatalf("instance %s: state %q, blocked %q", ip.Instance, ip.State, ip.Blocked)
+			}
+			if ip.State != StateBlocked {
+				continue
+			}
+			for _, s := range p.Stops {
+				if s.Reason == ReasonReplaced && ip.Current != nil && s.Task == ip.Current.Name {
+					rt.Fatalf("blocked instance %s has its task %s stopped for a replacement", ip.Instance, s.Task)
+				}
+			}
+		}
+	})
 }

@@ -146,7 +146,7 @@ func (r *reconciler) startTerm() {
 // may have freed the host port they wait for).
 func (r *reconciler) mapTask(ev controller.Event, look controller.Lookup) []controller.Request {
 	r.tasks.changed(ev.Resource.GetOwner(), ev.Resource.GetId().GetName())
-	return append(controller.MapOwner(ev, look), r.blocked.requests(ev.Resource)...)
+	return append(controller.MapOwner(ev, look), r.blocked.requests(r.cache, ev.Resource)...)
 }
 
 // mapInstance notes that the instances changed and asks for every

@@ -133,17 +133,24 @@ func (b *blockedEnvs) set(env *pbresource.ID, instances []string) {
 }
 
 // requests are the environments blocked on the instance of a changed
-// task.
-func (b *blockedEnvs) requests(task *pbresource.Resource) []controller.Request {
+// task; cache holds the task decoded (the cache is fed before mappers
+// run), unless it was deleted.
+func (b *blockedEnvs) requests(cache *controller.Cache, task *pbresource.Resource) []controller.Request {
 	b.mu.Lock()
 	empty := len(b.on) == 0
 	b.mu.Unlock()
 	if empty {
-		return nil // the common case: no decoding
+		return nil // the common case: nothing to look up
 	}
-	t, err := resource.DecodeData[*pborch.Task](task)
-	if err != nil {
-		return nil
+	var t *pborch.Task
+	if o := cache.Get(task.GetId()); o != nil {
+		t, _ = controller.Decoded[*pborch.Task](o)
+	}
+	if t == nil {
+		var err error
+		if t, err = resource.DecodeData[*pborch.Task](task); err != nil {
+			return nil
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
