@@ -27,6 +27,9 @@ const (
 	DefaultRaftAddr        = "127.0.0.1:7702"
 	DefaultServerAddr      = "127.0.0.1:7703"
 	DefaultShutdownTimeout = 15 * time.Second
+	// DefaultServerLinkMaxAge is Config.ServerLinkMaxAge's default: a
+	// handful of handshakes per server every few minutes.
+	DefaultServerLinkMaxAge = 2 * time.Minute
 	// DefaultGRPCMaxRecvBytes admits the resource service's largest batch
 	// (resource.MaxBatchSize, 8 MiB) with room to spare.
 	DefaultGRPCMaxRecvBytes = 16 << 20
@@ -56,6 +59,13 @@ type Config struct {
 	// cluster's CA or an agent leaf of the Connect CA (auto-encrypt),
 	// whose roots the server follows. Nil: plaintext.
 	TLS *tlsutil.Configurator
+	// ServerLinkMaxAge is how long a connection to the server RPCs' port
+	// lives before the server ends it gracefully (GOAWAY: calls in flight
+	// finish, the client opens a new one): links opened with the
+	// certificate files move to Connect CA leaves within it, and links
+	// pick up renewed leaves. DefaultServerLinkMaxAge when zero; with TLS
+	// only.
+	ServerLinkMaxAge time.Duration
 	// DisableConnectServerCerts keeps the server on its certificate file
 	// (-connect-server-certs=false). Otherwise a server with TLS signs
 	// itself a leaf of the Connect CA once the CA is up, renews it, and

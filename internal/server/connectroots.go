@@ -14,9 +14,10 @@ import (
 )
 
 // connectRoots follows the Connect CA's roots in this server's state and
-// hands them to the public ports' TLS (tlsutil's SetConnectRoots), so that
-// agents presenting an agent leaf of the CA (auto-encrypt) are accepted,
-// through rotations: every listed root, active or not, is trusted.
+// hands them to the server's TLS (tlsutil's SetConnectRoots), so that
+// agents presenting an agent leaf of the CA (auto-encrypt) are accepted on
+// the public ports, and servers presenting a server leaf on the server
+// ports, through rotations: every listed root, active or not, is trusted.
 type connectRoots struct {
 	api resource.API
 	tls *tlsutil.Configurator
@@ -72,6 +73,7 @@ func (c connectRoots) follow(ctx context.Context) error {
 
 func (c connectRoots) set(byName map[string]*pbca.CARoot) {
 	var certs []*x509.Certificate
+	td := ""
 	for name, root := range byName {
 		parsed, err := ca.ParseCerts([]byte(root.GetRootCert()))
 		if err != nil {
@@ -79,6 +81,11 @@ func (c connectRoots) set(byName map[string]*pbca.CARoot) {
 			continue
 		}
 		certs = append(certs, parsed[0])
+		// Every root of a cluster is of one trust domain; the active
+		// root's names it.
+		if td == "" || root.GetActive() {
+			td = root.GetTrustDomain()
+		}
 	}
-	c.tls.SetConnectRoots(certs)
+	c.tls.SetConnectRoots(td, certs)
 }

@@ -345,6 +345,15 @@ func raftCluster(t *testing.T, ttl time.Duration) []*server.Server {
 // secured by tlsFor(i) (plaintext when tlsFor is nil).
 func raftClusterTLS(t *testing.T, ttl time.Duration, tlsFor func(i int) *tlsutil.Configurator) []*server.Server {
 	t.Helper()
+	servers, _ := raftClusterStops(t, ttl, tlsFor, nil)
+	return servers
+}
+
+// raftClusterStops is raftClusterTLS with each server's Config changed by
+// configure (when set), that also returns a function that stops each
+// server.
+func raftClusterStops(t *testing.T, ttl time.Duration, tlsFor func(i int) *tlsutil.Configurator, configure func(*server.Config)) ([]*server.Server, []func()) {
+	t.Helper()
 	ports, err := testcluster.FreePorts(6)
 	if err != nil {
 		t.Fatal(err)
@@ -366,22 +375,27 @@ func raftClusterTLS(t *testing.T, ttl time.Duration, tlsFor func(i int) *tlsutil
 		if tlsFor != nil {
 			tc, httpsAddr = tlsFor(i), "127.0.0.1:0"
 		}
-		srv, err := server.New(server.Config{
+		cfg := server.Config{
 			TLS: tc, HTTPSAddr: httpsAddr,
 			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", ServerAddr: serverAddrs[i], RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
 			Raft:         &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: 3, RetryJoin: join},
 			HeartbeatTTL: ttl, Logger: testlog.Logger(t).With("server", i), ShutdownTimeout: 20 * time.Second,
-		})
+		}
+		if configure != nil {
+			configure(&cfg)
+		}
+		srv, err := server.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		servers[i] = srv
 	}
-	for _, srv := range servers {
-		runServer(t, srv)
+	stops := make([]func(), len(servers))
+	for i, srv := range servers {
+		stops[i] = runServer(t, srv)
 	}
 	leaderOf(t, servers)
-	return servers
+	return servers, stops
 }
 
 func raftBackend(srv *server.Server) *raftstore.Backend { return srv.Backend().(*raftstore.Backend) }

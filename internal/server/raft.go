@@ -6,7 +6,6 @@ import (
 	"io"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"trellis.dev/trellis/internal/cluster"
 	"trellis.dev/trellis/internal/httpapi/wire"
@@ -32,16 +31,14 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 	var dial []grpc.DialOption
 	var raftTLS *raftstore.TLS
 	if t := s.cfg.TLS; t != nil {
-		in, err := t.IncomingServerConfig()
+		port, err := t.ServerPort()
 		if err != nil {
 			return fmt.Errorf("-tls-cert-file: %w", err)
 		}
-		out, err := t.OutgoingServerConfig()
-		if err != nil {
-			return fmt.Errorf("-tls-cert-file: %w", err)
-		}
-		dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(out))}
-		raftTLS = &raftstore.TLS{Incoming: in, Outgoing: out}
+		// Every link of the server ports is tracked (its certificates
+		// change kind once the Connect CA is up: tlsutil.ServerPort).
+		dial = []grpc.DialOption{grpc.WithTransportCredentials(port.Credentials()), grpc.WithContextDialer(port.Dial)}
+		raftTLS = &raftstore.TLS{Incoming: port.Incoming(), Outgoing: port.Outgoing, Track: port.Track}
 	}
 	c, err := cluster.New(cluster.Config{
 		DialOptions:     dial,

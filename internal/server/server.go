@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
@@ -153,16 +154,26 @@ func New(cfg Config) (_ *Server, err error) {
 		// listener of their own keeps them off the public port, so that it
 		// can be closed to everything but the cluster's servers.
 		opts := []grpc.ServerOption{}
+		var port *tlsutil.ServerPort
 		if cfg.TLS != nil {
-			tc, err := cfg.TLS.IncomingServerConfig()
-			if err != nil {
+			if port, err = cfg.TLS.ServerPort(); err != nil {
 				return nil, fmt.Errorf("-tls-cert-file: %w", err)
 			}
-			opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+			maxAge := cfg.ServerLinkMaxAge
+			if maxAge <= 0 {
+				maxAge = DefaultServerLinkMaxAge
+			}
+			opts = append(opts, grpc.Creds(port.Credentials()), grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: maxAge}))
 		}
 		s.serverGRPC = newGRPC(opts...)
 		if s.serverLn, err = net.Listen("tcp", cfg.ServerAddr); err != nil {
 			return nil, fmt.Errorf("-server-addr: %w", err)
+		}
+		if port != nil {
+			s.serverLn = port.Listener(s.serverLn)
+			if err := s.serverPortMetrics(port); err != nil {
+				return nil, err
+			}
 		}
 		if err := s.openRaft(cfg.Raft); err != nil {
 			return nil, err
@@ -198,8 +209,12 @@ func New(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := s.registry.Resolve(ca.RootType); ok && publicTLS != nil {
+	if _, ok := s.registry.Resolve(ca.RootType); ok && cfg.TLS != nil {
 		s.Add("connect-roots", connectRoots{api: s.api, tls: cfg.TLS, log: s.log.With("component", "connect-roots")})
+		log := s.log.With("component", "tls")
+		cfg.TLS.OnConnectReady(func(closed int) {
+			log.Info("this server holds its Connect CA leaf and the CA's roots: it presents the leaf to peers that ask for it; the server ports' links are opened again to use it", "links_closed", closed)
+		})
 	}
 
 	s.httpAPI, err = httpapi.New(httpapi.Config{

@@ -12,27 +12,6 @@ import (
 // made for a server.
 var ErrNotServer = errors.New("not a server's TLS configuration: it needs -tls-cert-file with a server certificate")
 
-// IncomingServerConfig is for the server-to-server listener: it serves the
-// server certificate and accepts only peers that present a server
-// certificate of this cluster's CA and datacenter. A client certificate of
-// the same CA is refused: agents and CLIs have no business on this port.
-func (c *Configurator) IncomingServerConfig() (*tls.Config, error) {
-	if !c.cfg.Server {
-		return nil, ErrNotServer
-	}
-	return &tls.Config{
-		MinVersion:     tls.VersionTLS13,
-		GetCertificate: c.getCertificate,
-		// Any certificate is asked for here and verified in
-		// VerifyConnection against the CA loaded now: ClientCAs would fix
-		// the CA at the time the listener was made.
-		ClientAuth: tls.RequireAnyClientCert,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			return c.verifyPeer(cs, x509.ExtKeyUsageClientAuth, c.ServerName())
-		},
-	}, nil
-}
-
 // IncomingPublicConfig is for the public ports (gRPC, HTTPS): it serves
 // the server certificate. A client certificate is asked for but not
 // required, since clients are authenticated by their ACL tokens there (a
@@ -55,17 +34,6 @@ func (c *Configurator) IncomingPublicConfig() (*tls.Config, error) {
 			return c.verifyPublicClient(cs.PeerCertificates)
 		},
 	}, nil
-}
-
-// OutgoingServerConfig is for a server dialing another server's
-// server-to-server port: it presents this server's certificate and accepts
-// only a peer with a server certificate of this cluster's CA and
-// datacenter, whatever address it was dialed at.
-func (c *Configurator) OutgoingServerConfig() (*tls.Config, error) {
-	if !c.cfg.Server {
-		return nil, ErrNotServer
-	}
-	return c.outgoing(), nil
 }
 
 // OutgoingClientConfig is for agents and CLIs dialing a server's public

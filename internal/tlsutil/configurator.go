@@ -64,7 +64,8 @@ var ErrNoCertificate = errors.New("no certificate: give -tls-cert-file and -tls-
 // material is one consistent load of the files, swapped whole on reload.
 type material struct {
 	roots *x509.CertPool
-	cert  *tls.Certificate // nil when none was given
+	cas   []*x509.Certificate // what roots holds
+	cert  *tls.Certificate    // nil when none was given
 }
 
 // Configurator holds the current TLS material of a process and builds
@@ -77,13 +78,20 @@ type Configurator struct {
 	// static is set for material given in memory (dev): there are no
 	// files to reload.
 	static bool
-	// connectRoots are the Connect CA's roots, whose agent leaves the
-	// public ports accept as client certificates (SetConnectRoots); nil
-	// until a server sets them.
-	connectRoots atomic.Pointer[x509.CertPool]
+	// connect is what the process knows of the Connect CA, whose agent
+	// leaves the public ports accept as client certificates and whose
+	// server leaves the server ports accept (SetConnectRoots); nil until
+	// a server sets it.
+	connect atomic.Pointer[connectTrust]
 	// connectServer is this server's leaf of the Connect CA
 	// (SetConnectServerCertificate); nil until the server has one.
-	connectServer atomic.Pointer[tls.Certificate]
+	connectServer atomic.Pointer[serverLeaf]
+	// connectReady: the server holds a valid Connect leaf and knows the
+	// roots (checkConnectReady); onReady is called when it becomes so.
+	connectReady atomic.Bool
+	onReady      atomic.Pointer[func(closed int)]
+	// links are the live connections of the server ports (ServerPort).
+	links *Links
 }
 
 // New loads and checks the files of cfg. It refuses a missing or
@@ -99,7 +107,7 @@ func New(cfg Config) (*Configurator, error) {
 	if err := CheckDomain(cfg.Domain); err != nil {
 		return nil, fmt.Errorf("domain: %w", err)
 	}
-	c := &Configurator{cfg: cfg}
+	c := &Configurator{cfg: cfg, links: newLinks()}
 	m, err := c.load()
 	if err != nil {
 		return nil, err
@@ -117,7 +125,7 @@ func NewFromBundle(b *DevBundle) (*Configurator, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Configurator{cfg: cfg, static: true}
+	c := &Configurator{cfg: cfg, static: true, links: newLinks()}
 	c.current.Store(m)
 	return c, nil
 }
@@ -176,26 +184,6 @@ func (c *Configurator) ConnectServerName() string {
 // name peers check a server by, and the Connect name clients ask for.
 func (c *Configurator) ServerNames() []string {
 	return []string{c.ServerName(), c.ConnectServerName()}
-}
-
-// SetConnectServerCertificate makes cert, a leaf of the Connect CA that
-// names ServerNames, this server's Connect certificate; nil drops it.
-// A server's CA module calls it whenever it signs itself a new one.
-func (c *Configurator) SetConnectServerCertificate(cert *tls.Certificate) {
-	c.connectServer.Store(cert)
-}
-
-// ConnectServerCertificate is the server's Connect certificate when it
-// has one valid now, else nil.
-func (c *Configurator) ConnectServerCertificate() *tls.Certificate {
-	cert := c.connectServer.Load()
-	if cert == nil || cert.Leaf == nil {
-		return nil
-	}
-	if now := c.cfg.Now(); now.Before(cert.Leaf.NotBefore) || !now.Before(cert.Leaf.NotAfter) {
-		return nil
-	}
-	return cert
 }
 
 func (c *Configurator) load() (*material, error) {
@@ -263,7 +251,7 @@ func parseMaterial(cfg Config, caPEM, certPEM, keyPEM []byte) (*material, error)
 		}
 		roots.AddCert(ca)
 	}
-	m := &material{roots: roots}
+	m := &material{roots: roots, cas: cas}
 	if certPEM == nil && keyPEM == nil {
 		return m, nil
 	}

@@ -1,27 +1,146 @@
 package tlsutil
 
 import (
+	"bytes"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 )
 
-// SetConnectRoots makes the public ports accept, as client certificates,
-// agent leaves of the Connect CA whose roots are roots (every root the CA
-// lists, active or not, so that an agent keeps working through a
-// rotation). A server calls it whenever the CA's roots change; nil or
-// empty accepts none.
-func (c *Configurator) SetConnectRoots(roots []*x509.Certificate) {
-	if len(roots) == 0 {
-		c.connectRoots.Store(nil)
+// The Connect CA's side of a Configurator: the CA's roots (SetConnectRoots),
+// and on a server its own leaf of the CA (SetConnectServerCertificate).
+
+// connectTrust is what a process knows of the Connect CA: its trust domain
+// and every root it lists, active or not (so that a peer keeps working
+// through a rotation).
+type connectTrust struct {
+	trustDomain string
+	roots       []*x509.Certificate
+	pool        *x509.CertPool
+}
+
+// serverLeaf is a server's Connect certificate, with the raw issuer names
+// of its chain (which CAs a peer must know to verify it).
+type serverLeaf struct {
+	cert    *tls.Certificate
+	issuers [][]byte
+}
+
+// SetConnectRoots hands over the Connect CA's roots, of trust domain td:
+// every root the CA lists, active or not, so that peers keep working
+// through a rotation. The public ports then accept agent leaves of the CA
+// as client certificates, and the server ports Connect server leaves. A
+// server calls it whenever the CA's roots change; no roots accepts none.
+func (c *Configurator) SetConnectRoots(td string, roots []*x509.Certificate) {
+	if len(roots) == 0 || td == "" {
+		c.connect.Store(nil)
+	} else {
+		p := x509.NewCertPool()
+		for _, r := range roots {
+			p.AddCert(r)
+		}
+		c.connect.Store(&connectTrust{trustDomain: td, roots: roots, pool: p})
+	}
+	c.checkConnectReady()
+}
+
+// SetConnectServerCertificate makes cert, a leaf of the Connect CA that
+// names ServerNames (its chain in Certificate, parsed in Leaf), this
+// server's Connect certificate; nil drops it. A server's CA module calls
+// it whenever it signs itself a new one.
+func (c *Configurator) SetConnectServerCertificate(cert *tls.Certificate) {
+	if cert == nil || cert.Leaf == nil {
+		c.connectServer.Store(nil)
+		c.checkConnectReady()
 		return
 	}
-	p := x509.NewCertPool()
-	for _, r := range roots {
-		p.AddCert(r)
+	leaf := &serverLeaf{cert: cert, issuers: [][]byte{cert.Leaf.RawIssuer}}
+	for _, der := range cert.Certificate[1:] {
+		if ic, err := x509.ParseCertificate(der); err == nil {
+			leaf.issuers = append(leaf.issuers, ic.RawIssuer)
+		}
 	}
-	c.connectRoots.Store(p)
+	c.connectServer.Store(leaf)
+	c.checkConnectReady()
+}
+
+// ConnectServerCertificate is the server's Connect certificate when it
+// has one valid now, else nil.
+func (c *Configurator) ConnectServerCertificate() *tls.Certificate {
+	if l := c.validServerLeaf(); l != nil {
+		return l.cert
+	}
+	return nil
+}
+
+func (c *Configurator) validServerLeaf() *serverLeaf {
+	l := c.connectServer.Load()
+	if l == nil {
+		return nil
+	}
+	if now := c.cfg.Now(); now.Before(l.cert.Leaf.NotBefore) || !now.Before(l.cert.Leaf.NotAfter) {
+		return nil
+	}
+	return l
+}
+
+// OnConnectReady calls f whenever this server becomes ready to speak
+// Connect on its server ports (it holds a valid Connect leaf and knows
+// the CA's roots, where it did not before), after closing its Raft links
+// (ServerPort.Track) so that they are opened again with the Connect
+// leaf: f gets how many were closed. A server logs it.
+func (c *Configurator) OnConnectReady(f func(closed int)) { c.onReady.Store(&f) }
+
+// checkConnectReady closes the Raft links when the server has just
+// become ready to speak Connect: links opened before were made with the
+// certificate file, and TLS never looks at certificates again on a
+// connection that is up.
+func (c *Configurator) checkConnectReady() {
+	ready := c.validServerLeaf() != nil && c.connect.Load() != nil
+	if !c.connectReady.CompareAndSwap(!ready, ready) || !ready {
+		return
+	}
+	closed := c.links.closeOnReady()
+	if f := c.onReady.Load(); f != nil {
+		(*f)(closed)
+	}
+}
+
+// Kinds of the certificate a peer of a server port presented.
+const (
+	// PeerClusterCA is a server certificate of the cluster CA, from
+	// -tls-cert-file (or trellis dev's bundle).
+	PeerClusterCA = "cluster_ca"
+	// PeerConnect is a server leaf of the Connect CA.
+	PeerConnect = "connect"
+)
+
+// verifyServerPeer checks the certificate a peer of a server port
+// presented, for usage (server authentication for a server dialed,
+// client authentication for a server dialing in): a server certificate of
+// the cluster CA naming ServerName, or a Connect server leaf of this
+// trust domain and datacenter chaining to a root the CA lists. An agent's
+// or a service's leaf is refused. It returns which of the two it was.
+func (c *Configurator) verifyServerPeer(certs []*x509.Certificate, usage x509.ExtKeyUsage) (kind string, err error) {
+	if len(certs) == 0 {
+		return "", fmt.Errorf("tls: peer refused: it presented no certificate; it needs one of %s", c.ServerName())
+	}
+	leaf := certs[0]
+	m := c.current.Load()
+	clusterErr := verifyLeaf(leaf, certs[1:], m.roots, c.cfg.Now(), c.ServerName(), []x509.ExtKeyUsage{usage})
+	if clusterErr == nil {
+		return PeerClusterCA, nil
+	}
+	if len(leaf.URIs) == 0 {
+		return "", fmt.Errorf("tls: peer refused: %w", clusterErr)
+	}
+	if err := c.verifyConnect(certs, "/server/dc/", "a server", usage); err != nil {
+		return "", fmt.Errorf("tls: peer refused: %w", err)
+	}
+	return PeerConnect, nil
 }
 
 // verifyPublicClient checks a client certificate presented on a public
@@ -37,32 +156,83 @@ func (c *Configurator) verifyPublicClient(certs []*x509.Certificate) error {
 	if len(leaf.URIs) == 0 {
 		return fmt.Errorf("tls: client certificate refused: %w", clusterErr)
 	}
-	if err := c.verifyConnectAgent(certs); err != nil {
+	if err := c.verifyConnect(certs, "/agent/client/dc/", "an agent", x509.ExtKeyUsageClientAuth); err != nil {
 		return fmt.Errorf("tls: client certificate refused: %w", err)
 	}
 	return nil
 }
 
-// verifyConnectAgent checks an agent leaf of the Connect CA.
-func (c *Configurator) verifyConnectAgent(certs []*x509.Certificate) error {
+// verifyConnect checks a leaf of the Connect CA (with its chain) whose
+// one URI SAN is a SPIFFE id of the CA's trust domain with a path
+// <kind>/<this datacenter>/id/<name> (kind "/agent/client/dc/" or
+// "/server/dc/", what "an agent" or "a server" says in errors), for
+// usage, against every root the CA lists.
+func (c *Configurator) verifyConnect(certs []*x509.Certificate, kind, what string, usage x509.ExtKeyUsage) error {
 	leaf := certs[0]
 	if len(leaf.URIs) != 1 {
-		return fmt.Errorf("%q has %d URI SANs; an agent's leaf has one", leaf.Subject.CommonName, len(leaf.URIs))
+		return fmt.Errorf("%q has %d URI SANs; the leaf of %s has one", leaf.Subject.CommonName, len(leaf.URIs), what)
 	}
 	u := leaf.URIs[0]
-	if u.Scheme != "spiffe" || !strings.HasPrefix(u.Path, "/agent/client/dc/"+c.cfg.Datacenter+"/id/") {
-		return fmt.Errorf("%s is not the SPIFFE id of an agent of datacenter %s", u, c.cfg.Datacenter)
+	if !isSPIFFEOf(u, kind+c.cfg.Datacenter+"/id/") {
+		return fmt.Errorf("%s is not the SPIFFE id of %s of datacenter %s", u, what, c.cfg.Datacenter)
 	}
-	roots := c.connectRoots.Load()
-	if roots == nil {
+	trust := c.connect.Load()
+	if trust == nil {
 		return errors.New("this server does not know the Connect CA's roots yet")
+	}
+	if u.Host != trust.trustDomain {
+		return fmt.Errorf("%s is not of the Connect CA's trust domain %s", u, trust.trustDomain)
 	}
 	inter := x509.NewCertPool()
 	for _, ic := range certs[1:] {
 		inter.AddCert(ic)
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: c.cfg.Now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: trust.pool, Intermediates: inter, CurrentTime: c.cfg.Now(), KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
 		return fmt.Errorf("%s is not a leaf of the Connect CA: %v", u, err)
 	}
 	return nil
+}
+
+// isSPIFFEOf reports whether u is spiffe://<host>/<prefix><one segment>,
+// with nothing else: no query, fragment, user, port or escaped path.
+func isSPIFFEOf(u *url.URL, prefix string) bool {
+	if u.Scheme != "spiffe" || u.Opaque != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.RawPath != "" || u.Port() != "" {
+		return false
+	}
+	name, ok := strings.CutPrefix(u.Path, prefix)
+	return ok && name != "" && !strings.Contains(name, "/")
+}
+
+// connectCertFor is the server's Connect certificate if it has a valid
+// one that a peer which said it knows the CAs acceptable (their DER
+// subjects, from its certificate request) can verify; else nil.
+func (c *Configurator) connectCertFor(acceptable [][]byte) *tls.Certificate {
+	l := c.validServerLeaf()
+	if l == nil {
+		return nil
+	}
+	for _, name := range acceptable {
+		for _, issuer := range l.issuers {
+			if bytes.Equal(name, issuer) {
+				return l.cert
+			}
+		}
+	}
+	return nil
+}
+
+// clientCAs is the pool a server port names in its certificate request:
+// the cluster CA and every Connect root it knows, so that a dialing
+// server presents its Connect leaf only to a server that can verify it.
+func (c *Configurator) clientCAs() *x509.CertPool {
+	p := x509.NewCertPool()
+	for _, ca := range c.current.Load().cas {
+		p.AddCert(ca)
+	}
+	if t := c.connect.Load(); t != nil {
+		for _, r := range t.roots {
+			p.AddCert(r)
+		}
+	}
+	return p
 }

@@ -16,11 +16,19 @@ import (
 // domain td and returns it (as a client presents it) with the root.
 func connectLeaf(t *testing.T, td, id string) (tls.Certificate, *x509.Certificate) {
 	t.Helper()
-	now := time.Now()
-	root, rootKey, err := ca.NewRoot(ca.RootOptions{TrustDomain: td, Now: now})
+	root, rootKey, err := ca.NewRoot(ca.RootOptions{TrustDomain: td, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	cert, _ := connectLeafUnder(t, ca.Signer{Cert: root, Key: rootKey}, id)
+	return *cert, root
+}
+
+// connectLeafUnder signs a leaf of id (a service's or an agent's) with
+// signer, as the signing service does, and returns it with its chain.
+func connectLeafUnder(t *testing.T, signer ca.Signer, id string) (*tls.Certificate, *x509.Certificate) {
+	t.Helper()
+	now := time.Now()
 	key, err := ca.GenerateKey(ca.KeyType{Algorithm: ca.AlgorithmEC, Bits: 256})
 	if err != nil {
 		t.Fatal(err)
@@ -41,11 +49,11 @@ func connectLeaf(t *testing.T, td, id string) (tls.Certificate, *x509.Certificat
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := ca.SignLeaf(csr, parsed, ca.Signer{Cert: root, Key: rootKey}, time.Hour, now)
+	leaf, err := ca.SignLeaf(csr, parsed, signer, time.Hour, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf}, root
+	return chainCert(leaf, key, signer.Chain), leaf
 }
 
 // The public port asks for a client certificate and requires none; one
@@ -79,7 +87,7 @@ func TestPublicPortClientCertificates(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv.SetConnectRoots(tc.roots)
+			srv.SetConnectRoots(td, tc.roots)
 			_, serverErr, clientErr := handshake(t, mustConfig(srv.IncomingPublicConfig()), tc.client)
 			if tc.refusal == "" {
 				if serverErr != nil || clientErr != nil {

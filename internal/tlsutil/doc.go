@@ -5,9 +5,12 @@
 // `trellis tls cert create`).
 //
 // A Configurator loads and checks the files (New), hands out tls.Configs
-// for each role (IncomingServerConfig, IncomingPublicConfig,
-// OutgoingServerConfig, OutgoingClientConfig), and swaps the files for new
-// ones on Reload, which WatchSIGHUP calls on every SIGHUP.
+// for each role (ServerPort for the server ports, IncomingPublicConfig,
+// OutgoingClientConfig), and swaps the files for new ones on Reload, which
+// WatchSIGHUP calls on every SIGHUP. On a server it also holds what the
+// Connect CA gives: the CA's roots (SetConnectRoots) and the server's own
+// leaf of the CA (SetConnectServerCertificate), which it presents instead
+// of its file to the peers that ask for it.
 //
 // # Design decisions
 //
@@ -63,6 +66,28 @@
 //     they change; anything else ends the handshake. Clients present the
 //     leaf with OutgoingClientConfigWith or PresentingLeaf, read at each
 //     handshake, so a renewed leaf needs no reconnection.
+//   - Servers take their certificates from the Connect CA once it is up,
+//     and from files before: the first servers form Raft before any root
+//     exists, and a new server joins with no state. So the files stay,
+//     and each connection of the server ports picks (ServerPort): the
+//     dialer asks by SNI for ConnectServerName when it knows the CA's
+//     roots, and the server dialed presents its Connect leaf only then;
+//     the server dialed names the CAs it knows in its certificate request
+//     (ClientCAs), and the dialer presents its Connect leaf only when
+//     they include an issuer of its chain. Standard TLS negotiation: no
+//     peer is ever shown a certificate it cannot check. Either kind is
+//     accepted from a peer; an agent's or a service's leaf never is.
+//   - A connection that is up never looks at certificates again, so when
+//     a server becomes ready to speak Connect (a leaf and the roots) it
+//     closes its Raft links (Links), once, and Raft opens them again with
+//     the leaf, retrying what was in flight. The server RPCs' links are
+//     not closed, since a gRPC client takes a closed connection for a
+//     call of unknown outcome: the server ends each gracefully at its
+//     maximum age (GOAWAY; calls in flight finish), and its client opens
+//     the next with the leaf. trellis_tls_server_links counts the live
+//     links by what their peer presented. Renewals and rotations close
+//     nothing: a link keeps the leaf it was opened with, which stays
+//     valid and trusted until it expires or its root is pruned.
 //   - `trellis dev` needs no files: NewDevBundle makes a CA and a server
 //     and a client certificate in memory, valid for a day, and
 //     NewFromBundle makes a Configurator of them.

@@ -1,6 +1,7 @@
 package raft
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -11,12 +12,18 @@ import (
 )
 
 // TLS secures the Raft transport: every connection between two servers'
-// Raft ports is mutual TLS. Incoming serves this server's certificate and
-// requires a server certificate of the cluster from the dialer; Outgoing
-// presents it and requires one from the server dialed (tlsutil's
-// IncomingServerConfig and OutgoingServerConfig).
+// Raft ports is mutual TLS (tlsutil's ServerPort). Incoming serves this
+// server's certificate and requires a server's from the dialer; Outgoing
+// makes the config of one dial over a raw connection, presenting this
+// server's certificate and requiring a server's from the server dialed:
+// called at each dial, so that which certificates are asked for and
+// presented can change between dials. Track, when set, is given every raw
+// connection, accepted or dialed, before TLS, and returns the one to use
+// (the server tracks its links with it).
 type TLS struct {
-	Incoming, Outgoing *tls.Config
+	Incoming *tls.Config
+	Outgoing func(raw net.Conn) *tls.Config
+	Track    func(raw net.Conn) net.Conn
 }
 
 // tlsStreamLayer is hashicorp/raft's StreamLayer over TLS: the listener
@@ -27,7 +34,8 @@ type TLS struct {
 type tlsStreamLayer struct {
 	ln        net.Listener // a tls.NewListener
 	advertise net.Addr
-	dial      *tls.Config
+	dial      func(raw net.Conn) *tls.Config
+	track     func(raw net.Conn) net.Conn
 }
 
 // newTLSStreamLayer listens on bindAddr. advertise, when set, is the
@@ -41,7 +49,11 @@ func newTLSStreamLayer(bindAddr string, advertise net.Addr, t *TLS) (*tlsStreamL
 	if err != nil {
 		return nil, err
 	}
-	s := &tlsStreamLayer{ln: tls.NewListener(ln, t.Incoming), advertise: advertise, dial: t.Outgoing}
+	track := t.Track
+	if track == nil {
+		track = func(c net.Conn) net.Conn { return c }
+	}
+	s := &tlsStreamLayer{ln: tls.NewListener(trackingListener{ln, track}, t.Incoming), advertise: advertise, dial: t.Outgoing, track: track}
 	addr, ok := s.Addr().(*net.TCPAddr)
 	if !ok || addr.IP == nil || addr.IP.IsUnspecified() {
 		ln.Close()
@@ -68,6 +80,32 @@ func (s *tlsStreamLayer) Addr() net.Addr {
 // Dial connects and handshakes within timeout, the same bound raft puts
 // on a plain TCP dial.
 func (s *tlsStreamLayer) Dial(address hraft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	d := &net.Dialer{Timeout: timeout}
-	return tls.DialWithDialer(d, "tcp", string(address), s.dial)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "tcp", string(address))
+	if err != nil {
+		return nil, err
+	}
+	raw = s.track(raw)
+	conn := tls.Client(raw, s.dial(raw))
+	if err := conn.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// trackingListener hands every connection it accepts to track.
+type trackingListener struct {
+	net.Listener
+	track func(net.Conn) net.Conn
+}
+
+func (t trackingListener) Accept() (net.Conn, error) {
+	c, err := t.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return t.track(c), nil
 }
