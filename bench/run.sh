@@ -3,14 +3,17 @@
 # then the orchestrator against its peers (etcd leases, os/exec), then
 # leader failover (SIGKILL under writes, and during daemon deployments),
 # then the Connect CA's leaf signatures on 3 servers, then a root
-# rotation under 5,000 simulated agents holding leaves.
-# Installs etcd 3.4 (Debian's etcd-server) when it is missing.
+# rotation under 5,000 simulated agents holding leaves, then what task
+# networking (network: bridge) adds to a task's start and its traffic.
+# Installs etcd 3.4 (Debian's etcd-server) and the CNI plugins when they
+# are missing.
 #
 # Arguments go to peerbench; ORCHBENCH_ARGS to orchbench, for instance
 # ORCHBENCH_ARGS="-cells start" to run one of its cells alone;
 # FAILOVERBENCH_ARGS to failoverbench (FAILOVERBENCH_ARGS="-cells writes");
 # CABENCH_ARGS to cabench (CABENCH_ARGS="-duration 20s"); CAROTBENCH_ARGS
-# to carotbench (CAROTBENCH_ARGS="-limits 10000").
+# to carotbench (CAROTBENCH_ARGS="-limits 10000"); NETBENCH_ARGS to
+# netbench (NETBENCH_ARGS="-starts 200").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bench/results
@@ -26,3 +29,8 @@ go test -run '^$' -bench . -benchmem ./internal/... | tee bench/results/gobench.
 (cd bench && go run ./cmd/failoverbench -trellis ../bin/trellis -out results/failoverbench.md ${FAILOVERBENCH_ARGS:-})
 (cd bench && go run ./cmd/cabench -trellis ../bin/trellis -out results/cabench.md ${CABENCH_ARGS:-})
 (cd bench && go run ./cmd/carotbench -trellis ../bin/trellis -out results/carotbench.md ${CAROTBENCH_ARGS:-})
+if [ ! -x /usr/lib/cni/bridge ]; then
+  echo "bench: installing containernetworking-plugins (task networking)" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins
+fi
+(cd bench && go run ./cmd/netbench -out results/netbench.md ${NETBENCH_ARGS:-})
