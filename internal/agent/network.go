@@ -189,10 +189,13 @@ func (n *taskNetwork) stopMetadata(uid string) {
 	}
 }
 
-// close stops every listener in the tasks' namespaces (the agent stops;
-// the tasks run on, and the next agent listens again when it adopts
-// them).
+// close stops every listener in the tasks' namespaces and lets go of the
+// host ports held for them (the agent stops; the tasks run on, and the
+// next agent listens and holds again when it adopts them).
 func (n *taskNetwork) close() {
+	if n.net != nil {
+		n.net.Close()
+	}
 	n.mu.Lock()
 	all := n.listeners
 	n.listeners = map[string]*http.Server{}

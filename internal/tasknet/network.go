@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -58,11 +59,22 @@ type Network struct {
 
 	mu sync.Mutex
 	// hostPorts are the host ports of the attachments this Network knows
-	// (set up or adopted), so that two tasks are never given one.
-	hostPorts map[hostPort]string // → task uid
-	// listen binds a host port to see whether it is free (a test can make
-	// ports look taken).
-	listen func(proto string, port int) (int, error)
+	// (set up or adopted), so that two tasks are never given one; each is
+	// held by a socket of the agent's while the task publishes it.
+	hostPorts map[hostPort]heldPort
+	// listen binds a host port (0: any free one) and returns the socket
+	// holding it.
+	listen func(proto string, port int) (io.Closer, int, error)
+}
+
+// heldPort is a published host port: the task publishing it, and the
+// agent's socket bound to it, so that nothing else on the host (another
+// agent of `trellis dev`, a host process) binds or picks it meanwhile.
+// The socket never sees a connection: the portmap plugin's DNAT sends
+// every IPv4 connection to the port on to the task first.
+type heldPort struct {
+	uid  string
+	sock io.Closer
 }
 
 type hostPort struct {
@@ -103,7 +115,7 @@ func New(c Config, log *slog.Logger) (*Network, error) {
 		cni:       libcni.NewCNIConfigWithCacheDir(c.PluginDirs, c.cacheDir(), nil),
 		list:      list,
 		lo:        lo,
-		hostPorts: make(map[hostPort]string),
+		hostPorts: make(map[hostPort]heldPort),
 		listen:    listenPort,
 	}, nil
 }
@@ -313,7 +325,18 @@ func (n *Network) Adopt(att Attachment) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, p := range att.Ports {
-		n.hostPorts[hostPort{p.HostPort, p.proto()}] = att.TaskUID
+		k := hostPort{p.HostPort, p.proto()}
+		if old, ok := n.hostPorts[k]; ok && old.uid == att.TaskUID {
+			continue
+		}
+		// Held again; a host process that took the port meanwhile keeps
+		// it (the task's DNAT still comes first).
+		sock, _, err := n.listen(p.proto(), p.HostPort)
+		if err != nil {
+			n.log.Warn("cannot hold an adopted task's host port; something else has it", "task_uid", att.TaskUID, "port", k.String(), "err", err)
+			sock = nil
+		}
+		n.hostPorts[k] = heldPort{uid: att.TaskUID, sock: sock}
 	}
 	return nil
 }
@@ -404,7 +427,7 @@ func (n *Network) held() ([]string, error) {
 
 // reservePorts gives each port a host port: a fixed one checked free (not
 // another task's, not bound on the host), 0 replaced by a free one. They
-// are the task's until releasePorts.
+// are the task's, and held, until releasePorts.
 func (n *Network) reservePorts(uid string, ports []Port) ([]Port, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -412,6 +435,9 @@ func (n *Network) reservePorts(uid string, ports []Port) ([]Port, error) {
 	var taken []hostPort
 	undo := func() {
 		for _, k := range taken {
+			if h := n.hostPorts[k]; h.sock != nil {
+				h.sock.Close()
+			}
 			delete(n.hostPorts, k)
 		}
 	}
@@ -419,37 +445,29 @@ func (n *Network) reservePorts(uid string, ports []Port) ([]Port, error) {
 		out[i].Protocol = p.proto()
 		if p.HostPort != 0 {
 			k := hostPort{p.HostPort, p.proto()}
-			if other, ok := n.hostPorts[k]; ok && other != uid {
+			if other, ok := n.hostPorts[k]; ok && other.uid != uid {
 				undo()
-				return nil, fmt.Errorf("ports[%d].host_port: %d/%s is published by task %s on this instance", i, p.HostPort, p.proto(), other)
+				return nil, fmt.Errorf("ports[%d].host_port: %s is published by task %s on this instance", i, k, other.uid)
 			}
-			if _, err := n.listen(p.proto(), p.HostPort); err != nil {
+			sock, _, err := n.listen(p.proto(), p.HostPort)
+			if err != nil {
 				undo()
-				return nil, fmt.Errorf("ports[%d].host_port: %d/%s is in use on this host: %v", i, p.HostPort, p.proto(), err)
+				return nil, fmt.Errorf("ports[%d].host_port: %s is in use on this host: %v", i, k, err)
 			}
-			n.hostPorts[k] = uid
+			n.hostPorts[k] = heldPort{uid: uid, sock: sock}
 			taken = append(taken, k)
 			continue
 		}
-		var port int
-		for range 64 {
-			got, err := n.listen(p.proto(), 0)
-			if err != nil {
-				undo()
-				return nil, fmt.Errorf("ports[%d].host_port: no free %s port: %v", i, p.proto(), err)
-			}
-			if _, ok := n.hostPorts[hostPort{got, p.proto()}]; !ok {
-				port = got
-				break
-			}
-		}
-		if port == 0 {
+		// The kernel picks a port no socket has, which is also none of
+		// the ports held for tasks.
+		sock, port, err := n.listen(p.proto(), 0)
+		if err != nil {
 			undo()
-			return nil, fmt.Errorf("ports[%d].host_port: no free %s port found", i, p.proto())
+			return nil, fmt.Errorf("ports[%d].host_port: no free %s port: %v", i, p.proto(), err)
 		}
 		out[i].HostPort = port
 		k := hostPort{port, p.proto()}
-		n.hostPorts[k] = uid
+		n.hostPorts[k] = heldPort{uid: uid, sock: sock}
 		taken = append(taken, k)
 	}
 	return out, nil
@@ -458,31 +476,50 @@ func (n *Network) reservePorts(uid string, ports []Port) ([]Port, error) {
 func (n *Network) releasePorts(uid string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for k, owner := range n.hostPorts {
-		if owner == uid {
+	for k, h := range n.hostPorts {
+		if h.uid == uid {
+			if h.sock != nil {
+				h.sock.Close()
+			}
 			delete(n.hostPorts, k)
 		}
 	}
 }
 
-// listenPort binds port (0: any) on every host address and lets it go,
-// returning the port bound: whether it is free now, and a free one.
-func listenPort(proto string, port int) (int, error) {
-	addr := ":" + strconv.Itoa(port)
-	if proto == UDP {
-		c, err := net.ListenPacket("udp", addr)
-		if err != nil {
-			return 0, err
+// Close lets go of the host ports the Network holds (the agent stops;
+// its tasks keep publishing them, and the next agent holds them again
+// when it adopts the tasks).
+func (n *Network) Close() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for k, h := range n.hostPorts {
+		if h.sock != nil {
+			h.sock.Close()
 		}
-		defer c.Close()
-		return c.LocalAddr().(*net.UDPAddr).Port, nil
+		delete(n.hostPorts, k)
 	}
-	l, err := net.Listen("tcp", addr)
+}
+
+func (k hostPort) String() string { return strconv.Itoa(k.port) + "/" + k.proto }
+
+// listenPort binds port (0: any free one) on every IPv4 address of the
+// host and returns the socket and the port. IPv4 only: task ports are
+// published for IPv4, and an IPv6 connection must be refused, not land
+// on a socket that never accepts.
+func listenPort(proto string, port int) (io.Closer, int, error) {
+	addr := "0.0.0.0:" + strconv.Itoa(port)
+	if proto == UDP {
+		c, err := net.ListenPacket("udp4", addr)
+		if err != nil {
+			return nil, 0, err
+		}
+		return c, c.LocalAddr().(*net.UDPAddr).Port, nil
+	}
+	l, err := net.Listen("tcp4", addr)
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return l, l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // writeFileAtomic replaces path with data.

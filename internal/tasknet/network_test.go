@@ -166,7 +166,14 @@ func TestPublishedPortsReachTheTask(t *testing.T) {
 // freePort is a TCP port free in the test host.
 func freePort(t *testing.T, h *testHost) int {
 	var port int
-	h.do(func() (err error) { port, err = listenPort(TCP, 0); return err })
+	h.do(func() error {
+		sock, p, err := listenPort(TCP, 0)
+		if err == nil {
+			port = p
+			sock.Close()
+		}
+		return err
+	})
 	return port
 }
 
@@ -228,6 +235,7 @@ func TestAdoptAndSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	first.Close()
 	again := h.network() // the agent restarted
 	if err := again.Adopt(kept); err != nil {
 		t.Fatal(err)

@@ -176,8 +176,12 @@ func (m *Manager) teardownNetwork(e *task) {
 	done.Released = true
 	m.mu.Lock()
 	e.net = &done
+	if e.hasReport && !e.forgotten {
+		e.changed(e.snap) // the report no longer names the namespace
+	}
 	m.mu.Unlock()
 	m.persist(e)
+	m.signalReporter()
 }
 
 func (m *Manager) runCtxNow() context.Context {
@@ -210,7 +214,8 @@ func (m *Manager) sweepNetworks(ctx context.Context) {
 }
 
 // networkStatus is what a report says of the task's network: its mode,
-// and for a bridge task its namespace, address and published ports.
+// and for a bridge task its namespace (while it exists), address and
+// published ports.
 func networkStatus(def *pborch.TaskDefinition, n *taskNetwork) *pborch.TaskNetwork {
 	if !isBridge(def) {
 		return nil
@@ -220,7 +225,9 @@ func networkStatus(def *pborch.TaskDefinition, n *taskNetwork) *pborch.TaskNetwo
 		return st
 	}
 	a := n.Attachment
-	st.NamespacePath = a.Path
+	if !n.Released {
+		st.NamespacePath = a.Path // gone once released
+	}
 	if a.Address.IsValid() {
 		st.Address = a.Address.Addr().String()
 	}
@@ -249,7 +256,10 @@ func networkMetadata(def *pborch.TaskDefinition, n *taskNetwork) NetworkMetadata
 	md := NetworkMetadata{Mode: orchestrator.NetworkBridge}
 	if n != nil && n.Attachment != nil {
 		a := n.Attachment
-		md.NamespacePath, md.Ports = a.Path, a.Ports
+		md.Ports = a.Ports
+		if !n.Released {
+			md.NamespacePath = a.Path
+		}
 		if a.Address.IsValid() {
 			md.Address = a.Address.String()
 		}

@@ -52,6 +52,14 @@ func TestNetworkStatusAndMetadata(t *testing.T) {
 	if netnsOf(&down) != "" || holderOf(&down) != "" || netnsOf(nil) != "" {
 		t.Fatal("a released network is still handed to containers")
 	}
+	// Once released, the address and ports stay in the report, the
+	// namespace that no longer exists does not.
+	if st := networkStatus(bridge, &down); st.GetNamespacePath() != "" || st.GetAddress() != "172.26.64.7" || len(st.GetPorts()) != 1 {
+		t.Fatalf("released: %v", st)
+	}
+	if md := networkMetadata(bridge, &down); md.NamespacePath != "" || md.Address == "" {
+		t.Fatalf("released metadata %+v", md)
+	}
 }
 
 func TestRequestedPorts(t *testing.T) {

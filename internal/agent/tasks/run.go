@@ -156,6 +156,16 @@ func (m *Manager) onSnapshot(e *task, s Snapshot) {
 		m.mu.Unlock()
 		return
 	}
+	if s.Status == orchestrator.StatusStopped && e.net != nil && !e.net.Released {
+		// A bridge task is STOPPED once its network is released too:
+		// whoever then places a task on its address or its host ports
+		// finds them free. teardownNetwork reports it.
+		e.snap = s
+		m.broadcastLocked()
+		m.mu.Unlock()
+		m.persist(e)
+		return
+	}
 	e.changed(s)
 	m.broadcastLocked()
 	m.mu.Unlock()
