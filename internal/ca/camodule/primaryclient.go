@@ -148,8 +148,9 @@ func classify(addr string, err error) error {
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		return notPrimaryError{fmt.Errorf("%s answers gRPC but does not serve the Trellis API this needs (%v): is it the public gRPC address (-grpc-addr) of a Trellis server?", addr, err)}
-	case strings.Contains(msg, "error reading server preface: EOF"):
-		// A TLS server closes on a plaintext client's first bytes.
+	case strings.Contains(msg, "error reading server preface") && (strings.Contains(msg, "EOF") || strings.Contains(msg, "connection reset by peer")):
+		// A TLS server closes on a plaintext client's first bytes: a
+		// FIN, or a reset when those bytes were left unread.
 		return fmt.Errorf("%w (%s closed the connection before gRPC began: if the primary's servers serve TLS on their public port, give -primary-tls-ca-file)", err, addr)
 	case strings.Contains(msg, "server preface") || strings.Contains(msg, "http2: frame too large") || strings.Contains(msg, "first record does not look like a TLS handshake"):
 		return notPrimaryError{fmt.Errorf("%s answers, but not as a gRPC server (%v): -primary-address is the public gRPC address (-grpc-addr) of a server of the primary, not its HTTP address", addr, err)}
