@@ -26,6 +26,7 @@ func newServerCmd(e *cli.Env) *cobra.Command {
 		primaryDC       string
 		primaryAddrs    []string
 		primaryCAFile   string
+		connectCerts    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -44,6 +45,14 @@ forwarding). Agents and tools use only the HTTP and public gRPC ports. With
 ports accept only servers holding a server certificate of the cluster's CA,
 the public gRPC port serves TLS (agents then need -tls-ca-file), -https-addr
 serves the HTTP API over TLS, and the files are read again on SIGHUP.
+
+With TLS, once the cluster's Connect CA has a root, each server signs itself a
+leaf of the CA (spiffe://<trust-domain>/server/dc/<dc>/id/<node-id>), keeps it
+renewed, and presents it instead of -tls-cert-file to the servers and agents
+that ask for it: they ask by name (server.<dc>.connect.trellis) once they
+follow the CA's roots, so the CLI and an agent at its first join, which hold
+only the cluster CA, still get the certificate file. -connect-server-certs=false
+keeps the server on its file (docs/ca.md).
 
 -datacenter names the cluster's datacenter (dc1 by default): the Connect CA
 signs leaf certificates whose SPIFFE ids name it, and -tls-cert-file must be a
@@ -91,6 +100,7 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 				}
 			}
 			cfg.HTTPSAddr = httpsAddr
+			cfg.DisableConnectServerCerts = !connectCerts
 			cfg.PrimaryDatacenter, cfg.PrimaryAddrs = primaryDC, primaryAddrs
 			if primaryCAFile != "" {
 				if cfg.PrimaryTLS, err = primaryTLS(primaryCAFile, primaryDC); err != nil {
@@ -122,6 +132,7 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 		"public gRPC address (host:port, the primary servers' -grpc-addr) of a server of -primary-datacenter, which a secondary's CA gets its roots and intermediate from; repeatable or comma-separated, tried in turn")
 	cmd.Flags().StringVar(&primaryCAFile, "primary-tls-ca-file", "",
 		"on a secondary whose primary's servers serve TLS on their public gRPC port (they have -tls-* files): the primary cluster's CA certificate (PEM); the secondary then dials them over TLS and accepts only server.<primary-datacenter>.trellis certificates of it")
+	cmd.Flags().BoolVar(&connectCerts, "connect-server-certs", true, "once the Connect CA has a root, sign this server a leaf of it and present it to the servers and agents that ask for it (false: present -tls-cert-file only)")
 	cmd.Flags().StringVar(&httpsAddr, "https-addr", "", "also serve the HTTP API over TLS on this address (host:port; needs the -tls-* files)")
 	cmd.Flags().StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "the cluster CA's certificate (PEM, from `trellis tls ca create`): with -tls-cert-file and -tls-key-file, servers talk to each other (Raft and -server-addr) only over mutual TLS")
 	cmd.Flags().StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "this server's certificate (PEM, from `trellis tls cert create -server`); reloaded on SIGHUP")

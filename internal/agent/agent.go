@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/credentials"
 
 	"trellis.dev/trellis/internal/agent/leaves"
 	"trellis.dev/trellis/internal/agent/session"
@@ -38,11 +39,12 @@ type Agent struct {
 	network *taskNetwork
 
 	// leaves is the leaf cache and leafServers its link to the servers
-	// (nil with DisableLeafCache); sessionTLS is how the session dials
-	// the servers (cfg.TLS, presenting the agent leaf with AutoEncrypt).
+	// (nil with DisableLeafCache); creds is how the agent dials the
+	// servers (cfg.TLS; with AutoEncrypt, mutual TLS with the agent leaf
+	// once it has one: dialCredentials). Nil: plaintext.
 	leaves      *leaves.Cache
 	leafServers *leaves.Servers
-	sessionTLS  *tls.Config
+	creds       credentials.TransportCredentials
 
 	mu      sync.Mutex
 	started atomic.Bool
@@ -92,7 +94,9 @@ func New(cfg Config) (*Agent, error) {
 	if a.address == "" {
 		a.address = advertiseAddr(ln.Addr().(*net.TCPAddr), cfg.Servers[0])
 	}
-	a.sessionTLS = cfg.TLS
+	if cfg.TLS != nil {
+		a.creds = credentials.NewTLS(cfg.TLS)
+	}
 	if !cfg.DisableLeafCache {
 		if err := a.setupLeafCache(); err != nil {
 			ln.Close()
@@ -135,7 +139,7 @@ func New(cfg Config) (*Agent, error) {
 		Attributes:  cfg.Attributes,
 		ID:          id,
 		Token:       cfg.Token,
-		TLS:         a.sessionTLS,
+		Credentials: a.creds,
 		DialOptions: cfg.DialOptions,
 		RPCTimeout:  cfg.RPCTimeout,
 		ReportDelay: cfg.ReportDelay,

@@ -110,8 +110,59 @@ func writeTLSFiles(t *testing.T, dir string) (caFile, certFile, keyFile string) 
 	return caFile, certFile, keyFile
 }
 
+// serversSeen records, for the agent's own calls, the certificate the
+// server presented (its chain, as the agent received it).
+type serversSeen struct {
+	mu     sync.Mutex
+	chains [][]*x509.Certificate
+}
+
+func (s *serversSeen) options() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			var p peer.Peer
+			err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Peer(&p))...)
+			s.record(&p)
+			return err
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err == nil {
+				if p, ok := peer.FromContext(cs.Context()); ok {
+					s.record(p)
+				}
+			}
+			return cs, err
+		}),
+	}
+}
+
+func (s *serversSeen) record(p *peer.Peer) {
+	if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.PeerCertificates) > 0 {
+		s.mu.Lock()
+		s.chains = append(s.chains, info.State.PeerCertificates)
+		s.mu.Unlock()
+	}
+}
+
+// connectServerLeaf is the last chain seen that is a server's Connect
+// leaf verifying against roots, or nil.
+func (s *serversSeen) connectServerLeaf(roots []*x509.Certificate) []*x509.Certificate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.chains) - 1; i >= 0; i-- {
+		if id, err := ca.VerifyPeer(s.chains[i], roots, time.Now()); err == nil {
+			if _, ok := id.(ca.ServerID); ok {
+				return s.chains[i]
+			}
+		}
+	}
+	return nil
+}
+
 type tlsServer struct {
 	srv  *server.Server
+	tls  *tlsutil.Configurator
 	stop func()
 }
 
@@ -161,7 +212,7 @@ func TestAutoEncrypt(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- srv.Start(ctx) }()
 		var once sync.Once
-		s := &tlsServer{srv: srv, stop: func() {
+		s := &tlsServer{srv: srv, tls: tc, stop: func() {
 			once.Do(func() {
 				cancel()
 				if err := <-done; err != nil {
@@ -189,6 +240,8 @@ func TestAutoEncrypt(t *testing.T) {
 		cfg.Servers = append(cfg.Servers, s.srv.GRPCAddr())
 	}
 	cfg.TLS, cfg.AutoEncrypt, cfg.ResignWindow = caOnly.OutgoingClientConfig(), true, time.Second
+	agentSaw := &serversSeen{}
+	cfg.DialOptions = append(cfg.DialOptions, agentSaw.options()...)
 	a := startAgent(t, cfg)
 
 	wantID := ca.AgentID{TrustDomain: first.TrustDomain, Datacenter: "dc1", Instance: "i-1"}.String()
@@ -201,6 +254,27 @@ func TestAutoEncrypt(t *testing.T) {
 		leaf = fmt.Sprintf("%x", cert.Leaf.SerialNumber)
 		return a.Server() != "" && seen.saw(wantID, leaf, "")
 	})
+	// Both sides on Connect certificates: the server the agent joined
+	// presented its own Connect leaf (asked for by name, checked against
+	// the roots the agent follows), not its certificate file.
+	roots := parseRoots(t, first)
+	eventually(t, "the agent's calls answered by a server presenting its Connect leaf", func() bool {
+		return agentSaw.connectServerLeaf(roots) != nil
+	})
+	// The CLI, with the cluster CA alone, is served the certificate file
+	// it can check.
+	cli, err := grpc.NewClient(servers[0].srv.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(caOnly.OutgoingClientConfig())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	var p peer.Peer
+	if _, err := pbresource.NewResourceServiceClient(cli).List(context.Background(), &pbresource.ListRequest{Type: ca.RootType, Tenancy: &pbresource.Tenancy{}}, grpc.Peer(&p)); err != nil {
+		t.Fatalf("the CLI's call: %v", err)
+	}
+	if info, ok := p.AuthInfo.(credentials.TLSInfo); !ok || len(info.State.PeerCertificates[0].URIs) != 0 {
+		t.Fatalf("the CLI was served %v, want the certificate file", p.AuthInfo)
+	}
 
 	// A rotation: the agent's leaf is signed again, from the new root.
 	body, _ := json.Marshal(map[string]any{"config": map[string]any{"rotation": 1}})
@@ -229,6 +303,16 @@ func TestAutoEncrypt(t *testing.T) {
 		return false
 	})
 
+	// Every server signs itself a leaf of the new root (within its
+	// window).
+	newRoots := parseRoots(t, rotated)
+	for i, s := range servers {
+		eventually(t, fmt.Sprintf("server %d's leaf of the new root", i), func() bool {
+			cert := s.tls.ConnectServerCertificate()
+			return cert != nil && bytes.Equal(cert.Leaf.AuthorityKeyId, newRoots[0].SubjectKeyId)
+		})
+	}
+
 	// The server the agent is on goes away; another takes its heartbeats,
 	// over a new connection presenting the new leaf.
 	on := a.Server()
@@ -242,6 +326,26 @@ func TestAutoEncrypt(t *testing.T) {
 	eventually(t, "another server takes the agent's heartbeats with its new leaf", func() bool {
 		return seen.saw(wantID, newLeaf, stopped)
 	})
+	// On the new connection too, the server presents its Connect leaf,
+	// one of the new root.
+	eventually(t, "the agent's calls answered by a server presenting a Connect leaf of the new root", func() bool {
+		chain := agentSaw.connectServerLeaf(newRoots[:1])
+		return chain != nil && bytes.Equal(chain[0].AuthorityKeyId, newRoots[0].SubjectKeyId)
+	})
+}
+
+// parseRoots are the root certificates of roots, the active one first.
+func parseRoots(t *testing.T, roots camodule.RootsBody) []*x509.Certificate {
+	t.Helper()
+	var out []*x509.Certificate
+	for _, r := range roots.Roots {
+		c, err := ca.ParseCerts([]byte(r.RootCert))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c[0])
+	}
+	return out
 }
 
 func caRoots(base string) camodule.RootsBody {

@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"trellis.dev/trellis/internal/agent/leaves"
@@ -19,21 +18,23 @@ import (
 // leaf is also what the agent presents to the servers.
 
 // setupLeafCache makes the cache and its link to the servers. With
-// auto-encrypt it also sets the TLS config the agent dials the servers
-// with: the cluster CA's check of the servers, presenting the agent leaf
-// once the cache holds one.
+// auto-encrypt it also sets how the agent dials the servers: checking
+// them against the cluster CA at first; once the cache holds the agent
+// leaf and the CA's roots, presenting the leaf and asking each server for
+// its own Connect leaf (tlsutil.ConnectClientConfig), made anew for every
+// connection so that a renewal or a rotation applies to the next one.
 func (a *Agent) setupLeafCache() error {
 	cfg := a.cfg
-	dialTLS := cfg.TLS
 	if cfg.AutoEncrypt {
 		// The cache is made below; the closure reads it at each
-		// handshake, by when it exists.
-		dialTLS = tlsutil.PresentingLeaf(cfg.TLS, func() *tls.Certificate { return a.leaves.AgentCertificate() })
-		a.sessionTLS = dialTLS
+		// connection, by when it exists.
+		a.creds = tlsutil.GRPCClientCredentials(func() *tls.Config {
+			return tlsutil.ConnectClientConfig(cfg.TLS, cfg.Datacenter, tlsutil.DefaultDomain, a.leaves)
+		})
 	}
-	creds := insecure.NewCredentials()
-	if dialTLS != nil {
-		creds = credentials.NewTLS(dialTLS)
+	creds := a.creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
 	}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, leaves.Token(cfg.Token)...)
 	a.leafServers = leaves.NewServers(cfg.Servers, a.log.With("component", "leaves"), opts...)

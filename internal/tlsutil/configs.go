@@ -12,21 +12,31 @@ import (
 // made for a server.
 var ErrNotServer = errors.New("not a server's TLS configuration: it needs -tls-cert-file with a server certificate")
 
-// IncomingPublicConfig is for the public ports (gRPC, HTTPS): it serves
-// the server certificate. A client certificate is asked for but not
-// required, since clients are authenticated by their ACL tokens there (a
-// CLI, or an agent before it has its leaf, presents none); one that is
-// presented must verify, as a client certificate of the cluster CA or as
-// an agent leaf of the Connect CA (see SetConnectRoots), or the handshake
-// is refused.
+// IncomingPublicConfig is for the public ports (gRPC, HTTPS). It serves
+// the server's Connect CA leaf to a client that asks for
+// ConnectServerName (SNI), when the server has one, and the server
+// certificate file to every other: the CLI, curl and an agent at its
+// first join hold only the cluster CA, and ask for another name or none.
+// A client certificate is asked for but not required, since clients are
+// authenticated by their ACL tokens there (a CLI, or an agent before it
+// has its leaf, presents none); one that is presented must verify, as a
+// client certificate of the cluster CA or as an agent leaf of the Connect
+// CA (see SetConnectRoots), or the handshake is refused.
 func (c *Configurator) IncomingPublicConfig() (*tls.Config, error) {
 	if !c.cfg.Server {
 		return nil, ErrNotServer
 	}
 	return &tls.Config{
-		MinVersion:     tls.VersionTLS13,
-		GetCertificate: c.getCertificate,
-		ClientAuth:     tls.RequestClientCert,
+		MinVersion: tls.VersionTLS13,
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if hello.ServerName == c.ConnectServerName() {
+				if l := c.validServerLeaf(); l != nil {
+					return l.cert, nil
+				}
+			}
+			return c.getCertificate(hello)
+		},
+		ClientAuth: tls.RequestClientCert,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return nil

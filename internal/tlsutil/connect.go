@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // The Connect CA's side of a Configurator: the CA's roots (SetConnectRoots),
@@ -162,32 +163,37 @@ func (c *Configurator) verifyPublicClient(certs []*x509.Certificate) error {
 	return nil
 }
 
-// verifyConnect checks a leaf of the Connect CA (with its chain) whose
-// one URI SAN is a SPIFFE id of the CA's trust domain with a path
-// <kind>/<this datacenter>/id/<name> (kind "/agent/client/dc/" or
-// "/server/dc/", what "an agent" or "a server" says in errors), for
-// usage, against every root the CA lists.
+// verifyConnect checks a leaf of the Connect CA (verifyConnectLeaf)
+// against the roots this process knows.
 func (c *Configurator) verifyConnect(certs []*x509.Certificate, kind, what string, usage x509.ExtKeyUsage) error {
+	trust := c.connect.Load()
+	if trust == nil {
+		return errors.New("this server does not know the Connect CA's roots yet")
+	}
+	return verifyConnectLeaf(certs, trust.trustDomain, trust.pool, c.cfg.Datacenter, kind, what, usage, c.cfg.Now())
+}
+
+// verifyConnectLeaf checks a leaf of the Connect CA (with its chain)
+// whose one URI SAN is a SPIFFE id of trust domain td with a path
+// <kind><dc>/id/<name> (kind "/agent/client/dc/" or "/server/dc/", what
+// "an agent" or "a server" says in errors), for usage, against roots.
+func verifyConnectLeaf(certs []*x509.Certificate, td string, roots *x509.CertPool, dc, kind, what string, usage x509.ExtKeyUsage, now time.Time) error {
 	leaf := certs[0]
 	if len(leaf.URIs) != 1 {
 		return fmt.Errorf("%q has %d URI SANs; the leaf of %s has one", leaf.Subject.CommonName, len(leaf.URIs), what)
 	}
 	u := leaf.URIs[0]
-	if !isSPIFFEOf(u, kind+c.cfg.Datacenter+"/id/") {
-		return fmt.Errorf("%s is not the SPIFFE id of %s of datacenter %s", u, what, c.cfg.Datacenter)
+	if !isSPIFFEOf(u, kind+dc+"/id/") {
+		return fmt.Errorf("%s is not the SPIFFE id of %s of datacenter %s", u, what, dc)
 	}
-	trust := c.connect.Load()
-	if trust == nil {
-		return errors.New("this server does not know the Connect CA's roots yet")
-	}
-	if u.Host != trust.trustDomain {
-		return fmt.Errorf("%s is not of the Connect CA's trust domain %s", u, trust.trustDomain)
+	if u.Host != td {
+		return fmt.Errorf("%s is not of the Connect CA's trust domain %s", u, td)
 	}
 	inter := x509.NewCertPool()
 	for _, ic := range certs[1:] {
 		inter.AddCert(ic)
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: trust.pool, Intermediates: inter, CurrentTime: c.cfg.Now(), KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
 		return fmt.Errorf("%s is not a leaf of the Connect CA: %v", u, err)
 	}
 	return nil

@@ -186,6 +186,9 @@ func (p perConnCredentials) ClientHandshake(ctx context.Context, _ string, raw n
 }
 
 func (p perConnCredentials) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if p.server == nil {
+		return nil, nil, errClientOnly
+	}
 	return credentials.NewTLS(p.server(raw)).ServerHandshake(raw)
 }
 

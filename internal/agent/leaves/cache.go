@@ -232,6 +232,21 @@ func (c *Cache) AgentCertificate() *tls.Certificate {
 	return cert
 }
 
+// ConnectCertificate is AgentCertificate: with the roots, the cache is the
+// agent's tlsutil.ConnectSource, what it talks to the servers with.
+func (c *Cache) ConnectCertificate() *tls.Certificate { return c.AgentCertificate() }
+
+// ConnectRoots are the trust domain and a pool of every root the servers
+// list; "" and nil before the cache has them.
+func (c *Cache) ConnectRoots() (trustDomain string, roots *x509.CertPool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.roots.TrustDomain == "" || len(c.roots.Certs) == 0 {
+		return "", nil
+	}
+	return c.roots.TrustDomain, c.pool
+}
+
 // Info describes a leaf of the cache (never its key).
 type Info struct {
 	Key       string    `json:"key"`

@@ -3,7 +3,6 @@ package session
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"errors"
 	"log/slog"
 	"sync"
@@ -34,11 +33,11 @@ type Config struct {
 	// ID is the first session id (NewID).
 	ID string
 
-	// Token is the ACL token sent with every RPC; TLS, when set, how the
-	// public gRPC port is dialled; DialOptions are added to those of every
-	// connection.
+	// Token is the ACL token sent with every RPC; Credentials, when set,
+	// how the public gRPC port is dialled (TLS; plaintext when nil);
+	// DialOptions are added to those of every connection.
 	Token       string
-	TLS         *tls.Config
+	Credentials credentials.TransportCredentials
 	DialOptions []grpc.DialOption
 
 	// RPCTimeout bounds each unary RPC; ReportDelay is how long the
@@ -225,8 +224,8 @@ type conn struct {
 // was usable.
 func (s *Session) runConn(ctx context.Context, addr string) (worked bool, err error) {
 	creds := insecure.NewCredentials()
-	if s.cfg.TLS != nil {
-		creds = credentials.NewTLS(s.cfg.TLS)
+	if s.cfg.Credentials != nil {
+		creds = s.cfg.Credentials
 	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
