@@ -213,7 +213,7 @@ func New(cfg Config) (_ *Server, err error) {
 		s.Add("connect-roots", connectRoots{api: s.api, tls: cfg.TLS, log: s.log.With("component", "connect-roots")})
 		log := s.log.With("component", "tls")
 		cfg.TLS.OnConnectReady(func(closed int) {
-			log.Info("this server holds its Connect CA leaf and the CA's roots: it presents the leaf to peers that ask for it; the server ports' links are opened again to use it", "links_closed", closed)
+			log.Info("this server holds its Connect CA leaf and the CA's roots: it presents the leaf to the peers that ask for it; its Raft links are opened again to use it (Raft may log their closing), the server RPCs' links as they reach their age", "raft_links_closed", closed)
 		})
 	}
 
