@@ -27,16 +27,9 @@ func (c *Configurator) IncomingPublicConfig() (*tls.Config, error) {
 		return nil, ErrNotServer
 	}
 	return &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			if hello.ServerName == c.ConnectServerName() {
-				if l := c.validServerLeaf(); l != nil {
-					return l.cert, nil
-				}
-			}
-			return c.getCertificate(hello)
-		},
-		ClientAuth: tls.RequestClientCert,
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: c.certificateByName,
+		ClientAuth:     tls.RequestClientCert,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return nil

@@ -111,15 +111,8 @@ func (c *Configurator) OutgoingServerConfig() (*tls.Config, error) {
 // server port over raw.
 func (c *Configurator) incomingServer(raw net.Conn) *tls.Config {
 	return &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			if hello.ServerName == c.ConnectServerName() {
-				if l := c.validServerLeaf(); l != nil {
-					return l.cert, nil
-				}
-			}
-			return c.getCertificate(hello)
-		},
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: c.certificateByName,
 		// Any certificate is asked for and verified in VerifyConnection
 		// against the CAs held now. ClientCAs only names them in the
 		// request, so that the dialer picks a certificate this server can
@@ -201,3 +194,17 @@ func (p perConnCredentials) Clone() credentials.TransportCredentials { return p 
 // OverrideServerName is deprecated in gRPC and unused: the name asked
 // for is decided per connection.
 func (p perConnCredentials) OverrideServerName(string) error { return nil }
+
+// certificateByName is the certificate a server presents, on its public
+// ports and its server ports alike: the
+// Connect server leaf to a peer that asks for ConnectServerName (it follows
+// the Connect roots and can check it) while that leaf is valid, and the
+// file's (or dev's) certificate to any other.
+func (c *Configurator) certificateByName(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if hello.ServerName == c.ConnectServerName() {
+		if l := c.validServerLeaf(); l != nil {
+			return l.cert, nil
+		}
+	}
+	return c.getCertificate(hello)
+}
