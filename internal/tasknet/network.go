@@ -20,6 +20,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
+	"trellis.dev/trellis/internal/atomicfile"
 	"trellis.dev/trellis/internal/netns"
 )
 
@@ -106,7 +107,7 @@ func New(c Config, log *slog.Logger) (*Network, error) {
 			return nil, fmt.Errorf("-data-dir: %w", err)
 		}
 	}
-	if err := writeFileAtomic(c.conflistPath(), append(b, '\n')); err != nil {
+	if err := atomicfile.Write(c.conflistPath(), append(b, '\n')); err != nil {
 		return nil, fmt.Errorf("-data-dir: write the conflist: %w", err)
 	}
 	return &Network{
@@ -520,23 +521,4 @@ func listenPort(proto string, port int) (io.Closer, int, error) {
 		return nil, 0, err
 	}
 	return l, l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// writeFileAtomic replaces path with data.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(data)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-	}
-	return err
 }

@@ -12,6 +12,7 @@ import (
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/atomicfile"
 )
 
 // Local state: what the agent keeps in its data dir.
@@ -104,7 +105,9 @@ func (d stateDir) saveRecord(r *record) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(d.recordPath(r.UID), b)
+	// Not fsynced (atomicfile): after a machine crash a damaged record is
+	// reported and left, and the servers have marked the instance's tasks LOST.
+	return atomicfile.Write(d.recordPath(r.UID), b)
 }
 
 // removeTask removes a task's record and directory.
@@ -182,7 +185,7 @@ func WriteAgentFile(dataDir, httpAddr, name string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(stateDir{dataDir}.agentPath(), b)
+	return atomicfile.Write(stateDir{dataDir}.agentPath(), b)
 }
 
 // ReadAgentFile reads the local API address a (running or last) agent
@@ -197,32 +200,6 @@ func ReadAgentFile(dataDir string) (httpAddr string, err error) {
 		return "", fmt.Errorf("%s: %w", stateDir{dataDir}.agentPath(), err)
 	}
 	return f.HTTPAddr, nil
-}
-
-// writeFileAtomic replaces path with data: a temporary file beside it,
-// renamed over it.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	// No fsync: a record only lets a restarted agent re-attach to the
-	// processes and containers of this machine, which a power loss or a
-	// kernel crash (the only failures the page cache does not survive)
-	// ends anyway. The rename keeps every record whole against the agent's
-	// own crashes; after a machine crash a damaged record is reported and
-	// left, and the servers have marked the instance's tasks LOST.
-	_, err = tmp.Write(data)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-	}
-	return err
 }
 
 // RecordPath is the file of the local state of the task with uid under
