@@ -42,6 +42,9 @@ type signResult struct {
 	serverCPU          []time.Duration // each server's, over the timed phase
 	clientCPU          time.Duration
 	machineBusy        float64 // cores busy on the machine over the timed phase, everything counted
+	// cpuWindow is what the CPU figures were read over: the timed phase,
+	// or less when the clients ran out of CSRs before its end.
+	cpuWindow time.Duration
 	loadStart, loadEnd string
 
 	verified  int
@@ -194,10 +197,12 @@ func (b *bench) drive(ctx context.Context, members []*testcluster.Member, conns 
 	// The CPU of the servers, of this process and of the machine, read
 	// at the start and the end of the timed phase.
 	measured := make(chan error, 1)
+	clientsDone := make(chan struct{})
 	go func() {
-		measured <- b.measureCPU(ctx, members, t0, t1, r)
+		measured <- b.measureCPU(ctx, members, t0, t1, clientsDone, r)
 	}()
 	wg.Wait()
+	close(clientsDone)
 	if err := <-measured; err != nil {
 		return nil, err
 	}
@@ -217,7 +222,7 @@ func (b *bench) drive(ctx context.Context, members []*testcluster.Member, conns 
 // measureCPU reads the CPU time of every server, of this process and of
 // the machine at t0 and at t1 (or when the clients are done, whichever
 // comes first), fetching profiles of the timed phase when asked.
-func (b *bench) measureCPU(ctx context.Context, members []*testcluster.Member, t0, t1 time.Time, r *signResult) error {
+func (b *bench) measureCPU(ctx context.Context, members []*testcluster.Member, t0, t1 time.Time, clientsDone <-chan struct{}, r *signResult) error {
 	read := func() ([]time.Duration, time.Duration, int64, error) {
 		var cpus []time.Duration
 		for _, m := range members {
@@ -248,17 +253,22 @@ func (b *bench) measureCPU(ctx context.Context, members []*testcluster.Member, t
 			}()
 		}
 	}
-	sleepUntil(ctx, t1)
+	select {
+	case <-ctx.Done():
+	case <-clientsDone:
+	case <-time.After(time.Until(t1)):
+	}
 	s1, c1, m1, err := read()
 	if err != nil {
 		return err
 	}
+	r.cpuWindow = time.Since(t0)
 	r.loadEnd = testcluster.LoadAvg()
 	for i := range s0 {
 		r.serverCPU = append(r.serverCPU, s1[i]-s0[i])
 	}
 	r.clientCPU = c1 - c0
-	r.machineBusy = float64(m1-m0) / userHZ / t1.Sub(t0).Seconds()
+	r.machineBusy = float64(m1-m0) / userHZ / r.cpuWindow.Seconds()
 	profiles.Wait()
 	return nil
 }

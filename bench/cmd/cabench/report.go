@@ -46,7 +46,7 @@ func (b *bench) reportSign(r *signResult) bool {
 		fmt.Fprintf(w, "**%d requests were rate-limited: at the default limits there should be none.**\n\n", r.rateLimited)
 	}
 
-	secs := r.elapsed.Seconds()
+	secs := r.cpuWindow.Seconds()
 	var serverTotal time.Duration
 	var each []string
 	for _, c := range r.serverCPU {
