@@ -30,21 +30,21 @@ type signResult struct {
 	trustDomain      string
 	datacenter       string
 
-	csrs               int
-	csrWall, csrCPU    time.Duration
-	elapsed            time.Duration // of the timed phase
-	ranOut             bool          // the CSRs ran out before -duration
-	signed             int
-	latencies          []time.Duration // sorted
-	rateLimited        int
-	refused            map[codes.Code]int
-	firstRefusal       string
-	serverCPU          []time.Duration // each server's, over the timed phase
-	clientCPU          time.Duration
-	machineBusy        float64 // cores busy on the machine over the timed phase, everything counted
+	csrs            int
+	csrWall, csrCPU time.Duration
+	elapsed         time.Duration // of the timed phase
+	ranOut          bool          // the CSRs ran out before -duration
+	signed          int
+	latencies       []time.Duration // sorted
+	rateLimited     int
+	refused         map[codes.Code]int
+	firstRefusal    string
+	serverCPU       []time.Duration // each server's, over the timed phase
+	clientCPU       time.Duration
+	machineBusy     float64 // cores busy on the machine over the timed phase, everything counted
 	// cpuWindow is what the CPU figures were read over: the timed phase,
 	// or less when the clients ran out of CSRs before its end.
-	cpuWindow time.Duration
+	cpuWindow          time.Duration
 	loadStart, loadEnd string
 
 	verified  int

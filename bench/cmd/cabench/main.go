@@ -71,7 +71,7 @@ func run() int {
 	serverFlags := flag.String("server-flags", "", "extra flags for every `trellis server`, space-separated")
 	flag.IntVar(&b.servers, "servers", 3, "servers in the cluster")
 	flag.IntVar(&b.clients, "clients", 48, "concurrent clients, spread round-robin over the servers")
-	flag.IntVar(&b.csrs, "csrs", 60000, "fresh CSRs generated before the timed phase (one per request; the phase ends early if they run out)")
+	flag.IntVar(&b.csrs, "csrs", 100000, "fresh CSRs generated before the timed phase (one per request; the phase ends early if they run out)")
 	flag.DurationVar(&b.duration, "duration", 8*time.Second, "length of the timed phase")
 	flag.DurationVar(&b.warmup, "warmup", time.Second, "signing before the timed phase, not counted")
 	flag.DurationVar(&b.ceilingTime, "ceiling-time", time.Second, "length of each round of an in-process ceiling measurement (the best of 3 rounds is kept)")
