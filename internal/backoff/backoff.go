@@ -2,8 +2,8 @@
 // before the next attempt after a run of consecutive failures. The
 // controller work queue and informers, the Raft backend's leader session
 // and its wait for a leader, cluster formation and membership upkeep, the
-// server's bootstrap of what must exist, and the agent's reconnects all
-// use it.
+// server's bootstrap of what must exist, the watched sets
+// (resource.WatchedSet) and the agent's reconnects all use it.
 //
 // Design decisions:
 //

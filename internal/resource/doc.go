@@ -151,6 +151,19 @@
 // whose owner is no longer stored with that uid. So a resource written with
 // an owner that does not exist will be reaped.
 //
+// # Watched sets
+//
+// WatchedSet is for code that acts on the whole current set of one type in
+// one namespace, not on each change: the server's trust of the Connect
+// roots, the CA signer's roots, keys and configuration, the agent's roots.
+// It keeps the set, keyed by name, from a watch's snapshot on, hands it
+// over after the snapshot and after every change, and opens a watch that
+// ends again after a backoff (backoff.Policy, reset by a delivered
+// snapshot), whose new snapshot replaces the set. Its source is a Watcher:
+// the API, or a client of a server's gRPC face. Controllers use the
+// controller runtime's informers instead, which resume from an index and
+// keep no data.
+//
 // # Copies
 //
 // The backend shares its stored resources with its store. Everything the
