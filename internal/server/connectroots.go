@@ -8,6 +8,7 @@ import (
 
 	pbca "trellis.dev/trellis/api/ca/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/backoff"
 	"trellis.dev/trellis/internal/ca"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/tlsutil"
@@ -24,57 +25,32 @@ type connectRoots struct {
 	log *slog.Logger
 }
 
+// connectRootsRetry: a broken watch of the roots is opened again after a
+// second, every time (it watches this server's own state).
+var connectRootsRetry = backoff.Policy{Base: time.Second, Max: time.Second}
+
 func (c connectRoots) Start(ctx context.Context) error {
-	for {
-		err := c.follow(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		c.log.Warn("the watch of the Connect CA's roots ended; opening it again", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (c connectRoots) follow(ctx context.Context) error {
-	w, err := c.api.Watch(ctx, &pbresource.WatchListRequest{Type: ca.RootType})
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	byName := map[string]*pbca.CARoot{}
-	listed := false
-	for {
-		ev, err := w.Next(ctx)
-		if err != nil {
-			return err
-		}
-		switch ev.GetOp() {
-		case pbresource.WatchEvent_OP_UPSERT:
-			root, err := resource.DecodeData[*pbca.CARoot](ev.GetResource())
-			if err != nil {
-				c.log.Warn("a stored root does not decode; skipped", "root", ev.GetResource().GetId().GetName(), "err", err)
-				continue
-			}
-			byName[ev.GetResource().GetId().GetName()] = root
-		case pbresource.WatchEvent_OP_DELETE:
-			delete(byName, ev.GetResource().GetId().GetName())
-		case pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
-			listed = true
-		}
-		if listed {
+	return resource.NewWatchedSet(resource.WatchedSetConfig{
+		Source: c.api,
+		Type:   ca.RootType,
+		Changed: func(byName map[string]*pbresource.Resource) error {
 			c.set(byName)
-		}
-	}
+			return nil
+		},
+		Retry:  connectRootsRetry,
+		Logger: c.log,
+	}).Start(ctx)
 }
 
-func (c connectRoots) set(byName map[string]*pbca.CARoot) {
+func (c connectRoots) set(byName map[string]*pbresource.Resource) {
 	var certs []*x509.Certificate
 	td := ""
-	for name, root := range byName {
+	for name, res := range byName {
+		root, err := resource.DecodeData[*pbca.CARoot](res)
+		if err != nil {
+			c.log.Warn("a stored root does not decode; skipped", "root", name, "err", err)
+			continue
+		}
 		parsed, err := ca.ParseCerts([]byte(root.GetRootCert()))
 		if err != nil {
 			c.log.Warn("a stored root's certificate does not parse; skipped", "root", name, "err", err)
