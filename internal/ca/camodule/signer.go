@@ -193,65 +193,27 @@ func (s *Signer) Start(ctx context.Context) error {
 	// The signing keys are sealed: only the server's own code reads them.
 	ctx = resource.FromOperations(ctx)
 	var wg sync.WaitGroup
-	for _, typ := range followed {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.follow(ctx, typ)
-		}()
+	errs := make([]error, len(followed))
+	for i, typ := range followed {
+		set := resource.NewWatchedSet(resource.WatchedSetConfig{
+			Source: s.api,
+			Type:   typ,
+			Changed: func(set map[string]*pbresource.Resource) error {
+				s.observe(typ, set)
+				return nil
+			},
+			Retry:  retryPolicy,
+			Rand:   rand.Float64,
+			Logger: s.log,
+		})
+		wg.Go(func() { errs[i] = set.Start(ctx) })
 	}
 	wg.Wait()
-	return nil
+	return errors.Join(errs...)
 }
 
 // retryPolicy paces the watches opened again after a failure.
 var retryPolicy = backoff.Policy{Base: 100 * time.Millisecond, Max: 5 * time.Second}
-
-func (s *Signer) follow(ctx context.Context, typ *pbresource.Type) {
-	w := backoff.Waiter{Policy: retryPolicy, Rand: rand.Float64}
-	for {
-		err := s.watch(ctx, typ, w.Reset)
-		if ctx.Err() != nil {
-			return
-		}
-		s.log.Info("CA signer: watch ended; opening it again", "kind", typ.GetKind(), "err", err)
-		if !w.Wait(ctx) {
-			return
-		}
-	}
-}
-
-// watch keeps the resources of typ, from a snapshot on, handing the set
-// to the signer after the snapshot and after each change.
-func (s *Signer) watch(ctx context.Context, typ *pbresource.Type, opened func()) error {
-	w, err := s.api.Watch(ctx, &pbresource.WatchListRequest{Type: typ, Tenancy: &pbresource.Tenancy{}})
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	set := map[string]*pbresource.Resource{}
-	snapshot := true
-	for {
-		ev, err := w.Next(ctx)
-		if err != nil {
-			return err
-		}
-		switch ev.GetOp() {
-		case pbresource.WatchEvent_OP_UPSERT:
-			set[ev.GetResource().GetId().GetName()] = ev.GetResource()
-		case pbresource.WatchEvent_OP_DELETE:
-			delete(set, ev.GetResource().GetId().GetName())
-		case pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
-			if snapshot {
-				snapshot = false
-				opened()
-			}
-		}
-		if !snapshot {
-			s.observe(typ, set)
-		}
-	}
-}
 
 // observe takes the current set of one type and, once every type has
 // delivered its snapshot, builds what to sign with. A stored CA that
