@@ -2,7 +2,6 @@ package leaves
 
 import (
 	"context"
-
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,8 +17,10 @@ import (
 
 	pbca "trellis.dev/trellis/api/ca/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/backoff"
 	"trellis.dev/trellis/internal/ca"
 	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/storage"
 )
 
 // RetryAfterKey is the trailer of a ResourceExhausted answer of Sign that
@@ -122,71 +123,73 @@ func (s *Servers) Sign(ctx context.Context, csrPEM string) (certPEM, chainPEM st
 
 // WatchRoots follows the CA's roots until ctx ends, calling set with them
 // after the first full listing and after every change. A broken watch is
-// opened again (on the next server when this one is gone) after a backoff.
+// opened again (on the next server when this one is gone) after a backoff
+// of ca.SignRetryMin to ca.SignRetryMax, as a failed signature is.
 func (s *Servers) WatchRoots(ctx context.Context, set func(Roots)) {
-	for failures := 0; ; {
-		err := s.watchRootsOnce(ctx, set, func() { failures = 0 })
-		if ctx.Err() != nil {
-			return
-		}
-		failures++
-		wait := ca.SignRetryDelay(failures, 0, mrand.Float64())
-		s.log.Warn("the watch of the CA's roots ended; opening it again", "err", err, "retry_in", wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-	}
-}
-
-func (s *Servers) watchRootsOnce(ctx context.Context, set func(Roots), listed func()) error {
-	cc, err := s.conn()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := pbresource.NewResourceServiceClient(cc).WatchList(ctx, &pbresource.WatchListRequest{Type: ca.RootType})
-	if err != nil {
-		s.failed(cc, err)
-		return err
-	}
-	byName := map[string]*pbca.CARoot{}
-	snapshot := true
-	for {
-		ev, err := stream.Recv()
-		if err != nil {
-			s.failed(cc, err)
-			return err
-		}
-		switch ev.GetOp() {
-		case pbresource.WatchEvent_OP_UPSERT:
-			root, err := resource.DecodeData[*pbca.CARoot](ev.GetResource())
-			if err != nil {
-				return fmt.Errorf("a root the servers sent: %w", err)
-			}
-			byName[ev.GetResource().GetId().GetName()] = root
-		case pbresource.WatchEvent_OP_DELETE:
-			delete(byName, ev.GetResource().GetId().GetName())
-		case pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
-			snapshot = false
-			listed()
-		}
-		if !snapshot {
+	_ = resource.NewWatchedSet(resource.WatchedSetConfig{
+		Source: s,
+		Type:   ca.RootType,
+		Changed: func(byName map[string]*pbresource.Resource) error {
 			r, err := rootsOf(byName)
 			if err != nil {
 				return err
 			}
 			set(r)
-		}
-	}
+			return nil
+		},
+		Retry:  backoff.Policy{Base: ca.SignRetryMin, Max: ca.SignRetryMax},
+		Rand:   mrand.Float64,
+		Logger: s.log,
+	}).Start(ctx)
 }
 
+// Watch opens a WatchList stream on the current server (resource.Watcher).
+// A stream that fails in a way another server may not moves the link to
+// the next server.
+func (s *Servers) Watch(ctx context.Context, req *pbresource.WatchListRequest) (storage.Watch, error) {
+	cc, err := s.conn()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := pbresource.NewResourceServiceClient(cc).WatchList(ctx, req)
+	if err != nil {
+		cancel()
+		s.failed(cc, err)
+		return nil, err
+	}
+	return &serverWatch{stream: stream, cancel: cancel, failed: func(err error) { s.failed(cc, err) }}, nil
+}
+
+// serverWatch is a WatchList stream of a server as a storage.Watch.
+type serverWatch struct {
+	stream grpc.ServerStreamingClient[pbresource.WatchEvent]
+	cancel context.CancelFunc
+	failed func(error)
+}
+
+// Next returns the stream's next event. The stream lives on the context
+// Watch was given; a ctx of Next's own that ends first ends the stream.
+func (w *serverWatch) Next(ctx context.Context) (*pbresource.WatchEvent, error) {
+	defer context.AfterFunc(ctx, w.cancel)()
+	ev, err := w.stream.Recv()
+	if err != nil {
+		w.failed(err)
+		return nil, err
+	}
+	return ev, nil
+}
+
+func (w *serverWatch) Close() { w.cancel() }
+
 // rootsOf turns the stored roots into Roots.
-func rootsOf(byName map[string]*pbca.CARoot) (Roots, error) {
+func rootsOf(byName map[string]*pbresource.Resource) (Roots, error) {
 	var out Roots
-	for _, root := range byName {
+	for _, res := range byName {
+		root, err := resource.DecodeData[*pbca.CARoot](res)
+		if err != nil {
+			return Roots{}, fmt.Errorf("a root the servers sent: %w", err)
+		}
 		certs, err := ca.ParseCerts([]byte(root.GetRootCert()))
 		if err != nil {
 			return Roots{}, fmt.Errorf("root %s: %w", root.GetId(), err)
