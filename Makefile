@@ -6,6 +6,13 @@ PROTOS := $(shell find api -name '*.proto')
 # README's quick start uses (the daemon scheduler needs more than one to show).
 DEV_FLAGS ?= -instances 3
 
+# The benchmark commands are a module of their own (bench/go.mod, which
+# replaces trellis.dev/trellis with this tree): test and lint build it too,
+# so that a change to an internal API cannot break `make bench` unseen. Its
+# tests are unit tests of the commands' arithmetic and checks; nothing in
+# them starts a cluster.
+BENCH_MODULE := bench
+
 .PHONY: build test test-short proto lint bench dev clean cni-plugins
 
 # What `trellis version` reports. Go records the commit by itself when it
@@ -28,6 +35,7 @@ dev: build cni-plugins
 
 test: cni-plugins
 	$(GO) test -race -count=1 -timeout 20m ./...
+	cd $(BENCH_MODULE) && $(GO) test -race -count=1 -timeout 5m ./...
 
 # cni-plugins installs the CNI plugins that tasks with `network: bridge`
 # need (Debian's containernetworking-plugins) when they are missing and
@@ -48,6 +56,7 @@ cni-plugins:
 # cluster, and runs without the race detector: a quick check while working.
 test-short:
 	$(GO) test -short -count=1 ./...
+	cd $(BENCH_MODULE) && $(GO) test -short -count=1 ./...
 
 proto:
 	@command -v protoc >/dev/null || { echo "protoc missing: apt-get install protobuf-compiler"; exit 1; }
@@ -61,11 +70,15 @@ proto:
 # staticcheck's version is pinned: a newer one may add checks that fail CI.
 STATICCHECK_VERSION := v0.8.2
 
+# gofmt reads every tracked file, the bench module's too; vet and
+# staticcheck go module by module.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); [ -z "$$out" ] || { echo "gofmt:"; echo "$$out"; exit 1; }
 	$(GO) vet ./...
+	cd $(BENCH_MODULE) && $(GO) vet ./...
 	@command -v staticcheck >/dev/null || GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" staticcheck ./...
+	cd $(BENCH_MODULE) && PATH="$$($(GO) env GOPATH)/bin:$$PATH" staticcheck ./...
 
 bench: build
 	./bench/run.sh
