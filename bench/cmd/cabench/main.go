@@ -36,14 +36,11 @@ import (
 	"log"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
-	"trellis.dev/trellis/bench/internal/report"
-	"trellis.dev/trellis/internal/testcluster"
+	"trellis.dev/trellis/bench/internal/harness"
 )
 
 // target is the issue's: signatures per second on 3 servers on this
@@ -91,41 +88,24 @@ func run() int {
 		return 2
 	}
 	b.serverFlags = strings.Fields(*serverFlags)
-	if abs, err := filepath.Abs(b.trellis); err == nil {
-		b.trellis = abs
-	}
-	if _, err := os.Stat(b.trellis); err != nil {
-		log.Printf("-trellis: %v (make build first)", err)
+	var err error
+	if b.trellis, err = harness.Binary(b.trellis); err != nil {
+		log.Print(err)
 		return 2
 	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "cabench-")
+	h, err := harness.Start("cabench", *outPath)
 	if err != nil {
 		log.Print(err)
 		return 1
 	}
-	b.dir = dir
-	out, closeOut, err := report.Output(*outPath)
-	if err != nil {
-		log.Print(err)
-		return 1
-	}
-	defer closeOut()
-	b.out, b.progress = out, os.Stderr
+	b.dir, b.out, b.progress = h.Dir, h.Out, os.Stderr
 	failed := false
-	defer func() {
-		if failed || *keep || b.profile {
-			fmt.Fprintf(os.Stderr, "cabench: data dirs, logs and profiles kept in %s\n", dir)
-		} else {
-			os.RemoveAll(dir)
-		}
-	}()
+	defer func() { h.End(failed || *keep || b.profile, "data dirs, logs and profiles") }()
 
-	fmt.Fprintf(b.out, "# cabench %s\n\n", time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(b.out, "Trellis `%s`, server flags `%s`. %d CPUs; load average at the start %s.\n\n",
-		b.trellis, strings.Join(b.serverFlags, " "), runtime.NumCPU(), testcluster.LoadAvg())
+	h.Header(b.trellis, fmt.Sprintf(", server flags `%s`", strings.Join(b.serverFlags, " ")))
 	r, err := b.signCell(ctx)
 	if err != nil {
 		failed = true

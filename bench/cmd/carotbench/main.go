@@ -38,15 +38,12 @@ import (
 	"log"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"trellis.dev/trellis/bench/internal/report"
-	"trellis.dev/trellis/internal/testcluster"
+	"trellis.dev/trellis/bench/internal/harness"
 )
 
 type bench struct {
@@ -94,45 +91,29 @@ func run() int {
 		}
 		b.limits = append(b.limits, v)
 	}
-	if abs, err := filepath.Abs(b.trellis); err == nil {
-		b.trellis = abs
-	}
-	if _, err := os.Stat(b.trellis); err != nil {
-		log.Printf("-trellis: %v (make build first)", err)
+	var err error
+	if b.trellis, err = harness.Binary(b.trellis); err != nil {
+		log.Print(err)
 		return 2
 	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "carotbench-")
+	h, err := harness.Start("carotbench", *outPath)
 	if err != nil {
 		log.Print(err)
 		return 1
 	}
-	b.dir = dir
-	out, closeOut, err := report.Output(*outPath)
-	if err != nil {
-		log.Print(err)
-		return 1
-	}
-	defer closeOut()
-	b.out, b.progress = out, os.Stderr
+	b.dir, b.out, b.progress = h.Dir, h.Out, os.Stderr
 	failed := false
-	defer func() {
-		if failed || *keep {
-			fmt.Fprintf(os.Stderr, "carotbench: data dirs and logs kept in %s\n", dir)
-		} else {
-			os.RemoveAll(dir)
-		}
-	}()
+	defer func() { h.End(failed || *keep, "data dirs and logs") }()
 
-	fmt.Fprintf(b.out, "# carotbench %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	leaves := "its agent leaf"
 	if b.serviceLeaf {
 		leaves = "its agent leaf and a service leaf (`-ca-service-leaf`)"
 	}
-	fmt.Fprintf(b.out, "Trellis `%s`. %d servers, %d simulated agents (`trellis sim -ca-leaves`), each holding %s, re-signing window %s. %d CPUs; load average at the start %s.\n\n",
-		b.trellis, b.servers, b.agents, leaves, b.window, runtime.NumCPU(), testcluster.LoadAvg())
+	h.Header(b.trellis, fmt.Sprintf(". %d servers, %d simulated agents (`trellis sim -ca-leaves`), each holding %s, re-signing window %s",
+		b.servers, b.agents, leaves, b.window))
 	results, err := b.rotations(ctx)
 	for _, r := range results {
 		if !b.reportRotation(r) {

@@ -30,13 +30,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
-	"trellis.dev/trellis/bench/internal/report"
-	"trellis.dev/trellis/internal/testcluster"
+
+	"trellis.dev/trellis/bench/internal/harness"
 )
 
 type bench struct {
@@ -98,45 +97,28 @@ func run() int {
 		return 2
 	}
 	b.serverFlags = strings.Fields(*serverFlags)
-	if abs, err := filepath.Abs(b.trellis); err == nil {
-		b.trellis = abs
-	}
-	if _, err := os.Stat(b.trellis); err != nil {
-		log.Printf("-trellis: %v (make build first)", err)
+	var err error
+	if b.trellis, err = harness.Binary(b.trellis); err != nil {
+		log.Print(err)
 		return 2
 	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "failoverbench-")
+	h, err := harness.Start("failoverbench", *outPath)
 	if err != nil {
 		log.Print(err)
 		return 1
 	}
-	b.dir = dir
-	out, closeOut, err := report.Output(*outPath)
-	if err != nil {
-		log.Print(err)
-		return 1
-	}
-	defer closeOut()
-	b.out, b.progress = out, os.Stderr
+	b.dir, b.out, b.progress = h.Dir, h.Out, os.Stderr
 	failed := false
-	defer func() {
-		if failed || *keep {
-			fmt.Fprintf(os.Stderr, "failoverbench: data dirs and logs kept in %s\n", dir)
-		} else {
-			os.RemoveAll(dir)
-		}
-	}()
+	defer func() { h.End(failed || *keep, "data dirs and logs") }()
 	fail := func(cell string, err error) {
 		failed = true
 		fmt.Fprintf(b.out, "**%s: failed: %v**\n\n", cell, err)
 	}
 
-	fmt.Fprintf(b.out, "# failoverbench %s\n\n", time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(b.out, "Trellis `%s`, server flags `%s`. %d CPUs; load average at the start %s.\n\n",
-		b.trellis, strings.Join(b.serverFlags, " "), runtime.NumCPU(), testcluster.LoadAvg())
+	h.Header(b.trellis, fmt.Sprintf(", server flags `%s`", strings.Join(b.serverFlags, " ")))
 	if want["writes"] {
 		fmt.Fprintln(b.progress, "failoverbench: leader kills under writes")
 		r, err := b.writesCell(ctx)

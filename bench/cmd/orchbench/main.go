@@ -35,12 +35,11 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
-	"trellis.dev/trellis/bench/internal/report"
-	"trellis.dev/trellis/internal/testcluster"
+
+	"trellis.dev/trellis/bench/internal/harness"
 )
 
 type bench struct {
@@ -104,11 +103,9 @@ func run() int {
 		}
 		want[c] = true
 	}
-	if abs, err := filepath.Abs(b.trellis); err == nil {
-		b.trellis = abs
-	}
-	if _, err := os.Stat(b.trellis); err != nil {
-		log.Printf("-trellis: %v (make build first)", err)
+	var err error
+	if b.trellis, err = harness.Binary(b.trellis); err != nil {
+		log.Print(err)
 		return 2
 	}
 	if b.daemonInstances%daemonZones != 0 || b.daemonInstances < daemonZones {
@@ -127,39 +124,26 @@ func run() int {
 	id := make([]byte, 6)
 	_, _ = rand.Read(id)
 	b.runID = hex.EncodeToString(id)
-	dir, err := os.MkdirTemp("", "orchbench-")
+	h, err := harness.Start("orchbench", *outPath)
 	if err != nil {
 		log.Print(err)
 		return 1
 	}
-	b.dir = dir
-	out, closeOut, err := report.Output(*outPath)
-	if err != nil {
-		log.Print(err)
-		return 1
-	}
-	defer closeOut()
-	b.out, b.progress = out, os.Stderr
+	b.dir, b.out, b.progress = h.Dir, h.Out, os.Stderr
 
 	failed := false
 	defer func() {
 		// Every cell ends its own processes; this catches any task
 		// process a failure left behind.
 		killMarked(b.runID)
-		if failed || *keep || b.profile {
-			fmt.Fprintf(os.Stderr, "orchbench: data dirs and logs kept in %s\n", dir)
-		} else {
-			os.RemoveAll(dir)
-		}
+		h.End(failed || *keep || b.profile, "data dirs and logs")
 	}()
 	fail := func(cell string, err error) {
 		failed = true
 		fmt.Fprintf(b.out, "**%s: failed: %v**\n\n", cell, err)
 	}
 
-	fmt.Fprintf(b.out, "# orchbench %s\n\n", time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(b.out, "Trellis `%s`; etcd `%s` (%s). %d CPUs; load average at the start %s.\n\n",
-		b.trellis, b.etcd, etcdVersion(b.etcd), runtime.NumCPU(), testcluster.LoadAvg())
+	h.Header(b.trellis, fmt.Sprintf("; etcd `%s` (%s)", b.etcd, etcdVersion(b.etcd)))
 	if want["start"] {
 		fmt.Fprintln(b.progress, "orchbench: task start latency")
 		r, err := b.taskStart(ctx)

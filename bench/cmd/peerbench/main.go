@@ -16,6 +16,8 @@ import (
 	"os/signal"
 	"strings"
 	"time"
+
+	"trellis.dev/trellis/bench/internal/harness"
 	"trellis.dev/trellis/bench/internal/report"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -35,19 +37,14 @@ func main() {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "peerbench-")
+	h, err := harness.Start("peerbench", *out)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-
-	w, closeOut, err := report.Output(*out)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer closeOut()
-	b := &bench{ctx: ctx, trellis: *trellisBin, etcd: *etcdBin, dir: dir, dur: *dur, out: w, extra: strings.Fields(*extra)}
-	fmt.Fprintf(w, "# peerbench %s\n\n", time.Now().UTC().Format(time.RFC3339))
+	defer h.End(false, "")
+	w := h.Out
+	b := &bench{ctx: ctx, trellis: *trellisBin, etcd: *etcdBin, dir: h.Dir, dur: *dur, out: w, extra: strings.Fields(*extra)}
+	h.Title()
 	if *etcdBin != "" {
 		fmt.Fprintf(w, "Trellis `%s` against `%s` (%s), 256-byte values, fsync on for both.\n\n", *trellisBin, *etcdBin, etcdVersion(*etcdBin))
 	} else if *only != "rss" {
