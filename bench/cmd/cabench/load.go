@@ -20,6 +20,7 @@ import (
 
 	pbca "trellis.dev/trellis/api/ca/v1"
 	"trellis.dev/trellis/bench/internal/caroots"
+	"trellis.dev/trellis/bench/internal/machine"
 	"trellis.dev/trellis/internal/ca/camodule"
 	"trellis.dev/trellis/internal/testcluster"
 )
@@ -223,7 +224,7 @@ func (b *bench) drive(ctx context.Context, members []*testcluster.Member, conns 
 // the machine at t0 and at t1 (or when the clients are done, whichever
 // comes first), fetching profiles of the timed phase when asked.
 func (b *bench) measureCPU(ctx context.Context, members []*testcluster.Member, t0, t1 time.Time, clientsDone <-chan struct{}, r *signResult) error {
-	read := func() ([]time.Duration, time.Duration, int64, error) {
+	read := func() ([]time.Duration, time.Duration, time.Duration, error) {
 		var cpus []time.Duration
 		for _, m := range members {
 			c, err := testcluster.CPUTime(m.PID())
@@ -232,7 +233,7 @@ func (b *bench) measureCPU(ctx context.Context, members []*testcluster.Member, t
 			}
 			cpus = append(cpus, c)
 		}
-		busy, _, err := systemTicks()
+		busy, err := machine.BusyTime()
 		return cpus, selfCPU(), busy, err
 	}
 	if !sleepUntil(ctx, t0) {
@@ -268,7 +269,7 @@ func (b *bench) measureCPU(ctx context.Context, members []*testcluster.Member, t
 		r.serverCPU = append(r.serverCPU, s1[i]-s0[i])
 	}
 	r.clientCPU = c1 - c0
-	r.machineBusy = float64(m1-m0) / userHZ / r.cpuWindow.Seconds()
+	r.machineBusy = (m1 - m0).Seconds() / r.cpuWindow.Seconds()
 	profiles.Wait()
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,10 +12,6 @@ import (
 	"syscall"
 	"time"
 )
-
-// userHZ is the unit of /proc/stat's CPU times: USER_HZ, which the Linux
-// ABI fixes at 100 on every architecture Go runs on.
-const userHZ = 100
 
 // stopGrace is how long a process has to exit after SIGTERM before it
 // is killed.
@@ -173,35 +168,6 @@ func memStatus(pid int) (rss, hwm int64, err error) {
 		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
 	}
 	return rss, hwm, nil
-}
-
-// systemTicks reads the machine's CPU time from /proc/stat: busy (all but
-// idle and iowait) and total, in USER_HZ ticks summed over every CPU.
-func systemTicks() (busy, total int64, err error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 6 || f[0] != "cpu" {
-		return 0, 0, errors.New("/proc/stat: no cpu line")
-	}
-	for i, s := range f[1:] {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
-		}
-		// guest and guest_nice (fields 9, 10) are already in user and nice.
-		if i >= 8 {
-			break
-		}
-		total += v
-		if i != 3 && i != 4 { // idle, iowait
-			busy += v
-		}
-	}
-	return busy, total, nil
 }
 
 // taskMark is the environment variable every task process of a run

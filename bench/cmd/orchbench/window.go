@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"trellis.dev/trellis/bench/internal/machine"
 	"trellis.dev/trellis/internal/testcluster"
 )
 
@@ -51,7 +52,7 @@ func measureWindow(ctx context.Context, d time.Duration, ps []watched) (*window,
 		start[i] = t
 		w.procs = append(w.procs, usage{watched: p})
 	}
-	busy0, _, err := systemTicks()
+	busy0, err := machine.BusyTime()
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +80,7 @@ func measureWindow(ctx context.Context, d time.Duration, ps []watched) (*window,
 		}
 	}
 	w.elapsed = time.Since(t0)
-	busy1, _, err := systemTicks()
+	busy1, err := machine.BusyTime()
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +94,7 @@ func measureWindow(ctx context.Context, d time.Duration, ps []watched) (*window,
 		u.cores = (t - start[i]).Seconds() / w.elapsed.Seconds()
 		ours += u.cores
 	}
-	w.busy = float64(busy1-busy0) / userHZ / w.elapsed.Seconds()
+	w.busy = (busy1 - busy0).Seconds() / w.elapsed.Seconds()
 	w.others = max(w.busy-ours, 0)
 	w.load[1] = testcluster.LoadAvg()
 	return w, nil
