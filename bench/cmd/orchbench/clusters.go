@@ -7,11 +7,11 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"trellis.dev/trellis/bench/internal/etcdpeer"
 	"trellis.dev/trellis/internal/testcluster"
 )
 
@@ -143,48 +143,20 @@ func startSim(ps *procs, bin, label, prefix string, n int, servers []*server, ex
 // startEtcd starts an n-member etcd cluster with its defaults (fsync on
 // every commit) and any extra flags, and waits until every member reports itself healthy.
 func startEtcd(ctx context.Context, ps *procs, bin string, n int, extra ...string) ([]*server, error) {
-	ports, err := testcluster.FreePorts(2 * n)
+	layout, err := etcdpeer.Layout(n)
 	if err != nil {
 		return nil, err
 	}
-	var initial []string
-	for i := range n {
-		initial = append(initial, fmt.Sprintf("e%d=http://127.0.0.1:%d", i, ports[2*i+1]))
-	}
 	var members []*server
-	for i := range n {
-		client := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i])
-		peer := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])
-		args := []string{"--name", fmt.Sprintf("e%d", i),
-			"--data-dir", filepath.Join(ps.dir, fmt.Sprintf("etcd%d", i)),
-			"--listen-client-urls", client, "--advertise-client-urls", client,
-			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-			"--initial-cluster", strings.Join(initial, ","),
-			"--initial-cluster-state", "new", "--initial-cluster-token", "orchbench",
-			"--log-level", "warn"}
+	for i, m := range layout {
+		args := etcdpeer.Args(layout, i, filepath.Join(ps.dir, fmt.Sprintf("etcd%d", i)), "orchbench")
 		p, err := ps.start(fmt.Sprintf("etcd%d", i), bin, append(args, extra...)...)
 		if err != nil {
 			return nil, err
 		}
-		members = append(members, &server{proc: p, grpcAddr: strings.TrimPrefix(client, "http://")})
+		members = append(members, &server{proc: p, grpcAddr: m.ClientAddr})
 	}
-	client := http.Client{Timeout: 2 * time.Second}
-	err = testcluster.WaitFor(ctx, 60*time.Second, func() bool {
-		for _, m := range members {
-			resp, err := client.Get("http://" + m.grpcAddr + "/health")
-			if err != nil {
-				return false
-			}
-			var h struct{ Health string }
-			_ = json.NewDecoder(resp.Body).Decode(&h)
-			resp.Body.Close()
-			if h.Health != "true" {
-				return false
-			}
-		}
-		return true
-	})
-	if err != nil {
+	if err := etcdpeer.WaitHealthy(ctx, layout); err != nil {
 		return nil, fmt.Errorf("etcd cluster of %d did not become healthy: %w (logs in %s)", n, err, ps.dir)
 	}
 	return members, nil

@@ -39,6 +39,7 @@ import (
 	"syscall"
 	"time"
 
+	"trellis.dev/trellis/bench/internal/etcdpeer"
 	"trellis.dev/trellis/bench/internal/harness"
 )
 
@@ -143,7 +144,7 @@ func run() int {
 		fmt.Fprintf(b.out, "**%s: failed: %v**\n\n", cell, err)
 	}
 
-	h.Header(b.trellis, fmt.Sprintf("; etcd `%s` (%s)", b.etcd, etcdVersion(b.etcd)))
+	h.Header(b.trellis, fmt.Sprintf("; etcd `%s` (%s)", b.etcd, etcdpeer.Version(b.etcd)))
 	if want["start"] {
 		fmt.Fprintln(b.progress, "orchbench: task start latency")
 		r, err := b.taskStart(ctx)
@@ -201,13 +202,4 @@ func run() int {
 		return 1
 	}
 	return 0
-}
-
-func etcdVersion(bin string) string {
-	out, err := exec.Command(bin, "--version").Output()
-	if err != nil {
-		return "version unknown"
-	}
-	first, _, _ := strings.Cut(string(out), "\n")
-	return strings.TrimSpace(first)
 }

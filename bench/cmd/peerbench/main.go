@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"trellis.dev/trellis/bench/internal/etcdpeer"
 	"trellis.dev/trellis/bench/internal/harness"
 	"trellis.dev/trellis/bench/internal/report"
 
@@ -46,7 +47,7 @@ func main() {
 	b := &bench{ctx: ctx, trellis: *trellisBin, etcd: *etcdBin, dir: h.Dir, dur: *dur, out: w, extra: strings.Fields(*extra)}
 	h.Title()
 	if *etcdBin != "" {
-		fmt.Fprintf(w, "Trellis `%s` against `%s` (%s), 256-byte values, fsync on for both.\n\n", *trellisBin, *etcdBin, etcdVersion(*etcdBin))
+		fmt.Fprintf(w, "Trellis `%s` against `%s` (%s), 256-byte values, fsync on for both.\n\n", *trellisBin, *etcdBin, etcdpeer.Version(*etcdBin))
 	} else if *only != "rss" {
 		log.Fatal("-etcd \"\" is only for -only rss: the other parts compare with etcd")
 	}
@@ -259,13 +260,4 @@ func loadEtcd(ctx context.Context, c *cluster, n int) error {
 		}
 	}
 	return nil
-}
-
-func etcdVersion(bin string) string {
-	outb, err := execOutput(bin, "--version")
-	if err != nil {
-		return "version unknown"
-	}
-	first, _, _ := strings.Cut(outb, "\n")
-	return strings.TrimSpace(first)
 }

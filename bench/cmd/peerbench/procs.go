@@ -2,16 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
+	"trellis.dev/trellis/bench/internal/etcdpeer"
 	"trellis.dev/trellis/internal/testcluster"
 )
 
@@ -56,13 +54,9 @@ func startEtcd(ctx context.Context, bin, dir string, n int) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	ports, err := testcluster.FreePorts(2 * n)
+	layout, err := etcdpeer.Layout(n)
 	if err != nil {
 		return nil, err
-	}
-	var initial []string
-	for i := range n {
-		initial = append(initial, fmt.Sprintf("e%d=http://127.0.0.1:%d", i, ports[2*i+1]))
 	}
 	var procs []*exec.Cmd
 	c := &cluster{stop: func() {
@@ -71,22 +65,13 @@ func startEtcd(ctx context.Context, bin, dir string, n int) (*cluster, error) {
 			_ = p.Wait()
 		}
 	}}
-	for i := range n {
-		client := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i])
-		peer := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])
+	for i, m := range layout {
 		logf, err := os.Create(filepath.Join(sub, fmt.Sprintf("etcd%d.log", i)))
 		if err != nil {
 			c.stop()
 			return nil, err
 		}
-		cmd := exec.Command(bin,
-			"--name", fmt.Sprintf("e%d", i),
-			"--data-dir", filepath.Join(sub, fmt.Sprintf("etcd%d", i)),
-			"--listen-client-urls", client, "--advertise-client-urls", client,
-			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-			"--initial-cluster", strings.Join(initial, ","),
-			"--initial-cluster-state", "new", "--initial-cluster-token", "peerbench",
-			"--log-level", "warn")
+		cmd := exec.Command(bin, etcdpeer.Args(layout, i, filepath.Join(sub, fmt.Sprintf("etcd%d", i)), "peerbench")...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
 			c.stop()
@@ -95,27 +80,12 @@ func startEtcd(ctx context.Context, bin, dir string, n int) (*cluster, error) {
 		procs = append(procs, cmd)
 		pid := cmd.Process.Pid
 		c.members = append(c.members, &member{
-			grpcAddr: strings.TrimPrefix(client, "http://"),
+			grpcAddr: m.ClientAddr,
 			rss:      func() (int64, error) { return pidRSS(pid) },
 			pid:      pid,
 		})
 	}
-	err = testcluster.WaitFor(ctx, 60*time.Second, func() bool {
-		for _, m := range c.members {
-			resp, err := http.Get("http://" + m.grpcAddr + "/health")
-			if err != nil {
-				return false
-			}
-			var h struct{ Health string }
-			_ = json.NewDecoder(resp.Body).Decode(&h)
-			resp.Body.Close()
-			if h.Health != "true" {
-				return false
-			}
-		}
-		return true
-	})
-	if err != nil {
+	if err := etcdpeer.WaitHealthy(ctx, layout); err != nil {
 		c.stop()
 		return nil, fmt.Errorf("etcd cluster of %d did not become healthy: %w (logs in %s)", n, err, sub)
 	}
@@ -146,9 +116,4 @@ func (c *cluster) cpu() time.Duration {
 		total += t
 	}
 	return total
-}
-
-func execOutput(bin string, args ...string) (string, error) {
-	out, err := exec.Command(bin, args...).Output()
-	return string(out), err
 }
