@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
@@ -22,11 +21,9 @@ var deploymentType = &pbresource.Type{Group: "scheduler", GroupVersion: "v1", Ki
 // WatchList stream: the latest of each, and when each was first seen in a
 // final status. Times are taken as events are received.
 type deploymentWatch struct {
-	mu      sync.Mutex
+	changes
 	latest  map[string]*pbscheduler.Deployment
 	endedAt map[string]time.Time
-	changed chan struct{}
-	err     error
 }
 
 // finalStatus says whether a deployment's status is one it never leaves.
@@ -44,7 +41,7 @@ func watchDeployments(ctx context.Context, cli pbresource.ResourceServiceClient,
 	if err != nil {
 		return nil, err
 	}
-	w := &deploymentWatch{latest: map[string]*pbscheduler.Deployment{}, endedAt: map[string]time.Time{}, changed: make(chan struct{})}
+	w := &deploymentWatch{changes: newChanges(), latest: map[string]*pbscheduler.Deployment{}, endedAt: map[string]time.Time{}}
 	snapshot := true
 	for snapshot {
 		ev, err := stream.Recv()
@@ -59,10 +56,7 @@ func watchDeployments(ctx context.Context, cli pbresource.ResourceServiceClient,
 		}
 	}
 	followUpserts(stream, w.observe, func(err error) {
-		w.mu.Lock()
-		w.err = fmt.Errorf("deployment watch: %w: %v", errWatchEnded, err)
-		w.broadcastLocked()
-		w.mu.Unlock()
+		w.end(fmt.Errorf("deployment watch: %w: %v", errWatchEnded, err))
 	})
 	return w, nil
 }
@@ -84,38 +78,26 @@ func (w *deploymentWatch) observe(res *pbresource.Resource, at time.Time) {
 	w.broadcastLocked()
 }
 
-func (w *deploymentWatch) broadcastLocked() {
-	close(w.changed)
-	w.changed = make(chan struct{})
-}
-
 // waitEnded waits until deployment id reaches a final status and returns
 // it with the time it was seen.
 func (w *deploymentWatch) waitEnded(ctx context.Context, id string, limit time.Duration) (*pbscheduler.Deployment, time.Time, error) {
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	for {
-		w.mu.Lock()
-		at, ok := w.endedAt[id]
-		d, err, ch := w.latest[id], w.err, w.changed
-		w.mu.Unlock()
-		if ok {
-			return d, at, nil
+	var d *pbscheduler.Deployment
+	var at time.Time
+	err := w.waitUntil(ctx, limit, func() bool {
+		var ok bool
+		at, ok = w.endedAt[id]
+		d = w.latest[id]
+		return ok
+	}, func() error {
+		if d == nil {
+			return fmt.Errorf("deployment %s: not seen within %s", id, limit)
 		}
-		if err != nil {
-			return nil, time.Time{}, err
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, time.Time{}, ctx.Err()
-		case <-deadline.C:
-			if d == nil {
-				return nil, time.Time{}, fmt.Errorf("deployment %s: not seen within %s", id, limit)
-			}
-			return nil, time.Time{}, fmt.Errorf("deployment %s: still %s (%d/%d complete) after %s", id, d.GetStatus(), d.GetComplete(), d.GetTotal(), limit)
-		}
+		return fmt.Errorf("deployment %s: still %s (%d/%d complete) after %s", id, d.GetStatus(), d.GetComplete(), d.GetTotal(), limit)
+	})
+	if err != nil {
+		return nil, time.Time{}, err
 	}
+	return d, at, nil
 }
 
 // envTaskWatch follows one environment's tasks on the instances named
@@ -127,12 +109,10 @@ func (w *deploymentWatch) waitEnded(ctx context.Context, id string, limit time.D
 type envTaskWatch struct {
 	env, prefix string
 
-	mu          sync.Mutex
+	changes
 	firstRun    map[string]time.Time // instance → first RUNNING seen
 	died        map[string]time.Time // instance → first death (container exit)
 	replacedRun map[string]time.Time // instance → replacement RUNNING seen
-	changed     chan struct{}
-	err         error
 }
 
 func watchEnvTasks(ctx context.Context, cli pbresource.ResourceServiceClient, ns, env, prefix string) (*envTaskWatch, error) {
@@ -140,22 +120,13 @@ func watchEnvTasks(ctx context.Context, cli pbresource.ResourceServiceClient, ns
 	if err != nil {
 		return nil, err
 	}
-	for {
-		ev, err := stream.Recv()
-		if err != nil {
-			return nil, fmt.Errorf("task watch: %w", err)
-		}
-		if ev.GetOp() == pbresource.WatchEvent_OP_END_OF_SNAPSHOT {
-			break
-		}
+	if err := skipSnapshot(stream); err != nil {
+		return nil, fmt.Errorf("task watch: %w", err)
 	}
-	w := &envTaskWatch{env: env, prefix: prefix, firstRun: map[string]time.Time{}, died: map[string]time.Time{},
-		replacedRun: map[string]time.Time{}, changed: make(chan struct{})}
+	w := &envTaskWatch{changes: newChanges(), env: env, prefix: prefix, firstRun: map[string]time.Time{}, died: map[string]time.Time{},
+		replacedRun: map[string]time.Time{}}
 	followUpserts(stream, w.observe, func(err error) {
-		w.mu.Lock()
-		w.err = fmt.Errorf("task watch: %w: %v", errWatchEnded, err)
-		w.broadcastLocked()
-		w.mu.Unlock()
+		w.end(fmt.Errorf("task watch: %w: %v", errWatchEnded, err))
 	})
 	return w, nil
 }
@@ -203,32 +174,14 @@ func (w *envTaskWatch) observe(res *pbresource.Resource, at time.Time) {
 	w.broadcastLocked()
 }
 
-func (w *envTaskWatch) broadcastLocked() {
-	close(w.changed)
-	w.changed = make(chan struct{})
-}
-
 // waitCounts waits until n instances have a first RUNNING task and n a
 // replacement.
 func (w *envTaskWatch) waitCounts(ctx context.Context, n int, limit time.Duration) error {
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	for {
-		w.mu.Lock()
-		run, rep, died, err, ch := len(w.firstRun), len(w.replacedRun), len(w.died), w.err, w.changed
-		w.mu.Unlock()
-		if run >= n && rep >= n {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			return fmt.Errorf("after %s: %d of %d joined instances run the task, %d tasks died, %d replaced", limit, run, n, died, rep)
-		}
-	}
+	var run, rep, died int
+	return w.waitUntil(ctx, limit, func() bool {
+		run, rep, died = len(w.firstRun), len(w.replacedRun), len(w.died)
+		return run >= n && rep >= n
+	}, func() error {
+		return fmt.Errorf("after %s: %d of %d joined instances run the task, %d tasks died, %d replaced", limit, run, n, died, rep)
+	})
 }

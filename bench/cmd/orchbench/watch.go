@@ -45,14 +45,8 @@ func watchTasks(ctx context.Context, cli pbresource.ResourceServiceClient, ns st
 	if err != nil {
 		return nil, err
 	}
-	for {
-		ev, err := stream.Recv()
-		if err != nil {
-			return nil, fmt.Errorf("task watch: %w", err)
-		}
-		if ev.GetOp() == pbresource.WatchEvent_OP_END_OF_SNAPSHOT {
-			break
-		}
+	if err := skipSnapshot(stream); err != nil {
+		return nil, fmt.Errorf("task watch: %w", err)
 	}
 	w := &taskWatch{waiters: map[string]*taskWait{}, failed: make(chan struct{})}
 	followUpserts(stream, w.observe, func(err error) {
@@ -62,6 +56,20 @@ func watchTasks(ctx context.Context, cli pbresource.ResourceServiceClient, ns st
 		close(w.failed)
 	})
 	return w, nil
+}
+
+// skipSnapshot reads the stream's snapshot to its end, for a watch that
+// follows only what changes after it.
+func skipSnapshot(stream pbresource.ResourceService_WatchListClient) error {
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if ev.GetOp() == pbresource.WatchEvent_OP_END_OF_SNAPSHOT {
+			return nil
+		}
+	}
 }
 
 // followUpserts hands observe every upsert stream delivers, with when it
@@ -166,13 +174,11 @@ func (w *taskWatch) wait(ctx context.Context, ch <-chan struct{}, limit time.Dur
 // instanceWatch follows Instances through one WatchList stream: the
 // current status of each, and when each was first seen down.
 type instanceWatch struct {
-	mu      sync.Mutex
+	changes
 	status  map[string]string
 	downAt  map[string]time.Time
 	readyAt map[string]time.Time // when each was first seen ready
 	downs   int                  // transitions to down seen, ever
-	changed chan struct{}
-	err     error
 }
 
 func watchInstances(ctx context.Context, cli pbresource.ResourceServiceClient) (*instanceWatch, error) {
@@ -180,12 +186,9 @@ func watchInstances(ctx context.Context, cli pbresource.ResourceServiceClient) (
 	if err != nil {
 		return nil, err
 	}
-	w := &instanceWatch{status: map[string]string{}, downAt: map[string]time.Time{}, readyAt: map[string]time.Time{}, changed: make(chan struct{})}
+	w := &instanceWatch{changes: newChanges(), status: map[string]string{}, downAt: map[string]time.Time{}, readyAt: map[string]time.Time{}}
 	followUpserts(stream, w.observe, func(err error) {
-		w.mu.Lock()
-		w.err = fmt.Errorf("instance watch: %w: %v", errWatchEnded, err)
-		w.broadcastLocked()
-		w.mu.Unlock()
+		w.end(fmt.Errorf("instance watch: %w: %v", errWatchEnded, err))
 	})
 	return w, nil
 }
@@ -209,35 +212,6 @@ func (w *instanceWatch) observe(res *pbresource.Resource, at time.Time) {
 	w.broadcastLocked()
 }
 
-func (w *instanceWatch) broadcastLocked() {
-	close(w.changed)
-	w.changed = make(chan struct{})
-}
-
-// waitUntil waits until cond, called under the watch's lock, holds.
-func (w *instanceWatch) waitUntil(ctx context.Context, limit time.Duration, cond func() bool) error {
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	for {
-		w.mu.Lock()
-		ok, err, ch := cond(), w.err, w.changed
-		w.mu.Unlock()
-		if ok {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			return fmt.Errorf("not within %s", limit)
-		}
-	}
-}
-
 // countReady is how many instances named prefix... are ready (under lock).
 func (w *instanceWatch) countReady(prefix string) int {
 	n := 0
@@ -250,7 +224,7 @@ func (w *instanceWatch) countReady(prefix string) int {
 }
 
 func (w *instanceWatch) waitReady(ctx context.Context, prefix string, n int, limit time.Duration) error {
-	err := w.waitUntil(ctx, limit, func() bool { return w.countReady(prefix) >= n })
+	err := w.waitUntil(ctx, limit, func() bool { return w.countReady(prefix) >= n }, notWithin(limit))
 	if err != nil {
 		w.mu.Lock()
 		got := w.countReady(prefix)
@@ -269,7 +243,7 @@ func (w *instanceWatch) waitDown(ctx context.Context, name string, limit time.Du
 		}
 		at = w.downAt[name]
 		return true
-	})
+	}, notWithin(limit))
 	return at, err
 }
 
