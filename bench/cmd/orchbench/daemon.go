@@ -125,14 +125,7 @@ func (b *bench) trellisDaemon(ctx context.Context) (*daemonResult, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		var ws []watched
-		for i, s := range servers {
-			role := "follower"
-			if s == leader {
-				role = "leader"
-			}
-			ws = append(ws, watched{label: fmt.Sprintf("trellis server %d", i), role: role, pid: s.pid()})
-		}
+		ws := serversWatched("trellis server", servers, leader)
 		return append(ws, watched{label: fmt.Sprintf("trellis sim (%d agents)", b.daemonInstances), role: "client", pid: sim.pid()}), leader, nil
 	}
 	ws, leader, err := watchedProcs()

@@ -69,15 +69,7 @@ func (b *bench) trellisFleet(ctx context.Context) (*fleetResult, error) {
 	if leader, err = trellisLeader(ctx, servers); err != nil {
 		return nil, err
 	}
-	var ws []watched
-	for i, s := range servers {
-		role := "follower"
-		if s == leader {
-			role = "leader"
-		}
-		ws = append(ws, watched{label: fmt.Sprintf("trellis server %d", i), role: role, pid: s.pid()})
-	}
-	ws = append(ws, watched{label: fmt.Sprintf("trellis sim (%d agents)", b.instances), role: "client", pid: sim.pid()})
+	ws := append(serversWatched("trellis server", servers, leader), watched{label: fmt.Sprintf("trellis sim (%d agents)", b.instances), role: "client", pid: sim.pid()})
 	downs0 := iw.downCount()
 	beats0, err := heartbeatsOK(leader.httpAddr)
 	if err != nil {

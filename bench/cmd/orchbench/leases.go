@@ -76,15 +76,7 @@ func (b *bench) etcdFleet(ctx context.Context) (*fleetResult, error) {
 		return nil, err
 	}
 
-	var ws []watched
-	for i, m := range members {
-		role := "follower"
-		if m == leader {
-			role = "leader"
-		}
-		ws = append(ws, watched{label: fmt.Sprintf("etcd member %d", i), role: role, pid: m.pid()})
-	}
-	ws = append(ws, self(fmt.Sprintf("orchbench (%d keepalives)", b.instances)))
+	ws := append(serversWatched("etcd member", members, leader), self(fmt.Sprintf("orchbench (%d keepalives)", b.instances)))
 	acks0 := k.acks.Load()
 	fmt.Fprintf(b.progress, "etcd: measuring %s\n", b.window)
 	if r.win, err = measureWindow(ctx, b.window, ws); err != nil {

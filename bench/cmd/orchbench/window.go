@@ -100,6 +100,20 @@ func measureWindow(ctx context.Context, d time.Duration, ps []watched) (*window,
 	return w, nil
 }
 
+// serversWatched is the servers of one cluster, each labelled kind and
+// its index, in the role it has: leader or follower.
+func serversWatched(kind string, servers []*server, leader *server) []watched {
+	var ws []watched
+	for i, s := range servers {
+		role := "follower"
+		if s == leader {
+			role = "leader"
+		}
+		ws = append(ws, watched{label: fmt.Sprintf("%s %d", kind, i), role: role, pid: s.pid()})
+	}
+	return ws
+}
+
 // self is this process, measured as the etcd peer's client.
 func self(label string) watched { return watched{label: label, role: "client", pid: os.Getpid()} }
 
