@@ -30,7 +30,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -76,17 +75,10 @@ func run() int {
 	keep := flag.Bool("keep", false, "keep the working directory (data dirs and logs) even when every cell succeeds")
 	flag.Parse()
 
-	want := map[string]bool{}
-	for _, c := range strings.Split(*cells, ",") {
-		c = strings.TrimSpace(c)
-		if c == "" {
-			continue
-		}
-		if !slices.Contains(allCells, c) {
-			log.Printf("-cells: %q is not one of %s", c, strings.Join(allCells, ", "))
-			return 2
-		}
-		want[c] = true
+	want, err := harness.Cells(*cells, allCells)
+	if err != nil {
+		log.Print(err)
+		return 2
 	}
 	if b.kills < 1 || b.writers < 1 || b.deploys < 1 {
 		log.Printf("-kills, -writers and -deploys must be at least 1")
@@ -97,7 +89,6 @@ func run() int {
 		return 2
 	}
 	b.serverFlags = strings.Fields(*serverFlags)
-	var err error
 	if b.trellis, err = harness.Binary(b.trellis); err != nil {
 		log.Print(err)
 		return 2

@@ -92,19 +92,11 @@ func run() int {
 	keep := flag.Bool("keep", false, "keep the working directory (data dirs and logs) even when every cell succeeds")
 	flag.Parse()
 
-	want := map[string]bool{}
-	for _, c := range strings.Split(*cells, ",") {
-		c = strings.TrimSpace(c)
-		if c == "" {
-			continue
-		}
-		if !strings.Contains(","+strings.Join(allCells, ",")+",", ","+c+",") {
-			log.Printf("-cells: %q is not one of %s", c, strings.Join(allCells, ", "))
-			return 2
-		}
-		want[c] = true
+	want, err := harness.Cells(*cells, allCells)
+	if err != nil {
+		log.Print(err)
+		return 2
 	}
-	var err error
 	if b.trellis, err = harness.Binary(b.trellis); err != nil {
 		log.Print(err)
 		return 2

@@ -3,8 +3,9 @@
 // measurements, the same way each: check the binary named by -trellis, make
 // a working directory for the data dirs and logs of what they start, open
 // the report (-out), head it with what ran where, and at the end keep the
-// working directory (on failure or -keep) or remove it. peerbench takes
-// its working directory, report and title from it too.
+// working directory (on failure or -keep) or remove it; and, for those
+// made of cells, read -cells. peerbench takes its working directory,
+// report and title from it too.
 //
 // The measurements, their cells and their report lines stay in the
 // commands. The header names the binary, the machine's CPUs and its load
