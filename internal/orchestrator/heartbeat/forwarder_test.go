@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -42,17 +44,25 @@ func (c *calls) count(method string) int {
 }
 
 // heartbeatAll sends every request through client at once and returns
-// the answers, by request.
+// the answers, by request. A heartbeat not answered within answerLimit
+// fails with DeadlineExceeded, so that a test waiting on a batch that
+// never leaves fails instead of hanging.
 func heartbeatAll(client pbagent.AgentServiceClient, reqs []*pbagent.HeartbeatRequest) ([]*pbagent.HeartbeatResponse, []error) {
+	ctx, cancel := context.WithTimeout(context.Background(), answerLimit)
+	defer cancel()
 	resps := make([]*pbagent.HeartbeatResponse, len(reqs))
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i, req := range reqs {
-		wg.Go(func() { resps[i], errs[i] = client.Heartbeat(context.Background(), req) })
+		wg.Go(func() { resps[i], errs[i] = client.Heartbeat(ctx, req) })
 	}
 	wg.Wait()
 	return resps, errs
 }
+
+// answerLimit bounds how long heartbeatAll waits for an answer: far more
+// than any of these tests needs, even on a busy machine.
+const answerLimit = 30 * time.Second
 
 // Heartbeats that reach a follower together reach the leader in one call,
 // and each caller gets exactly the answer the leader gives its heartbeat
@@ -134,10 +144,10 @@ func TestForwardedHeartbeatsTravelInOneBatch(t *testing.T) {
 	}
 }
 
-// When the batch's call fails, every heartbeat of it is Unavailable,
-// which agents retry, and carries no reason to register again: at once
-// when the leader answered (here, without the service), after the hold
-// when no leader could be reached.
+// When the batch's call fails, every heartbeat of it is answered
+// Unavailable at once, which agents retry, and carries no reason to
+// register again: the leader answered (here, a server without the
+// service), so there is nothing to hold the heartbeats for.
 func TestFailedBatchIsUnavailable(t *testing.T) {
 	// A gRPC server without the AgentService: the call fails Unimplemented.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -150,30 +160,78 @@ func TestFailedBatchIsUnavailable(t *testing.T) {
 	toBare := dial(t, ln.Addr().String())
 
 	reqs := []*pbagent.HeartbeatRequest{{Instance: "i-1", Session: "s1"}, {Instance: "i-2", Session: "s1"}, {Instance: "i-3", Session: "s1"}}
-	for _, c := range []struct {
-		name       string
-		leaderConn func() (*grpc.ClientConn, error)
-		held       bool
-	}{
-		{"the call fails", func() (*grpc.ClientConn, error) { return toBare, nil }, false},
-		{"no leader is known", func() (*grpc.ClientConn, error) { return nil, errors.New("no leader is known") }, true},
-	} {
-		e := newEnv(t)
-		client, _ := serve(t, heartbeat.ServiceConfig{Tracker: e.tracker, LeaderConn: c.leaderConn, ForwardBatch: len(reqs), ForwardWindow: time.Hour,
-			ForwardTimeout: 300 * time.Millisecond})
-		_, errs := heartbeatAll(client, reqs)
-		for i, err := range errs {
-			if status.Code(err) != codes.Unavailable || heartbeat.ReasonOf(err) != "" {
-				t.Errorf("%s: heartbeat of %s = %v, want Unavailable without a reason", c.name, reqs[i].GetInstance(), err)
-			}
-		}
-		// Held heartbeats are sent again, each alone (ForwardBatch
-		// collects no other): more than one failed batch.
-		failed := e.metric("trellis_heartbeat_forward_batches_total", "failed")
-		if !c.held && failed != 1 || c.held && failed <= 1 {
-			t.Errorf("%s: forward_batches_total{failed} = %v, want %s", c.name, failed, map[bool]string{false: "1", true: "more than 1"}[c.held])
+	e := newEnv(t)
+	// The batch leaves when it holds every heartbeat, never by the clock.
+	client, _ := serve(t, heartbeat.ServiceConfig{Tracker: e.tracker, LeaderConn: func() (*grpc.ClientConn, error) { return toBare, nil },
+		ForwardBatch: len(reqs), ForwardWindow: time.Hour})
+	_, errs := heartbeatAll(client, reqs)
+	for i, err := range errs {
+		if status.Code(err) != codes.Unavailable || heartbeat.ReasonOf(err) != "" {
+			t.Errorf("heartbeat of %s = %v, want Unavailable without a reason", reqs[i].GetInstance(), err)
 		}
 	}
+	if failed := e.metric("trellis_heartbeat_forward_batches_total", "failed"); failed != 1 {
+		t.Errorf("forward_batches_total{failed} = %v, want 1", failed)
+	}
+}
+
+// When no leader can be reached, the heartbeats of a failed batch are held
+// and sent again, in new batches, until the hold ends; then each is
+// answered Unavailable, without a reason. In a bubble: the retries come
+// before the end of the hold by the clock, not by how busy the machine is.
+//
+// (This case ran over gRPC with a window of an hour and a batch of three,
+// and hung when a busy machine spread the retries of one round over the
+// end of the hold: a heartbeat whose hold ended returned, and one that
+// was already sent again waited for a batch that could no longer fill.)
+func TestHeldBatchIsUnavailableAfterTheHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const hold = 300 * time.Millisecond
+		e := newEnv(t)
+		var lookups atomic.Int32
+		svc, err := heartbeat.NewService(heartbeat.ServiceConfig{
+			Tracker: e.tracker,
+			LeaderConn: func() (*grpc.ClientConn, error) {
+				lookups.Add(1)
+				return nil, errors.New("no leader is known")
+			},
+			ForwardTimeout: hold,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := make(chan error, 1)
+		go func() { stopped <- svc.Start(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-stopped; err != nil {
+				t.Errorf("Service.Start = %v", err)
+			}
+		}()
+
+		reqs := []*pbagent.HeartbeatRequest{{Instance: "i-1", Session: "s1"}, {Instance: "i-2", Session: "s1"}, {Instance: "i-3", Session: "s1"}}
+		start := time.Now()
+		errs := make([]error, len(reqs))
+		var wg sync.WaitGroup
+		for i, req := range reqs {
+			wg.Go(func() { _, errs[i] = svc.Heartbeat(context.Background(), req) })
+		}
+		wg.Wait()
+		if took := time.Since(start); took < hold {
+			t.Errorf("the heartbeats were answered after %s, before the hold of %s ended", took, hold)
+		}
+		for i, err := range errs {
+			if status.Code(err) != codes.Unavailable || heartbeat.ReasonOf(err) != "" {
+				t.Errorf("heartbeat of %s = %v, want Unavailable without a reason", reqs[i].GetInstance(), err)
+			}
+		}
+		// Sent again while held: more than one failed batch, each a look
+		// for the leader.
+		if failed := e.metric("trellis_heartbeat_forward_batches_total", "failed"); failed <= 1 || int32(failed) != lookups.Load() {
+			t.Errorf("forward_batches_total{failed} = %v after %d lookups of the leader, want as many, more than 1", failed, lookups.Load())
+		}
+	})
 }
 
 // switchable is a follower's idea of the leader, which the test changes:
