@@ -117,16 +117,9 @@ func (c *Configurator) incomingServer(raw net.Conn) *tls.Config {
 		// against the CAs held now. ClientCAs only names them in the
 		// request, so that the dialer picks a certificate this server can
 		// check (RequireAnyClientCert does not verify against it).
-		ClientAuth: tls.RequireAnyClientCert,
-		ClientCAs:  c.clientCAs(),
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			kind, err := c.verifyServerPeer(cs.PeerCertificates, x509.ExtKeyUsageClientAuth)
-			if err != nil {
-				return err
-			}
-			c.links.observe(raw, kind)
-			return nil
-		},
+		ClientAuth:       tls.RequireAnyClientCert,
+		ClientCAs:        c.clientCAs(),
+		VerifyConnection: c.verifyLink(raw, x509.ExtKeyUsageClientAuth),
 	}
 }
 
@@ -152,14 +145,23 @@ func (c *Configurator) outgoingServer(raw net.Conn) *tls.Config {
 		// of its role: VerifyConnection does the whole check, against the
 		// CAs held now (see outgoing).
 		InsecureSkipVerify: true,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			kind, err := c.verifyServerPeer(cs.PeerCertificates, x509.ExtKeyUsageServerAuth)
-			if err != nil {
-				return err
-			}
-			c.links.observe(raw, kind)
-			return nil
-		},
+		VerifyConnection:   c.verifyLink(raw, x509.ExtKeyUsageServerAuth),
+	}
+}
+
+// verifyLink is the VerifyConnection of one server-port link over raw,
+// either end: the peer must be a server of this cluster, its certificate
+// valid for usage (client auth for the dialer, server auth for the
+// accepting side), and the link is recorded with the kind of certificate
+// the peer presented.
+func (c *Configurator) verifyLink(raw net.Conn, usage x509.ExtKeyUsage) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		kind, err := c.verifyServerPeer(cs.PeerCertificates, usage)
+		if err != nil {
+			return err
+		}
+		c.links.observe(raw, kind)
+		return nil
 	}
 }
 
