@@ -10,22 +10,67 @@ import (
 )
 
 // TaskStatusKey is the status key under which a Task carries what its
-// agent reports (a TaskStatus). The agent owns it; the servers write it
-// only to mark the task LOST with its instance.
+// agent reports (a TaskStatus). The agent of the task's instance alone
+// writes it (resource.StatusOwner).
 const TaskStatusKey = "agent"
 
-// TaskStatusOf is what the agent last reported about a task, from its
-// status["agent"]: a task without one (nothing reported yet) is PENDING,
-// of unknown health. It never returns nil; the result must not be
-// changed (it may be shared by a cache).
+// LostStatusKey is the status key under which the servers' task
+// controller marks a task lost with its instance (a TaskLost); it alone
+// writes it. The key is the controller's name.
+const LostStatusKey = "orchestrator-task"
+
+// TaskStatusOf is the task's state as every reader sees it: what the
+// agent last reported (status["agent"]), merged with the servers' verdict
+// that it was lost (status["orchestrator-task"]) by MergeTaskStatus. A
+// task without either is PENDING, of unknown health. It never returns
+// nil; the result must not be changed (it may be shared by a cache).
 func TaskStatusOf(res *pbresource.Resource) *pborch.TaskStatus {
+	return MergeTaskStatus(AgentStatusOf(res), taskLostOf(res))
+}
+
+// AgentStatusOf is what the agent last reported about a task, its
+// status["agent"] alone; nil when it reported nothing (or nothing that
+// decodes).
+func AgentStatusOf(res *pbresource.Resource) *pborch.TaskStatus {
 	if st := res.GetStatus()[TaskStatusKey]; st.GetData() != nil {
 		ts := &pborch.TaskStatus{}
 		if err := st.GetData().UnmarshalTo(ts); err == nil {
 			return ts
 		}
 	}
-	return pendingStatus
+	return nil
+}
+
+func taskLostOf(res *pbresource.Resource) *pborch.TaskLost {
+	if st := res.GetStatus()[LostStatusKey]; st.GetData() != nil {
+		l := &pborch.TaskLost{}
+		if err := st.GetData().UnmarshalTo(l); err == nil {
+			return l
+		}
+	}
+	return nil
+}
+
+// MergeTaskStatus is the one view of a task's state, from the agent's
+// report (nil: none yet) and the servers' lost verdict (nil: none). The
+// verdict holds over the report it was made over (the one whose
+// reported_at it names; no report at all when it names none) and over no
+// later one: then the task is LOST, with the verdict's reason and time,
+// and the rest of what the agent last said (containers, health, network)
+// as it was. Otherwise the agent's report is the state, or PENDING when
+// there is none. It is pure; the result must not be changed.
+func MergeTaskStatus(agent *pborch.TaskStatus, lost *pborch.TaskLost) *pborch.TaskStatus {
+	if agent == nil {
+		agent = pendingStatus
+	}
+	if lost == nil || !proto.Equal(lost.GetReportedAt(), agent.GetReportedAt()) {
+		return agent
+	}
+	out := proto.Clone(agent).(*pborch.TaskStatus)
+	out.LastStatus = StatusLost
+	out.StopReason = lost.GetReason()
+	out.StoppedAt = lost.GetLostAt()
+	return out
 }
 
 var pendingStatus = &pborch.TaskStatus{LastStatus: StatusPending, Health: HealthUnknown}
@@ -50,8 +95,8 @@ func SameReport(stored, report *pborch.TaskStatus) bool {
 
 // IsAgentReport reports whether next is prev changed by nothing but an
 // agent's report: the same task (uid), data and metadata, no other status
-// key changed, and status["agent"] written with a new reported_at (which
-// only a report sets; the servers marking a task LOST write it without).
+// key changed (the servers' lost verdict is another key), and
+// status["agent"] written with a new reported_at.
 // The agent that wrote such a change has it from its own write, so the
 // servers need not stream it back.
 func IsAgentReport(prev, next *pbresource.Resource) bool {

@@ -109,6 +109,25 @@ func ValidateTaskStatus(m proto.Message) error {
 	return nil
 }
 
+// ValidateTaskLost is the Validate hook of a Task's
+// status["orchestrator-task"].
+func ValidateTaskLost(m proto.Message) error {
+	l, ok := m.(*pborch.TaskLost)
+	if !ok {
+		return resource.NewFieldError("", "is not a TaskLost")
+	}
+	switch n := utf8.RuneCountInString(l.GetReason()); {
+	case n == 0:
+		return resource.NewFieldError("reason", "is required: say why the task is lost")
+	case n > MaxReasonLength:
+		return resource.NewFieldError("reason", "is over the limit of %d characters", MaxReasonLength)
+	}
+	if l.GetLostAt() == nil {
+		return resource.NewFieldError("lost_at", "is required")
+	}
+	return nil
+}
+
 func validateHealth(field, h string) error {
 	switch h {
 	case "", HealthUnknown, HealthHealthy, HealthUnhealthy:

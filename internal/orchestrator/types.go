@@ -46,6 +46,7 @@ func Register(r *resource.Registry) {
 		ValidateUpdate: ValidateTaskUpdate,
 		Statuses: map[string]resource.StatusPayload{
 			TaskStatusKey: {Proto: &pborch.TaskStatus{}, Validate: ValidateTaskStatus},
+			LostStatusKey: {Proto: &pborch.TaskLost{}, Validate: ValidateTaskLost},
 		},
 	})
 }

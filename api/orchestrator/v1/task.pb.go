@@ -163,9 +163,10 @@ func (x *Task) GetReplaces() string {
 }
 
 // TaskStatus is what the agent of a task's instance reports about it:
-// the payload of the Task's status["agent"]. The servers write it too in
-// one case: when the instance is lost, they mark its live tasks LOST. A
-// task without it is PENDING: nothing has happened to it yet.
+// the payload of the Task's status["agent"], which only that agent
+// writes. A task without it is PENDING: nothing has happened to it yet.
+// Readers see it merged with the servers' TaskLost
+// (orchestrator.TaskStatusOf).
 type TaskStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// last_status: "PENDING", "RUNNING", "STOPPED" or "LOST".
@@ -182,8 +183,8 @@ type TaskStatus struct {
 	Health string `protobuf:"bytes,7,opt,name=health,proto3" json:"health,omitempty"`
 	// session is the agent session that last reported it.
 	Session string `protobuf:"bytes,8,opt,name=session,proto3" json:"session,omitempty"`
-	// reported_at is when the agent last reported it (the servers marking it
-	// LOST leave it as it was: that is how a report is told from theirs).
+	// reported_at is when the agent last reported it: a TaskLost that names
+	// this report (TaskLost.reported_at) overrides it.
 	ReportedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
 	// network: where the task's namespace is and what was published (bridge only).
 	Network       *TaskNetwork `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
@@ -291,6 +292,77 @@ func (x *TaskStatus) GetNetwork() *TaskNetwork {
 	return nil
 }
 
+// TaskLost is the servers' verdict that a task was lost with its instance
+// (down, left or gone): the payload of the Task's
+// status["orchestrator-task"], which only the servers' task controller
+// writes. It overrides the agent's report it was made over, the one whose
+// reported_at it names, and no later one: an agent that reports the task
+// again is believed until the controller judges again. The two keys are
+// merged into the view every reader sees by orchestrator.TaskStatusOf.
+type TaskLost struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reason: why the task is lost ("instance down", ...).
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// lost_at: when the servers marked it.
+	LostAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=lost_at,json=lostAt,proto3" json:"lost_at,omitempty"`
+	// reported_at is the reported_at of the agent's report the verdict was
+	// made over; unset when the agent had reported nothing.
+	ReportedAt    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskLost) Reset() {
+	*x = TaskLost{}
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskLost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskLost) ProtoMessage() {}
+
+func (x *TaskLost) ProtoReflect() protoreflect.Message {
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskLost.ProtoReflect.Descriptor instead.
+func (*TaskLost) Descriptor() ([]byte, []int) {
+	return file_api_orchestrator_v1_task_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TaskLost) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TaskLost) GetLostAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LostAt
+	}
+	return nil
+}
+
+func (x *TaskLost) GetReportedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportedAt
+	}
+	return nil
+}
+
 // TaskNetwork is a task's network as its agent set it up.
 type TaskNetwork struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -308,7 +380,7 @@ type TaskNetwork struct {
 
 func (x *TaskNetwork) Reset() {
 	*x = TaskNetwork{}
-	mi := &file_api_orchestrator_v1_task_proto_msgTypes[2]
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +392,7 @@ func (x *TaskNetwork) String() string {
 func (*TaskNetwork) ProtoMessage() {}
 
 func (x *TaskNetwork) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_task_proto_msgTypes[2]
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +405,7 @@ func (x *TaskNetwork) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskNetwork.ProtoReflect.Descriptor instead.
 func (*TaskNetwork) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_api_orchestrator_v1_task_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TaskNetwork) GetMode() string {
@@ -378,7 +450,7 @@ type PortBinding struct {
 
 func (x *PortBinding) Reset() {
 	*x = PortBinding{}
-	mi := &file_api_orchestrator_v1_task_proto_msgTypes[3]
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +462,7 @@ func (x *PortBinding) String() string {
 func (*PortBinding) ProtoMessage() {}
 
 func (x *PortBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_task_proto_msgTypes[3]
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +475,7 @@ func (x *PortBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortBinding.ProtoReflect.Descriptor instead.
 func (*PortBinding) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_api_orchestrator_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PortBinding) GetName() string {
@@ -456,7 +528,7 @@ type ContainerState struct {
 
 func (x *ContainerState) Reset() {
 	*x = ContainerState{}
-	mi := &file_api_orchestrator_v1_task_proto_msgTypes[4]
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +540,7 @@ func (x *ContainerState) String() string {
 func (*ContainerState) ProtoMessage() {}
 
 func (x *ContainerState) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_task_proto_msgTypes[4]
+	mi := &file_api_orchestrator_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +553,7 @@ func (x *ContainerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerState.ProtoReflect.Descriptor instead.
 func (*ContainerState) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_api_orchestrator_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ContainerState) GetName() string {
@@ -593,7 +665,12 @@ const file_api_orchestrator_v1_task_proto_rawDesc = "" +
 	"\vreported_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"reportedAt\x12>\n" +
 	"\anetwork\x18\n" +
-	" \x01(\v2$.trellis.orchestrator.v1.TaskNetworkR\anetwork\"\x9e\x01\n" +
+	" \x01(\v2$.trellis.orchestrator.v1.TaskNetworkR\anetwork\"\x94\x01\n" +
+	"\bTaskLost\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x123\n" +
+	"\alost_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06lostAt\x12;\n" +
+	"\vreported_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportedAt\"\x9e\x01\n" +
 	"\vTaskNetwork\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n" +
 	"\x0enamespace_path\x18\x02 \x01(\tR\rnamespacePath\x12\x18\n" +
@@ -632,31 +709,34 @@ func file_api_orchestrator_v1_task_proto_rawDescGZIP() []byte {
 	return file_api_orchestrator_v1_task_proto_rawDescData
 }
 
-var file_api_orchestrator_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_api_orchestrator_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_api_orchestrator_v1_task_proto_goTypes = []any{
 	(*Task)(nil),                  // 0: trellis.orchestrator.v1.Task
 	(*TaskStatus)(nil),            // 1: trellis.orchestrator.v1.TaskStatus
-	(*TaskNetwork)(nil),           // 2: trellis.orchestrator.v1.TaskNetwork
-	(*PortBinding)(nil),           // 3: trellis.orchestrator.v1.PortBinding
-	(*ContainerState)(nil),        // 4: trellis.orchestrator.v1.ContainerState
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*TaskLost)(nil),              // 2: trellis.orchestrator.v1.TaskLost
+	(*TaskNetwork)(nil),           // 3: trellis.orchestrator.v1.TaskNetwork
+	(*PortBinding)(nil),           // 4: trellis.orchestrator.v1.PortBinding
+	(*ContainerState)(nil),        // 5: trellis.orchestrator.v1.ContainerState
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
 }
 var file_api_orchestrator_v1_task_proto_depIdxs = []int32{
-	5,  // 0: trellis.orchestrator.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	4,  // 1: trellis.orchestrator.v1.TaskStatus.containers:type_name -> trellis.orchestrator.v1.ContainerState
-	5,  // 2: trellis.orchestrator.v1.TaskStatus.started_at:type_name -> google.protobuf.Timestamp
-	5,  // 3: trellis.orchestrator.v1.TaskStatus.stopping_at:type_name -> google.protobuf.Timestamp
-	5,  // 4: trellis.orchestrator.v1.TaskStatus.stopped_at:type_name -> google.protobuf.Timestamp
-	5,  // 5: trellis.orchestrator.v1.TaskStatus.reported_at:type_name -> google.protobuf.Timestamp
-	2,  // 6: trellis.orchestrator.v1.TaskStatus.network:type_name -> trellis.orchestrator.v1.TaskNetwork
-	3,  // 7: trellis.orchestrator.v1.TaskNetwork.ports:type_name -> trellis.orchestrator.v1.PortBinding
-	5,  // 8: trellis.orchestrator.v1.ContainerState.started_at:type_name -> google.protobuf.Timestamp
-	5,  // 9: trellis.orchestrator.v1.ContainerState.finished_at:type_name -> google.protobuf.Timestamp
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	6,  // 0: trellis.orchestrator.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	5,  // 1: trellis.orchestrator.v1.TaskStatus.containers:type_name -> trellis.orchestrator.v1.ContainerState
+	6,  // 2: trellis.orchestrator.v1.TaskStatus.started_at:type_name -> google.protobuf.Timestamp
+	6,  // 3: trellis.orchestrator.v1.TaskStatus.stopping_at:type_name -> google.protobuf.Timestamp
+	6,  // 4: trellis.orchestrator.v1.TaskStatus.stopped_at:type_name -> google.protobuf.Timestamp
+	6,  // 5: trellis.orchestrator.v1.TaskStatus.reported_at:type_name -> google.protobuf.Timestamp
+	3,  // 6: trellis.orchestrator.v1.TaskStatus.network:type_name -> trellis.orchestrator.v1.TaskNetwork
+	6,  // 7: trellis.orchestrator.v1.TaskLost.lost_at:type_name -> google.protobuf.Timestamp
+	6,  // 8: trellis.orchestrator.v1.TaskLost.reported_at:type_name -> google.protobuf.Timestamp
+	4,  // 9: trellis.orchestrator.v1.TaskNetwork.ports:type_name -> trellis.orchestrator.v1.PortBinding
+	6,  // 10: trellis.orchestrator.v1.ContainerState.started_at:type_name -> google.protobuf.Timestamp
+	6,  // 11: trellis.orchestrator.v1.ContainerState.finished_at:type_name -> google.protobuf.Timestamp
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_api_orchestrator_v1_task_proto_init() }
@@ -664,14 +744,14 @@ func file_api_orchestrator_v1_task_proto_init() {
 	if File_api_orchestrator_v1_task_proto != nil {
 		return
 	}
-	file_api_orchestrator_v1_task_proto_msgTypes[4].OneofWrappers = []any{}
+	file_api_orchestrator_v1_task_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_orchestrator_v1_task_proto_rawDesc), len(file_api_orchestrator_v1_task_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

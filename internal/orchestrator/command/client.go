@@ -91,18 +91,24 @@ func decodeTasks(list []*wire.Resource) ([]taskRow, error) {
 	return rows, nil
 }
 
-// taskStatusOf decodes what the agent reports of a task, its
-// status["agent"]; a task without one is PENDING (orchestrator.TaskStatusOf).
+// taskStatusOf is a task's state as orchestrator.TaskStatusOf computes it,
+// from the two keys the server returns: what the agent reports
+// (status["agent"]) and the servers' verdict that it was lost
+// (status["orchestrator-task"]); a task without either is PENDING.
 func taskStatusOf(r *wire.Resource) (*pborch.TaskStatus, error) {
-	raw, ok := r.Status[orchestrator.TaskStatusKey]
-	if !ok {
-		return orchestrator.TaskStatusOf(nil), nil
+	res := &pbresource.Resource{Status: map[string]*pbresource.Status{}}
+	for _, key := range []string{orchestrator.TaskStatusKey, orchestrator.LostStatusKey} {
+		raw, ok := r.Status[key]
+		if !ok {
+			continue
+		}
+		var st pbresource.Status
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, &st); err != nil {
+			return nil, fmt.Errorf("task %s: the server returned a status[%q] this CLI cannot read: %w", r.ID.Name, key, err)
+		}
+		res.Status[key] = &st
 	}
-	var st pbresource.Status
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, &st); err != nil {
-		return nil, fmt.Errorf("task %s: the server returned a status this CLI cannot read: %w", r.ID.Name, err)
-	}
-	return orchestrator.TaskStatusOf(&pbresource.Resource{Status: map[string]*pbresource.Status{orchestrator.TaskStatusKey: &st}}), nil
+	return orchestrator.TaskStatusOf(res), nil
 }
 
 // tasksOn lists the tasks placed on an instance, in every namespace.

@@ -24,7 +24,7 @@ import (
 // Names of the controllers, in logs, metrics and status keys.
 const (
 	InstanceControllerName = "orchestrator-instance"
-	TaskControllerName     = "orchestrator-task"
+	TaskControllerName     = orchestrator.LostStatusKey
 )
 
 // Defaults of Config.

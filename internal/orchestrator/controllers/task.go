@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -167,14 +166,12 @@ func (r *taskReconciler) Reconcile(ctx context.Context, req controller.Request) 
 	writes := make([]*pbresource.WriteStatusRequest, 0, len(lost))
 	for _, l := range lost {
 		res := stored[l.Key]
-		// The agent's status, marked LOST: what it last said of the
-		// containers stays, and reported_at is the agent's last report
-		// (orchestrator.IsAgentReport tells the two writers apart by it).
-		st := proto.Clone(orchestrator.TaskStatusOf(res)).(*pborch.TaskStatus)
-		st.LastStatus = orchestrator.StatusLost
-		st.StopReason = l.Reason
-		st.StoppedAt = now
-		payload, err := anypb.New(st)
+		// The verdict names the agent's report it is made over: it holds
+		// until the agent reports again (orchestrator.MergeTaskStatus).
+		payload, err := anypb.New(&pborch.TaskLost{
+			Reason: l.Reason, LostAt: now,
+			ReportedAt: orchestrator.AgentStatusOf(res).GetReportedAt(),
+		})
 		if err != nil {
 			return controller.Terminal(err)
 		}
@@ -182,7 +179,7 @@ func (r *taskReconciler) Reconcile(ctx context.Context, req controller.Request) 
 		// agent made meanwhile fails that member, and the next run decides
 		// on it.
 		writes = append(writes, &pbresource.WriteStatusRequest{
-			Id: res.GetId(), Version: res.GetVersion(), Key: orchestrator.TaskStatusKey,
+			Id: res.GetId(), Version: res.GetVersion(), Key: orchestrator.LostStatusKey,
 			Status: &pbresource.Status{ObservedGeneration: res.GetGeneration(), Data: payload},
 		})
 	}
