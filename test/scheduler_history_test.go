@@ -46,16 +46,51 @@ func decodeTask(data json.RawMessage, status map[string]json.RawMessage, v any) 
 	if err := json.Unmarshal(data, v); err != nil {
 		return err
 	}
-	report := json.RawMessage(`{"last_status":"PENDING"}`)
-	if raw, ok := status["agent"]; ok {
+	payload := func(key string) (json.RawMessage, error) {
+		raw, ok := status[key]
+		if !ok {
+			return nil, nil
+		}
 		var entry struct {
 			Data json.RawMessage `json:"data"`
 		}
 		if err := json.Unmarshal(raw, &entry); err != nil {
+			return nil, fmt.Errorf("status %s: %w", key, err)
+		}
+		return entry.Data, nil
+	}
+	report, err := payload("agent")
+	if err != nil {
+		return err
+	}
+	if report == nil {
+		report = json.RawMessage(`{"last_status":"PENDING"}`)
+	}
+	// The task controller's LOST verdict has a key of its own; it holds
+	// over the agent's report it names (orchestrator.MergeTaskStatus).
+	lost, err := payload("orchestrator-task")
+	if err != nil {
+		return err
+	}
+	if lost != nil {
+		var verdict struct {
+			Reason     string `json:"reason"`
+			ReportedAt string `json:"reported_at"`
+		}
+		var agent struct {
+			ReportedAt string `json:"reported_at"`
+		}
+		if err := json.Unmarshal(lost, &verdict); err != nil {
+			return fmt.Errorf("status orchestrator-task: %w", err)
+		}
+		if err := json.Unmarshal(report, &agent); err != nil {
 			return fmt.Errorf("status agent: %w", err)
 		}
-		if entry.Data != nil {
-			report = entry.Data
+		if verdict.ReportedAt == agent.ReportedAt {
+			if err := json.Unmarshal(report, v); err != nil {
+				return err
+			}
+			return json.Unmarshal(fmt.Appendf(nil, `{"last_status":"LOST","stop_reason":%q}`, verdict.Reason), v)
 		}
 	}
 	return json.Unmarshal(report, v)
