@@ -3,9 +3,13 @@ package ca
 import (
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	pbca "trellis.dev/trellis/api/ca/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/acl"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/resource"
 )
 
@@ -111,9 +115,11 @@ func RootName(keyID string) string {
 //
 // CAConfig is set through the CA's own route (/v1/ca/config), which takes
 // a supplied private key out of it and stores it as a sealed CASigningKey:
-// the generic API never writes one. CARoots are written by the CA manager
-// alone; anyone may read them, since a root is what every peer must trust
-// and holds no secret. CASigningKey is sealed: no API ever returns it.
+// the generic API never writes one, nor deletes it. CARoots are written
+// and deleted by the CA manager alone (the generic delete of the active
+// one says to rotate); anyone may read them, since a root is what every
+// peer must trust and holds no secret. CASigningKey is sealed: no API
+// ever returns or deletes it.
 func Register(r *resource.Registry) {
 	anyone := func(acl.Authorizer, *pbresource.ID) error { return nil }
 	r.Register(resource.Registration{
@@ -123,6 +129,7 @@ func Register(r *resource.Registry) {
 		Mutate:         MutateConfig,
 		Validate:       ValidateConfig,
 		WrittenThrough: "/v1/ca/config",
+		DeletedThrough: "the CA's configuration is never deleted (the CA manager would write a default one in its place and rotate to a new generated root); change it with PUT /v1/ca/config (trellis ca config set)",
 		Statuses: map[string]resource.StatusPayload{
 			ManagerStatusKey: {Proto: &pbca.CAManagerStatus{}, Validate: ValidateManagerStatus},
 		},
@@ -133,6 +140,8 @@ func Register(r *resource.Registry) {
 		Scope:          resource.ScopeCluster,
 		Validate:       ValidateRoot,
 		WrittenThrough: "/v1/ca/roots (the CA manager alone makes, rotates and prunes roots)",
+		DeletedThrough: "the CA manager alone deletes a root rotated out, with its signing key, 2 × leaf_ttl after the rotation, once no leaf it signed can still be valid: deleted sooner, those leaves would stop verifying",
+		DeleteRefusal:  RefuseActiveRootDelete,
 		ACLs: &resource.ACLHooks{
 			Read: anyone,
 			List: func(acl.Authorizer, *pbresource.Tenancy) error { return nil },
@@ -145,4 +154,18 @@ func Register(r *resource.Registry) {
 		Validate: ValidateSigningKey,
 		Sealed:   true,
 	})
+}
+
+// RefuseActiveRootDelete is the CARoot's refusal of a generic delete
+// (resource.Registration.DeleteRefusal) when the root is the active one:
+// every leaf in the cluster chains to it, and the manager would make a new
+// root with no cross-signature at once, so a rotation is the only way to
+// replace it. A root rotated out, or data it cannot decode, gets the usual
+// refusal (nil).
+func RefuseActiveRootDelete(stored *pbresource.Resource) error {
+	root, err := resource.DecodeData[*pbca.CARoot](stored)
+	if err != nil || !root.GetActive() {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition, "%s is the CA's active root: every leaf chains to it, so it is never deleted; rotate to a new root instead (trellis ca rotate, which raises rotation through PUT /v1/ca/config): the new root is cross-signed by this one, and the CA manager prunes this one 2 × leaf_ttl after the rotation", ids.String(stored.GetId()))
 }

@@ -397,3 +397,89 @@ func mustAny(t *testing.T, m proto.Message) *anypb.Any {
 	}
 	return a
 }
+
+// The CA's types are deleted only by the CA's own code: the generic delete
+// refuses the configuration (change it instead), the active root (rotate
+// it), a root rotated out (the manager prunes it) and a signing key
+// (sealed), and deletes nothing; the manager's own calls delete a root
+// rotated out and its key.
+func TestGenericDeleteOfCATypes(t *testing.T) {
+	reg := resource.NewRegistry()
+	ca.Register(reg)
+	b := inmem.NewBackend()
+	svc := resource.NewService(resource.Config{Backend: b, Registry: reg})
+	ctx := context.Background()
+	ops := resource.FromOperations(ctx)
+	write := func(res *pbresource.Resource) *pbresource.Resource {
+		t.Helper()
+		out, err := svc.Write(ops, &pbresource.WriteRequest{Resource: res})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.GetResource()
+	}
+	cur, prev := newTestRoot(t, true), newTestRoot(t, true)
+	rotatedOut := goodRoot(prev)
+	rotatedOut.Active, rotatedOut.RotatedOutAt = false, timestamppb.Now()
+	stored := []*pbresource.Resource{
+		write(resourceOf(t, ca.ConfigID(), &pbca.CAConfig{})),
+		write(resourceOf(t, ca.RootID(ca.RootName(cur.id)), goodRoot(cur))),
+		write(resourceOf(t, ca.RootID(ca.RootName(prev.id)), rotatedOut)),
+		write(resourceOf(t, ca.SigningKeyID(ca.RootName(prev.id)), &pbca.CASigningKey{RootId: prev.id, PrivateKey: prev.keyPEM, SigningCert: prev.certPEM})),
+	}
+	for i, tc := range []struct {
+		code codes.Code
+		want []string
+	}{
+		{codes.FailedPrecondition, []string{"ca/v1/CAConfig is deleted only through its own operations", "never deleted", "PUT /v1/ca/config (trellis ca config set)"}},
+		{codes.FailedPrecondition, []string{"ca/v1/CARoot/" + ca.RootName(cur.id) + " is the CA's active root", "never deleted", "rotate to a new root instead (trellis ca rotate"}},
+		{codes.FailedPrecondition, []string{"ca/v1/CARoot is deleted only through its own operations", "the CA manager alone deletes a root rotated out", "2 × leaf_ttl after the rotation"}},
+		{codes.PermissionDenied, []string{"ca/v1/CASigningKey is sealed"}},
+	} {
+		res := stored[i]
+		for _, req := range []*pbresource.DeleteRequest{{Id: res.GetId()}, {Id: res.GetId(), Version: res.GetVersion()}} {
+			_, err := svc.Delete(ctx, req)
+			if status.Code(err) != tc.code {
+				t.Fatalf("generic delete of %s = %v, want %v", res.GetId().GetName(), err, tc.code)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(status.Convert(err).Message(), w) {
+					t.Errorf("generic delete of %s = %q, want it to say %q", res.GetId().GetName(), status.Convert(err).Message(), w)
+				}
+			}
+		}
+	}
+	for _, res := range stored {
+		got, err := svc.Read(ops, &pbresource.ReadRequest{Id: res.GetId(), Consistent: true})
+		if err != nil || got.GetResource().GetVersion() != res.GetVersion() {
+			t.Fatalf("after the refused deletes %s is %v, %v; want it unchanged", res.GetId().GetName(), got, err)
+		}
+	}
+	// The CA manager's prune: the key, then the root at its version.
+	for _, res := range []*pbresource.Resource{stored[3], stored[2]} {
+		if _, err := svc.Delete(ops, &pbresource.DeleteRequest{Id: res.GetId(), Version: res.GetVersion()}); err != nil {
+			t.Fatalf("the CA's own delete of %s: %v", res.GetId().GetName(), err)
+		}
+	}
+}
+
+// RefuseActiveRootDelete speaks of the active root only.
+func TestRefuseActiveRootDelete(t *testing.T) {
+	r := newTestRoot(t, true)
+	active := goodRoot(r)
+	out := goodRoot(r)
+	out.Active = false
+	for _, tc := range []struct {
+		name string
+		res  *pbresource.Resource
+		want codes.Code
+	}{
+		{"active", resourceOf(t, ca.RootID(ca.RootName(r.id)), active), codes.FailedPrecondition},
+		{"rotated out", resourceOf(t, ca.RootID(ca.RootName(r.id)), out), codes.OK},
+		{"not a root", resourceOf(t, ca.RootID(ca.RootName(r.id)), &pbca.CAConfig{}), codes.OK},
+	} {
+		if got := status.Code(ca.RefuseActiveRootDelete(tc.res)); got != tc.want {
+			t.Errorf("%s: RefuseActiveRootDelete = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -14,7 +14,9 @@ import (
 
 // Delete deletes one resource, as a CAS when a version is given. Deleting
 // what is not stored succeeds. It does not delete what the resource owns:
-// the owner reaper does (see the package comment).
+// the owner reaper does (see the package comment). A type written through
+// its own operations is deleted through them (see operations.go): Delete
+// refuses it unless the call is FromOperations.
 func (s *Service) Delete(ctx context.Context, req *pbresource.DeleteRequest) (*pbresource.DeleteResponse, error) {
 	if err := s.delete(ctx, req); err != nil {
 		return nil, s.errs.toStatus("delete", err)
@@ -42,17 +44,23 @@ func (s *Service) delete(ctx context.Context, req *pbresource.DeleteRequest) err
 		return NewFieldError("id.name", "the %q namespace cannot be deleted", DefaultNamespace)
 	}
 	// The Write hook sees the stored resource when it is the one named, and
-	// only the id otherwise. The read may be stale: it only informs the
-	// hook, and the delete itself is decided by the backend.
+	// only the id otherwise; so do the words of a refusal of a type deleted
+	// through its operations. The read may be stale: it only informs them,
+	// and the delete itself is decided by the backend.
 	target := &pbresource.Resource{Id: id}
 	stored, err := s.readCurrent(ctx, storage.EventualConsistency, id)
 	if err != nil {
 		return err
 	}
-	if stored != nil && (id.GetUid() == "" || id.GetUid() == stored.GetId().GetUid()) {
+	if stored == nil || (id.GetUid() != "" && id.GetUid() != stored.GetId().GetUid()) {
+		stored = nil
+	} else {
 		target = stored
 	}
 	if err := s.authorizeWrite(a, reg, target); err != nil {
+		return err
+	}
+	if err := checkDeletedThrough(ctx, reg, stored); err != nil {
 		return err
 	}
 	if namespace {

@@ -53,9 +53,23 @@ type Registration struct {
 	// "/v1/environments"): they check and version it beyond what the
 	// type's hooks can see. Write and WriteBatch then refuse the type,
 	// pointing there, unless the call comes from those operations or the
-	// domain's controllers (FromOperations). Reads, deletes and status
-	// writes are not affected.
+	// domain's controllers (FromOperations). Such a type is deleted
+	// through its operations too: the generic Delete refuses it the same
+	// way (see DeletedThrough). Reads and status writes are not affected.
 	WrittenThrough string
+	// DeletedThrough says, for the generic Delete's refusal of a type
+	// written through its operations, how one of its resources is deleted:
+	// the operation and its command ("DELETE /v1/environments/{name}
+	// (trellis env delete)"), or what deletes it when no call does. Empty,
+	// the refusal names WrittenThrough.
+	DeletedThrough string
+	// DeleteRefusal, when set, gives the generic Delete's refusal of a
+	// stored resource of a type written through its operations, when that
+	// resource needs another word than DeletedThrough (the active CA root
+	// is rotated, never deleted); nil keeps the usual refusal. It sees the
+	// stored resource and must be pure. It refines the refusal only: it
+	// never runs for a call FromOperations, and never allows a delete.
+	DeleteRefusal func(stored *pbresource.Resource) error
 	// Sealed types are read and written only by the domain's own code in
 	// this process: they hold secrets (the Connect CA's private keys) that
 	// the replicated state carries but no API, CLI, log or error may

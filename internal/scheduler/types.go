@@ -55,6 +55,10 @@ func DeploymentDone(status string) bool {
 	return true
 }
 
+// deleteEnvironment is the operation that deletes an environment, which
+// the generic delete of the scheduler's types points to.
+const deleteEnvironment = "use DELETE /v1/environments/{name} (trellis env delete), which refuses while a deployment is in progress and stops the environment's tasks before it removes it, its versions and its deployments"
+
 // Register registers the scheduler's types.
 func Register(r *resource.Registry) {
 	r.Register(resource.Registration{
@@ -66,6 +70,10 @@ func Register(r *resource.Registry) {
 		// A create or update checks the other environments for overlap
 		// and writes a version with the change: /v1/resources cannot.
 		WrittenThrough: EnvironmentsPath,
+		// Its delete refuses while a user deployment is in progress,
+		// cancels a pending one and stops its tasks before the
+		// controller removes it: a generic delete would skip all three.
+		DeletedThrough: deleteEnvironment,
 		Statuses: map[string]resource.StatusPayload{
 			StatusKey: {Proto: &pbscheduler.EnvironmentStatus{}, Validate: validateEnvironmentStatus},
 		},
@@ -78,7 +86,9 @@ func Register(r *resource.Registry) {
 		Validate:  ValidateEnvironmentVersion,
 		// A version is made by an environment's create or update, as its
 		// record: written alone it would be one no environment asked for.
+		// It goes with its environment, and is what a rollback deploys.
 		WrittenThrough: EnvironmentsPath,
+		DeletedThrough: "a version is the record of its environment's changes and goes with it: " + deleteEnvironment,
 	})
 	r.Register(resource.Registration{
 		Type:     DeploymentType,
@@ -87,8 +97,9 @@ func Register(r *resource.Registry) {
 		Validate: ValidateDeployment,
 		// A deployment is started through its environment (which checks
 		// the version and that no other is in progress) and moved on by
-		// the scheduler.
+		// the scheduler, which also keeps the last 50 finished ones.
 		WrittenThrough: EnvironmentsPath,
+		DeletedThrough: "a deployment is stopped with POST /v1/environments/{name}/deployments/{id}/stop (trellis deployment stop), and deleted by the scheduler (it keeps an environment's last 50 finished ones) or with its environment: " + deleteEnvironment,
 	})
 }
 
