@@ -99,6 +99,24 @@ func TestCAConfigAndRotateCommands(t *testing.T) {
 	if strings.Count(roots, " yes ") != 1 || strings.Count(roots, " no ") != 1 {
 		t.Errorf("ca roots after a rotation, want one active and one not:\n%s", roots)
 	}
+	// The generic delete refuses both roots (issue 23): the active one is
+	// rotated, never deleted; the one rotated out is the CA manager's to
+	// prune. It refuses the configuration too; nothing changes.
+	names := regexp.MustCompile(`(?m)^([0-9a-f]{32})\s+(yes|no)\s`).FindAllStringSubmatch(roots, -1)
+	if len(names) != 2 {
+		t.Fatalf("ca roots names %d roots, want 2:\n%s", len(names), roots)
+	}
+	for _, m := range names {
+		want := "the CA manager alone deletes a root rotated out"
+		if m[2] == "yes" {
+			want = "is the CA's active root"
+		}
+		expect(1, "", want, "resource", "delete", "ca/v1/CARoot", m[1])
+	}
+	expect(1, "", "trellis ca config set", "resource", "delete", "ca/v1/CAConfig", "default")
+	if again := expect(0, "", names[0][1], "ca", "roots"); again != roots {
+		t.Errorf("ca roots changed after the refused deletes:\n%s\nthen:\n%s", roots, again)
+	}
 	bundle := expect(0, "", "CERTIFICATE", "ca", "roots", "--pem")
 	if n := strings.Count(bundle, "BEGIN CERTIFICATE"); n != 3 {
 		t.Errorf("the bundle holds %d certificates, want two roots and the cross-signed one", n)

@@ -162,6 +162,9 @@ func TestSchedulerCommands(t *testing.T) {
 	expect(1, "", "trellis env list shows the environments", "env", "get", "nosuch")
 	expect(1, "", "", "deploy", "ls", "--version", "9")
 	expect(1, "", "trellis deployment list ls", "deployment", "get", "ls", "nosuch")
+	// The generic delete would skip the environment's own (issue 23): it
+	// points there instead.
+	expect(1, "", "use DELETE /v1/environments/{name} (trellis env delete)", "resource", "delete", "scheduler/v1/Environment", "ls")
 	expect(0, "", "ls ", "env", "list")
 
 	expect(0, "", "environment ls is being deleted", "env", "delete", "ls")

@@ -20,7 +20,9 @@
 //	Aborted             a version or uid that is not the stored one (re-read and
 //	                    retry), or an upsert that lost too many races
 //	FailedPrecondition  the state forbids it: a namespace that does not exist,
-//	                    deleting a namespace that is not empty
+//	                    deleting a namespace that is not empty; or the type is
+//	                    written and deleted only through its domain's
+//	                    operations, which the message names (operations.go)
 //	PermissionDenied    an ACL hook refused
 //	Unavailable         no leader, or this server has not caught up with it
 //	                    (storage.ErrUnavailable); retry
@@ -149,7 +151,10 @@
 // see WriteBatch: an owner may be created with what it owns). The
 // controller runtime's owner reaper does that: it deletes every resource
 // whose owner is no longer stored with that uid. So a resource written with
-// an owner that does not exist will be reaped.
+// an owner that does not exist will be reaped. The reaper's deletes are
+// FromOperations: a type deleted only through its operations is reaped
+// with its owner, which only those operations could have written or
+// deleted.
 //
 // # Watched sets
 //
