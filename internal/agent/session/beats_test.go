@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc"
@@ -112,4 +113,91 @@ func TestHeartbeatsShareOneStream(t *testing.T) {
 	if n := svc.streams.Load(); n != 2 {
 		t.Fatalf("%d streams; want a new one after the refusal ended the first", n)
 	}
+}
+
+// fakeBeats is a heartbeat stream whose answers the test sends: the
+// server's side, as the agent sees it.
+type fakeBeats struct {
+	pbagent.AgentServiceClient // only HeartbeatStream is called
+	grpc.ClientStream          // only Send and Recv are called
+	streams                    int
+	sent                       chan *pbagent.HeartbeatRequest
+	answers                    chan *pbagent.HeartbeatResponse
+	ctx                        context.Context
+}
+
+func (f *fakeBeats) HeartbeatStream(ctx context.Context, _ ...grpc.CallOption) (pbagent.AgentService_HeartbeatStreamClient, error) {
+	f.streams++
+	f.ctx = ctx
+	return f, nil
+}
+
+func (f *fakeBeats) Send(req *pbagent.HeartbeatRequest) error {
+	f.sent <- req
+	return nil
+}
+
+func (f *fakeBeats) Recv() (*pbagent.HeartbeatResponse, error) {
+	select {
+	case a := <-f.answers:
+		return a, nil
+	case <-f.ctx.Done():
+		return nil, status.FromContextError(f.ctx.Err()).Err()
+	}
+}
+
+type bubbleClock struct{}
+
+func (bubbleClock) Now() time.Time                         { return time.Now() }
+func (bubbleClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// A slow answer leaves the stream open: the heartbeat stays with the
+// server, its late answer counts as the instance heard alive, and it is
+// never taken for the next heartbeat's answer.
+func TestLateAnswerKeepsTheStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := &fakeBeats{sent: make(chan *pbagent.HeartbeatRequest, 8), answers: make(chan *pbagent.HeartbeatResponse)}
+		s := &Session{cfg: Config{Name: "i-1"}, log: slog.New(slog.DiscardHandler), clock: bubbleClock{}, id: "s1"}
+		c := &conn{s: s, hb: fb}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		defer c.closeBeatStream()
+		req := &pbagent.HeartbeatRequest{Instance: "i-1", Session: "s1"}
+
+		if _, err := c.beatOnStream(ctx, req, 2*time.Second); status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("unanswered heartbeat = %v, want DeadlineExceeded", err)
+		}
+		if !c.lastAnswered().IsZero() {
+			t.Fatalf("lastAnswered before any answer = %v, want zero", c.lastAnswered())
+		}
+		time.Sleep(5 * time.Second) // the server takes 7 s in all
+		fb.answers <- &pbagent.HeartbeatResponse{Leader: "first"}
+		synctest.Wait()
+		if got, want := c.lastAnswered(), time.Now(); !got.Equal(want) {
+			t.Fatalf("lastAnswered after the late answer = %v, want %v", got, want)
+		}
+
+		// The second heartbeat waits for its own answer, not the first's.
+		got := make(chan *pbagent.HeartbeatResponse, 1)
+		go func() {
+			resp, err := c.beatOnStream(ctx, req, time.Minute)
+			if err != nil {
+				t.Errorf("second heartbeat = %v", err)
+			}
+			got <- resp
+		}()
+		synctest.Wait()
+		select {
+		case resp := <-got:
+			t.Fatalf("second heartbeat answered with %v before the server answered it", resp)
+		default:
+		}
+		fb.answers <- &pbagent.HeartbeatResponse{Leader: "second"}
+		if resp := <-got; resp.GetLeader() != "second" {
+			t.Fatalf("second heartbeat's answer = %v, want the second answer", resp)
+		}
+		if fb.streams != 1 || len(fb.sent) != 2 {
+			t.Fatalf("%d streams, %d heartbeats sent; want both heartbeats on the one stream kept across the slow answer", fb.streams, len(fb.sent))
+		}
+	})
 }

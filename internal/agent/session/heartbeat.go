@@ -11,55 +11,55 @@ import (
 	pbagent "trellis.dev/trellis/api/agent/v1"
 )
 
-// heartbeatLoop heartbeats every third of the TTL, with jitter.
+// heartbeatLoop heartbeats every third of the TTL, with jitter, on the
+// session's heartbeat stream.
 //
-// A heartbeat the server is slow to answer (DeadlineExceeded) is tried
-// again on the same server until two thirds of the TTL have passed since
-// the last one that succeeded; only then does the agent give the server
-// up, with a third of the TTL left to reach another. A busy server is
-// thus not abandoned for one slow answer (ending the session drops the
-// task stream too, and a fleet that reconnects all at once makes a busy
-// server busier). A server that refuses or cannot be reached is given up
-// at once, as before.
+// A slow answer is not a lost server. The heartbeat stays on the stream
+// (its answer counts when it comes, see beatOnStream) and the next one
+// goes out on schedule. The agent gives the server up only when it
+// refuses, when the stream or the connection fails, or when nothing on
+// the stream has said the instance is alive for a whole TTL. Giving up a
+// server that is only busy ends the task stream too, and the next server
+// lists the instance's tasks again: at 5,000 instances a busy cluster
+// turned into agents tearing down their streams and reconnecting, which
+// made it busier, until live instances were marked down.
 func (c *conn) heartbeatLoop(ctx context.Context) error {
-	last := c.s.clock.Now()
+	alive := c.s.clock.Now()
+	sent := alive
 	for {
-		wait := heartbeatInterval(c.s.ttlValue(), randFloat())
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.s.clock.After(wait):
-		}
-		for attempt := 0; ; attempt++ {
-			giveUp := last.Add(2 * c.s.ttlValue() / 3)
-			err := c.heartbeat(ctx)
-			if err == nil {
-				last = c.s.clock.Now()
-				break
-			}
-			now := c.s.clock.Now()
-			if ctx.Err() != nil || !retryHeartbeat(status.Code(err), now, giveUp) {
-				return fmt.Errorf("heartbeat: %w", err)
-			}
-			c.s.log.Debug("slow heartbeat; trying again", "server", c.addr, "attempt", attempt+1, "err", err)
+		wait := heartbeatInterval(c.s.ttlValue(), randFloat()) - c.s.clock.Now().Sub(sent)
+		if wait > 0 {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-c.s.clock.After(min(heartbeatRetryWait, giveUp.Sub(now))):
+			case <-c.s.clock.After(wait):
 			}
 		}
+		sent = c.s.clock.Now()
+		err := c.heartbeat(ctx)
+		now := c.s.clock.Now()
+		if err == nil {
+			alive = now
+			continue
+		}
+		if t := c.lastAnswered(); t.After(alive) {
+			alive = t
+		}
+		if ctx.Err() != nil || !keepServer(status.Code(err), now, alive, c.s.ttlValue()) {
+			return fmt.Errorf("heartbeat: %w", err)
+		}
+		c.s.log.Debug("slow heartbeat answer; keeping the server", "server", c.addr, "alive_at", alive, "err", err)
 	}
 }
 
-// retryHeartbeat decides whether a heartbeat that failed with code at now
-// is tried again on the same server: only a slow answer, and only before
-// giveUp.
-func retryHeartbeat(code codes.Code, now, giveUp time.Time) bool {
-	return code == codes.DeadlineExceeded && now.Before(giveUp)
+// keepServer decides whether a heartbeat that failed with code at now
+// leaves the agent on its server: only a slow answer does, and only while
+// an answer on the stream said the instance was alive less than a TTL ago
+// (at alive). A refusal, a failed stream or connection, or a whole TTL of
+// silence moves the agent to another server.
+func keepServer(code codes.Code, now, alive time.Time, ttl time.Duration) bool {
+	return code == codes.DeadlineExceeded && now.Before(alive.Add(ttl))
 }
-
-// heartbeatRetryWait is the pause before a slow heartbeat is sent again.
-const heartbeatRetryWait = 100 * time.Millisecond
 
 // heartbeat sends one heartbeat. FailedPrecondition means the servers do
 // not know this session: the agent registers again with a new one, then

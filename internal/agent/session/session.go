@@ -179,14 +179,16 @@ func (s *Session) Run(ctx context.Context, facts Facts) {
 		if ctx.Err() != nil || s.hasLeft() {
 			return
 		}
+		var wait time.Duration
 		if worked {
 			failures = 0
-			s.log.Warn("lost the server; trying the next one", "server", addr, "err", err)
-			continue
+			wait = reconnectSpread(s.ttlValue(), randFloat())
+			s.log.Warn("lost the server; trying the next one", "server", addr, "err", err, "in", wait)
+		} else {
+			failures++
+			wait = reconnectWait(s.cfg.BackoffMin, s.cfg.BackoffMax, s.ttlValue(), failures, randFloat())
+			s.log.Warn("cannot use server", "server", addr, "err", err, "retry_in", wait)
 		}
-		failures++
-		wait := reconnectWait(s.cfg.BackoffMin, s.cfg.BackoffMax, s.ttlValue(), failures, randFloat())
-		s.log.Warn("cannot use server", "server", addr, "err", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():
 			return

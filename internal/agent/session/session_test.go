@@ -97,22 +97,40 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
-func TestRetryHeartbeat(t *testing.T) {
-	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	giveUp := t0.Add(time.Second)
-	for _, tc := range []struct {
-		code  codes.Code
-		now   time.Time
-		retry bool
+func TestReconnectSpread(t *testing.T) {
+	for _, c := range []struct {
+		ttl  time.Duration
+		r    float64
+		want time.Duration
 	}{
-		{codes.DeadlineExceeded, t0, true},      // a slow server: try it again
-		{codes.DeadlineExceeded, giveUp, false}, // but not past two thirds of the TTL
-		{codes.Unavailable, t0, false},          // unreachable: the next server
-		{codes.FailedPrecondition, t0, false},   // handled by registering again
-		{codes.DeadlineExceeded, giveUp.Add(-time.Nanosecond), true},
+		{12 * time.Second, 0, 0},
+		{12 * time.Second, 0.5, 500 * time.Millisecond},
+		{12 * time.Second, 1, 999999 * time.Microsecond}, // r is below 1
+		{0, 0.5, 416666666 * time.Nanosecond},            // the default TTL (10 s) before any heartbeat
 	} {
-		if got := retryHeartbeat(tc.code, tc.now, giveUp); got != tc.retry {
-			t.Errorf("retryHeartbeat(%v, %v) = %v, want %v", tc.code, tc.now.Sub(t0), got, tc.retry)
+		if got := reconnectSpread(c.ttl, c.r); got != c.want {
+			t.Errorf("reconnectSpread(%s, %v) = %s, want %s", c.ttl, c.r, got, c.want)
+		}
+	}
+}
+
+func TestKeepServer(t *testing.T) {
+	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	ttl := 3 * time.Second
+	for _, tc := range []struct {
+		code codes.Code
+		now  time.Time
+		keep bool
+	}{
+		{codes.DeadlineExceeded, t0.Add(time.Second), true},           // a slow answer: stay
+		{codes.DeadlineExceeded, t0.Add(ttl - time.Nanosecond), true}, // while the instance was heard alive within a TTL
+		{codes.DeadlineExceeded, t0.Add(ttl), false},                  // a whole TTL of silence: the next server
+		{codes.Unavailable, t0.Add(time.Millisecond), false},          // unreachable or shutting down: the next server
+		{codes.FailedPrecondition, t0.Add(time.Millisecond), false},   // handled by registering again
+		{codes.Canceled, t0.Add(time.Millisecond), false},             // the stream ended
+	} {
+		if got := keepServer(tc.code, tc.now, t0, ttl); got != tc.keep {
+			t.Errorf("keepServer(%v, alive+%v) = %v, want %v", tc.code, tc.now.Sub(t0), got, tc.keep)
 		}
 	}
 }
