@@ -159,7 +159,13 @@ func (x *HeartbeatRequest) GetSession() string {
 type ForwardHeartbeatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// heartbeats are the agents' requests, as the follower received them.
-	Heartbeats    []*HeartbeatRequest `protobuf:"bytes,1,rep,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	Heartbeats []*HeartbeatRequest `protobuf:"bytes,1,rep,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	// waited, one per heartbeat and in the same order, is how long each
+	// waited on the follower before this batch was sent. The leader counts
+	// a heartbeat as heard that long before it took it (at most a TTL
+	// before), so that a busy follower or leader does not make a live
+	// instance look silent. Empty from an older follower: no wait.
+	Waited        []*durationpb.Duration `protobuf:"bytes,2,rep,name=waited,proto3" json:"waited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -197,6 +203,13 @@ func (*ForwardHeartbeatsRequest) Descriptor() ([]byte, []int) {
 func (x *ForwardHeartbeatsRequest) GetHeartbeats() []*HeartbeatRequest {
 	if x != nil {
 		return x.Heartbeats
+	}
+	return nil
+}
+
+func (x *ForwardHeartbeatsRequest) GetWaited() []*durationpb.Duration {
+	if x != nil {
+		return x.Waited
 	}
 	return nil
 }
@@ -369,11 +382,12 @@ const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\tmin_index\x18\x03 \x01(\x04R\bminIndex\"H\n" +
 	"\x10HeartbeatRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x18\n" +
-	"\asession\x18\x02 \x01(\tR\asession\"^\n" +
+	"\asession\x18\x02 \x01(\tR\asession\"\x91\x01\n" +
 	"\x18ForwardHeartbeatsRequest\x12B\n" +
 	"\n" +
 	"heartbeats\x18\x01 \x03(\v2\".trellis.agent.v1.HeartbeatRequestR\n" +
-	"heartbeats\"X\n" +
+	"heartbeats\x121\n" +
+	"\x06waited\x18\x02 \x03(\v2\x19.google.protobuf.DurationR\x06waited\"X\n" +
 	"\x19ForwardHeartbeatsResponse\x12;\n" +
 	"\aresults\x18\x01 \x03(\v2!.trellis.agent.v1.HeartbeatResultR\aresults\"j\n" +
 	"\x0fHeartbeatResult\x12\x16\n" +
@@ -414,22 +428,23 @@ var file_api_agent_v1_agent_proto_goTypes = []any{
 }
 var file_api_agent_v1_agent_proto_depIdxs = []int32{
 	1, // 0: trellis.agent.v1.ForwardHeartbeatsRequest.heartbeats:type_name -> trellis.agent.v1.HeartbeatRequest
-	4, // 1: trellis.agent.v1.ForwardHeartbeatsResponse.results:type_name -> trellis.agent.v1.HeartbeatResult
-	5, // 2: trellis.agent.v1.HeartbeatResult.response:type_name -> trellis.agent.v1.HeartbeatResponse
-	6, // 3: trellis.agent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	1, // 4: trellis.agent.v1.AgentService.Heartbeat:input_type -> trellis.agent.v1.HeartbeatRequest
-	1, // 5: trellis.agent.v1.AgentService.HeartbeatStream:input_type -> trellis.agent.v1.HeartbeatRequest
-	2, // 6: trellis.agent.v1.AgentService.ForwardHeartbeats:input_type -> trellis.agent.v1.ForwardHeartbeatsRequest
-	0, // 7: trellis.agent.v1.AgentService.WatchTasks:input_type -> trellis.agent.v1.WatchTasksRequest
-	5, // 8: trellis.agent.v1.AgentService.Heartbeat:output_type -> trellis.agent.v1.HeartbeatResponse
-	5, // 9: trellis.agent.v1.AgentService.HeartbeatStream:output_type -> trellis.agent.v1.HeartbeatResponse
-	3, // 10: trellis.agent.v1.AgentService.ForwardHeartbeats:output_type -> trellis.agent.v1.ForwardHeartbeatsResponse
-	7, // 11: trellis.agent.v1.AgentService.WatchTasks:output_type -> trellis.resource.v1.WatchEvent
-	8, // [8:12] is the sub-list for method output_type
-	4, // [4:8] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	6, // 1: trellis.agent.v1.ForwardHeartbeatsRequest.waited:type_name -> google.protobuf.Duration
+	4, // 2: trellis.agent.v1.ForwardHeartbeatsResponse.results:type_name -> trellis.agent.v1.HeartbeatResult
+	5, // 3: trellis.agent.v1.HeartbeatResult.response:type_name -> trellis.agent.v1.HeartbeatResponse
+	6, // 4: trellis.agent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	1, // 5: trellis.agent.v1.AgentService.Heartbeat:input_type -> trellis.agent.v1.HeartbeatRequest
+	1, // 6: trellis.agent.v1.AgentService.HeartbeatStream:input_type -> trellis.agent.v1.HeartbeatRequest
+	2, // 7: trellis.agent.v1.AgentService.ForwardHeartbeats:input_type -> trellis.agent.v1.ForwardHeartbeatsRequest
+	0, // 8: trellis.agent.v1.AgentService.WatchTasks:input_type -> trellis.agent.v1.WatchTasksRequest
+	5, // 9: trellis.agent.v1.AgentService.Heartbeat:output_type -> trellis.agent.v1.HeartbeatResponse
+	5, // 10: trellis.agent.v1.AgentService.HeartbeatStream:output_type -> trellis.agent.v1.HeartbeatResponse
+	3, // 11: trellis.agent.v1.AgentService.ForwardHeartbeats:output_type -> trellis.agent.v1.ForwardHeartbeatsResponse
+	7, // 12: trellis.agent.v1.AgentService.WatchTasks:output_type -> trellis.resource.v1.WatchEvent
+	9, // [9:13] is the sub-list for method output_type
+	5, // [5:9] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_api_agent_v1_agent_proto_init() }

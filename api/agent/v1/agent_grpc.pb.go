@@ -53,9 +53,10 @@ type AgentServiceClient interface {
 	// sends a HeartbeatRequest whenever it would have called Heartbeat, and
 	// the server answers each, in order, as Heartbeat would. An error ends
 	// the stream with the status Heartbeat would have returned (the same
-	// codes and details); DEADLINE_EXCEEDED when the server could not answer
-	// a heartbeat within a quarter of the TTL. The agent opens a new stream
-	// after any error. A heartbeat costs the agent and the server a message
+	// codes and details). A heartbeat the server is slow to take (a busy
+	// leader) is answered late, never dropped: the agent keeps the stream
+	// and counts the late answer. The agent opens a new stream after any
+	// error. A heartbeat costs the agent and the server a message
 	// each way instead of a call (a new HTTP/2 stream with its headers and
 	// trailers).
 	HeartbeatStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error)
@@ -162,9 +163,10 @@ type AgentServiceServer interface {
 	// sends a HeartbeatRequest whenever it would have called Heartbeat, and
 	// the server answers each, in order, as Heartbeat would. An error ends
 	// the stream with the status Heartbeat would have returned (the same
-	// codes and details); DEADLINE_EXCEEDED when the server could not answer
-	// a heartbeat within a quarter of the TTL. The agent opens a new stream
-	// after any error. A heartbeat costs the agent and the server a message
+	// codes and details). A heartbeat the server is slow to take (a busy
+	// leader) is answered late, never dropped: the agent keeps the stream
+	// and counts the late answer. The agent opens a new stream after any
+	// error. A heartbeat costs the agent and the server a message
 	// each way instead of a call (a new HTTP/2 stream with its headers and
 	// trailers).
 	HeartbeatStream(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error

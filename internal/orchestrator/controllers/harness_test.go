@@ -79,7 +79,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	var err error
-	e.tracker, err = heartbeat.NewTracker(heartbeat.Config{TTL: testTTL, Instances: e.api, Leadership: e.lead, Clock: e.clock})
+	e.tracker, err = heartbeat.NewTracker(heartbeat.Config{TTL: testTTL, FailoverTTL: testTTL, Instances: e.api, Leadership: e.lead, Clock: e.clock})
 	if err != nil {
 		t.Fatal(err)
 	}

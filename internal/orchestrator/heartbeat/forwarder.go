@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pbagent "trellis.dev/trellis/api/agent/v1"
 )
@@ -51,7 +52,8 @@ type forwarder struct {
 	// local takes a heartbeat on this server, failing with ErrNotLeader
 	// unless it leads: a heartbeat held for a leader is taken here once
 	// this server is elected.
-	local func(context.Context, *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error)
+	// waited is how long the heartbeat has been held.
+	local func(ctx context.Context, req *pbagent.HeartbeatRequest, waited time.Duration) (*pbagent.HeartbeatResponse, error)
 	// leaderChanged, when set, is closed at the next change of leader.
 	leaderChanged func() <-chan struct{}
 	window        time.Duration
@@ -67,8 +69,11 @@ type forwarder struct {
 
 // waiting is one heartbeat waiting for its answer.
 type waiting struct {
-	ctx    context.Context
-	req    *pbagent.HeartbeatRequest
+	ctx context.Context
+	req *pbagent.HeartbeatRequest
+	// since is when this server received the heartbeat: the leader counts
+	// it as heard then, not when it took it.
+	since  time.Time
 	answer chan answer // buffered: the caller may have stopped waiting
 }
 
@@ -82,7 +87,7 @@ type answer struct {
 }
 
 func newForwarder(leaderConn func() (*grpc.ClientConn, error),
-	local func(context.Context, *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error),
+	local func(context.Context, *pbagent.HeartbeatRequest, time.Duration) (*pbagent.HeartbeatResponse, error),
 	cfg ServiceConfig, m *metrics) *forwarder {
 	f := &forwarder{
 		leaderConn:    leaderConn,
@@ -126,6 +131,7 @@ func newForwarder(leaderConn func() (*grpc.ClientConn, error),
 // then between. If this server is elected meanwhile, it takes the
 // heartbeat itself.
 func (f *forwarder) forward(ctx context.Context, req *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error) {
+	since := time.Now()
 	hold := time.NewTimer(f.timeout)
 	defer hold.Stop()
 	wait := holdRetryMin
@@ -134,7 +140,7 @@ func (f *forwarder) forward(ctx context.Context, req *pbagent.HeartbeatRequest) 
 		if f.leaderChanged != nil {
 			changed = f.leaderChanged()
 		}
-		a := f.forwardOnce(ctx, req)
+		a := f.forwardOnce(ctx, req, since)
 		if !a.noLeader {
 			return a.resp, a.err
 		}
@@ -155,7 +161,7 @@ func (f *forwarder) forward(ctx context.Context, req *pbagent.HeartbeatRequest) 
 		}
 		wait = min(2*wait, holdRetryMax)
 		if f.local != nil {
-			if resp, err := f.local(ctx, req); !errors.Is(err, ErrNotLeader) {
+			if resp, err := f.local(ctx, req, time.Since(since)); !errors.Is(err, ErrNotLeader) {
 				return resp, err
 			}
 		}
@@ -163,8 +169,8 @@ func (f *forwarder) forward(ctx context.Context, req *pbagent.HeartbeatRequest) 
 }
 
 // forwardOnce hands req to the next batch and waits for its answer.
-func (f *forwarder) forwardOnce(ctx context.Context, req *pbagent.HeartbeatRequest) answer {
-	w := &waiting{ctx: ctx, req: req, answer: make(chan answer, 1)}
+func (f *forwarder) forwardOnce(ctx context.Context, req *pbagent.HeartbeatRequest, since time.Time) answer {
+	w := &waiting{ctx: ctx, req: req, since: since, answer: make(chan answer, 1)}
 	select {
 	case f.queue <- w:
 	case <-f.stopped:
@@ -250,9 +256,14 @@ func (f *forwarder) send(ctx context.Context, batch []*waiting) {
 	if len(live) == 0 {
 		return
 	}
-	req := &pbagent.ForwardHeartbeatsRequest{Heartbeats: make([]*pbagent.HeartbeatRequest, len(live))}
+	req := &pbagent.ForwardHeartbeatsRequest{
+		Heartbeats: make([]*pbagent.HeartbeatRequest, len(live)),
+		Waited:     make([]*durationpb.Duration, len(live)),
+	}
+	now := time.Now()
 	for i, w := range live {
 		req.Heartbeats[i] = w.req
+		req.Waited[i] = durationpb.New(now.Sub(w.since))
 	}
 	f.metrics.forwardBatchSize.Observe(float64(len(live)))
 	conn, err := f.leaderConn()

@@ -57,6 +57,12 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvFailover(t, testTTL)
+}
+
+// newEnvFailover is newEnv with a tracker whose failover TTL is failover.
+func newEnvFailover(t *testing.T, failover time.Duration) *env {
+	t.Helper()
 	reg := resource.NewRegistry()
 	core.Register(reg)
 	orchestrator.Register(reg)
@@ -68,7 +74,7 @@ func newEnv(t *testing.T) *env {
 		metrics: prometheus.NewRegistry(),
 	}
 	var err error
-	e.tracker, err = heartbeat.NewTracker(heartbeat.Config{TTL: testTTL, Instances: e.api, Leadership: e.lead, Clock: e.clock, Registerer: e.metrics})
+	e.tracker, err = heartbeat.NewTracker(heartbeat.Config{TTL: testTTL, FailoverTTL: failover, Instances: e.api, Leadership: e.lead, Clock: e.clock, Registerer: e.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}

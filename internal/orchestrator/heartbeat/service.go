@@ -97,7 +97,7 @@ func (s *Service) Start(ctx context.Context) error {
 func (s *Service) Heartbeat(ctx context.Context, req *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error) {
 	start := time.Now()
 	m := s.cfg.Tracker.metrics
-	resp, err := s.take(ctx, req)
+	resp, err := s.take(ctx, req, 0)
 	if !errors.Is(err, ErrNotLeader) {
 		m.answerSeconds.WithLabelValues(pathKept).Observe(time.Since(start).Seconds())
 		return resp, err
@@ -119,9 +119,11 @@ const (
 
 // HeartbeatStream implements pbagent.AgentServiceServer: Heartbeat for
 // each request of the stream, answered in order. The first error ends the
-// stream with it. A heartbeat not answered within a quarter of the TTL
-// (the leader is slow, or out of reach) ends it with DeadlineExceeded, as
-// the agent's own deadline ends a call.
+// stream with it. A heartbeat the leader is slow to take is answered late,
+// not dropped: the forwarder bounds how long it is held (ForwardTimeout),
+// and the agent keeps the stream and counts the late answer. Ending the
+// stream on a slow answer, as this did after a quarter of the TTL, threw
+// away heartbeats the leader was about to take, exactly when it was busy.
 func (s *Service) HeartbeatStream(stream pbagent.AgentService_HeartbeatStreamServer) error {
 	ctx := stream.Context()
 	for {
@@ -132,12 +134,7 @@ func (s *Service) HeartbeatStream(stream pbagent.AgentService_HeartbeatStreamSer
 		if err != nil {
 			return err
 		}
-		bctx, cancel := context.WithTimeout(ctx, s.cfg.Tracker.TTL()/4)
-		resp, err := s.Heartbeat(bctx, req)
-		if err != nil && bctx.Err() != nil {
-			err = status.FromContextError(bctx.Err()).Err()
-		}
-		cancel()
+		resp, err := s.Heartbeat(ctx, req)
 		if err != nil {
 			return err
 		}
@@ -155,8 +152,13 @@ func (s *Service) ForwardHeartbeats(ctx context.Context, req *pbagent.ForwardHea
 		return nil, status.Errorf(codes.InvalidArgument, "heartbeats: %d in one batch, over the limit of %d", n, MaxForwardBatch)
 	}
 	out := &pbagent.ForwardHeartbeatsResponse{Results: make([]*pbagent.HeartbeatResult, len(req.GetHeartbeats()))}
+	waited := req.GetWaited()
 	for i, hb := range req.GetHeartbeats() {
-		resp, err := s.take(ctx, hb)
+		var w time.Duration
+		if i < len(waited) {
+			w = waited[i].AsDuration()
+		}
+		resp, err := s.take(ctx, hb, w)
 		if errors.Is(err, ErrNotLeader) {
 			err = errNoLeader
 		}
@@ -169,14 +171,15 @@ func (s *Service) ForwardHeartbeats(ctx context.Context, req *pbagent.ForwardHea
 // leader and may not forward it.
 var errNoLeader = status.Error(codes.Unavailable, "no leader is ready to take heartbeats (an election is under way): retry shortly")
 
-// take checks a heartbeat and gives it to the Tracker: ErrNotLeader when
-// this server does not keep heartbeats now.
-func (s *Service) take(ctx context.Context, req *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error) {
+// take checks a heartbeat and gives it to the Tracker, as heard waited
+// ago (the time it spent on a follower): ErrNotLeader when this server
+// does not keep heartbeats now.
+func (s *Service) take(ctx context.Context, req *pbagent.HeartbeatRequest, waited time.Duration) (*pbagent.HeartbeatResponse, error) {
 	if err := checkRequest(req); err != nil {
 		return nil, err
 	}
 	t := s.cfg.Tracker
-	if err := t.Heartbeat(ctx, req.GetInstance(), req.GetSession()); err != nil {
+	if err := t.HeartbeatHeard(ctx, req.GetInstance(), req.GetSession(), waited); err != nil {
 		return nil, err
 	}
 	return &pbagent.HeartbeatResponse{Ttl: durationpb.New(t.TTL()), Leader: s.cfg.Self}, nil

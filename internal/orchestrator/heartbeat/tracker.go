@@ -23,6 +23,12 @@ import (
 // down, unless the server is configured otherwise.
 const DefaultTTL = 10 * time.Second
 
+// FailoverTTLFactor: a new leader gives every instance at least this many
+// TTLs from its takeover. A fleet that was talking to the old leader needs
+// a moment to find the new one, and the new one's first seconds are its
+// busiest (every agent's heartbeat and task stream arrive at once).
+const FailoverTTLFactor = 3
+
 // MinTTL is the shortest TTL a server accepts: shorter ones cannot be met
 // over a network by agents that heartbeat a third of it apart.
 const MinTTL = 100 * time.Millisecond
@@ -48,6 +54,10 @@ type Config struct {
 	// TTL: an instance not heard from for this long is expired (DefaultTTL
 	// when zero).
 	TTL time.Duration
+	// FailoverTTL is how long every instance has at least from the moment
+	// this server becomes the leader (FailoverTTLFactor times the TTL when
+	// zero).
+	FailoverTTL time.Duration
 	// Instances reads the stored Instances, for heartbeats the Tracker
 	// cannot judge from memory. Required.
 	Instances InstanceReader
@@ -67,15 +77,26 @@ type Config struct {
 // in the store (Forget). Nothing it holds is written to the store: a new
 // leader starts empty and gives every instance a full TTL.
 type Tracker struct {
-	ttl        time.Duration
-	clock      Clock
-	store      InstanceReader
-	leadership storage.Leadership
-	log        *slog.Logger
-	metrics    *metrics
+	ttl         time.Duration
+	failoverTTL time.Duration
+	clock       Clock
+	store       InstanceReader
+	leadership  storage.Leadership
+	log         *slog.Logger
+	metrics     *metrics
 
 	mu     sync.Mutex
 	active bool
+	// termStart is when this term began.
+	termStart time.Time
+	// stalls measures how long this process could not run (lateness.go),
+	// from a real ticker when measureStalls (the real clock: a ticker
+	// cannot be read against a clock a test moves).
+	stalls        stallMeter
+	measureStalls bool
+	// fleetLate is FleetLateness as of fleetAt.
+	fleetLate time.Duration
+	fleetAt   time.Time
 	// entries are the instances the controller observed alive in this term.
 	entries map[string]*entry
 }
@@ -85,6 +106,8 @@ type Tracker struct {
 type entry struct {
 	session   string
 	lastHeard time.Time
+	// stalledAt is the stall meter's total when lastHeard was set.
+	stalledAt time.Duration
 	// expired is set when a verdict found the instance expired: from then
 	// on heartbeats of this session are refused while the controller marks
 	// it down. expiredVersion is the version of the Instance judged; a
@@ -104,6 +127,10 @@ func NewTracker(cfg Config) (*Tracker, error) {
 	if cfg.TTL < MinTTL {
 		return nil, fmt.Errorf("heartbeat tracker: TTL %s is below the minimum of %s", cfg.TTL, MinTTL)
 	}
+	if cfg.FailoverTTL == 0 {
+		cfg.FailoverTTL = FailoverTTLFactor * cfg.TTL
+	}
+	measureStalls := cfg.Clock == nil
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
 	}
@@ -111,8 +138,9 @@ func NewTracker(cfg Config) (*Tracker, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	t := &Tracker{
-		ttl: cfg.TTL, clock: cfg.Clock, store: cfg.Instances, leadership: cfg.Leadership,
+		ttl: cfg.TTL, failoverTTL: cfg.FailoverTTL, clock: cfg.Clock, store: cfg.Instances, leadership: cfg.Leadership,
 		log: cfg.Logger, entries: map[string]*entry{},
+		stalls: stallMeter{interval: stallInterval, tolerance: stallTolerance}, measureStalls: measureStalls,
 	}
 	m, err := newMetrics(cfg.Registerer, t.tracked)
 	if err != nil {
@@ -134,10 +162,20 @@ func (t *Tracker) Start(ctx context.Context) error {
 	}
 	defer t.setActive(false)
 	ch := t.leadership.LeaderCh()
+	var tick <-chan time.Time // nil: never
+	if t.measureStalls {
+		ticks := time.NewTicker(stallInterval)
+		defer ticks.Stop()
+		tick = ticks.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-tick:
+			t.mu.Lock()
+			t.stalls.tick(t.clock.Now())
+			t.mu.Unlock()
 		case leader, ok := <-ch:
 			if !ok {
 				ch, leader = nil, false
@@ -158,8 +196,9 @@ func (t *Tracker) setActive(active bool) {
 	}
 	t.active = active
 	t.entries = map[string]*entry{}
+	t.termStart = t.clock.Now()
 	if active {
-		t.log.Info("heartbeat tracker active: every live instance has a full TTL from now", "ttl", t.ttl)
+		t.log.Info("heartbeat tracker active: every live instance has at least the failover TTL from now", "ttl", t.ttl, "failover_ttl", t.failoverTTL)
 	} else {
 		t.log.Info("heartbeat tracker inactive: this server no longer leads")
 	}
@@ -189,6 +228,14 @@ func (t *Tracker) tracked() float64 {
 // from what it read in the store, so a heartbeat racing with a change of
 // the Instance cannot bring back what the controller has just marked down.
 func (t *Tracker) Heartbeat(ctx context.Context, instance, session string) error {
+	return t.HeartbeatHeard(ctx, instance, session, 0)
+}
+
+// HeartbeatHeard is Heartbeat for a heartbeat that waited on a follower
+// for waited before the leader took it: it counts as heard then (at most a
+// TTL ago), so that the servers' own delays never make a live instance
+// look silent.
+func (t *Tracker) HeartbeatHeard(ctx context.Context, instance, session string, waited time.Duration) error {
 	t.mu.Lock()
 	if !t.active {
 		t.mu.Unlock()
@@ -200,7 +247,9 @@ func (t *Tracker) Heartbeat(ctx context.Context, instance, session string) error
 			t.metrics.heartbeats.WithLabelValues(resultRefused).Inc()
 			return refusal(ReasonDown, instance, Registration{}, session, t.ttl)
 		}
-		e.lastHeard = t.clock.Now()
+		if heard := heardAt(t.clock.Now(), waited, t.ttl); heard.After(e.lastHeard) {
+			e.lastHeard, e.stalledAt = heard, t.stalls.total
+		}
 		t.mu.Unlock()
 		t.metrics.heartbeats.WithLabelValues(resultOK).Inc()
 		return nil
@@ -262,17 +311,44 @@ func (t *Tracker) Observe(instance, session, version string) (Liveness, error) {
 	e := t.entries[instance]
 	switch {
 	case e == nil || e.session != session:
-		e = &entry{session: session, lastHeard: now}
+		e = &entry{session: session, lastHeard: now, stalledAt: t.stalls.total}
 		t.entries[instance] = e
 	case e.expired && e.expiredVersion != version:
-		e.expired, e.expiredVersion, e.lastHeard = false, "", now
+		e.expired, e.expiredVersion, e.lastHeard, e.stalledAt = false, "", now, t.stalls.total
 	}
-	l := Judge(e.lastHeard, now, t.ttl)
+	l := JudgeLate(e.lastHeard, now, t.ttl, Lateness{
+		TermStart: t.termStart, FailoverTTL: t.failoverTTL, Stalled: t.stalls.total - e.stalledAt,
+		Fleet: t.fleetLateness(now),
+	})
 	if l.Expired && !e.expired {
 		e.expired, e.expiredVersion = true, version
 		t.metrics.expired.Inc()
 	}
 	return l, nil
+}
+
+// fleetLateness is FleetLateness over the live entries, computed at most
+// every fleetEvery. t.mu is held.
+func (t *Tracker) fleetLateness(now time.Time) time.Duration {
+	if !t.fleetAt.IsZero() && now.Sub(t.fleetAt) < fleetEvery && !now.Before(t.fleetAt) {
+		return t.fleetLate
+	}
+	silences := make([]time.Duration, 0, min(len(t.entries), fleetSample))
+	for _, e := range t.entries { // in Go's random order: a sample
+		if len(silences) == fleetSample {
+			break
+		}
+		if !e.expired {
+			silences = append(silences, now.Sub(e.lastHeard))
+		}
+	}
+	late := FleetLateness(silences, t.ttl)
+	if late > 0 && t.fleetLate == 0 {
+		t.log.Warn("the fleet's heartbeats are late as a whole: the servers are behind, so every instance's deadline is extended", "lateness", late, "sampled", len(silences))
+	}
+	t.fleetLate, t.fleetAt = late, now
+	t.metrics.fleetLateness.Set(late.Seconds())
+	return late
 }
 
 // Forget drops an instance the store no longer calls alive (down, left or
@@ -304,6 +380,8 @@ const (
 type metrics struct {
 	heartbeats *prometheus.CounterVec
 	expired    prometheus.Counter
+	// fleetLateness is the last FleetLateness, in seconds.
+	fleetLateness prometheus.Gauge
 	// forwardBatches and forwardBatchSize count a follower's batches of
 	// forwarded heartbeats (the heartbeats themselves are counted by
 	// heartbeats, result "forwarded").
@@ -325,6 +403,10 @@ func newMetrics(reg prometheus.Registerer, tracked func() float64) (*metrics, er
 			Namespace: "trellis", Subsystem: "heartbeat", Name: "expired_total",
 			Help: "Instances found with no heartbeat for a whole TTL, while this server led.",
 		}),
+		fleetLateness: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "trellis", Subsystem: "heartbeat", Name: "fleet_lateness_seconds",
+			Help: "How late the fleet's heartbeats are as a whole (the median instance's silence beyond a sixth of the TTL), added to every instance's deadline.",
+		}),
 		forwardBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "trellis", Subsystem: "heartbeat", Name: "forward_batches_total",
 			Help: "Batches of heartbeats this server, as a follower, forwarded to the leader, by result (ok, failed: every heartbeat of it answered Unavailable).",
@@ -343,7 +425,7 @@ func newMetrics(reg prometheus.Registerer, tracked func() float64) (*metrics, er
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.heartbeats, m.expired, m.forwardBatches, m.forwardBatchSize, m.answerSeconds, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	for _, c := range []prometheus.Collector{m.heartbeats, m.expired, m.fleetLateness, m.forwardBatches, m.forwardBatchSize, m.answerSeconds, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "trellis", Subsystem: "heartbeat", Name: "tracked_instances",
 		Help: "Live instances whose heartbeats this server, as leader, keeps.",
 	}, tracked)} {

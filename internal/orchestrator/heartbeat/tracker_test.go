@@ -3,6 +3,7 @@ package heartbeat_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -180,5 +181,139 @@ func TestTTLBounds(t *testing.T) {
 	tr, err := heartbeat.NewTracker(heartbeat.Config{Instances: e.api})
 	if err != nil || tr.TTL() != heartbeat.DefaultTTL {
 		t.Fatalf("default TTL = %v, %v", tr.TTL(), err)
+	}
+}
+
+// A leader fresh from an election gives every instance the failover TTL
+// from its takeover: an instance whose agent is still finding the new
+// leader is not marked down, while one that stays silent past it is.
+func TestNewLeaderGivesTheFailoverTTL(t *testing.T) {
+	const failover = 3 * testTTL
+	e := newEnvFailover(t, failover)
+	ctx := context.Background()
+	e.setLeader(true)
+	takeover := e.clock.Now()
+	live := e.register("live", "s1", "ready")
+	dead := e.register("dead", "s2", "ready")
+	for _, in := range []struct{ name, session, version string }{{"live", "s1", live}, {"dead", "s2", dead}} {
+		if l, err := e.tracker.Observe(in.name, in.session, in.version); err != nil || l.Expired || !l.Deadline.Equal(takeover.Add(failover)) {
+			t.Fatalf("first Observe of %s = %+v, %v; want alive until the failover TTL", in.name, l, err)
+		}
+	}
+	// The live agent finds the new leader 25 s after the takeover, long
+	// after a TTL: it is alive, and a TTL from its heartbeat.
+	e.clock.Advance(25 * time.Second)
+	if err := e.tracker.Heartbeat(ctx, "live", "s1"); err != nil {
+		t.Fatalf("Heartbeat 25 s after the takeover = %v", err)
+	}
+	e.clock.Advance(failover - 25*time.Second)
+	if l, _ := e.tracker.Observe("live", "s1", live); l.Expired {
+		t.Fatalf("live instance at the end of the failover TTL = %+v, want alive", l)
+	}
+	if l, _ := e.tracker.Observe("dead", "s2", dead); !l.Expired {
+		t.Fatalf("silent instance at the end of the failover TTL = %+v, want expired", l)
+	}
+}
+
+// A leader behind on its heartbeats (they waited on a follower, or the
+// leader itself could not run) counts them as heard when a server first
+// had them, and adds its own stalls to every deadline: an instance that
+// heartbeats on time is never marked down for the servers' lateness, and
+// a silent one still is.
+func TestLateLeaderMarksOnlyTheSilentDown(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.setLeader(true)
+	live := e.register("live", "s1", "ready")
+	dead := e.register("dead", "s2", "ready")
+	e.tracker.Observe("live", "s1", live)
+	e.tracker.Observe("dead", "s2", dead)
+
+	// The agent heartbeats at 3 s; the heartbeat waits 8 s on a busy
+	// follower and reaches the leader at 11 s, past the TTL of the
+	// previous one, as heard at 3 s.
+	e.clock.Advance(11 * time.Second)
+	if err := e.tracker.HeartbeatHeard(ctx, "live", "s1", 8*time.Second); err != nil {
+		t.Fatalf("late forwarded heartbeat = %v", err)
+	}
+	if l, _ := e.tracker.Observe("live", "s1", live); l.Expired || !l.Deadline.Equal(t0.Add(3*time.Second+testTTL)) {
+		t.Fatalf("instance heard at 3 s, judged at 11 s = %+v, want alive until 13 s", l)
+	}
+	if l, _ := e.tracker.Observe("dead", "s2", dead); !l.Expired {
+		t.Fatalf("silent instance after 11 s = %+v, want expired", l)
+	}
+
+	// Then the leader stalls for 6 s (starved of CPU): the live instance's
+	// next heartbeat is taken at 17 s, 14 s after the one before, and
+	// still in time.
+	e.tracker.Stall(6 * time.Second)
+	e.clock.Advance(6 * time.Second)
+	if l, _ := e.tracker.Observe("live", "s1", live); l.Expired || !l.Deadline.Equal(t0.Add(3*time.Second+testTTL+6*time.Second)) {
+		t.Fatalf("after a 6 s stall = %+v, want alive until 19 s", l)
+	}
+	if err := e.tracker.Heartbeat(ctx, "live", "s1"); err != nil {
+		t.Fatalf("heartbeat after the stall = %v", err)
+	}
+	// A stall before the last heartbeat buys nothing after it.
+	e.clock.Advance(testTTL)
+	if l, _ := e.tracker.Observe("live", "s1", live); !l.Expired {
+		t.Fatalf("silent for a TTL after its last heartbeat = %+v, want expired", l)
+	}
+}
+
+// When the whole fleet's heartbeats arrive late (the servers are behind,
+// or the host running the agents is starved), the leader extends every
+// deadline by the fleet's lateness: no instance that heartbeats is marked
+// down, and one that has died is marked down once the fleet catches up.
+func TestLateFleetIsNotMarkedDown(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.setLeader(true)
+	const n = 20
+	versions := map[string]string{}
+	for i := range n {
+		name := fmt.Sprintf("i-%d", i)
+		versions[name] = e.register(name, "s-"+name, "ready")
+		e.tracker.Observe(name, "s-"+name, versions[name])
+	}
+	beat := func(i int) {
+		name := fmt.Sprintf("i-%d", i)
+		if err := e.tracker.Heartbeat(ctx, name, "s-"+name); err != nil {
+			t.Fatalf("heartbeat of %s = %v", name, err)
+		}
+	}
+	// On time: every instance heard within the last 3 s, the last one
+	// dead since the start.
+	for step := range 3 {
+		e.clock.Advance(time.Second)
+		for i := step; i < n-1; i += 3 {
+			beat(i)
+		}
+	}
+	// Then nothing reaches the leader for 12 s, longer than the TTL: the
+	// servers are behind. No instance expires, not even the dead one: the
+	// leader cannot tell it from the others yet.
+	e.clock.Advance(12 * time.Second)
+	for i := range n {
+		name := fmt.Sprintf("i-%d", i)
+		if l, err := e.tracker.Observe(name, "s-"+name, versions[name]); err != nil || l.Expired {
+			t.Fatalf("%s while the whole fleet is late = %+v, %v; want alive", name, l, err)
+		}
+	}
+	// The backlog arrives: every live instance is heard; the dead one,
+	// alone silent now, is marked down.
+	for i := range n - 1 {
+		beat(i)
+	}
+	e.clock.Advance(time.Second) // the fleet's lateness is computed again every second
+	dead := fmt.Sprintf("i-%d", n-1)
+	if l, _ := e.tracker.Observe(dead, "s-"+dead, versions[dead]); !l.Expired {
+		t.Fatalf("the dead instance once the fleet caught up = %+v, want expired", l)
+	}
+	for i := range n - 1 {
+		name := fmt.Sprintf("i-%d", i)
+		if l, _ := e.tracker.Observe(name, "s-"+name, versions[name]); l.Expired {
+			t.Fatalf("%s after it was heard = %+v, want alive", name, l)
+		}
 	}
 }
