@@ -19,8 +19,13 @@
 //     heartbeat, sent every TTL/3, can spare the window.
 //   - A new leader starts empty and gives every instance that the store
 //     calls ready or draining a whole TTL from the moment it first looks at
-//     it (as Nomad does after an election): a leader change never marks a
-//     live instance down, it only delays marking a dead one.
+//     it, and at least FailoverTTL (3 TTLs) from its takeover (Nomad gives
+//     5 minutes after an election): a leader change never marks a live
+//     instance down, it only delays marking a dead one.
+//   - The servers' lateness is not the agents' absence (lateness.go): a
+//     heartbeat counts from when a server first had it, and an instance's
+//     deadline grows by the time the leader could not run or by how late
+//     the fleet's heartbeats are as a whole.
 //   - Only the instance controller (internal/orchestrator/controllers) puts
 //     instances into the Tracker (Tracker.Observe), from what it read in the
 //     store, and only it marks them down. A heartbeat only extends an
@@ -60,8 +65,9 @@
 //
 //   - OK: the instance is alive until TTL after this heartbeat.
 //   - Unavailable (no leader yet, the leader unreachable, a server shutting
-//     down) or DeadlineExceeded: retry soon, on another server if one
-//     fails. Do not register again: nothing is wrong with the instance. A
+//     down): retry soon, on another server if one fails. A slow answer is
+//     not a failure: keep the stream and the server (the late answer
+//     counts), and move only after a whole TTL without one. Do not register again: nothing is wrong with the instance. A
 //     new leader gives every live instance a whole TTL from when it takes
 //     over, so an agent that keeps retrying is not marked down by an
 //     election. During an election a server holds the heartbeat (up to

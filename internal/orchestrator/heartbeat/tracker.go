@@ -418,7 +418,7 @@ func newMetrics(reg prometheus.Registerer, tracked func() float64) (*metrics, er
 		}),
 		answerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "trellis", Subsystem: "heartbeat", Name: "answer_seconds",
-			Help:    "How long this server took to answer an agent's heartbeat, by path (kept: this server leads; forwarded: to the leader), whatever the answer. An agent gives up a heartbeat after a quarter of the TTL.",
+			Help:    "How long this server took to answer an agent's heartbeat, by path (kept: this server leads; forwarded: to the leader), whatever the answer. Answers later than a quarter of the TTL are slow for the agent, which keeps the server and counts them when they come.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"path"}),
 	}
