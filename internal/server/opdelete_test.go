@@ -149,7 +149,15 @@ func TestGenericDeleteOfOperationOnlyTypes(t *testing.T) {
 	// environment; once the agent is gone, its tasks are lost and the
 	// scheduler removes it.
 	mustHTTP(t, "POST", base+"/v1/environments/victim-env/deployments/"+depID+"/stop", "", http.StatusOK)
-	mustHTTP(t, "DELETE", base+"/v1/environments/victim-env", "", http.StatusOK)
+	// The scheduler reports on the environment as the stop lands: the
+	// delete answers conflict ("retry") when it wrote in between.
+	eventually(t, time.Minute, "the environment's delete to be taken", func() bool {
+		code, body := httpDo(t, "DELETE", base+"/v1/environments/victim-env", "")
+		if code != http.StatusOK && !strings.Contains(body, `"code":"conflict"`) {
+			t.Fatalf("DELETE /v1/environments/victim-env = %d %s", code, body)
+		}
+		return code == http.StatusOK
+	})
 	stopAgent()
 	eventually(t, time.Minute, "the scheduler to remove the deleted environment", func() bool {
 		_, err := api.Read(ctx, &pbresource.ReadRequest{Id: envID, Consistent: true})
