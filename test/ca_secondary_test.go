@@ -19,7 +19,7 @@ import (
 
 // TestSecondaryDatacenterSurvivesLeaderFailover starts a one-server
 // primary (dc1) and a three-server secondary (dc2) as separate processes,
-// the secondary given the primary's public gRPC address. A follower of
+// the secondary given the primary's server-to-server address. A follower of
 // dc2 signs dc2 leaves that verify against the primary's roots; after
 // dc2's leader is killed, its new leader keeps the roots and the
 // intermediate it found (every remaining server's leaves carry the same
@@ -64,7 +64,7 @@ func TestSecondaryDatacenterSurvivesLeaderFailover(t *testing.T) {
 		primary = caRoots(t, dc1.Members[0])
 		return primary.ActiveRootID != ""
 	})
-	dc2 := start("dc2", 3, "-datacenter", "dc2", "-primary-datacenter", "dc1", "-primary-address", dc1.Members[0].GRPCAddr)
+	dc2 := start("dc2", 3, "-datacenter", "dc2", "-primary-datacenter", "dc1", "-primary-address", dc1.Members[0].ServerAddr)
 	leader, err := dc2.WaitLeader(ctx, dc2.Members)
 	if err != nil {
 		t.Fatal(err)

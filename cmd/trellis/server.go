@@ -1,11 +1,7 @@
 package main
 
 import (
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -25,7 +21,6 @@ func newServerCmd(e *cli.Env) *cobra.Command {
 		httpsAddr       string
 		primaryDC       string
 		primaryAddrs    []string
-		primaryCAFile   string
 		connectCerts    bool
 	)
 	cmd := &cobra.Command{
@@ -62,10 +57,12 @@ server certificate of it (server.<datacenter>.trellis).
 datacenter of the Connect CA: its leader takes the primary's roots (and its
 trust domain) and has the primary sign an intermediate CA that its servers sign
 leaves with, so that services of every datacenter verify each other.
--primary-address is the public gRPC address (-grpc-addr) of a server of the
-primary; give several (repeated, or comma-separated) to try them in turn. When
-the primary's servers serve TLS there, -primary-tls-ca-file names the primary
-cluster's CA certificate.
+-primary-address is the server-to-server address (-server-addr) of a server of
+the primary; give several (repeated, or comma-separated) to try them in turn.
+The leader asks there as a server: the datacenters of a federation share one
+cluster CA (-tls-ca-file), each server holding a server certificate of its own
+datacenter (server.<dc>.trellis), and the primary signs a datacenter's
+intermediate for that datacenter's servers only.
 Without -primary-datacenter, or with this server's own -datacenter, the
 cluster is the primary and makes its own root (docs/ca.md).
 
@@ -84,7 +81,7 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
   # a one-server secondary datacenter dc2 of the cluster above (dc1)
   trellis server -data-dir /var/lib/trellis/dc2 -datacenter dc2 -http-addr 127.0.0.1:7800 -grpc-addr 127.0.0.1:7801 \
       -raft-addr 127.0.0.1:7802 -server-addr 127.0.0.1:7803 -bootstrap-expect 1 \
-      -primary-datacenter dc1 -primary-address 127.0.0.1:7701,127.0.0.1:7711`,
+      -primary-datacenter dc1 -primary-address 127.0.0.1:7703,127.0.0.1:7713`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := serverConfig(f, bootstrapExpect, retryJoin, raftMultiplier)
@@ -102,11 +99,6 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 			cfg.HTTPSAddr = httpsAddr
 			cfg.DisableConnectServerCerts = !connectCerts
 			cfg.PrimaryDatacenter, cfg.PrimaryAddrs = primaryDC, primaryAddrs
-			if primaryCAFile != "" {
-				if cfg.PrimaryTLS, err = primaryTLS(primaryCAFile, primaryDC); err != nil {
-					return cli.Usage(err)
-				}
-			}
 			if err := cfg.Validate(); err != nil {
 				return cli.Usage(err)
 			}
@@ -129,9 +121,7 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 	cmd.Flags().StringVar(&primaryDC, "primary-datacenter", "",
 		"the datacenter whose Connect CA is the federation's (default: this server's -datacenter, which makes this cluster the primary); another name makes this cluster a secondary, which needs -primary-address")
 	cmd.Flags().StringSliceVar(&primaryAddrs, "primary-address", nil,
-		"public gRPC address (host:port, the primary servers' -grpc-addr) of a server of -primary-datacenter, which a secondary's CA gets its roots and intermediate from; repeatable or comma-separated, tried in turn")
-	cmd.Flags().StringVar(&primaryCAFile, "primary-tls-ca-file", "",
-		"on a secondary whose primary's servers serve TLS on their public gRPC port (they have -tls-* files): the primary cluster's CA certificate (PEM); the secondary then dials them over TLS and accepts only server.<primary-datacenter>.trellis certificates of it")
+		"server-to-server address (host:port, the primary servers' -server-addr) of a server of -primary-datacenter, which a secondary's CA gets its roots and intermediate from, presenting this server's certificate; repeatable or comma-separated, tried in turn")
 	cmd.Flags().BoolVar(&connectCerts, "connect-server-certs", true, "once the Connect CA has a root, sign this server a leaf of it and present it to the servers and agents that ask for it (false: present -tls-cert-file only)")
 	cmd.Flags().StringVar(&httpsAddr, "https-addr", "", "also serve the HTTP API over TLS on this address (host:port; needs the -tls-* files)")
 	cmd.Flags().StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "the cluster CA's certificate (PEM, from `trellis tls ca create`): with -tls-cert-file and -tls-key-file, servers talk to each other (Raft and -server-addr) only over mutual TLS")
@@ -164,26 +154,4 @@ func serverConfig(f serverFlags, bootstrapExpect int, retryJoin []string, raftMu
 		return cfg, cli.Usage(err)
 	}
 	return cfg, nil
-}
-
-// primaryTLS is how a secondary checks the primary's servers on their
-// public gRPC port: the primary cluster's CA read from caFile, and the
-// name every server certificate of the primary datacenter carries.
-func primaryTLS(caFile, primaryDC string) (*tls.Config, error) {
-	if primaryDC == "" {
-		return nil, errors.New("-primary-tls-ca-file: only a secondary datacenter takes it: give -primary-datacenter too")
-	}
-	data, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("-primary-tls-ca-file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(data) {
-		return nil, fmt.Errorf("-primary-tls-ca-file: %s holds no PEM certificate", caFile)
-	}
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		RootCAs:    pool,
-		ServerName: tlsutil.ServerName(primaryDC, tlsutil.DefaultDomain),
-	}, nil
 }

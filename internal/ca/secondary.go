@@ -222,3 +222,29 @@ func IntermediateReason(primaryActiveID string, primaryActive *x509.Certificate,
 	}
 	return ""
 }
+
+// ErrNotServerOfDatacenter is wrapped by CheckIntermediateCaller's
+// refusals: the caller is not a server of the datacenter whose
+// intermediate it asks for.
+var ErrNotServerOfDatacenter = errors.New("not a server of the datacenter asked for")
+
+// CheckIntermediateCaller decides whether a caller may have the
+// intermediate of datacenter: only a server of that datacenter, which is
+// what the certificate it presented on the server-to-server port proved
+// (callerDC: the datacenter of its server.<dc>.trellis or its Connect
+// server id). A server of dc2 does not get dc3's intermediate, nor the
+// primary's own servers any. A plaintext port proves nothing (plaintext:
+// the primary's servers run without TLS files, and warn that their
+// server ports are open to anyone); the caller is then taken at its word.
+func CheckIntermediateCaller(callerDC string, plaintext bool, datacenter string) error {
+	switch {
+	case plaintext:
+		return nil
+	case callerDC == "":
+		return fmt.Errorf("%w: the caller presented no server certificate", ErrNotServerOfDatacenter)
+	case callerDC != datacenter:
+		return fmt.Errorf("%w: the caller is a server of datacenter %q, and asks for the intermediate of %q: a datacenter's servers get their own datacenter's intermediate only",
+			ErrNotServerOfDatacenter, callerDC, datacenter)
+	}
+	return nil
+}

@@ -206,3 +206,33 @@ func TestCheckPrimaryRoots(t *testing.T) {
 		})
 	}
 }
+
+// A datacenter's intermediate goes to that datacenter's servers alone: a
+// server of dc2 gets dc2's, not dc3's, nor the primary's servers any; a
+// plaintext port proves nothing and takes the caller at its word.
+func TestCheckIntermediateCaller(t *testing.T) {
+	tests := []struct {
+		name, caller string
+		plaintext    bool
+		asked        string
+		ok           bool
+	}{
+		{"a server of the datacenter", "dc2", false, "dc2", true},
+		{"a server of another secondary", "dc2", false, "dc3", false},
+		{"a server of the primary", "dc1", false, "dc2", false},
+		{"a server asking for a new datacenter", "dc2", false, "evil", false},
+		{"no datacenter proved", "", false, "dc2", false},
+		{"plaintext", "", true, "dc2", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckIntermediateCaller(tt.caller, tt.plaintext, tt.asked)
+			if (err == nil) != tt.ok {
+				t.Fatalf("CheckIntermediateCaller(%q, %v, %q) = %v, want ok %v", tt.caller, tt.plaintext, tt.asked, err, tt.ok)
+			}
+			if err != nil && !errors.Is(err, ErrNotServerOfDatacenter) {
+				t.Errorf("refusal %v does not wrap ErrNotServerOfDatacenter", err)
+			}
+		})
+	}
+}

@@ -24,6 +24,11 @@ func (p Parts) Check() error {
 			}
 		}
 	}
+	for _, s := range p.PublicServices {
+		if s.AllDatacenters {
+			return fmt.Errorf("%s: AllDatacenters on a public service: only the server-to-server port knows which datacenter a caller is a server of", s.Desc.ServiceName)
+		}
+	}
 	for _, r := range p.Routes {
 		if r.Handler == nil {
 			return fmt.Errorf("route %q: no handler", r.Pattern)

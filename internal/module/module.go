@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"trellis.dev/trellis/internal/acl"
 	"trellis.dev/trellis/internal/controller"
@@ -53,6 +54,12 @@ type Deps struct {
 	// TLS or takes its certificates from files alone
 	// (-connect-server-certs=false).
 	ServerCerts ServerCerts
+	// DialServersOf returns the transport credentials to dial the
+	// server-to-server port of the servers of another datacenter (a
+	// secondary's CA asking the primary's): TLS presenting this server's
+	// certificate file and accepting only a server certificate of that
+	// datacenter, or plaintext when this server has no TLS files.
+	DialServersOf func(datacenter string) credentials.TransportCredentials
 }
 
 // ServerCerts is a server's TLS as the maker of its own certificate sees
@@ -98,8 +105,9 @@ type Parts struct {
 	// PublicServices are served on the public gRPC port (agents, clients).
 	PublicServices []Service
 	// ServerServices are served on the server-to-server port, to the
-	// cluster's servers only; a server in memory has no such port and
-	// serves none of them.
+	// cluster's servers only (those of other datacenters too when the
+	// service says AllDatacenters); a server in memory has no such port
+	// and serves none of them.
 	ServerServices []Service
 	// Routes are added to the HTTP API, each checked against the
 	// permission it declares.
@@ -115,6 +123,11 @@ type Service struct {
 	// Permissions maps each method's name, as in the .proto ("Heartbeat"),
 	// to the permission a caller needs. Every method of Desc must be here.
 	Permissions map[string]acl.Permission
+	// AllDatacenters serves a server service to the servers of every
+	// datacenter of the federation, not only to this datacenter's: its
+	// methods check which datacenter the caller is a server of
+	// (ServerCallerFrom). Only a server service may say it.
+	AllDatacenters bool
 }
 
 // Runnable is a long-lived part: Start blocks until ctx ends (then it

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pbagent "trellis.dev/trellis/api/agent/v1"
+	pbca "trellis.dev/trellis/api/ca/v1"
 	pbcluster "trellis.dev/trellis/api/cluster/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbstorage "trellis.dev/trellis/api/storage/v1"
@@ -147,8 +148,12 @@ func TestDenyAllRefusesEveryService(t *testing.T) {
 			_, err = st.Recv()
 			return err
 		}},
-		{"AgentService.ForwardHeartbeats", "needs server", func() error {
-			_, err := agent.ForwardHeartbeats(denied, &pbagent.ForwardHeartbeatsRequest{})
+		{"HeartbeatForwarding.ForwardHeartbeats", "needs server", func() error {
+			_, err := pbagent.NewHeartbeatForwardingClient(serverConn).ForwardHeartbeats(denied, &pbagent.ForwardHeartbeatsRequest{})
+			return err
+		}},
+		{"CAFederation.SignIntermediate", "needs server", func() error {
+			_, err := pbca.NewCAFederationClient(serverConn).SignIntermediate(denied, &pbca.SignIntermediateRequest{Datacenter: "evil"})
 			return err
 		}},
 		{"Forwarding.Apply", "needs server", func() error {

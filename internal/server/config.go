@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -89,16 +88,13 @@ type Config struct {
 	// primary at PrimaryAddrs. It configures the CA of the default
 	// modules; a Config that names its Modules configures their CA itself.
 	PrimaryDatacenter string
-	// PrimaryAddrs are the public gRPC addresses (host:port) of servers of
-	// the primary datacenter (-primary-address), tried in turn: a
-	// secondary's only. The public port, not the server-to-server one:
-	// two clusters have different server CAs, so no server of one holds a
-	// certificate the other's server-to-server port accepts.
+	// PrimaryAddrs are the server-to-server addresses (host:port, their
+	// -server-addr) of servers of the primary datacenter
+	// (-primary-address), tried in turn: a secondary's only. The
+	// federation's datacenters share one cluster CA (TLS): the secondary's
+	// leader presents its own server certificate (server.<dc>.trellis)
+	// there, and checks the primary's (server.<primary>.trellis).
 	PrimaryAddrs []string
-	// PrimaryTLS, when set, is how a secondary checks the primary's
-	// servers on their public gRPC port (-primary-tls-ca-file): their CA
-	// and the server name they present. Nil dials them in plaintext.
-	PrimaryTLS *tls.Config
 	// Raft, when set, makes the server a Raft voter with durable storage.
 	// Nil: everything in memory, this server the leader at once.
 	Raft *RaftConfig
@@ -245,16 +241,13 @@ func (c Config) validatePrimary() error {
 		}
 	}
 	if !c.IsSecondary() {
-		if c.PrimaryTLS != nil {
-			return configError("-primary-tls-ca-file", "only a secondary datacenter takes it: give -primary-datacenter, the primary's datacenter, other than this server's -datacenter %q", c.Datacenter)
-		}
 		if len(c.PrimaryAddrs) > 0 {
 			return configError("-primary-address", "only a secondary datacenter takes it: give -primary-datacenter, the primary's datacenter, other than this server's -datacenter %q", c.Datacenter)
 		}
 		return nil
 	}
 	if len(c.PrimaryAddrs) == 0 {
-		return configError("-primary-address", "required: -primary-datacenter %q makes this cluster (%q) a secondary, which needs the public gRPC address of a server of %q (for example %s)",
+		return configError("-primary-address", "required: -primary-datacenter %q makes this cluster (%q) a secondary, which needs the server-to-server address (-server-addr) of a server of %q (for example %s)",
 			c.PrimaryDatacenter, c.Datacenter, c.PrimaryDatacenter, ExampleAddr("-primary-address"))
 	}
 	seen := map[string]bool{}
@@ -264,7 +257,7 @@ func (c Config) validatePrimary() error {
 		}
 		host, port, _ := net.SplitHostPort(a)
 		if ip := net.ParseIP(host); host == "" || port == "0" || (ip != nil && ip.IsUnspecified()) {
-			return configError("-primary-address", "%q: give the host and public gRPC port (-grpc-addr) of a server of %q (for example %s)", a, c.PrimaryDatacenter, ExampleAddr("-primary-address"))
+			return configError("-primary-address", "%q: give the host and server-to-server port (-server-addr) of a server of %q (for example %s)", a, c.PrimaryDatacenter, ExampleAddr("-primary-address"))
 		}
 		if seen[a] {
 			return configError("-primary-address", "%q given twice", a)
@@ -324,9 +317,9 @@ func ValidateAddr(field, addr string) error {
 // would lead a user to give the wrong one.
 func ExampleAddr(field string) string {
 	switch field {
-	case "-grpc-addr", "-primary-address":
+	case "-grpc-addr":
 		return DefaultGRPCAddr
-	case "-server-addr", "-retry-join":
+	case "-server-addr", "-retry-join", "-primary-address":
 		return DefaultServerAddr
 	case "-raft-addr":
 		return DefaultRaftAddr

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"crypto/tls"
 	"errors"
 	"strings"
 	"testing"
@@ -32,16 +31,15 @@ func TestConfigValidate(t *testing.T) {
 		{"datacenter", Config{Datacenter: "eu-west-1"}, ""},
 		{"datacenter upper case", Config{Datacenter: "DC1"}, `-datacenter: "DC1" is not a datacenter name`},
 		{"datacenter with a dot", Config{Datacenter: "dc.1"}, `-datacenter: "dc.1" is not a datacenter name`},
-		{"a secondary", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"10.0.0.1:7701", "p2.example:7701"}}, ""},
+		{"a secondary", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"10.0.0.1:7703", "p2.example:7703"}}, ""},
 		{"primary named as itself", Config{Datacenter: "dc1", PrimaryDatacenter: "dc1"}, ""},
 		{"primary datacenter not a label", Config{PrimaryDatacenter: "DC_1"}, `-primary-datacenter: "DC_1" is not a datacenter name`},
 		{"secondary without an address", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1"}, `-primary-address: required: -primary-datacenter "dc1" makes this cluster ("dc2") a secondary`},
 		{"address on a primary", Config{PrimaryAddrs: []string{"10.0.0.1:7701"}}, `-primary-address: only a secondary datacenter takes it`},
 		{"address on a primary named as itself", Config{PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"10.0.0.1:7701"}}, `-primary-address: only a secondary`},
-		{"primary address not host:port", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"10.0.0.1"}}, `-primary-address: "10.0.0.1" is not host:port (for example 127.0.0.1:7701)`},
-		{"primary address without host", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{":7701"}}, `-primary-address: ":7701": give the host and public gRPC port (-grpc-addr) of a server of "dc1"`},
+		{"primary address not host:port", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"10.0.0.1"}}, `-primary-address: "10.0.0.1" is not host:port (for example 127.0.0.1:7703)`},
+		{"primary address without host", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{":7703"}}, `-primary-address: ":7703": give the host and server-to-server port (-server-addr) of a server of "dc1"`},
 		{"primary address port 0", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"10.0.0.1:0"}}, `-primary-address: "10.0.0.1:0": give the host`},
-		{"primary TLS on a primary", Config{PrimaryTLS: &tls.Config{}}, `-primary-tls-ca-file: only a secondary datacenter takes it`},
 		{"primary address twice", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"a:1", "a:1"}}, `-primary-address: "a:1" given twice`},
 		{"raft ok", Config{Raft: raft(RaftConfig{DataDir: "/d", BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:7703", "s3.example:7703"}})}, ""},
 		{"raft joining", Config{Raft: raft(RaftConfig{DataDir: "/d", RetryJoin: []string{"10.0.0.2:7703"}})}, ""},

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"trellis.dev/trellis/internal/ca/camodule"
 	"trellis.dev/trellis/internal/core"
@@ -22,13 +24,13 @@ func DefaultModules() []module.Module { return defaultModules(Config{}) }
 
 // defaultModules is DefaultModules configured by cfg: the orchestrator's
 // heartbeat TTL (Config.HeartbeatTTL), the CA's primary datacenter
-// (Config.PrimaryDatacenter, Config.PrimaryAddrs, Config.PrimaryTLS).
+// (Config.PrimaryDatacenter, Config.PrimaryAddrs).
 func defaultModules(cfg Config) []module.Module {
 	return []module.Module{
 		core.Module(),
 		orchestratormodule.New(orchestratormodule.Config{HeartbeatTTL: cfg.HeartbeatTTL}),
 		schedulermodule.New(),
-		camodule.New(camodule.Config{PrimaryDatacenter: cfg.PrimaryDatacenter, PrimaryAddrs: cfg.PrimaryAddrs, PrimaryTLS: cfg.PrimaryTLS}),
+		camodule.New(camodule.Config{PrimaryDatacenter: cfg.PrimaryDatacenter, PrimaryAddrs: cfg.PrimaryAddrs}),
 	}
 }
 
@@ -115,6 +117,10 @@ func (s *Server) moduleDeps() module.Deps {
 	if s.cfg.TLS != nil && !s.cfg.DisableConnectServerCerts {
 		d.ServerCerts = s.cfg.TLS
 	}
+	d.DialServersOf = func(string) credentials.TransportCredentials { return insecure.NewCredentials() }
+	if s.cfg.TLS != nil {
+		d.DialServersOf = s.cfg.TLS.DialServersOf
+	}
 	if s.leadership != nil {
 		d.Leadership = s.leadership.Subscribe
 	}
@@ -158,6 +164,9 @@ func (s *Server) addServices(p module.Parts) error {
 				return err
 			}
 			on.server.RegisterService(svc.Desc, svc.Impl)
+			if svc.AllDatacenters && on.server == s.serverGRPC {
+				s.serverGate.allDatacenters[svc.Desc.ServiceName] = true
+			}
 		}
 	}
 	return nil

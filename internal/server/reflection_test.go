@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	pbagent "trellis.dev/trellis/api/agent/v1"
+	pbca "trellis.dev/trellis/api/ca/v1"
 	pbcluster "trellis.dev/trellis/api/cluster/v1"
 	pbstorage "trellis.dev/trellis/api/storage/v1"
 
@@ -135,8 +136,9 @@ func TestReflectionListsServices(t *testing.T) {
 
 // A Raft server serves the services servers use between themselves
 // (forwarding, which skips validation and ACL hooks; membership; forwarded
-// heartbeats) on its server-to-server port only: the public port neither
-// lists nor serves them.
+// heartbeats; the CA's federation, which signs secondaries' intermediates)
+// on its server-to-server port only: the public port neither lists nor
+// serves them, and the public services hold none of their methods.
 func TestServerServicesOnlyOnServerPort(t *testing.T) {
 	ports, err := testcluster.FreePorts(1)
 	if err != nil {
@@ -160,9 +162,18 @@ func TestServerServicesOnlyOnServerPort(t *testing.T) {
 			t.Errorf("public services = %q, missing %s", got, s)
 		}
 	}
-	for _, s := range []string{"trellis.cluster.v1.Cluster", "trellis.storage.v1.Forwarding"} {
+	for _, s := range []string{"trellis.cluster.v1.Cluster", "trellis.storage.v1.Forwarding", "trellis.agent.v1.HeartbeatForwarding", "trellis.ca.v1.CAFederation"} {
 		if slices.Contains(got, s) {
 			t.Errorf("public services = %q, include %s", got, s)
+		}
+	}
+	// Split by caller: the agents' services hold nothing a server calls.
+	for svc, want := range map[string][]string{
+		"trellis.agent.v1.AgentService": {"Heartbeat", "HeartbeatStream", "WatchTasks"},
+		"trellis.ca.v1.CAService":       {"Sign"},
+	} {
+		if got := methodsOf(describe(t, public, svc), svc); !slices.Equal(got, want) {
+			t.Errorf("%s methods = %q, want %q", svc, got, want)
 		}
 	}
 
@@ -177,8 +188,16 @@ func TestServerServicesOnlyOnServerPort(t *testing.T) {
 			_, err := pbcluster.NewClusterClient(c).Info(ctx, &pbcluster.InfoRequest{})
 			return err
 		},
-		"AgentService.ForwardHeartbeats": func(c *grpc.ClientConn) error {
-			_, err := pbagent.NewAgentServiceClient(c).ForwardHeartbeats(ctx, &pbagent.ForwardHeartbeatsRequest{})
+		"HeartbeatForwarding.ForwardHeartbeats": func(c *grpc.ClientConn) error {
+			_, err := pbagent.NewHeartbeatForwardingClient(c).ForwardHeartbeats(ctx, &pbagent.ForwardHeartbeatsRequest{})
+			return err
+		},
+		"CAFederation.SignIntermediate": func(c *grpc.ClientConn) error {
+			_, err := pbca.NewCAFederationClient(c).SignIntermediate(ctx, &pbca.SignIntermediateRequest{Datacenter: "evil"})
+			return err
+		},
+		"CAFederation.Roots": func(c *grpc.ClientConn) error {
+			_, err := pbca.NewCAFederationClient(c).Roots(ctx, &pbca.FederationRootsRequest{})
 			return err
 		},
 	}

@@ -52,6 +52,9 @@ type Server struct {
 	// serverGRPC serves the server-to-server RPCs (forwarding, cluster
 	// membership, heartbeat forwarding) on serverLn; both nil in memory.
 	serverGRPC *grpc.Server
+	// serverGate admits the calls of serverGRPC by their caller's
+	// datacenter.
+	serverGate *serverPortGate
 	serverLn   net.Listener
 	httpAPI    *httpapi.Handler
 	httpLn     net.Listener
@@ -165,6 +168,8 @@ func New(cfg Config) (_ *Server, err error) {
 			}
 			opts = append(opts, grpc.Creds(port.Credentials()), grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: maxAge}))
 		}
+		s.serverGate = &serverPortGate{datacenter: cfg.Datacenter, tls: cfg.TLS != nil, allDatacenters: map[string]bool{}}
+		opts = append(opts, grpc.ChainUnaryInterceptor(s.serverGate.unary()), grpc.ChainStreamInterceptor(s.serverGate.stream()))
 		s.serverGRPC = newGRPC(opts...)
 		if s.serverLn, err = net.Listen("tcp", cfg.ServerAddr); err != nil {
 			return nil, fmt.Errorf("-server-addr: %w", err)

@@ -123,25 +123,41 @@ const (
 // presented, for usage (server authentication for a server dialed,
 // client authentication for a server dialing in): a server certificate of
 // the cluster CA naming ServerName, or a Connect server leaf of this
-// trust domain and datacenter chaining to a root the CA lists. An agent's
-// or a service's leaf is refused. It returns which of the two it was.
-func (c *Configurator) verifyServerPeer(certs []*x509.Certificate, usage x509.ExtKeyUsage) (kind string, err error) {
+// trust domain and datacenter chaining to a root the CA lists. With scope
+// anyDatacenter, a server certificate of the cluster CA naming the
+// server name of one other datacenter passes too, as a server of it. An
+// agent's or a service's leaf is refused. It returns the server it
+// verified.
+func (c *Configurator) verifyServerPeer(certs []*x509.Certificate, usage x509.ExtKeyUsage, scope peerScope) (ServerPeer, error) {
 	if len(certs) == 0 {
-		return "", fmt.Errorf("tls: peer refused: it presented no certificate; it needs one of %s", c.ServerName())
+		return ServerPeer{}, fmt.Errorf("tls: peer refused: it presented no certificate; it needs one of %s", c.ServerName())
 	}
 	leaf := certs[0]
 	m := c.current.Load()
-	clusterErr := verifyLeaf(leaf, certs[1:], m.roots, c.cfg.Now(), c.ServerName(), []x509.ExtKeyUsage{usage})
+	now := c.cfg.Now()
+	clusterErr := verifyLeaf(leaf, certs[1:], m.roots, now, c.ServerName(), []x509.ExtKeyUsage{usage})
 	if clusterErr == nil {
-		return PeerClusterCA, nil
+		return ServerPeer{Datacenter: c.cfg.Datacenter, Kind: PeerClusterCA}, nil
 	}
 	if len(leaf.URIs) == 0 {
-		return "", fmt.Errorf("tls: peer refused: %w", clusterErr)
+		if scope == anyDatacenter {
+			dc, err := otherServerDatacenter(leaf.DNSNames, c.cfg.Datacenter, c.cfg.Domain)
+			if err != nil {
+				return ServerPeer{}, fmt.Errorf("tls: peer refused: %w", err)
+			}
+			if dc != "" {
+				if err := verifyLeaf(leaf, certs[1:], m.roots, now, ServerName(dc, c.cfg.Domain), []x509.ExtKeyUsage{usage}); err != nil {
+					return ServerPeer{}, fmt.Errorf("tls: peer refused: %w", err)
+				}
+				return ServerPeer{Datacenter: dc, Kind: PeerClusterCA}, nil
+			}
+		}
+		return ServerPeer{}, fmt.Errorf("tls: peer refused: %w", clusterErr)
 	}
 	if err := c.verifyConnect(certs, "/server/dc/", "a server", usage); err != nil {
-		return "", fmt.Errorf("tls: peer refused: %w", err)
+		return ServerPeer{}, fmt.Errorf("tls: peer refused: %w", err)
 	}
-	return PeerConnect, nil
+	return ServerPeer{Datacenter: c.cfg.Datacenter, Kind: PeerConnect}, nil
 }
 
 // verifyPublicClient checks a client certificate presented on a public

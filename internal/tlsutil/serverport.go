@@ -24,7 +24,14 @@ import (
 //     knows (the cluster CA, every Connect root); the dialing server
 //     presents its Connect leaf when that list holds an issuer of the
 //     leaf's chain, and its certificate file otherwise.
-//   - Both sides accept either kind from the other (verifyServerPeer).
+//   - Both sides accept either kind from the other (verifyServerPeer),
+//     from a server of this datacenter. The server RPCs' listener
+//     (Credentials) also takes a server of another datacenter of the
+//     federation presenting its certificate file (server.<dc>.<domain>
+//     of the cluster CA): a secondary's leader asking the primary for its
+//     roots and intermediate. It records who the peer is (ServerPeerFrom)
+//     and the server serves such a peer only the methods meant for other
+//     datacenters. Raft takes servers of this datacenter alone.
 //
 // So the first servers form Raft over their certificate files before any
 // root exists, a new server joins over them, and every link moves to
@@ -41,14 +48,14 @@ func (c *Configurator) ServerPort() (*ServerPort, error) {
 	return &ServerPort{c: c}, nil
 }
 
-// Incoming is the listener's tls.Config: each connection gets its own
-// (GetConfigForClient), which records its peer on the link it came in
-// on.
+// Incoming is the Raft listener's tls.Config: each connection gets its
+// own (GetConfigForClient), which records its peer on the link it came
+// in on. It takes servers of this datacenter only.
 func (p *ServerPort) Incoming() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			return p.c.incomingServer(hello.Conn), nil
+			return p.c.incomingServer(hello.Conn, ownDatacenter, nil), nil
 		},
 	}
 }
@@ -79,9 +86,17 @@ func (p *ServerPort) Dial(ctx context.Context, addr string) (net.Conn, error) {
 
 // Credentials are the gRPC transport credentials of the server RPCs,
 // for the server and for the clients that dial it: a tls.Config per
-// connection, as Incoming and Outgoing make them.
+// connection, as Incoming and Outgoing make them, except that the server
+// also takes a server of another datacenter presenting its certificate
+// file; the AuthInfo of each connection it accepts carries the server
+// it verified (ServerPeerFrom).
 func (p *ServerPort) Credentials() credentials.TransportCredentials {
-	return perConnCredentials{server: p.c.incomingServer, client: p.c.outgoingServer}
+	return perConnCredentials{
+		server: func(raw net.Conn, seen *ServerPeer) *tls.Config {
+			return p.c.incomingServer(raw, anyDatacenter, seen)
+		},
+		client: p.c.outgoingServer,
+	}
 }
 
 // Links counts the live links by the certificate their peer presented.
@@ -108,8 +123,9 @@ func (c *Configurator) OutgoingServerConfig() (*tls.Config, error) {
 }
 
 // incomingServer is the tls.Config of one connection accepted on a
-// server port over raw.
-func (c *Configurator) incomingServer(raw net.Conn) *tls.Config {
+// server port over raw, from servers of scope; the peer it verified is
+// written to seen when set.
+func (c *Configurator) incomingServer(raw net.Conn, scope peerScope, seen *ServerPeer) *tls.Config {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: c.certificateByName,
@@ -119,7 +135,7 @@ func (c *Configurator) incomingServer(raw net.Conn) *tls.Config {
 		// check (RequireAnyClientCert does not verify against it).
 		ClientAuth:       tls.RequireAnyClientCert,
 		ClientCAs:        c.clientCAs(),
-		VerifyConnection: c.verifyLink(raw, x509.ExtKeyUsageClientAuth),
+		VerifyConnection: c.verifyLink(raw, x509.ExtKeyUsageClientAuth, scope, seen),
 	}
 }
 
@@ -145,22 +161,25 @@ func (c *Configurator) outgoingServer(raw net.Conn) *tls.Config {
 		// of its role: VerifyConnection does the whole check, against the
 		// CAs held now (see outgoing).
 		InsecureSkipVerify: true,
-		VerifyConnection:   c.verifyLink(raw, x509.ExtKeyUsageServerAuth),
+		VerifyConnection:   c.verifyLink(raw, x509.ExtKeyUsageServerAuth, ownDatacenter, nil),
 	}
 }
 
 // verifyLink is the VerifyConnection of one server-port link over raw,
-// either end: the peer must be a server of this cluster, its certificate
-// valid for usage (client auth for the dialer, server auth for the
-// accepting side), and the link is recorded with the kind of certificate
-// the peer presented.
-func (c *Configurator) verifyLink(raw net.Conn, usage x509.ExtKeyUsage) func(tls.ConnectionState) error {
+// either end: the peer must be a server of scope, its certificate valid
+// for usage (client auth for the dialer, server auth for the accepting
+// side), and the link is recorded with the kind of certificate the peer
+// presented; the peer is written to seen when set.
+func (c *Configurator) verifyLink(raw net.Conn, usage x509.ExtKeyUsage, scope peerScope, seen *ServerPeer) func(tls.ConnectionState) error {
 	return func(cs tls.ConnectionState) error {
-		kind, err := c.verifyServerPeer(cs.PeerCertificates, usage)
+		p, err := c.verifyServerPeer(cs.PeerCertificates, usage, scope)
 		if err != nil {
 			return err
 		}
-		c.links.observe(raw, kind)
+		c.links.observe(raw, p.Kind)
+		if seen != nil {
+			*seen = p
+		}
 		return nil
 	}
 }
@@ -168,8 +187,11 @@ func (c *Configurator) verifyLink(raw net.Conn, usage x509.ExtKeyUsage) func(tls
 // perConnCredentials are gRPC transport credentials that make a
 // tls.Config for each connection from the raw connection it runs over:
 // gRPC's own (credentials.NewTLS) keep one config for every connection.
+// The server's config writes the server it verified to seen, which the
+// connection's AuthInfo then carries.
 type perConnCredentials struct {
-	server, client func(raw net.Conn) *tls.Config
+	server func(raw net.Conn, seen *ServerPeer) *tls.Config
+	client func(raw net.Conn) *tls.Config
 }
 
 // ClientHandshake asks for the name the config chose (SNI): gRPC's own
@@ -184,7 +206,15 @@ func (p perConnCredentials) ServerHandshake(raw net.Conn) (net.Conn, credentials
 	if p.server == nil {
 		return nil, nil, errClientOnly
 	}
-	return credentials.NewTLS(p.server(raw)).ServerHandshake(raw)
+	var seen ServerPeer
+	conn, info, err := credentials.NewTLS(p.server(raw, &seen)).ServerHandshake(raw)
+	if err != nil {
+		return conn, info, err
+	}
+	if ti, ok := info.(credentials.TLSInfo); ok && seen.Datacenter != "" {
+		info = serverAuthInfo{TLSInfo: ti, peer: seen}
+	}
+	return conn, info, nil
 }
 
 func (p perConnCredentials) Info() credentials.ProtocolInfo {

@@ -328,3 +328,33 @@ func TestConnectReadyClosesTheLinks(t *testing.T) {
 		t.Fatalf("calls %v, want a second one", calls)
 	}
 }
+
+// The datacenter other than this one whose server name a certificate
+// holds: exactly server.<dc>.<domain>, one datacenter only.
+func TestOtherServerDatacenter(t *testing.T) {
+	tests := []struct {
+		name  string
+		names []string
+		want  string
+		err   bool
+	}{
+		{"another datacenter's server", []string{"server.dc2.trellis", "localhost"}, "dc2", false},
+		{"this datacenter's", []string{"server.dc1.trellis"}, "", false},
+		{"a client", []string{"client.dc2.trellis"}, "", false},
+		{"another domain", []string{"server.dc2.consul"}, "", false},
+		{"a wildcard", []string{"*.dc2.trellis"}, "", false},
+		{"a longer name", []string{"server.a.dc2.trellis"}, "", false},
+		{"not a label", []string{"server.DC2.trellis"}, "", false},
+		{"the same twice", []string{"server.dc2.trellis", "server.dc2.trellis"}, "dc2", false},
+		{"this and another", []string{"server.dc1.trellis", "server.dc2.trellis"}, "dc2", false},
+		{"two others", []string{"server.dc2.trellis", "server.dc3.trellis"}, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := otherServerDatacenter(tt.names, "dc1", "trellis")
+			if got != tt.want || (err != nil) != tt.err {
+				t.Errorf("otherServerDatacenter(%q) = %q, %v; want %q, error %v", tt.names, got, err, tt.want, tt.err)
+			}
+		})
+	}
+}

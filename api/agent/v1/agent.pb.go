@@ -395,13 +395,14 @@ const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\bresponse\x18\x02 \x01(\v2#.trellis.agent.v1.HeartbeatResponseR\bresponse\"X\n" +
 	"\x11HeartbeatResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x16\n" +
-	"\x06leader\x18\x02 \x01(\tR\x06leader2\x88\x03\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader2\x9a\x02\n" +
 	"\fAgentService\x12T\n" +
 	"\tHeartbeat\x12\".trellis.agent.v1.HeartbeatRequest\x1a#.trellis.agent.v1.HeartbeatResponse\x12^\n" +
-	"\x0fHeartbeatStream\x12\".trellis.agent.v1.HeartbeatRequest\x1a#.trellis.agent.v1.HeartbeatResponse(\x010\x01\x12l\n" +
-	"\x11ForwardHeartbeats\x12*.trellis.agent.v1.ForwardHeartbeatsRequest\x1a+.trellis.agent.v1.ForwardHeartbeatsResponse\x12T\n" +
+	"\x0fHeartbeatStream\x12\".trellis.agent.v1.HeartbeatRequest\x1a#.trellis.agent.v1.HeartbeatResponse(\x010\x01\x12T\n" +
 	"\n" +
-	"WatchTasks\x12#.trellis.agent.v1.WatchTasksRequest\x1a\x1f.trellis.resource.v1.WatchEvent0\x01B*Z(trellis.dev/trellis/api/agent/v1;pbagentb\x06proto3"
+	"WatchTasks\x12#.trellis.agent.v1.WatchTasksRequest\x1a\x1f.trellis.resource.v1.WatchEvent0\x012\x83\x01\n" +
+	"\x13HeartbeatForwarding\x12l\n" +
+	"\x11ForwardHeartbeats\x12*.trellis.agent.v1.ForwardHeartbeatsRequest\x1a+.trellis.agent.v1.ForwardHeartbeatsResponseB*Z(trellis.dev/trellis/api/agent/v1;pbagentb\x06proto3"
 
 var (
 	file_api_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -434,12 +435,12 @@ var file_api_agent_v1_agent_proto_depIdxs = []int32{
 	6, // 4: trellis.agent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
 	1, // 5: trellis.agent.v1.AgentService.Heartbeat:input_type -> trellis.agent.v1.HeartbeatRequest
 	1, // 6: trellis.agent.v1.AgentService.HeartbeatStream:input_type -> trellis.agent.v1.HeartbeatRequest
-	2, // 7: trellis.agent.v1.AgentService.ForwardHeartbeats:input_type -> trellis.agent.v1.ForwardHeartbeatsRequest
-	0, // 8: trellis.agent.v1.AgentService.WatchTasks:input_type -> trellis.agent.v1.WatchTasksRequest
+	0, // 7: trellis.agent.v1.AgentService.WatchTasks:input_type -> trellis.agent.v1.WatchTasksRequest
+	2, // 8: trellis.agent.v1.HeartbeatForwarding.ForwardHeartbeats:input_type -> trellis.agent.v1.ForwardHeartbeatsRequest
 	5, // 9: trellis.agent.v1.AgentService.Heartbeat:output_type -> trellis.agent.v1.HeartbeatResponse
 	5, // 10: trellis.agent.v1.AgentService.HeartbeatStream:output_type -> trellis.agent.v1.HeartbeatResponse
-	3, // 11: trellis.agent.v1.AgentService.ForwardHeartbeats:output_type -> trellis.agent.v1.ForwardHeartbeatsResponse
-	7, // 12: trellis.agent.v1.AgentService.WatchTasks:output_type -> trellis.resource.v1.WatchEvent
+	7, // 11: trellis.agent.v1.AgentService.WatchTasks:output_type -> trellis.resource.v1.WatchEvent
+	3, // 12: trellis.agent.v1.HeartbeatForwarding.ForwardHeartbeats:output_type -> trellis.agent.v1.ForwardHeartbeatsResponse
 	9, // [9:13] is the sub-list for method output_type
 	5, // [5:9] is the sub-list for method input_type
 	5, // [5:5] is the sub-list for extension type_name
@@ -460,7 +461,7 @@ func file_api_agent_v1_agent_proto_init() {
 			NumEnums:      0,
 			NumMessages:   6,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_api_agent_v1_agent_proto_goTypes,
 		DependencyIndexes: file_api_agent_v1_agent_proto_depIdxs,

@@ -26,10 +26,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Heartbeat_FullMethodName         = "/trellis.agent.v1.AgentService/Heartbeat"
-	AgentService_HeartbeatStream_FullMethodName   = "/trellis.agent.v1.AgentService/HeartbeatStream"
-	AgentService_ForwardHeartbeats_FullMethodName = "/trellis.agent.v1.AgentService/ForwardHeartbeats"
-	AgentService_WatchTasks_FullMethodName        = "/trellis.agent.v1.AgentService/WatchTasks"
+	AgentService_Heartbeat_FullMethodName       = "/trellis.agent.v1.AgentService/Heartbeat"
+	AgentService_HeartbeatStream_FullMethodName = "/trellis.agent.v1.AgentService/HeartbeatStream"
+	AgentService_WatchTasks_FullMethodName      = "/trellis.agent.v1.AgentService/WatchTasks"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -60,15 +59,6 @@ type AgentServiceClient interface {
 	// each way instead of a call (a new HTTP/2 stream with its headers and
 	// trailers).
 	HeartbeatStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error)
-	// ForwardHeartbeats is how a follower hands the leader the heartbeats
-	// agents sent it: many at once, so that a fleet heartbeating through
-	// the followers costs the leader one call per batch, not one per
-	// heartbeat. Servers call it, agents do not. The leader answers each
-	// heartbeat as Heartbeat would have (one result per request, in order);
-	// a server that is not the leader answers each with UNAVAILABLE and
-	// never forwards them again. INVALID_ARGUMENT on the call itself: more
-	// heartbeats than a batch may hold.
-	ForwardHeartbeats(ctx context.Context, in *ForwardHeartbeatsRequest, opts ...grpc.CallOption) (*ForwardHeartbeatsResponse, error)
 	// WatchTasks streams the tasks placed on one instance: first every such
 	// task (UPSERT events), then END_OF_SNAPSHOT, then every change to them
 	// (a task placed there, changed, or deleted), as a WatchList on
@@ -112,16 +102,6 @@ func (c *agentServiceClient) HeartbeatStream(ctx context.Context, opts ...grpc.C
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_HeartbeatStreamClient = grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse]
-
-func (c *agentServiceClient) ForwardHeartbeats(ctx context.Context, in *ForwardHeartbeatsRequest, opts ...grpc.CallOption) (*ForwardHeartbeatsResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ForwardHeartbeatsResponse)
-	err := c.cc.Invoke(ctx, AgentService_ForwardHeartbeats_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
 
 func (c *agentServiceClient) WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.WatchEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -170,15 +150,6 @@ type AgentServiceServer interface {
 	// each way instead of a call (a new HTTP/2 stream with its headers and
 	// trailers).
 	HeartbeatStream(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error
-	// ForwardHeartbeats is how a follower hands the leader the heartbeats
-	// agents sent it: many at once, so that a fleet heartbeating through
-	// the followers costs the leader one call per batch, not one per
-	// heartbeat. Servers call it, agents do not. The leader answers each
-	// heartbeat as Heartbeat would have (one result per request, in order);
-	// a server that is not the leader answers each with UNAVAILABLE and
-	// never forwards them again. INVALID_ARGUMENT on the call itself: more
-	// heartbeats than a batch may hold.
-	ForwardHeartbeats(context.Context, *ForwardHeartbeatsRequest) (*ForwardHeartbeatsResponse, error)
 	// WatchTasks streams the tasks placed on one instance: first every such
 	// task (UPSERT events), then END_OF_SNAPSHOT, then every change to them
 	// (a task placed there, changed, or deleted), as a WatchList on
@@ -205,9 +176,6 @@ func (UnimplementedAgentServiceServer) Heartbeat(context.Context, *HeartbeatRequ
 }
 func (UnimplementedAgentServiceServer) HeartbeatStream(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error {
 	return status.Error(codes.Unimplemented, "method HeartbeatStream not implemented")
-}
-func (UnimplementedAgentServiceServer) ForwardHeartbeats(context.Context, *ForwardHeartbeatsRequest) (*ForwardHeartbeatsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method ForwardHeartbeats not implemented")
 }
 func (UnimplementedAgentServiceServer) WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[v1.WatchEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchTasks not implemented")
@@ -258,24 +226,6 @@ func _AgentService_HeartbeatStream_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_HeartbeatStreamServer = grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]
 
-func _AgentService_ForwardHeartbeats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ForwardHeartbeatsRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(AgentServiceServer).ForwardHeartbeats(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: AgentService_ForwardHeartbeats_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AgentServiceServer).ForwardHeartbeats(ctx, req.(*ForwardHeartbeatsRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 func _AgentService_WatchTasks_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchTasksRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -298,10 +248,6 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Heartbeat",
 			Handler:    _AgentService_Heartbeat_Handler,
 		},
-		{
-			MethodName: "ForwardHeartbeats",
-			Handler:    _AgentService_ForwardHeartbeats_Handler,
-		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -316,5 +262,131 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 		},
 	},
+	Metadata: "api/agent/v1/agent.proto",
+}
+
+const (
+	HeartbeatForwarding_ForwardHeartbeats_FullMethodName = "/trellis.agent.v1.HeartbeatForwarding/ForwardHeartbeats"
+)
+
+// HeartbeatForwardingClient is the client API for HeartbeatForwarding service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// HeartbeatForwarding is what servers call of each other about agents'
+// heartbeats: served only on the server-to-server port, to servers of the
+// same datacenter (permission server). Agents call AgentService.
+type HeartbeatForwardingClient interface {
+	// ForwardHeartbeats is how a follower hands the leader the heartbeats
+	// agents sent it: many at once, so that a fleet heartbeating through
+	// the followers costs the leader one call per batch, not one per
+	// heartbeat. The leader answers each
+	// heartbeat as Heartbeat would have (one result per request, in order);
+	// a server that is not the leader answers each with UNAVAILABLE and
+	// never forwards them again. INVALID_ARGUMENT on the call itself: more
+	// heartbeats than a batch may hold.
+	ForwardHeartbeats(ctx context.Context, in *ForwardHeartbeatsRequest, opts ...grpc.CallOption) (*ForwardHeartbeatsResponse, error)
+}
+
+type heartbeatForwardingClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewHeartbeatForwardingClient(cc grpc.ClientConnInterface) HeartbeatForwardingClient {
+	return &heartbeatForwardingClient{cc}
+}
+
+func (c *heartbeatForwardingClient) ForwardHeartbeats(ctx context.Context, in *ForwardHeartbeatsRequest, opts ...grpc.CallOption) (*ForwardHeartbeatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForwardHeartbeatsResponse)
+	err := c.cc.Invoke(ctx, HeartbeatForwarding_ForwardHeartbeats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// HeartbeatForwardingServer is the server API for HeartbeatForwarding service.
+// All implementations must embed UnimplementedHeartbeatForwardingServer
+// for forward compatibility.
+//
+// HeartbeatForwarding is what servers call of each other about agents'
+// heartbeats: served only on the server-to-server port, to servers of the
+// same datacenter (permission server). Agents call AgentService.
+type HeartbeatForwardingServer interface {
+	// ForwardHeartbeats is how a follower hands the leader the heartbeats
+	// agents sent it: many at once, so that a fleet heartbeating through
+	// the followers costs the leader one call per batch, not one per
+	// heartbeat. The leader answers each
+	// heartbeat as Heartbeat would have (one result per request, in order);
+	// a server that is not the leader answers each with UNAVAILABLE and
+	// never forwards them again. INVALID_ARGUMENT on the call itself: more
+	// heartbeats than a batch may hold.
+	ForwardHeartbeats(context.Context, *ForwardHeartbeatsRequest) (*ForwardHeartbeatsResponse, error)
+	mustEmbedUnimplementedHeartbeatForwardingServer()
+}
+
+// UnimplementedHeartbeatForwardingServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedHeartbeatForwardingServer struct{}
+
+func (UnimplementedHeartbeatForwardingServer) ForwardHeartbeats(context.Context, *ForwardHeartbeatsRequest) (*ForwardHeartbeatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForwardHeartbeats not implemented")
+}
+func (UnimplementedHeartbeatForwardingServer) mustEmbedUnimplementedHeartbeatForwardingServer() {}
+func (UnimplementedHeartbeatForwardingServer) testEmbeddedByValue()                             {}
+
+// UnsafeHeartbeatForwardingServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to HeartbeatForwardingServer will
+// result in compilation errors.
+type UnsafeHeartbeatForwardingServer interface {
+	mustEmbedUnimplementedHeartbeatForwardingServer()
+}
+
+func RegisterHeartbeatForwardingServer(s grpc.ServiceRegistrar, srv HeartbeatForwardingServer) {
+	// If the following call panics, it indicates UnimplementedHeartbeatForwardingServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&HeartbeatForwarding_ServiceDesc, srv)
+}
+
+func _HeartbeatForwarding_ForwardHeartbeats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForwardHeartbeatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HeartbeatForwardingServer).ForwardHeartbeats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HeartbeatForwarding_ForwardHeartbeats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HeartbeatForwardingServer).ForwardHeartbeats(ctx, req.(*ForwardHeartbeatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// HeartbeatForwarding_ServiceDesc is the grpc.ServiceDesc for HeartbeatForwarding service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var HeartbeatForwarding_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "trellis.agent.v1.HeartbeatForwarding",
+	HandlerType: (*HeartbeatForwardingServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "ForwardHeartbeats",
+			Handler:    _HeartbeatForwarding_ForwardHeartbeats_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
 	Metadata: "api/agent/v1/agent.proto",
 }

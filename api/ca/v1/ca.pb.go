@@ -494,6 +494,86 @@ func (x *CASigningKey) GetSigningCert() string {
 	return ""
 }
 
+type FederationRootsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FederationRootsRequest) Reset() {
+	*x = FederationRootsRequest{}
+	mi := &file_api_ca_v1_ca_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FederationRootsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FederationRootsRequest) ProtoMessage() {}
+
+func (x *FederationRootsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_ca_v1_ca_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FederationRootsRequest.ProtoReflect.Descriptor instead.
+func (*FederationRootsRequest) Descriptor() ([]byte, []int) {
+	return file_api_ca_v1_ca_proto_rawDescGZIP(), []int{4}
+}
+
+type FederationRootsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Roots         []*CARoot              `protobuf:"bytes,1,rep,name=roots,proto3" json:"roots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FederationRootsResponse) Reset() {
+	*x = FederationRootsResponse{}
+	mi := &file_api_ca_v1_ca_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FederationRootsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FederationRootsResponse) ProtoMessage() {}
+
+func (x *FederationRootsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_ca_v1_ca_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FederationRootsResponse.ProtoReflect.Descriptor instead.
+func (*FederationRootsResponse) Descriptor() ([]byte, []int) {
+	return file_api_ca_v1_ca_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FederationRootsResponse) GetRoots() []*CARoot {
+	if x != nil {
+		return x.Roots
+	}
+	return nil
+}
+
 type SignRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// csr_pem is a PEM CERTIFICATE REQUEST.
@@ -504,7 +584,7 @@ type SignRequest struct {
 
 func (x *SignRequest) Reset() {
 	*x = SignRequest{}
-	mi := &file_api_ca_v1_ca_proto_msgTypes[4]
+	mi := &file_api_ca_v1_ca_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +596,7 @@ func (x *SignRequest) String() string {
 func (*SignRequest) ProtoMessage() {}
 
 func (x *SignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_ca_v1_ca_proto_msgTypes[4]
+	mi := &file_api_ca_v1_ca_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +609,7 @@ func (x *SignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignRequest.ProtoReflect.Descriptor instead.
 func (*SignRequest) Descriptor() ([]byte, []int) {
-	return file_api_ca_v1_ca_proto_rawDescGZIP(), []int{4}
+	return file_api_ca_v1_ca_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SignRequest) GetCsrPem() string {
@@ -555,7 +635,7 @@ type SignResponse struct {
 
 func (x *SignResponse) Reset() {
 	*x = SignResponse{}
-	mi := &file_api_ca_v1_ca_proto_msgTypes[5]
+	mi := &file_api_ca_v1_ca_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +647,7 @@ func (x *SignResponse) String() string {
 func (*SignResponse) ProtoMessage() {}
 
 func (x *SignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_ca_v1_ca_proto_msgTypes[5]
+	mi := &file_api_ca_v1_ca_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +660,7 @@ func (x *SignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignResponse.ProtoReflect.Descriptor instead.
 func (*SignResponse) Descriptor() ([]byte, []int) {
-	return file_api_ca_v1_ca_proto_rawDescGZIP(), []int{5}
+	return file_api_ca_v1_ca_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SignResponse) GetCertPem() string {
@@ -623,7 +703,7 @@ type SignIntermediateRequest struct {
 
 func (x *SignIntermediateRequest) Reset() {
 	*x = SignIntermediateRequest{}
-	mi := &file_api_ca_v1_ca_proto_msgTypes[6]
+	mi := &file_api_ca_v1_ca_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +715,7 @@ func (x *SignIntermediateRequest) String() string {
 func (*SignIntermediateRequest) ProtoMessage() {}
 
 func (x *SignIntermediateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_ca_v1_ca_proto_msgTypes[6]
+	mi := &file_api_ca_v1_ca_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +728,7 @@ func (x *SignIntermediateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignIntermediateRequest.ProtoReflect.Descriptor instead.
 func (*SignIntermediateRequest) Descriptor() ([]byte, []int) {
-	return file_api_ca_v1_ca_proto_rawDescGZIP(), []int{6}
+	return file_api_ca_v1_ca_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SignIntermediateRequest) GetCsrPem() string {
@@ -677,7 +757,7 @@ type SignIntermediateResponse struct {
 
 func (x *SignIntermediateResponse) Reset() {
 	*x = SignIntermediateResponse{}
-	mi := &file_api_ca_v1_ca_proto_msgTypes[7]
+	mi := &file_api_ca_v1_ca_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +769,7 @@ func (x *SignIntermediateResponse) String() string {
 func (*SignIntermediateResponse) ProtoMessage() {}
 
 func (x *SignIntermediateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_ca_v1_ca_proto_msgTypes[7]
+	mi := &file_api_ca_v1_ca_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +782,7 @@ func (x *SignIntermediateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignIntermediateResponse.ProtoReflect.Descriptor instead.
 func (*SignIntermediateResponse) Descriptor() ([]byte, []int) {
-	return file_api_ca_v1_ca_proto_rawDescGZIP(), []int{7}
+	return file_api_ca_v1_ca_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SignIntermediateResponse) GetCertPem() string {
@@ -769,7 +849,10 @@ const file_api_ca_v1_ca_proto_rawDesc = "" +
 	"\aroot_id\x18\x01 \x01(\tR\x06rootId\x12\x1f\n" +
 	"\vprivate_key\x18\x02 \x01(\tR\n" +
 	"privateKey\x12!\n" +
-	"\fsigning_cert\x18\x03 \x01(\tR\vsigningCert\"&\n" +
+	"\fsigning_cert\x18\x03 \x01(\tR\vsigningCert\"\x18\n" +
+	"\x16FederationRootsRequest\"F\n" +
+	"\x17FederationRootsResponse\x12+\n" +
+	"\x05roots\x18\x01 \x03(\v2\x15.trellis.ca.v1.CARootR\x05roots\"&\n" +
 	"\vSignRequest\x12\x17\n" +
 	"\acsr_pem\x18\x01 \x01(\tR\x06csrPem\"\x97\x01\n" +
 	"\fSignResponse\x12\x19\n" +
@@ -784,9 +867,11 @@ const file_api_ca_v1_ca_proto_rawDesc = "" +
 	"datacenter\"R\n" +
 	"\x18SignIntermediateResponse\x12\x19\n" +
 	"\bcert_pem\x18\x01 \x01(\tR\acertPem\x12\x1b\n" +
-	"\tchain_pem\x18\x02 \x01(\tR\bchainPem2\xb1\x01\n" +
+	"\tchain_pem\x18\x02 \x01(\tR\bchainPem2L\n" +
 	"\tCAService\x12?\n" +
-	"\x04Sign\x12\x1a.trellis.ca.v1.SignRequest\x1a\x1b.trellis.ca.v1.SignResponse\x12c\n" +
+	"\x04Sign\x12\x1a.trellis.ca.v1.SignRequest\x1a\x1b.trellis.ca.v1.SignResponse2\xcb\x01\n" +
+	"\fCAFederation\x12V\n" +
+	"\x05Roots\x12%.trellis.ca.v1.FederationRootsRequest\x1a&.trellis.ca.v1.FederationRootsResponse\x12c\n" +
 	"\x10SignIntermediate\x12&.trellis.ca.v1.SignIntermediateRequest\x1a'.trellis.ca.v1.SignIntermediateResponseB$Z\"trellis.dev/trellis/api/ca/v1;pbcab\x06proto3"
 
 var (
@@ -801,38 +886,43 @@ func file_api_ca_v1_ca_proto_rawDescGZIP() []byte {
 	return file_api_ca_v1_ca_proto_rawDescData
 }
 
-var file_api_ca_v1_ca_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_api_ca_v1_ca_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_api_ca_v1_ca_proto_goTypes = []any{
 	(*CAConfig)(nil),                 // 0: trellis.ca.v1.CAConfig
 	(*CAManagerStatus)(nil),          // 1: trellis.ca.v1.CAManagerStatus
 	(*CARoot)(nil),                   // 2: trellis.ca.v1.CARoot
 	(*CASigningKey)(nil),             // 3: trellis.ca.v1.CASigningKey
-	(*SignRequest)(nil),              // 4: trellis.ca.v1.SignRequest
-	(*SignResponse)(nil),             // 5: trellis.ca.v1.SignResponse
-	(*SignIntermediateRequest)(nil),  // 6: trellis.ca.v1.SignIntermediateRequest
-	(*SignIntermediateResponse)(nil), // 7: trellis.ca.v1.SignIntermediateResponse
-	(*durationpb.Duration)(nil),      // 8: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 9: google.protobuf.Timestamp
+	(*FederationRootsRequest)(nil),   // 4: trellis.ca.v1.FederationRootsRequest
+	(*FederationRootsResponse)(nil),  // 5: trellis.ca.v1.FederationRootsResponse
+	(*SignRequest)(nil),              // 6: trellis.ca.v1.SignRequest
+	(*SignResponse)(nil),             // 7: trellis.ca.v1.SignResponse
+	(*SignIntermediateRequest)(nil),  // 8: trellis.ca.v1.SignIntermediateRequest
+	(*SignIntermediateResponse)(nil), // 9: trellis.ca.v1.SignIntermediateResponse
+	(*durationpb.Duration)(nil),      // 10: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 11: google.protobuf.Timestamp
 }
 var file_api_ca_v1_ca_proto_depIdxs = []int32{
-	8,  // 0: trellis.ca.v1.CAConfig.leaf_ttl:type_name -> google.protobuf.Duration
-	8,  // 1: trellis.ca.v1.CAConfig.intermediate_ttl:type_name -> google.protobuf.Duration
-	8,  // 2: trellis.ca.v1.CAConfig.root_ttl:type_name -> google.protobuf.Duration
-	9,  // 3: trellis.ca.v1.CAManagerStatus.last_attempt:type_name -> google.protobuf.Timestamp
-	9,  // 4: trellis.ca.v1.CARoot.rotated_out_at:type_name -> google.protobuf.Timestamp
-	9,  // 5: trellis.ca.v1.CARoot.not_before:type_name -> google.protobuf.Timestamp
-	9,  // 6: trellis.ca.v1.CARoot.not_after:type_name -> google.protobuf.Timestamp
-	8,  // 7: trellis.ca.v1.CARoot.max_leaf_ttl:type_name -> google.protobuf.Duration
-	9,  // 8: trellis.ca.v1.SignResponse.not_after:type_name -> google.protobuf.Timestamp
-	4,  // 9: trellis.ca.v1.CAService.Sign:input_type -> trellis.ca.v1.SignRequest
-	6,  // 10: trellis.ca.v1.CAService.SignIntermediate:input_type -> trellis.ca.v1.SignIntermediateRequest
-	5,  // 11: trellis.ca.v1.CAService.Sign:output_type -> trellis.ca.v1.SignResponse
-	7,  // 12: trellis.ca.v1.CAService.SignIntermediate:output_type -> trellis.ca.v1.SignIntermediateResponse
-	11, // [11:13] is the sub-list for method output_type
-	9,  // [9:11] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	10, // 0: trellis.ca.v1.CAConfig.leaf_ttl:type_name -> google.protobuf.Duration
+	10, // 1: trellis.ca.v1.CAConfig.intermediate_ttl:type_name -> google.protobuf.Duration
+	10, // 2: trellis.ca.v1.CAConfig.root_ttl:type_name -> google.protobuf.Duration
+	11, // 3: trellis.ca.v1.CAManagerStatus.last_attempt:type_name -> google.protobuf.Timestamp
+	11, // 4: trellis.ca.v1.CARoot.rotated_out_at:type_name -> google.protobuf.Timestamp
+	11, // 5: trellis.ca.v1.CARoot.not_before:type_name -> google.protobuf.Timestamp
+	11, // 6: trellis.ca.v1.CARoot.not_after:type_name -> google.protobuf.Timestamp
+	10, // 7: trellis.ca.v1.CARoot.max_leaf_ttl:type_name -> google.protobuf.Duration
+	2,  // 8: trellis.ca.v1.FederationRootsResponse.roots:type_name -> trellis.ca.v1.CARoot
+	11, // 9: trellis.ca.v1.SignResponse.not_after:type_name -> google.protobuf.Timestamp
+	6,  // 10: trellis.ca.v1.CAService.Sign:input_type -> trellis.ca.v1.SignRequest
+	4,  // 11: trellis.ca.v1.CAFederation.Roots:input_type -> trellis.ca.v1.FederationRootsRequest
+	8,  // 12: trellis.ca.v1.CAFederation.SignIntermediate:input_type -> trellis.ca.v1.SignIntermediateRequest
+	7,  // 13: trellis.ca.v1.CAService.Sign:output_type -> trellis.ca.v1.SignResponse
+	5,  // 14: trellis.ca.v1.CAFederation.Roots:output_type -> trellis.ca.v1.FederationRootsResponse
+	9,  // 15: trellis.ca.v1.CAFederation.SignIntermediate:output_type -> trellis.ca.v1.SignIntermediateResponse
+	13, // [13:16] is the sub-list for method output_type
+	10, // [10:13] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_api_ca_v1_ca_proto_init() }
@@ -846,9 +936,9 @@ func file_api_ca_v1_ca_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_ca_v1_ca_proto_rawDesc), len(file_api_ca_v1_ca_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_api_ca_v1_ca_proto_goTypes,
 		DependencyIndexes: file_api_ca_v1_ca_proto_depIdxs,

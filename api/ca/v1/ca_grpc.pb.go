@@ -23,24 +23,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	CAService_Sign_FullMethodName             = "/trellis.ca.v1.CAService/Sign"
-	CAService_SignIntermediate_FullMethodName = "/trellis.ca.v1.CAService/SignIntermediate"
+	CAService_Sign_FullMethodName = "/trellis.ca.v1.CAService/Sign"
 )
 
 // CAServiceClient is the client API for CAService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// CAService signs certificates. Served by every server on its public
-// gRPC port, with the signing key the server already holds: no round trip
-// to the leader per certificate.
+// CAService signs the leaves of agents and services. Served by every
+// server on its public gRPC port, with the signing key the server already
+// holds: no round trip to the leader per certificate.
 type CAServiceClient interface {
 	// Sign signs a leaf for the SPIFFE id of a CSR (a service's or an
-	// agent's). Over its rate limit it answers ResourceExhausted.
+	// agent's; never a server's). Over its rate limit it answers
+	// ResourceExhausted.
 	Sign(ctx context.Context, in *SignRequest, opts ...grpc.CallOption) (*SignResponse, error)
-	// SignIntermediate signs a secondary datacenter's intermediate CA
-	// (server to server).
-	SignIntermediate(ctx context.Context, in *SignIntermediateRequest, opts ...grpc.CallOption) (*SignIntermediateResponse, error)
 }
 
 type cAServiceClient struct {
@@ -61,30 +58,18 @@ func (c *cAServiceClient) Sign(ctx context.Context, in *SignRequest, opts ...grp
 	return out, nil
 }
 
-func (c *cAServiceClient) SignIntermediate(ctx context.Context, in *SignIntermediateRequest, opts ...grpc.CallOption) (*SignIntermediateResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(SignIntermediateResponse)
-	err := c.cc.Invoke(ctx, CAService_SignIntermediate_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // CAServiceServer is the server API for CAService service.
 // All implementations must embed UnimplementedCAServiceServer
 // for forward compatibility.
 //
-// CAService signs certificates. Served by every server on its public
-// gRPC port, with the signing key the server already holds: no round trip
-// to the leader per certificate.
+// CAService signs the leaves of agents and services. Served by every
+// server on its public gRPC port, with the signing key the server already
+// holds: no round trip to the leader per certificate.
 type CAServiceServer interface {
 	// Sign signs a leaf for the SPIFFE id of a CSR (a service's or an
-	// agent's). Over its rate limit it answers ResourceExhausted.
+	// agent's; never a server's). Over its rate limit it answers
+	// ResourceExhausted.
 	Sign(context.Context, *SignRequest) (*SignResponse, error)
-	// SignIntermediate signs a secondary datacenter's intermediate CA
-	// (server to server).
-	SignIntermediate(context.Context, *SignIntermediateRequest) (*SignIntermediateResponse, error)
 	mustEmbedUnimplementedCAServiceServer()
 }
 
@@ -97,9 +82,6 @@ type UnimplementedCAServiceServer struct{}
 
 func (UnimplementedCAServiceServer) Sign(context.Context, *SignRequest) (*SignResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Sign not implemented")
-}
-func (UnimplementedCAServiceServer) SignIntermediate(context.Context, *SignIntermediateRequest) (*SignIntermediateResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method SignIntermediate not implemented")
 }
 func (UnimplementedCAServiceServer) mustEmbedUnimplementedCAServiceServer() {}
 func (UnimplementedCAServiceServer) testEmbeddedByValue()                   {}
@@ -140,24 +122,6 @@ func _CAService_Sign_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
-func _CAService_SignIntermediate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(SignIntermediateRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(CAServiceServer).SignIntermediate(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: CAService_SignIntermediate_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(CAServiceServer).SignIntermediate(ctx, req.(*SignIntermediateRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 // CAService_ServiceDesc is the grpc.ServiceDesc for CAService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -169,9 +133,169 @@ var CAService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Sign",
 			Handler:    _CAService_Sign_Handler,
 		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "api/ca/v1/ca.proto",
+}
+
+const (
+	CAFederation_Roots_FullMethodName            = "/trellis.ca.v1.CAFederation/Roots"
+	CAFederation_SignIntermediate_FullMethodName = "/trellis.ca.v1.CAFederation/SignIntermediate"
+)
+
+// CAFederationClient is the client API for CAFederation service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// CAFederation is what a secondary datacenter's leader asks of the
+// primary's servers: their roots, and an intermediate CA for its own
+// datacenter. Served only on the server-to-server port, to servers (the
+// caller presents its server certificate: server.<dc>.trellis of the
+// federation's cluster CA), with permission server; an intermediate only
+// to a server of the datacenter it is for.
+type CAFederationClient interface {
+	// Roots lists the primary's roots (every CARoot, active or not).
+	Roots(ctx context.Context, in *FederationRootsRequest, opts ...grpc.CallOption) (*FederationRootsResponse, error)
+	// SignIntermediate signs a secondary datacenter's intermediate CA.
+	// PERMISSION_DENIED when the caller is not a server of that datacenter;
+	// FAILED_PRECONDITION on a server of a secondary (only the primary
+	// signs intermediates).
+	SignIntermediate(ctx context.Context, in *SignIntermediateRequest, opts ...grpc.CallOption) (*SignIntermediateResponse, error)
+}
+
+type cAFederationClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewCAFederationClient(cc grpc.ClientConnInterface) CAFederationClient {
+	return &cAFederationClient{cc}
+}
+
+func (c *cAFederationClient) Roots(ctx context.Context, in *FederationRootsRequest, opts ...grpc.CallOption) (*FederationRootsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FederationRootsResponse)
+	err := c.cc.Invoke(ctx, CAFederation_Roots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *cAFederationClient) SignIntermediate(ctx context.Context, in *SignIntermediateRequest, opts ...grpc.CallOption) (*SignIntermediateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SignIntermediateResponse)
+	err := c.cc.Invoke(ctx, CAFederation_SignIntermediate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CAFederationServer is the server API for CAFederation service.
+// All implementations must embed UnimplementedCAFederationServer
+// for forward compatibility.
+//
+// CAFederation is what a secondary datacenter's leader asks of the
+// primary's servers: their roots, and an intermediate CA for its own
+// datacenter. Served only on the server-to-server port, to servers (the
+// caller presents its server certificate: server.<dc>.trellis of the
+// federation's cluster CA), with permission server; an intermediate only
+// to a server of the datacenter it is for.
+type CAFederationServer interface {
+	// Roots lists the primary's roots (every CARoot, active or not).
+	Roots(context.Context, *FederationRootsRequest) (*FederationRootsResponse, error)
+	// SignIntermediate signs a secondary datacenter's intermediate CA.
+	// PERMISSION_DENIED when the caller is not a server of that datacenter;
+	// FAILED_PRECONDITION on a server of a secondary (only the primary
+	// signs intermediates).
+	SignIntermediate(context.Context, *SignIntermediateRequest) (*SignIntermediateResponse, error)
+	mustEmbedUnimplementedCAFederationServer()
+}
+
+// UnimplementedCAFederationServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedCAFederationServer struct{}
+
+func (UnimplementedCAFederationServer) Roots(context.Context, *FederationRootsRequest) (*FederationRootsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Roots not implemented")
+}
+func (UnimplementedCAFederationServer) SignIntermediate(context.Context, *SignIntermediateRequest) (*SignIntermediateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SignIntermediate not implemented")
+}
+func (UnimplementedCAFederationServer) mustEmbedUnimplementedCAFederationServer() {}
+func (UnimplementedCAFederationServer) testEmbeddedByValue()                      {}
+
+// UnsafeCAFederationServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to CAFederationServer will
+// result in compilation errors.
+type UnsafeCAFederationServer interface {
+	mustEmbedUnimplementedCAFederationServer()
+}
+
+func RegisterCAFederationServer(s grpc.ServiceRegistrar, srv CAFederationServer) {
+	// If the following call panics, it indicates UnimplementedCAFederationServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&CAFederation_ServiceDesc, srv)
+}
+
+func _CAFederation_Roots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FederationRootsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CAFederationServer).Roots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CAFederation_Roots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CAFederationServer).Roots(ctx, req.(*FederationRootsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CAFederation_SignIntermediate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SignIntermediateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CAFederationServer).SignIntermediate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CAFederation_SignIntermediate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CAFederationServer).SignIntermediate(ctx, req.(*SignIntermediateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// CAFederation_ServiceDesc is the grpc.ServiceDesc for CAFederation service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var CAFederation_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "trellis.ca.v1.CAFederation",
+	HandlerType: (*CAFederationServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Roots",
+			Handler:    _CAFederation_Roots_Handler,
+		},
 		{
 			MethodName: "SignIntermediate",
-			Handler:    _CAService_SignIntermediate_Handler,
+			Handler:    _CAFederation_SignIntermediate_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,7 +1,6 @@
 package camodule
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,13 +29,12 @@ type Config struct {
 	// (server.Config.PrimaryDatacenter): empty or the server's own makes
 	// this cluster the primary; another makes it a secondary, which takes
 	// its roots and an intermediate from the primary's servers at
-	// PrimaryAddrs (their public gRPC addresses).
+	// PrimaryAddrs (their server-to-server addresses, -server-addr),
+	// over the TLS of the server ports: it presents its own server
+	// certificate (module.Deps.DialServersOf), and the primary signs it
+	// its own datacenter's intermediate only.
 	PrimaryDatacenter string
 	PrimaryAddrs      []string
-	// PrimaryTLS, when set, is how a secondary checks the primary's
-	// public gRPC port, which serves TLS when the primary's servers have
-	// -tls-* files; nil dials it in plaintext.
-	PrimaryTLS *tls.Config
 	// PrimaryPollInterval is how often a secondary reads the primary's
 	// roots (DefaultPrimaryPollInterval when zero).
 	PrimaryPollInterval time.Duration
@@ -77,10 +75,13 @@ func (m caModule) Setup(d module.Deps) (module.Parts, error) {
 	var runnables []module.Runnable
 	if p := m.cfg.PrimaryDatacenter; p != "" && p != dc {
 		if len(m.cfg.PrimaryAddrs) == 0 {
-			return module.Parts{}, fmt.Errorf("a secondary of datacenter %q needs the public gRPC address of a server of it (-primary-address)", p)
+			return module.Parts{}, fmt.Errorf("a secondary of datacenter %q needs the server-to-server address of a server of it (-primary-address)", p)
+		}
+		if d.DialServersOf == nil {
+			return module.Parts{}, fmt.Errorf("a secondary of datacenter %q reaches its servers on their server-to-server port: the server gives no way to dial it", p)
 		}
 		secondaryOf = p
-		client := NewPrimaryClient(m.cfg.PrimaryAddrs, m.cfg.PrimaryTLS)
+		client := NewPrimaryClient(m.cfg.PrimaryAddrs, d.DialServersOf(p))
 		mgr.Primary, mgr.PrimaryDatacenter, mgr.PollInterval = client, p, m.cfg.PrimaryPollInterval
 		mgr.Logger = log.With("primary_datacenter", p)
 		runnables = append(runnables, module.Runnable{Name: "ca-primary-client", Run: client})
@@ -106,7 +107,11 @@ func (m caModule) Setup(d module.Deps) (module.Parts, error) {
 	return module.Parts{
 		Controllers: []controller.Controller{mgr.Controller()},
 		PublicServices: []module.Service{{
-			Desc: &pbca.CAService_ServiceDesc, Impl: caService{signer: signer, secondaryOf: secondaryOf}, Permissions: servicePermissions,
+			Desc: &pbca.CAService_ServiceDesc, Impl: caService{signer: signer}, Permissions: servicePermissions,
+		}},
+		ServerServices: []module.Service{{
+			Desc: &pbca.CAFederation_ServiceDesc, Impl: federationService{api: d.API, signer: signer, secondaryOf: secondaryOf},
+			Permissions: federationPermissions, AllDatacenters: true,
 		}},
 		Routes:    append(routes{api: d.API, now: m.cfg.Now, datacenter: dc, secondaryOf: secondaryOf}.table(), signRoute{signer: signer}.table()...),
 		Runnables: append([]module.Runnable{{Name: "ca-signer", Run: signer}}, runnables...),

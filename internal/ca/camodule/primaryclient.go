@@ -2,7 +2,6 @@ package camodule
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,9 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pbca "trellis.dev/trellis/api/ca/v1"
-	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/ca"
-	"trellis.dev/trellis/internal/resource"
 )
 
 // PrimaryCA is what a secondary datacenter's CA manager needs of the
@@ -33,12 +30,12 @@ type PrimaryCA interface {
 // timeout before the next address is tried.
 const primaryCallTimeout = 10 * time.Second
 
-// PrimaryClient is PrimaryCA over the public gRPC port of the primary's
-// servers: the roots through the resource service (anyone may list
-// CARoots), the intermediate through CAService.SignIntermediate. It tries
-// the addresses in turn, starting at the last that answered, and moves on
-// from an address that cannot be reached; an address that answers with a
-// refusal ends the call with it.
+// PrimaryClient is PrimaryCA over the server-to-server port of the
+// primary's servers (their -server-addr): CAFederation's Roots and
+// SignIntermediate, served there only, to servers presenting their server
+// certificate. It tries the addresses in turn, starting at the last that
+// answered, and moves on from an address that cannot be reached; an
+// address that answers with a refusal ends the call with it.
 type PrimaryClient struct {
 	addrs []string
 	creds credentials.TransportCredentials
@@ -49,13 +46,13 @@ type PrimaryClient struct {
 }
 
 // NewPrimaryClient returns the PrimaryCA of the primary's servers at
-// addrs (their public gRPC addresses), dialled with TLS checked by
-// tlsConfig, or in plaintext when it is nil. Connections are made at the
-// first call; Start closes them.
-func NewPrimaryClient(addrs []string, tlsConfig *tls.Config) *PrimaryClient {
-	creds := insecure.NewCredentials()
-	if tlsConfig != nil {
-		creds = credentials.NewTLS(tlsConfig)
+// addrs (their server-to-server addresses), dialled with creds (a
+// server's module.Deps.DialServersOf: its server certificate over TLS),
+// or in plaintext when creds is nil. Connections are made at the first
+// call; Start closes them.
+func NewPrimaryClient(addrs []string, creds credentials.TransportCredentials) *PrimaryClient {
+	if creds == nil {
+		creds = insecure.NewCredentials()
 	}
 	return &PrimaryClient{addrs: addrs, creds: creds, conns: map[string]*grpc.ClientConn{}}
 }
@@ -147,13 +144,15 @@ func classify(addr string, err error) error {
 	msg := err.Error()
 	switch {
 	case status.Code(err) == codes.Unimplemented:
-		return notPrimaryError{fmt.Errorf("%s answers gRPC but does not serve the Trellis API this needs (%v): is it the public gRPC address (-grpc-addr) of a Trellis server?", addr, err)}
+		return notPrimaryError{fmt.Errorf("%s answers gRPC but does not serve the CA's federation (%v): -primary-address is the server-to-server address (-server-addr) of a server of the primary, not its public gRPC address", addr, err)}
+	case status.Code(err) == codes.PermissionDenied:
+		return notPrimaryError{fmt.Errorf("%s refused this server: %s", addr, status.Convert(err).Message())}
 	case strings.Contains(msg, "error reading server preface") && (strings.Contains(msg, "EOF") || strings.Contains(msg, "connection reset by peer")):
 		// A TLS server closes on a plaintext client's first bytes: a
 		// FIN, or a reset when those bytes were left unread.
-		return fmt.Errorf("%w (%s closed the connection before gRPC began: if the primary's servers serve TLS on their public port, give -primary-tls-ca-file)", err, addr)
+		return fmt.Errorf("%w (%s closed the connection before gRPC began: the primary's servers serve TLS on their server ports, so this server needs its -tls-* files, a server certificate of the same cluster CA)", err, addr)
 	case strings.Contains(msg, "server preface") || strings.Contains(msg, "http2: frame too large") || strings.Contains(msg, "first record does not look like a TLS handshake"):
-		return notPrimaryError{fmt.Errorf("%s answers, but not as a gRPC server (%v): -primary-address is the public gRPC address (-grpc-addr) of a server of the primary, not its HTTP address", addr, err)}
+		return notPrimaryError{fmt.Errorf("%s answers, but not as a gRPC server (%v): -primary-address is the server-to-server address (-server-addr) of a server of the primary, not its HTTP address", addr, err)}
 	}
 	return err
 }
@@ -162,19 +161,14 @@ func classify(addr string, err error) error {
 func (p *PrimaryClient) Roots(ctx context.Context) ([]*pbca.CARoot, error) {
 	var out []*pbca.CARoot
 	err := p.each(ctx, func(ctx context.Context, addr string, c *grpc.ClientConn) error {
-		resp, err := pbresource.NewResourceServiceClient(c).List(ctx, &pbresource.ListRequest{Type: ca.RootType, Tenancy: &pbresource.Tenancy{}, Consistent: true})
+		resp, err := pbca.NewCAFederationClient(c).Roots(ctx, &pbca.FederationRootsRequest{})
+		if status.Code(err) == codes.FailedPrecondition {
+			return notPrimaryError{fmt.Errorf("%s: %v", addr, status.Convert(err).Message())}
+		}
 		if err != nil {
 			return classify(addr, err)
 		}
-		roots := make([]*pbca.CARoot, 0, len(resp.GetResources()))
-		for _, res := range resp.GetResources() {
-			r, err := resource.DecodeData[*pbca.CARoot](res)
-			if err != nil {
-				return notPrimaryError{fmt.Errorf("%s: its root %s does not decode: %v", addr, res.GetId().GetName(), err)}
-			}
-			roots = append(roots, r)
-		}
-		out = roots
+		out = resp.GetRoots()
 		return nil
 	})
 	return out, err
@@ -186,7 +180,7 @@ func (p *PrimaryClient) Roots(ctx context.Context) ([]*pbca.CARoot, error) {
 func (p *PrimaryClient) SignIntermediate(ctx context.Context, csrPEM []byte, datacenter string) (Intermediate, error) {
 	var out Intermediate
 	err := p.each(ctx, func(ctx context.Context, addr string, c *grpc.ClientConn) error {
-		resp, err := pbca.NewCAServiceClient(c).SignIntermediate(ctx, &pbca.SignIntermediateRequest{CsrPem: string(csrPEM), Datacenter: datacenter})
+		resp, err := pbca.NewCAFederationClient(c).SignIntermediate(ctx, &pbca.SignIntermediateRequest{CsrPem: string(csrPEM), Datacenter: datacenter})
 		if status.Code(err) == codes.FailedPrecondition {
 			return notPrimaryError{fmt.Errorf("%s: %v", addr, status.Convert(err).Message())}
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 
 	"net"
 	"net/http"
@@ -16,38 +17,49 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pbca "trellis.dev/trellis/api/ca/v1"
+	pbstorage "trellis.dev/trellis/api/storage/v1"
 	"trellis.dev/trellis/internal/ca"
 	"trellis.dev/trellis/internal/ca/camodule"
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/server"
+	"trellis.dev/trellis/internal/testcluster"
 	"trellis.dev/trellis/internal/tlsutil"
 )
 
-// startDC runs an in-memory server, its own cluster, of datacenter dc
-// with the core and the CA, a secondary of primaryDC at primaryAddrs when
-// primaryDC is set. Its CA reads the primary every 100 ms, so that a
-// rotation reaches it while the test waits. It returns the server and a
-// stop that the test may call early (the cleanup calls it too).
+// startDC runs a one-server Raft cluster of datacenter dc with the core
+// and the CA, a secondary of primaryDC at primaryAddrs (server-to-server
+// addresses) when primaryDC is set. A Raft server, for its
+// server-to-server port: that is where a primary serves its secondaries.
+// Its CA reads the primary every 100 ms, so that a rotation reaches it
+// while the test waits. It returns the server and a stop that the test
+// may call early (the cleanup calls it too).
 func startDC(t *testing.T, dc, primaryDC string, primaryAddrs ...string) (*server.Server, func()) {
 	t.Helper()
-	return startDCWith(t, dc, primaryDC, nil, nil, primaryAddrs...)
+	return startDCWith(t, dc, primaryDC, nil, primaryAddrs...)
 }
 
-// startDCWith is startDC with TLS on its public gRPC port (serveTLS), and
-// what it checks the primary's with (primaryTLS).
-func startDCWith(t *testing.T, dc, primaryDC string, serveTLS *tlsutil.Configurator, primaryTLS *tls.Config, primaryAddrs ...string) (*server.Server, func()) {
+// startDCWith is startDC with TLS (serveTLS): on its server ports, which
+// a secondary dials the primary's with, and on its public port.
+func startDCWith(t *testing.T, dc, primaryDC string, serveTLS *tlsutil.Configurator, primaryAddrs ...string) (*server.Server, func()) {
 	t.Helper()
+	ports, err := testcluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := server.New(server.Config{
-		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Datacenter: dc, TLS: serveTLS,
-		PrimaryDatacenter: primaryDC, PrimaryAddrs: primaryAddrs, PrimaryTLS: primaryTLS, ShutdownTimeout: 10 * time.Second,
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), ServerAddr: "127.0.0.1:0",
+		Raft:       &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: 1, SingleServer: true},
+		Datacenter: dc, TLS: serveTLS,
+		PrimaryDatacenter: primaryDC, PrimaryAddrs: primaryAddrs, ShutdownTimeout: 10 * time.Second,
 		Modules: []module.Module{core.Module(), camodule.New(camodule.Config{
-			PrimaryDatacenter: primaryDC, PrimaryAddrs: primaryAddrs, PrimaryTLS: primaryTLS, PrimaryPollInterval: 100 * time.Millisecond,
+			PrimaryDatacenter: primaryDC, PrimaryAddrs: primaryAddrs, PrimaryPollInterval: 100 * time.Millisecond,
 		})},
 	})
 	if err != nil {
@@ -164,7 +176,7 @@ func TestSecondaryDatacenter(t *testing.T) {
 	primary, stopPrimary := startDC(t, "dc1", "")
 	pBase := "http://" + primary.HTTPAddr()
 	pRoots := activeRoots(t, pBase)
-	secondary, _ := startDC(t, "dc2", "dc1", primary.GRPCAddr())
+	secondary, _ := startDC(t, "dc2", "dc1", primary.ServerAddr())
 	sBase := "http://" + secondary.HTTPAddr()
 
 	var sRoots camodule.RootsBody
@@ -237,7 +249,7 @@ func TestSecondaryDatacenter(t *testing.T) {
 	if code, body := put(t, sBase+"/v1/ca/config", `{"config": {"leaf_ttl": "24h"}}`); code != http.StatusOK {
 		t.Errorf("PUT leaf_ttl at the secondary = %d %s, want 200", code, body)
 	}
-	conn, err := grpc.NewClient(secondary.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(secondary.ServerAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +258,7 @@ func TestSecondaryDatacenter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = pbca.NewCAServiceClient(conn).SignIntermediate(context.Background(), &pbca.SignIntermediateRequest{CsrPem: string(csr), Datacenter: "dc3"})
+	_, err = pbca.NewCAFederationClient(conn).SignIntermediate(context.Background(), &pbca.SignIntermediateRequest{CsrPem: string(csr), Datacenter: "dc3"})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "secondary") {
 		t.Errorf("SignIntermediate at the secondary = %v, want FailedPrecondition", err)
 	}
@@ -290,7 +302,7 @@ func TestSecondaryDatacenter(t *testing.T) {
 	eventually(t, "the secondary reports that the primary cannot be reached", func() bool {
 		st := managerStatus(t, sBase)
 		return st["state"] == ca.StateFailed && st["active_root_id"] == pRoots.ActiveRootID &&
-			strings.Contains(st["message"].(string), "keeps signing") && strings.Contains(st["last_error"].(string), primary.GRPCAddr())
+			strings.Contains(st["message"].(string), "keeps signing") && strings.Contains(st["last_error"].(string), primary.ServerAddr())
 	})
 	web2c, _ := leafIn(t, sBase, td, "dc2", "web")
 	if err := ca.VerifyLeaf([]byte(web2c.CertPEM+web2c.ChainPEM), poolOf(newRoot), time.Now()); err != nil {
@@ -316,7 +328,7 @@ func sameMap(a, b map[string]string) bool {
 func TestSecondaryPointedAtNonPrimary(t *testing.T) {
 	primary, _ := startDC(t, "dc1", "")
 	activeRoots(t, "http://"+primary.HTTPAddr())
-	dc2, _ := startDC(t, "dc2", "dc1", primary.GRPCAddr())
+	dc2, _ := startDC(t, "dc2", "dc1", primary.ServerAddr())
 	eventually(t, "dc2 is ready", func() bool { return managerStatus(t, "http://"+dc2.HTTPAddr())["state"] == ca.StateReady })
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -329,9 +341,10 @@ func TestSecondaryPointedAtNonPrimary(t *testing.T) {
 		name, primaryDC, addr string
 		says                  []string
 	}{
-		{"another secondary", "dc1", dc2.GRPCAddr(), []string{"not the primary", `a secondary of "dc1"`}},
-		{"a primary of another name", "dc9", primary.GRPCAddr(), []string{"not the primary", `made in datacenter "dc1", not in the primary "dc9"`}},
-		{"an HTTP address", "dc1", primary.HTTPAddr(), []string{"not as a gRPC server", "-grpc-addr"}},
+		{"another secondary", "dc1", dc2.ServerAddr(), []string{"not the primary", `a secondary of "dc1"`}},
+		{"a primary of another name", "dc9", primary.ServerAddr(), []string{"not the primary", `made in datacenter "dc1", not in the primary "dc9"`}},
+		{"an HTTP address", "dc1", primary.HTTPAddr(), []string{"not as a gRPC server", "-server-addr"}},
+		{"the public gRPC address", "dc1", primary.GRPCAddr(), []string{"does not serve the CA's federation", "-server-addr"}},
 		{"nothing there", "dc1", nothing, []string{"no server of the primary answered", nothing}},
 	}
 	for _, tt := range tests {
@@ -369,12 +382,12 @@ func TestSecondaryPointedAtNonPrimary(t *testing.T) {
 func TestSignIntermediateRefusals(t *testing.T) {
 	primary, _ := startDC(t, "dc1", "")
 	roots := activeRoots(t, "http://"+primary.HTTPAddr())
-	conn, err := grpc.NewClient(primary.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(primary.ServerAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	client := pbca.NewCAServiceClient(conn)
+	client := pbca.NewCAFederationClient(conn)
 	key := p256(t)
 	good, err := ca.NewIntermediateCSR(key, roots.TrustDomain, "dc2")
 	if err != nil {
@@ -431,7 +444,7 @@ func TestSecondaryRenewsAtHalfLife(t *testing.T) {
 		_, err := core.ClusterID(context.Background(), sec.API())
 		return err == nil
 	})
-	client := camodule.NewPrimaryClient([]string{primary.GRPCAddr()}, nil)
+	client := camodule.NewPrimaryClient([]string{primary.ServerAddr()}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = client.Start(ctx) }()
@@ -477,58 +490,112 @@ func TestSecondaryRenewsAtHalfLife(t *testing.T) {
 	}
 }
 
-// A primary whose servers serve TLS on their public gRPC port: a
-// secondary given the primary cluster's CA gets its roots and
-// intermediate over TLS, checking the primary's server name; one that
-// trusts another CA, or dials in plaintext, fails clearly and stores
-// nothing.
+// A federation over TLS: one cluster CA, each datacenter's servers with
+// a server certificate of their own datacenter. A secondary's leader gets
+// its roots and intermediate from the primary's server-to-server port,
+// presenting its server certificate; one with a certificate of another
+// CA, or without TLS, fails clearly and stores nothing. On the primary's
+// server port a server of dc2 gets neither dc3's intermediate nor the
+// raw store, and a client certificate of the cluster CA gets nothing.
 func TestSecondaryOverTLS(t *testing.T) {
-	bundle, err := tlsutil.NewDevBundle("dc1", time.Time{})
+	clusterCA, err := tlsutil.GenerateCA(tlsutil.CAOptions{Days: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	serving, err := tlsutil.NewFromBundle(bundle)
-	if err != nil {
-		t.Fatal(err)
+	serverOf := func(ca *tlsutil.KeyPair, dc string, kind tlsutil.Kind) *tlsutil.Configurator {
+		t.Helper()
+		cert, err := tlsutil.GenerateCert(ca, tlsutil.CertOptions{Kind: kind, Datacenter: dc, Days: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := tlsutil.NewFromBundle(&tlsutil.DevBundle{CA: ca, Server: cert, Datacenter: dc, Domain: tlsutil.DefaultDomain})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
 	}
-	primary, _ := startDCWith(t, "dc1", "", serving, nil)
+	primary, _ := startDCWith(t, "dc1", "", serverOf(clusterCA, "dc1", tlsutil.KindServer))
 	pRoots := activeRoots(t, "http://"+primary.HTTPAddr())
-	trusting := func(b *tlsutil.DevBundle) *tls.Config {
-		pool := x509.NewCertPool()
-		pool.AddCert(b.CA.Cert)
-		return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: tlsutil.ServerName("dc1", tlsutil.DefaultDomain)}
-	}
 
-	good, _ := startDCWith(t, "dc2", "dc1", nil, trusting(bundle), primary.GRPCAddr())
+	good, _ := startDCWith(t, "dc2", "dc1", serverOf(clusterCA, "dc2", tlsutil.KindServer), primary.ServerAddr())
 	var roots camodule.RootsBody
-	eventually(t, "the secondary has the primary's root over TLS", func() bool {
+	eventually(t, "the secondary has the primary's root over the server port", func() bool {
 		code, _ := get(t, "http://"+good.HTTPAddr()+"/v1/ca/roots", &roots)
 		return code == http.StatusOK && roots.ActiveRootID == pRoots.ActiveRootID
 	})
+	eventually(t, "the secondary signs", func() bool { return managerStatus(t, "http://"+good.HTTPAddr())["state"] == ca.StateReady })
 	leaf, _ := leafIn(t, "http://"+good.HTTPAddr(), pRoots.TrustDomain, "dc2", "web")
 	verifyAsPeer(t, pRoots, leaf, time.Now())
 
-	other, err := tlsutil.NewDevBundle("dc1", time.Time{})
+	// A server of dc2, on the primary's server port: the federation
+	// answers, but only for dc2; the rest of the port is not for it.
+	ctx := context.Background()
+	dc2 := serverOf(clusterCA, "dc2", tlsutil.KindServer)
+	conn, err := grpc.NewClient(primary.ServerAddr(), grpc.WithTransportCredentials(dc2.DialServersOf("dc1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fed := pbca.NewCAFederationClient(conn)
+	if r, err := fed.Roots(ctx, &pbca.FederationRootsRequest{}); err != nil || len(r.GetRoots()) != 1 {
+		t.Errorf("Roots for a server of dc2 = %v, %v; want the primary's root", r, err)
+	}
+	csr3, err := ca.NewIntermediateCSR(p256(t), pRoots.TrustDomain, "dc3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := stored(t, primary.API())
+	_, err = fed.SignIntermediate(ctx, &pbca.SignIntermediateRequest{CsrPem: string(csr3), Datacenter: "dc3"})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `a server of datacenter "dc2"`) {
+		t.Errorf("dc3's intermediate for a server of dc2 = %v, want PermissionDenied naming dc2", err)
+	}
+	_, err = pbstorage.NewForwardingClient(conn).Read(ctx, &pbstorage.ReadRequest{Id: ca.SigningKeyID(ca.RootName(pRoots.ActiveRootID))})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `datacenter "dc1" only`) {
+		t.Errorf("Forwarding.Read for a server of dc2 = %v, want PermissionDenied", err)
+	}
+	if after := stored(t, primary.API()); !sameMap(before, after) {
+		t.Errorf("refusals wrote: %v -> %v", before, after)
+	}
+	// A client certificate of the same CA is no server's.
+	clientCert, err := tlsutil.GenerateCert(clusterCA, tlsutil.CertOptions{Kind: tlsutil.KindClient, Datacenter: "dc2", Days: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(clientCert.CertPEM, clientCert.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cconn, err := grpc.NewClient(primary.ServerAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true,
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cconn.Close()
+	if _, err := pbca.NewCAFederationClient(cconn).Roots(ctx, &pbca.FederationRootsRequest{}); status.Code(err) != codes.Unavailable {
+		t.Errorf("Roots for a client certificate = %v, want the handshake refused (Unavailable)", err)
+	}
+
+	other, err := tlsutil.GenerateCA(tlsutil.CAOptions{Days: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, tc := range map[string]struct {
-		cfg  *tls.Config
+		tls  *tlsutil.Configurator
 		says string
 	}{
-		"another CA": {trusting(other), "certificate signed by unknown authority"},
-		"plaintext":  {nil, "give -primary-tls-ca-file"},
+		"another CA": {serverOf(other, "dc3", tlsutil.KindServer), "is not signed by the cluster CA"},
+		"plaintext":  {nil, "needs its -tls-* files"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			srv, _ := startDCWith(t, "dc3", "dc1", nil, tc.cfg, primary.GRPCAddr())
-			base := "http://" + srv.HTTPAddr()
+			srv, _ := startDCWith(t, "dc3", "dc1", tc.tls, primary.ServerAddr())
 			var st map[string]any
 			eventually(t, "the manager reports the failure", func() bool {
-				st = managerStatus(t, base)
+				st = managerStatus(t, "http://"+srv.HTTPAddr())
 				return st["state"] == ca.StateFailed
 			})
 			t.Logf("last_error: %s", st["last_error"])
-			if msg := st["last_error"].(string); !strings.Contains(msg, primary.GRPCAddr()) || !strings.Contains(msg, tc.says) {
+			if msg := st["last_error"].(string); !strings.Contains(msg, primary.ServerAddr()) || !strings.Contains(msg, tc.says) {
 				t.Errorf("last_error %q does not name the address and say %q", msg, tc.says)
 			}
 			if r, k := count(t, srv.API(), ca.RootType), count(t, srv.API(), ca.SigningKeyType); r != 0 || k != 0 {

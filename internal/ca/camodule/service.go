@@ -5,9 +5,7 @@ import (
 	"errors"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pbca "trellis.dev/trellis/api/ca/v1"
@@ -23,17 +21,12 @@ const RetryAfterKey = "retry-after"
 // they run, so it needs agent. When ACLs land, the signer will also
 // check the identity asked for against the caller's token (a service id:
 // namespace:write on its namespace; an agent id: agent) and refuse with
-// ca.ReasonNotAllowed; the method's permission stays the floor.
-// SignIntermediate is a secondary datacenter's leader calling the
-// primary's public port (the server-to-server port takes only servers of
-// its own cluster's server CA, which a secondary's servers do not hold):
-// server, the strongest permission there is. With ACLs off every caller
-// has it; the ACL issue gives secondaries a token for it (Consul's
-// replication token), and until then an operator who exposes a primary's
-// public port to untrusted networks exposes this method too.
+// ca.ReasonNotAllowed; the method's permission stays the floor. What
+// servers ask of each other (a secondary's intermediate) is another
+// service, CAFederation, on the server-to-server port only
+// (federation.go).
 var servicePermissions = map[string]acl.Permission{
-	"Sign":             acl.Agent,
-	"SignIntermediate": acl.Server,
+	"Sign": acl.Agent,
 }
 
 // caService is the gRPC face of the signer, on every server's public
@@ -41,9 +34,6 @@ var servicePermissions = map[string]acl.Permission{
 type caService struct {
 	pbca.UnimplementedCAServiceServer
 	signer *Signer
-	// secondaryOf is the primary's datacenter on a server of a secondary
-	// datacenter, "" on the primary's.
-	secondaryOf string
 }
 
 // Sign signs a leaf. A refused CSR is InvalidArgument naming the field;
@@ -62,22 +52,4 @@ func (s caService) Sign(ctx context.Context, req *pbca.SignRequest) (*pbca.SignR
 		CertPem: leaf.CertPEM, ChainPem: leaf.ChainPEM, Serial: leaf.Serial,
 		NotAfter: timestamppb.New(leaf.NotAfter),
 	}, nil
-}
-
-// SignIntermediate signs a secondary datacenter's intermediate CA. A
-// refused CSR is InvalidArgument naming the field; on a server of a
-// secondary it is FailedPrecondition: only the primary signs
-// intermediates, and a secondary pointed at another secondary must say so
-// rather than chain under it.
-func (s caService) SignIntermediate(ctx context.Context, req *pbca.SignIntermediateRequest) (*pbca.SignIntermediateResponse, error) {
-	if s.secondaryOf != "" {
-		return nil, status.Errorf(codes.FailedPrecondition,
-			"this server is in datacenter %q, a secondary of %q: only the primary datacenter's servers sign intermediates (give a server of %q as -primary-address)",
-			s.signer.Datacenter(), s.secondaryOf, s.secondaryOf)
-	}
-	inter, err := s.signer.SignIntermediate(ctx, []byte(req.GetCsrPem()), req.GetDatacenter())
-	if err != nil {
-		return nil, err
-	}
-	return &pbca.SignIntermediateResponse{CertPem: inter.CertPEM, ChainPem: inter.ChainPEM}, nil
 }

@@ -274,7 +274,7 @@ func (f *forwarder) send(ctx context.Context, batch []*waiting) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	resp, err := pbagent.NewAgentServiceClient(conn).ForwardHeartbeats(cctx, req)
+	resp, err := pbagent.NewHeartbeatForwardingClient(conn).ForwardHeartbeats(cctx, req)
 	if err == nil && len(resp.GetResults()) != len(live) {
 		err = status.Errorf(codes.Internal, "the leader answered %d heartbeats of %d", len(resp.GetResults()), len(live))
 	}

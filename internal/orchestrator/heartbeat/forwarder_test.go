@@ -102,7 +102,7 @@ func TestForwardedHeartbeatsTravelInOneBatch(t *testing.T) {
 	})
 	resps, errs := heartbeatAll(followerClient, reqs)
 
-	if n := onLeader.count(pbagent.AgentService_ForwardHeartbeats_FullMethodName); n != 1 {
+	if n := onLeader.count(pbagent.HeartbeatForwarding_ForwardHeartbeats_FullMethodName); n != 1 {
 		t.Errorf("the leader got %d ForwardHeartbeats calls, want 1", n)
 	}
 	if n := onLeader.count(pbagent.AgentService_Heartbeat_FullMethodName); n != 0 {
@@ -149,7 +149,7 @@ func TestForwardedHeartbeatsTravelInOneBatch(t *testing.T) {
 // register again: the leader answered (here, a server without the
 // service), so there is nothing to hold the heartbeats for.
 func TestFailedBatchIsUnavailable(t *testing.T) {
-	// A gRPC server without the AgentService: the call fails Unimplemented.
+	// A gRPC server without HeartbeatForwarding: the call fails Unimplemented.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -354,7 +354,8 @@ func TestForwardHeartbeatsOnTheLeader(t *testing.T) {
 	leader := newEnv(t)
 	leader.setLeader(true)
 	leader.register("i-1", "s1", "ready")
-	leaderClient, _ := serve(t, heartbeat.ServiceConfig{Tracker: leader.tracker})
+	_, leaderAddr := serve(t, heartbeat.ServiceConfig{Tracker: leader.tracker})
+	leaderClient := pbagent.NewHeartbeatForwardingClient(dial(t, leaderAddr))
 	batch := &pbagent.ForwardHeartbeatsRequest{Heartbeats: []*pbagent.HeartbeatRequest{
 		{Instance: "i-1", Session: "s1"},
 		{Instance: "Not_A_Name", Session: "s1"},
@@ -383,12 +384,12 @@ func TestForwardHeartbeatsOnTheLeader(t *testing.T) {
 	onOther := &calls{}
 	_, otherAddr := serve(t, heartbeat.ServiceConfig{Tracker: newEnv(t).tracker}, grpc.UnaryInterceptor(onOther.intercept))
 	toOther := dial(t, otherAddr)
-	client, _ := serve(t, heartbeat.ServiceConfig{Tracker: notLeader.tracker, LeaderConn: func() (*grpc.ClientConn, error) { return toOther, nil }})
-	resp, err = client.ForwardHeartbeats(ctx, &pbagent.ForwardHeartbeatsRequest{Heartbeats: batch.GetHeartbeats()[:1]})
+	_, notLeaderAddr := serve(t, heartbeat.ServiceConfig{Tracker: notLeader.tracker, LeaderConn: func() (*grpc.ClientConn, error) { return toOther, nil }})
+	resp, err = pbagent.NewHeartbeatForwardingClient(dial(t, notLeaderAddr)).ForwardHeartbeats(ctx, &pbagent.ForwardHeartbeatsRequest{Heartbeats: batch.GetHeartbeats()[:1]})
 	if err != nil || len(resp.GetResults()) != 1 || statusOf(t, resp.GetResults()[0]).Code() != codes.Unavailable {
 		t.Errorf("ForwardHeartbeats to a server that does not lead = %v, %v; want one Unavailable", resp, err)
 	}
-	if n := onOther.count(pbagent.AgentService_ForwardHeartbeats_FullMethodName) + onOther.count(pbagent.AgentService_Heartbeat_FullMethodName); n != 0 {
+	if n := onOther.count(pbagent.HeartbeatForwarding_ForwardHeartbeats_FullMethodName) + onOther.count(pbagent.AgentService_Heartbeat_FullMethodName); n != 0 {
 		t.Errorf("a forwarded batch was forwarded again (%d calls)", n)
 	}
 

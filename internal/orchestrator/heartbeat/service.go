@@ -57,13 +57,14 @@ type ServiceConfig struct {
 	ForwardTimeout time.Duration
 }
 
-// Service serves AgentService.Heartbeat and ForwardHeartbeats (the server
+// Service serves AgentService.Heartbeat and HeartbeatForwarding (the server
 // assembles it with the assignments hub, which serves WatchTasks): any
 // server takes a heartbeat; the leader keeps it and a follower forwards it
 // to the leader in a batch with the others it received meanwhile. Start
 // runs the batching; the server runs it for as long as it serves.
 type Service struct {
 	pbagent.UnimplementedAgentServiceServer
+	pbagent.UnimplementedHeartbeatForwardingServer
 	cfg ServiceConfig
 	// fwd batches forwarded heartbeats; nil when there is no leader to
 	// forward to (LeaderConn is nil).
@@ -144,7 +145,7 @@ func (s *Service) HeartbeatStream(stream pbagent.AgentService_HeartbeatStreamSer
 	}
 }
 
-// ForwardHeartbeats implements pbagent.AgentServiceServer: the leader's
+// ForwardHeartbeats implements pbagent.HeartbeatForwardingServer: the leader's
 // side of a follower's batch. Each heartbeat is answered as Heartbeat
 // would have answered it on the leader, and never forwarded again.
 func (s *Service) ForwardHeartbeats(ctx context.Context, req *pbagent.ForwardHeartbeatsRequest) (*pbagent.ForwardHeartbeatsResponse, error) {

@@ -41,6 +41,7 @@ func serveService(t *testing.T, cfg heartbeat.ServiceConfig, opts ...grpc.Server
 	}
 	srv := grpc.NewServer(opts...)
 	pbagent.RegisterAgentServiceServer(srv, svc)
+	pbagent.RegisterHeartbeatForwardingServer(srv, svc)
 	go func() { _ = srv.Serve(ln) }()
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)

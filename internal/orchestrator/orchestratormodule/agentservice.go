@@ -9,9 +9,10 @@ import (
 )
 
 // agentService is the public AgentService: heartbeats and the per-instance
-// task streams, each served by its own part. ForwardHeartbeats is not
-// among them: it takes batches on other servers' word, so it is served
-// only on the server-to-server port (forwardedHeartbeats).
+// task streams, each served by its own part. Forwarded heartbeats are
+// another service, HeartbeatForwarding: it takes batches on other
+// servers' word, so it is served only on the server-to-server port
+// (forwardedHeartbeats).
 type agentService struct {
 	pbagent.UnimplementedAgentServiceServer
 	heartbeats  *heartbeat.Service
@@ -30,10 +31,10 @@ func (a agentService) WatchTasks(req *pbagent.WatchTasksRequest, stream pbagent.
 	return a.assignments.WatchTasks(req, stream)
 }
 
-// forwardedHeartbeats is the AgentService of the server-to-server port:
-// only the batches followers forward to the leader.
+// forwardedHeartbeats is the HeartbeatForwarding of the server-to-server
+// port: the batches followers forward to the leader.
 type forwardedHeartbeats struct {
-	pbagent.UnimplementedAgentServiceServer
+	pbagent.UnimplementedHeartbeatForwardingServer
 	heartbeats *heartbeat.Service
 }
 

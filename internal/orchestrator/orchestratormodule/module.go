@@ -1,7 +1,8 @@
 // Package orchestratormodule is the orchestrator as a module of the server
 // (internal/module): its types, the instance and task controllers, the
-// heartbeat tracker and forwarder, the assignments hub, and the
-// AgentService that agents call, with the permission of each method.
+// heartbeat tracker and forwarder, the assignments hub, the AgentService
+// that agents call and the HeartbeatForwarding that servers call of each
+// other, with the permission of each method.
 package orchestratormodule
 
 import (
@@ -35,19 +36,23 @@ func (orchestratorModule) Name() string { return "orchestrator" }
 
 func (orchestratorModule) Register(r *resource.Registry) { orchestrator.Register(r) }
 
-// agentPermissions is what each AgentService method needs. The agent's own
-// calls need agent; ForwardHeartbeats takes batches on another server's
-// word, so it needs server, and is served on the server-to-server port
-// only.
+// agentPermissions is what each AgentService method needs: the agent's
+// own calls, agent.
 var agentPermissions = map[string]acl.Permission{
-	"Heartbeat":         acl.Agent,
-	"HeartbeatStream":   acl.Agent,
-	"WatchTasks":        acl.Agent,
+	"Heartbeat":       acl.Agent,
+	"HeartbeatStream": acl.Agent,
+	"WatchTasks":      acl.Agent,
+}
+
+// forwardingPermissions is what each HeartbeatForwarding method needs:
+// ForwardHeartbeats takes batches on another server's word, so it needs
+// server, and is served on the server-to-server port only.
+var forwardingPermissions = map[string]acl.Permission{
 	"ForwardHeartbeats": acl.Server,
 }
 
 // Setup builds the orchestrator's server side: the AgentService on the
-// public gRPC server (its ForwardHeartbeats on the server-to-server one),
+// public gRPC server, HeartbeatForwarding on the server-to-server one,
 // the heartbeat tracker (active while this server leads) and the instance
 // and task controllers.
 func (m orchestratorModule) Setup(d module.Deps) (module.Parts, error) {
@@ -96,8 +101,8 @@ func (m orchestratorModule) Setup(d module.Deps) (module.Parts, error) {
 			Permissions: agentPermissions,
 		}},
 		ServerServices: []module.Service{{
-			Desc: &pbagent.AgentService_ServiceDesc, Impl: forwardedHeartbeats{heartbeats: svc},
-			Permissions: agentPermissions,
+			Desc: &pbagent.HeartbeatForwarding_ServiceDesc, Impl: forwardedHeartbeats{heartbeats: svc},
+			Permissions: forwardingPermissions,
 		}},
 		Runnables: []module.Runnable{
 			{Name: "heartbeats", Run: tracker},
