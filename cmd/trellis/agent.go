@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,7 +27,8 @@ import (
 // agentDrivers are the task drivers of an agent called name: exec, and
 // docker through the host's engine. Docker containers share the host's
 // network, as exec processes do, so their ports are host ports and they
-// reach the agent's local API (TRELLIS_TASK_METADATA_URI) on loopback.
+// reach the agent's metadata endpoint (TRELLIS_TASK_METADATA_URI) on
+// loopback.
 // A driver the host cannot run is still listed; the agent advertises it as
 // unavailable.
 func agentDrivers(name string, log *slog.Logger) map[string]driver.Driver {
@@ -44,6 +46,7 @@ func newAgentCmd(e *cli.Env) *cobra.Command {
 		logLevel   string
 		tlsFiles   tlsutil.Config
 		netFlags   networkFlags
+		controlTLS tlsutil.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -64,8 +67,13 @@ directory re-attaches to the tasks it was running instead of starting them
 again. Stopping the agent (Ctrl-C, SIGTERM) leaves its tasks running; 'trellis
 agent leave' stops them and takes the instance out of the cluster.
 
-Tasks reach the agent's local API at TRELLIS_TASK_METADATA_URI for their own
-state; 'trellis task logs' reads their logs there.
+Tasks reach the agent at TRELLIS_TASK_METADATA_URI (-http-addr) for their own
+metadata, and for nothing else. The agent's control API (leave, logs, self,
+leaves) is a Unix socket, -control-socket (default <data-dir>/agent.sock),
+mode 0600: only the user the agent runs as reaches it ('trellis agent leave').
+'trellis task logs' reads logs through the servers, which ask the agent over
+the link it keeps with them; -control-addr serves the control API on TCP too,
+for remote operators, with mutual TLS only.
 
 A task with network: bridge gets a network namespace of its own, shared by its
 containers, with an address on the host bridge -bridge-name (subnet
@@ -80,8 +88,8 @@ The agent keeps a leaf cache of Connect CA certificates: its own agent leaf
 of the tasks it runs (named by the task definition's family for now). Keys are
 made on this machine; the servers sign. Each leaf is renewed at a random point
 between 60 % and 90 % of its life, and re-signed within -ca-resign-window after
-the CA's root changes. GET /v1/agent/leaves on the local API lists them (never
-a key).
+the CA's root changes. GET /v1/agent/leaves on the control socket lists them
+(never a key).
 
 With -auto-encrypt and -tls-ca-file alone (the cluster CA that signed the
 servers' certificates), the agent gets its leaf over TLS that checks the
@@ -124,6 +132,11 @@ an operator hands out for a first join (see docs/tls.md).`,
 				cfg.TLS = tc.OutgoingClientConfig()
 				go tlsutil.WatchSIGHUP(cmd.Context(), tc, log.With("component", "tls"))
 			}
+			if cfg.ControlAddr != "" {
+				if cfg.ControlTLS, err = controlTLSConfig(controlTLS, tlsFiles.CAFile, cfg.Datacenter); err != nil {
+					return cli.Usage(err)
+				}
+			}
 			if cfg.Network, err = netFlags.config(); err != nil {
 				return cli.Usage(err)
 			}
@@ -141,7 +154,7 @@ an operator hands out for a first join (see docs/tls.md).`,
 				<-ctx.Done()
 				stop() // the next signal ends the process at once
 			}()
-			log.Info("trellis agent running", "name", cfg.Name, "http", "http://"+a.HTTPAddr(), "address", a.Address())
+			log.Info("trellis agent running", "name", cfg.Name, "metadata", "http://"+a.HTTPAddr(), "control", a.ControlSocket(), "address", a.Address())
 			return a.Start(ctx)
 		},
 	}
@@ -151,8 +164,12 @@ an operator hands out for a first join (see docs/tls.md).`,
 	fs.StringVar(&cfg.Name, "name", "", "name of this instance (a DNS label; default: the host name)")
 	fs.StringVar(&cfg.Cluster, "cluster", "default", "cluster the instance belongs to")
 	fs.StringArrayVar(&attributes, "attribute", nil, "an attribute of this instance, key=value; repeatable")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", agent.DefaultHTTPAddr, "address of the local API for tasks and the CLI (host:port; port 0 picks one and keeps it across restarts)")
-	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "address written to the Instance for the CLI to reach the local API (default: -http-addr's)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", agent.DefaultHTTPAddr, "address of the tasks' metadata endpoint (TRELLIS_TASK_METADATA_URI), which serves each task its own metadata and nothing else (host:port; port 0 picks one and keeps it across restarts)")
+	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "address written to the Instance (default: -http-addr's)")
+	fs.StringVar(&cfg.ControlSocket, "control-socket", "", "path of the control API's Unix socket (leave, logs, self), mode 0600: only the agent's user reaches it (default: <data-dir>/agent.sock)")
+	fs.StringVar(&cfg.ControlAddr, "control-addr", "", "also serve the control API on this TCP address (host:port), for operators on other machines: only with mutual TLS (-control-tls-cert-file, -control-tls-key-file, -tls-ca-file)")
+	fs.StringVar(&controlTLS.CertFile, "control-tls-cert-file", "", "the certificate -control-addr serves (PEM): of the cluster CA, valid for server and client authentication, not a server certificate")
+	fs.StringVar(&controlTLS.KeyFile, "control-tls-key-file", "", "the private key of -control-tls-cert-file (PEM)")
 	fs.StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "the cluster CA's certificate (PEM): dial the servers over TLS and accept only servers of that CA (for servers started with -tls-* files)")
 	fs.StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "a client certificate of the cluster CA to present (optional; PEM); reloaded on SIGHUP")
 	fs.StringVar(&tlsFiles.KeyFile, "tls-key-file", "", "the private key of -tls-cert-file (PEM)")
@@ -167,7 +184,7 @@ an operator hands out for a first join (see docs/tls.md).`,
 }
 
 func newAgentLeaveCmd(e *cli.Env) *cobra.Command {
-	var addr, dataDir string
+	var socket, dataDir string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "leave",
@@ -176,36 +193,72 @@ func newAgentLeaveCmd(e *cli.Env) *cobra.Command {
 (each within its stop timeout), waits until their STOPPED states are stored,
 marks its Instance left and exits. The command returns when that is done.
 
-Name the agent by the address of its local API (-addr) or by its data
-directory (-data-dir), where it records that address.`,
-		Example: `  trellis agent leave -data-dir /var/lib/trellis/agent
-  trellis agent leave -addr 127.0.0.1:7710`,
+It talks to the agent's control socket, which only the user the agent runs as
+can reach (mode 0600): run it on the instance, as that user. Name the socket
+with -socket (or TRELLIS_AGENT_SOCKET), or the agent's -data-dir, where the
+socket is (agent.sock); by default ` + defaultAgentSocket + `, the socket of
+an agent started with -data-dir /var/lib/trellis/agent. 'trellis dev' prints
+its agents' sockets.`,
+		Example: `  trellis agent leave
+  trellis agent leave -data-dir /var/lib/trellis/agent
+  TRELLIS_AGENT_SOCKET=/tmp/trellis-dev-123/dev-1/agent.sock trellis agent leave`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch {
-			case addr != "" && dataDir != "":
-				return cli.Usage(errors.New("give -addr or -data-dir, not both"))
-			case addr == "" && dataDir == "":
-				return cli.Usage(errors.New("-addr or -data-dir is required: which agent should leave"))
-			case dataDir != "":
-				var err error
-				if addr, err = agent.ReadAgentFile(dataDir); err != nil {
-					return fmt.Errorf("-data-dir: no agent address recorded: %w", err)
-				}
+			path, err := agentSocket(socket, dataDir, os.Getenv("TRELLIS_AGENT_SOCKET"))
+			if err != nil {
+				return cli.Usage(err)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			if err := agent.RequestLeave(ctx, addr); err != nil {
+			if err := agent.RequestLeave(ctx, agent.Control{Socket: path}); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.Stdout, "Agent at %s left the cluster.\n", addr)
+			fmt.Fprintf(e.Stdout, "Agent at %s left the cluster.\n", path)
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&addr, "addr", "", "address (host:port) of the agent's local API")
-	cmd.Flags().StringVar(&dataDir, "data-dir", "", "data directory of the agent (on this machine)")
+	cmd.Flags().StringVar(&socket, "socket", "", "path of the agent's control socket (env TRELLIS_AGENT_SOCKET; default "+defaultAgentSocket+")")
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "data directory of the agent (on this machine): its control socket is there")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the tasks to stop and the leave to complete")
 	return cmd
+}
+
+// defaultAgentSocket is the control socket of an agent started as
+// docs/orchestrator.md shows (-data-dir /var/lib/trellis/agent).
+const defaultAgentSocket = "/var/lib/trellis/agent/" + agent.ControlSocketName
+
+// agentSocket picks the control socket the CLI talks to: -socket, the
+// socket in -data-dir, TRELLIS_AGENT_SOCKET, or the default, in that order.
+func agentSocket(socket, dataDir, env string) (string, error) {
+	switch {
+	case socket != "" && dataDir != "":
+		return "", errors.New("give -socket or -data-dir, not both")
+	case socket != "":
+		return socket, nil
+	case dataDir != "":
+		return agent.ControlSocket(dataDir), nil
+	case env != "":
+		return env, nil
+	}
+	return defaultAgentSocket, nil
+}
+
+// controlTLSConfig is the TLS of -control-addr: the certificate of
+// -control-tls-cert-file, clients of the cluster CA (-tls-ca-file).
+func controlTLSConfig(files tlsutil.Config, caFile, dc string) (*tls.Config, error) {
+	if files.CertFile == "" || files.KeyFile == "" || caFile == "" {
+		return nil, errors.New("-control-addr: needs TLS: give -control-tls-cert-file, -control-tls-key-file and -tls-ca-file (the CA whose client certificates may use it)")
+	}
+	files.CAFile, files.Datacenter = caFile, dc
+	tc, err := tlsutil.New(files)
+	if err != nil {
+		return nil, fmt.Errorf("-control-addr: %w", err)
+	}
+	cfg, err := tc.IncomingControlConfig()
+	if err != nil {
+		return nil, fmt.Errorf("-control-addr: %w", err)
+	}
+	return cfg, nil
 }
 
 // parseAttributes parses -attribute key=value flags.

@@ -98,7 +98,7 @@ It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 			if err != nil {
 				return cli.Usage(err)
 			}
-			return runDev(cmd.Context(), cfg, instances, f.dataDir, network, log, func(s *server.Server) { printDevBanner(e.Stdout, s, instances) })
+			return runDev(cmd.Context(), cfg, instances, f.dataDir, network, log, func(s *server.Server, sockets []string) { printDevBanner(e.Stdout, s, sockets) })
 		},
 	}
 	f.register(cmd.Flags())
@@ -148,7 +148,7 @@ func devConfig(f serverFlags) (server.Config, error) {
 // runDev runs the dev server and its agents until ctx ends or SIGINT or
 // SIGTERM arrives; a second signal kills the process the default way. The
 // agents stop before the server, so that their last reports are stored.
-func runDev(ctx context.Context, cfg server.Config, instances int, dataDir string, network *agent.NetworkConfig, log *slog.Logger, started func(*server.Server)) error {
+func runDev(ctx context.Context, cfg server.Config, instances int, dataDir string, network *agent.NetworkConfig, log *slog.Logger, started func(s *server.Server, agentSockets []string)) error {
 	s, err := server.New(cfg)
 	if err != nil {
 		return err
@@ -166,7 +166,11 @@ func runDev(ctx context.Context, cfg server.Config, instances int, dataDir strin
 	agentCtx, stopAgents := context.WithCancel(context.Background())
 	agents.start(agentCtx)
 	if started != nil {
-		started(s)
+		var sockets []string
+		for _, a := range agents.agents {
+			sockets = append(sockets, a.ControlSocket())
+		}
+		started(s, sockets)
 	}
 	var srvErr error
 	select {
@@ -204,7 +208,8 @@ func runServer(ctx context.Context, cfg server.Config, started func(*server.Serv
 	return s.Start(ctx)
 }
 
-func printDevBanner(w io.Writer, s *server.Server, instances int) {
+func printDevBanner(w io.Writer, s *server.Server, agentSockets []string) {
+	instances := len(agentSockets)
 	httpURL := "http://" + s.HTTPAddr()
 	storage := "in memory: nothing is kept after it stops"
 	if !s.InMemory() {
@@ -225,12 +230,14 @@ func printDevBanner(w io.Writer, s *server.Server, instances int) {
 			names[i] = devInstanceName(i + 1)
 		}
 		fmt.Fprintf(&b, "  Instances: %s (local agents running tasks on this machine)\n", strings.Join(names, ", "))
+		fmt.Fprintf(&b, "  Agent control sockets (trellis agent leave -socket ...): %s\n", strings.Join(agentSockets, ", "))
 	}
 	fmt.Fprintf(&b, "Try this, in another terminal:\n")
 	if instances > 0 {
 		fmt.Fprintf(&b, "  echo '{family: hello, containers: [{name: main, driver: exec, command: [/bin/sh, -c, \"while true; do echo hello; sleep 5; done\"]}]}' | trellis taskdef register%s -f -\n", addrFlag)
 		fmt.Fprintf(&b, "  trellis task run%s --taskdef hello --instance %s\n", addrFlag, devInstanceName(1))
 		fmt.Fprintf(&b, "  trellis task list%s\n", addrFlag)
+		fmt.Fprintf(&b, "  trellis task logs%s TASK -f\n", addrFlag)
 		fmt.Fprintf(&b, "  trellis instance list%s\n", addrFlag)
 	}
 	fmt.Fprintf(&b, "  echo '{type: core/v1/Namespace, name: demo, data: {description: my first namespace}}' | trellis resource apply%s -f -\n", addrFlag)

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"trellis.dev/trellis/internal/agent/leaves"
@@ -27,11 +26,16 @@ type Agent struct {
 	cfg Config
 	log *slog.Logger
 
-	// ln is the local API's listener, bound by New; localAddr is how tasks
-	// on this host reach it, address what Instance.address says.
-	ln        net.Listener
-	localAddr string
-	address   string
+	// ln is the metadata endpoint's listener, bound by New; localAddr is
+	// how tasks on this host reach it, address what Instance.address
+	// says. control is the control API's Unix socket at controlPath,
+	// controlTCP its TCP address with TLS (nil without ControlAddr).
+	ln          net.Listener
+	localAddr   string
+	address     string
+	control     *net.UnixListener
+	controlPath string
+	controlTCP  net.Listener
 
 	tasks   *tasks.Manager
 	session *session.Session
@@ -46,6 +50,9 @@ type Agent struct {
 	leafServers *leaves.Servers
 	creds       credentials.TransportCredentials
 
+	// logReads counts the reads of task logs the servers have open here.
+	logReads atomic.Int64
+
 	mu      sync.Mutex
 	started atomic.Bool
 	runCtx  context.Context
@@ -57,8 +64,9 @@ type Agent struct {
 	left chan struct{}
 }
 
-// New checks the configuration and binds the local API's listener (so
-// that its address is known before Start).
+// New checks the configuration and binds the metadata endpoint's and the
+// control API's listeners (so that their addresses are known before
+// Start).
 func New(cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -89,6 +97,12 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.ln = ln
+	if err := a.listenControl(); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	// Every refusal below closes ln; the control listeners go with it.
+	ln = closeAlso{ln, a.closeControl}
 	a.localAddr = localAddr(ln.Addr().(*net.TCPAddr))
 	a.address = cfg.AdvertiseAddr
 	if a.address == "" {
@@ -148,6 +162,7 @@ func New(cfg Config) (*Agent, error) {
 		Logger:      a.log,
 		Clock:       cfg.Clock,
 		Left:        a.left,
+		OnServer:    []func(context.Context, grpc.ClientConnInterface){a.linkLogs},
 	}, taskSink{a.tasks})
 	if err := tasks.WriteAgentFile(cfg.DataDir, a.localAddr, cfg.Name); err != nil {
 		ln.Close()
@@ -201,11 +216,22 @@ func advertiseAddr(tcp *net.TCPAddr, server string) string {
 	return net.JoinHostPort("127.0.0.1", fmt.Sprint(tcp.Port))
 }
 
-// HTTPAddr is the local API's address on this host.
+// HTTPAddr is the metadata endpoint's address on this host.
 func (a *Agent) HTTPAddr() string { return a.localAddr }
 
 // Address is the address written to Instance.address.
 func (a *Agent) Address() string { return a.address }
+
+// ControlSocket is the path of the control API's Unix socket.
+func (a *Agent) ControlSocket() string { return a.controlPath }
+
+// ControlAddr is the TCP control address, "" without one.
+func (a *Agent) ControlAddr() string {
+	if a.controlTCP == nil {
+		return ""
+	}
+	return a.controlTCP.Addr().String()
+}
 
 // Session is the current session id.
 func (a *Agent) Session() string { return a.session.ID() }
@@ -228,7 +254,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.runCtx = ctx
 	a.started.Store(true)
 	a.mu.Unlock()
-	a.log.Info("agent starting", "servers", a.cfg.Servers, "http", a.localAddr, "address", a.address, "session", a.Session())
+	a.log.Info("agent starting", "servers", a.cfg.Servers, "metadata", a.localAddr, "control", a.controlPath, "address", a.address, "session", a.Session())
 
 	facts := probeFacts(ctx, a.cfg.Drivers)
 	facts.BridgeNetwork = a.network != nil && a.network.Unavailable() == nil
@@ -237,18 +263,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	a.tasks.Resume(ctx)
 
-	httpSrv := &http.Server{
-		Handler:           a.handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
-	}
-	httpDone := make(chan struct{})
-	go func() {
-		defer close(httpDone)
-		if err := httpSrv.Serve(a.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("local API stopped", "err", err)
-		}
-	}()
+	stopHTTP := a.serveHTTP()
 
 	if a.leaves != nil {
 		leavesCtx, stopLeaves := context.WithCancel(ctx)
@@ -266,12 +281,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.session.Run(ctx, facts)
 	}
 
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := httpSrv.Shutdown(sctx); err != nil {
-		_ = httpSrv.Close()
-	}
-	<-httpDone
+	stopHTTP()
 	a.tasks.Wait()
 	select {
 	case <-a.left:

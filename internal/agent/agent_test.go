@@ -501,16 +501,16 @@ func TestLogsEndpoint(t *testing.T) {
 	srv.place(t, "default", "t1", "talker:1", "i-1")
 	srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
 
-	base := "http://" + a.HTTPAddr() + "/v1/tasks/default/t1/logs/app"
-	eventually(t, "stdout has the line", func() bool { code, body := httpGet(t, base); return code == 200 && body == "hello\n" })
+	base := "/v1/tasks/default/t1/logs/app"
+	eventually(t, "stdout has the line", func() bool { code, body := controlGet(t, a.Agent, base); return code == 200 && body == "hello\n" })
 	// The shell writes stderr's line after stdout's: wait for it too.
 	eventually(t, "stderr has the line", func() bool {
-		code, body := httpGet(t, base+"?stream=stderr")
+		code, body := controlGet(t, a.Agent, base+"?stream=stderr")
 		return code == 200 && body == "oops\n"
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rc, err := OpenLogs(ctx, a.HTTPAddr(), "default", "t1", "app", driver.Stdout, true)
+	rc, err := OpenLogs(ctx, Control{Socket: a.ControlSocket()}, "default", "t1", "app", driver.Stdout, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,7 +529,7 @@ func TestLogsEndpoint(t *testing.T) {
 		{"/v1/tasks/default/nope/logs/app", http.StatusNotFound},
 		{"/v1/tasks/default/t1/logs/app?stream=stdin", http.StatusBadRequest},
 	} {
-		if code, body := httpGet(t, "http://"+a.HTTPAddr()+c.path); code != c.code {
+		if code, body := controlGet(t, a.Agent, c.path); code != c.code {
 			t.Errorf("%s: %d %s, want %d", c.path, code, body, c.code)
 		}
 	}
@@ -548,8 +548,8 @@ func TestLeave(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	if err := RequestLeave(ctx, a.HTTPAddr()); err != nil {
-		_, self := httpGet(t, "http://"+a.HTTPAddr()+"/v1/agent/self")
+	if err := RequestLeave(ctx, Control{Socket: a.ControlSocket()}); err != nil {
+		_, self := controlGet(t, a.Agent, "/v1/agent/self")
 		t.Fatalf("leave: %v; the agent says %s", err, self)
 	}
 	for _, name := range []string{"t1", "t2"} {

@@ -386,7 +386,7 @@ func TestLeafCacheFollowsTheAgentsTasks(t *testing.T) {
 	if u := cert.Leaf.URIs[0].String(); !strings.HasSuffix(u, "/ns/default/dc/dc1/svc/sleeper") {
 		t.Fatalf("the service leaf names %s", u)
 	}
-	code, body := httpGet(t, "http://"+a.HTTPAddr()+"/v1/agent/leaves")
+	code, body := controlGet(t, a.Agent, "/v1/agent/leaves")
 	if code != http.StatusOK || !strings.Contains(body, `"key":"default/sleeper"`) || strings.Contains(body, "PRIVATE KEY") {
 		t.Fatalf("GET /v1/agent/leaves = %d %s", code, body)
 	}

@@ -2,9 +2,12 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,50 +16,92 @@ import (
 	"trellis.dev/trellis/internal/httpapi/wire"
 )
 
-// Clients of the local API, for the CLI (`trellis agent leave`, `trellis
-// task logs`) and for tasks (the metadata endpoint).
+// Clients of the agent's APIs: the control API for the CLI (`trellis
+// agent leave`; operators on the instance), the metadata endpoint for
+// tasks.
 
-// agentURL turns an agent address (host:port, or a URL) into a URL.
-func agentURL(addr, path string) string {
-	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
-	}
-	return strings.TrimRight(addr, "/") + path
+// Control says how to reach an agent's control API: its Unix socket, or
+// a TCP control address over mutual TLS.
+type Control struct {
+	// Socket is the path of the control socket (ControlSocket).
+	Socket string
+	// Addr is a TCP control address (host:port), reached with TLS.
+	Addr string
+	TLS  *tls.Config
 }
 
-// RequestLeave asks the agent at addr to leave the cluster and waits until
-// it has.
-func RequestLeave(ctx context.Context, addr string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentURL(addr, "/v1/agent/leave"), nil)
-	if err != nil {
-		return err
+// String names the control API as messages do.
+func (c Control) String() string {
+	if c.Socket != "" {
+		return c.Socket
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	return responseError(resp)
+	return "https://" + c.Addr
 }
 
-// OpenLogs opens a log stream of a task's container on the agent at addr;
-// with follow it goes on until ctx ends or the caller closes it.
-func OpenLogs(ctx context.Context, addr, namespace, name, container string, stream driver.Stream, follow bool) (io.ReadCloser, error) {
-	q := url.Values{"stream": {string(stream)}}
-	if follow {
-		q.Set("follow", "1")
+// client returns an HTTP client that reaches the control API, and the
+// URL base of its requests.
+func (c Control) client() (*http.Client, string, error) {
+	switch {
+	case c.Socket != "":
+		path := c.Socket
+		tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			conn, err := d.DialContext(ctx, "unix", path)
+			if err != nil {
+				return nil, errControlSocket(path, err)
+			}
+			return conn, nil
+		}}
+		return &http.Client{Transport: tr}, "http://agent", nil
+	case c.Addr != "":
+		if c.TLS == nil {
+			return nil, "", errors.New("a TCP control address is reached only over TLS")
+		}
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: c.TLS}}, "https://" + c.Addr, nil
 	}
-	u := agentURL(addr, "/v1/tasks/"+url.PathEscape(namespace)+"/"+url.PathEscape(name)+"/logs/"+url.PathEscape(container)+"?"+q.Encode())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	return nil, "", errors.New("no control socket or address to reach the agent at")
+}
+
+func (c Control) do(ctx context.Context, method, path string) (*http.Response, error) {
+	hc, base, err := c.client()
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	if err := responseError(resp); err != nil {
 		resp.Body.Close()
+		return nil, err
+	}
+	return resp, nil
+}
+
+// RequestLeave asks the agent to leave the cluster and waits until it
+// has.
+func RequestLeave(ctx context.Context, c Control) error {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/agent/leave")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// OpenLogs opens a log stream of a task's container on the agent; with
+// follow it goes on until ctx ends or the caller closes it.
+func OpenLogs(ctx context.Context, c Control, namespace, name, container string, stream driver.Stream, follow bool) (io.ReadCloser, error) {
+	q := url.Values{"stream": {string(stream)}}
+	if follow {
+		q.Set("follow", "1")
+	}
+	resp, err := c.do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(namespace)+"/"+url.PathEscape(name)+"/logs/"+url.PathEscape(container)+"?"+q.Encode())
+	if err != nil {
 		return nil, err
 	}
 	return resp.Body, nil

@@ -55,10 +55,22 @@ type Config struct {
 	// Admit, when set, is asked before a task starts; see AdmitFunc.
 	Admit AdmitFunc
 
-	// HTTPAddr is where the local API listens (host:port; port 0 picks
-	// one, and a restarted agent tries the port it had before, so that
-	// the metadata URIs its tasks hold keep working).
+	// HTTPAddr is where the tasks' metadata endpoint listens (host:port;
+	// port 0 picks one, and a restarted agent tries the port it had
+	// before, so that the metadata URIs its tasks hold keep working). It
+	// serves the metadata endpoint alone, each task its own by its secret
+	// token: the control API is on ControlSocket.
 	HTTPAddr string
+	// ControlSocket is the path of the control API's Unix socket (self,
+	// leave, leaves, logs), made with mode 0600; ControlSocket(DataDir)
+	// when empty.
+	ControlSocket string
+	// ControlAddr, when set, is a TCP address where the control API is
+	// served too, for operators on other machines: only with ControlTLS,
+	// which must require client certificates (tlsutil's
+	// IncomingControlConfig). New refuses ControlAddr without it.
+	ControlAddr string
+	ControlTLS  *tls.Config
 	// AdvertiseAddr is the address written to Instance.address; empty
 	// means the local API's address (with an unspecified host replaced by
 	// the address this host reaches the first server from).
@@ -186,6 +198,14 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 	}
+	if c.ControlAddr != "" {
+		if _, _, err := net.SplitHostPort(c.ControlAddr); err != nil {
+			return configError("-control-addr", "%q is not host:port", c.ControlAddr)
+		}
+		if c.ControlTLS == nil {
+			return configError("-control-addr", "needs TLS: the control API stops tasks and reads their logs, so over TCP it is served only with -control-tls-cert-file, -control-tls-key-file and -tls-ca-file (clients present a certificate of that CA)")
+		}
+	}
 	if c.HTTPAddr != "" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 			return configError("-http-addr", "%q is not host:port", c.HTTPAddr)
@@ -235,6 +255,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Datacenter == "" {
 		c.Datacenter = tlsutil.DefaultDatacenter
+	}
+	if c.ControlSocket == "" {
+		c.ControlSocket = ControlSocket(c.DataDir)
 	}
 	return c
 }

@@ -10,19 +10,20 @@ import (
 	"trellis.dev/trellis/internal/httpapi/wire"
 )
 
-// The local API. It listens on loopback by default: its callers are the
-// tasks of this instance (the metadata endpoint, reached with a secret
-// per-task token) and the CLI (logs, leave).
+// The agent's two HTTP APIs. The control API listens on the control
+// socket (mode 0600: the agent's own user alone) and, for remote
+// operators, on a TCP control address with mutual TLS:
 //
-//	GET  /v1/metadata/{token}        the task's metadata (TaskMetadata)
-//	GET  /v1/metadata/{token}/task   the same
 //	GET  /v1/tasks/{namespace}/{name}/logs/{container}?stream=stdout|stderr&follow=1
 //	GET  /v1/agent/self              the agent and its tasks (Self)
+//	GET  /v1/agent/leaves            the leaf cache's leaves (never a key)
 //	POST /v1/agent/leave             Leave, answered once it is done
-func (a *Agent) handler() http.Handler {
+//
+// The metadata endpoint (metadataHandler) is what tasks reach, on the
+// TCP address of their TRELLIS_TASK_METADATA_URI; each reads its own
+// metadata with its secret token, and nothing else is served there.
+func (a *Agent) controlHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/metadata/{token}", a.serveMetadata)
-	mux.HandleFunc("GET /v1/metadata/{token}/task", a.serveMetadata)
 	mux.HandleFunc("GET /v1/tasks/{namespace}/{name}/logs/{container}", a.serveLogs)
 	mux.HandleFunc("GET /v1/agent/self", a.serveSelf)
 	mux.HandleFunc("POST /v1/agent/leave", a.serveLeave)
@@ -33,14 +34,15 @@ func (a *Agent) handler() http.Handler {
 	return mux
 }
 
-// metadataHandler serves the metadata endpoint alone: what listens in
-// bridge tasks' namespaces, where only the task itself calls.
+// metadataHandler serves the metadata endpoint alone: what listens on
+// the metadata address on the host (host-network tasks) and in bridge
+// tasks' namespaces.
 func (a *Agent) metadataHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/metadata/{token}", a.serveMetadata)
 	mux.HandleFunc("GET /v1/metadata/{token}/task", a.serveMetadata)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, wire.CodeNotFound, "no such endpoint in a task's namespace: "+r.Method+" "+r.URL.Path)
+		writeError(w, http.StatusNotFound, wire.CodeNotFound, "the metadata endpoint serves only GET /v1/metadata/{token}: no "+r.Method+" "+r.URL.Path)
 	})
 	return mux
 }

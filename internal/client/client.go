@@ -144,6 +144,17 @@ func (c *Client) Do(ctx context.Context, method, url string, body, out any) erro
 	return c.do(ctx, method, url, body, out)
 }
 
+// Open GETs url (made by URL) and returns the body of a 200 response as
+// it comes, for a route that streams text (a task's logs); the caller
+// closes it. Any other status becomes an *APIError.
+func (c *Client) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	resp, err := c.send(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
 // IndexHeader is the header in which a blocking read answers the store
 // index its answer is as of (GET /v1/ca/roots).
 const IndexHeader = "X-Trellis-Index"

@@ -96,6 +96,12 @@ type Cluster struct {
 	// LeaderIndex asks the leader for its applied index (the cluster's
 	// read index); nil in memory, where the local index is the cluster's.
 	LeaderIndex func(ctx context.Context) (uint64, error)
+	// ServerAddrs returns the server-to-server addresses of the cluster's
+	// servers (this one's too), and ServerConn a pooled connection to one
+	// of them (do not close it): for what is asked of a server other than
+	// the leader. Nil in memory.
+	ServerAddrs func() []string
+	ServerConn  func(addr string) (*grpc.ClientConn, error)
 }
 
 // Parts is what the server runs for a module. Every field may be empty.

@@ -129,6 +129,8 @@ func (s *Server) moduleDeps() module.Deps {
 		d.Cluster.LeaderConn = b.LeaderConn
 		d.Cluster.LeaderChanged = b.Changed
 		d.Cluster.LeaderIndex = b.LeaderIndex
+		d.Cluster.ServerAddrs = b.ServerAddrs
+		d.Cluster.ServerConn = b.ServerConn
 	}
 	return d
 }

@@ -112,6 +112,7 @@ func TestReflectionListsServices(t *testing.T) {
 		"grpc.reflection.v1.ServerReflection",
 		"grpc.reflection.v1alpha.ServerReflection",
 		"trellis.agent.v1.AgentService",
+		"trellis.agent.v1.LogService",
 		"trellis.ca.v1.CAService",
 		"trellis.resource.v1.ResourceService",
 	}

@@ -50,6 +50,10 @@ type Config struct {
 
 	// Left is closed once the instance has left the cluster: Run returns.
 	Left <-chan struct{}
+
+	// OnServer run with each server connection for as long as the agent
+	// stays on that server (the task logs' link: onserver.go).
+	OnServer []func(ctx context.Context, cc grpc.ClientConnInterface)
 }
 
 // Clock is the session's time source.
@@ -268,6 +272,7 @@ func (s *Session) runConn(ctx context.Context, addr string) (worked bool, err er
 		detach()
 	}()
 	s.log.Info("connected", "server", addr, "session", s.ID())
+	defer s.runOnServer(ctx, cc)()
 	s.tasks.Resync(s.ID())
 	return true, runAll(ctx, c.heartbeatLoop, c.watchLoop, c.reportLoop, s.untilLeft)
 }

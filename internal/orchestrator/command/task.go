@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 
 	"github.com/oklog/ulid/v2"
@@ -13,7 +14,6 @@ import (
 	"github.com/spf13/pflag"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
-	"trellis.dev/trellis/internal/agent"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/driver"
@@ -361,8 +361,10 @@ func newTaskLogsCmd(e *cli.Env) *cobra.Command {
 		Use:   "logs TASK [CONTAINER]",
 		Short: "Print a container's output (the task's only or first container by default)",
 		Long: `Print what a container of the task wrote to stdout (or, with --stderr, to
-stderr). The logs are read from the agent of the task's instance, at the
-address the instance registered; -f follows them until Ctrl-C.`,
+stderr). The servers read them from the agent of the task's instance, over the link
+the agent keeps with them, so this works from any machine that reaches the
+HTTP API, with the same permission as any read of the namespace
+(namespace:read); -f follows them until Ctrl-C.`,
 		Example: `  trellis task logs 01jd3k...
   trellis task logs 01jd3k... app -f --stderr`,
 		Args: cobra.RangeArgs(1, 2),
@@ -379,8 +381,8 @@ address the instance registered; -f follows them until Ctrl-C.`,
 	})
 }
 
-// copyLogs prints a container's output, read from the agent of its
-// task's instance.
+// copyLogs prints a container's output, read through the servers (GET
+// /v1/tasks/{name}/logs/{container}).
 func copyLogs(ctx context.Context, call *cli.Call, follow, stderr bool) error {
 	c := call.Client
 	r, t, _, err := readTask(ctx, c, call.Namespace, call.Args[0])
@@ -397,23 +399,19 @@ func copyLogs(ctx context.Context, call *cli.Call, follow, stderr bool) error {
 		}
 		container = td.GetContainers()[0].GetName()
 	}
-	_, in, err := readInstance(ctx, c, t.GetInstance())
-	if err != nil {
-		return err
-	}
-	if in.GetAddress() == "" {
-		return fmt.Errorf("instance %s has registered no address to read logs from", t.GetInstance())
-	}
-	stream := driver.Stdout
+	q := url.Values{"namespace": {r.ID.Tenancy.Namespace}}
 	if stderr {
-		stream = driver.Stderr
+		q.Set("stream", string(driver.Stderr))
 	}
-	logs, err := agent.OpenLogs(ctx, in.GetAddress(), r.ID.Tenancy.Namespace, r.ID.Name, container, stream, follow)
+	if follow {
+		q.Set("follow", "1")
+	}
+	logs, err := c.Open(ctx, c.URL("/v1/tasks/"+url.PathEscape(r.ID.Name)+"/logs/"+url.PathEscape(container), q))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("agent of instance %s at %s: %w", t.GetInstance(), in.GetAddress(), err)
+		return fmt.Errorf("logs of task %s on instance %s: %w", r.ID.Name, t.GetInstance(), err)
 	}
 	defer logs.Close()
 	if _, err := io.Copy(call.Stdout, logs); err != nil && ctx.Err() == nil {

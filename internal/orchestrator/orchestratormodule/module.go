@@ -11,6 +11,7 @@ import (
 
 	pbagent "trellis.dev/trellis/api/agent/v1"
 	"trellis.dev/trellis/internal/acl"
+	"trellis.dev/trellis/internal/httpapi"
 	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/orchestrator/assignments"
@@ -94,16 +95,18 @@ func (m orchestratorModule) Setup(d module.Deps) (module.Parts, error) {
 	if err != nil {
 		return module.Parts{}, err
 	}
+	logsPublic, logsServer, logsRoute := logParts(d)
 	return module.Parts{
 		Controllers: ctls,
 		PublicServices: []module.Service{{
 			Desc: &pbagent.AgentService_ServiceDesc, Impl: agentService{heartbeats: svc, assignments: hub},
 			Permissions: agentPermissions,
-		}},
+		}, logsPublic},
 		ServerServices: []module.Service{{
 			Desc: &pbagent.HeartbeatForwarding_ServiceDesc, Impl: forwardedHeartbeats{heartbeats: svc},
 			Permissions: forwardingPermissions,
-		}},
+		}, logsServer},
+		Routes: []httpapi.Route{logsRoute},
 		Runnables: []module.Runnable{
 			{Name: "heartbeats", Run: tracker},
 			// The forwarder starts after the gRPC servers and stops before

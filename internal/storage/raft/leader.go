@@ -196,3 +196,21 @@ func (b *Backend) consistent(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", storage.ErrUnavailable, ctx.Err())
 	}
 }
+
+// ServerAddrs returns the server-to-server addresses of the servers the
+// cluster knows (this one's too), for parts that ask a server other than
+// the leader (a task's logs, from the server its agent is attached to).
+func (b *Backend) ServerAddrs() []string {
+	list := b.fsm.serverList()
+	out := make([]string, 0, len(list))
+	for _, s := range list {
+		if s.GetServerAddr() != "" {
+			out = append(out, s.GetServerAddr())
+		}
+	}
+	return out
+}
+
+// ServerConn returns a pooled connection to the server-to-server port at
+// addr (do not close it).
+func (b *Backend) ServerConn(addr string) (*grpc.ClientConn, error) { return b.conns.live(addr) }
