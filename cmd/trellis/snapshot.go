@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -21,13 +23,17 @@ func newSnapshotCmd(e *cli.Env) *cobra.Command {
 		Short: "Save a point-in-time snapshot of every resource to FILE",
 		Long: `Save a consistent, point-in-time snapshot of every resource in the cluster
 to FILE, taken by the leader. The file is written to FILE.part first and
-renamed when complete, so FILE is never a partial snapshot.`,
+renamed when complete, so FILE is never a partial snapshot.
+
+The snapshot holds the Connect CA's private keys (a restore needs them):
+FILE is written readable by its owner only (0600). Keep it, and every copy
+of it, as you keep a private key.`,
 		Example: `  trellis snapshot save backup.snap`,
 		Args:    cobra.ExactArgs(1),
 		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
 			file := call.Args[0]
 			part := file + ".part"
-			f, err := os.Create(part)
+			f, err := createPrivate(part)
 			if err != nil {
 				return cli.Result{}, err
 			}
@@ -68,4 +74,15 @@ are told to list again. A file that is not a valid snapshot changes nothing.`,
 		},
 	}))
 	return cmd
+}
+
+// createPrivate creates path readable and writable by its owner only: a
+// snapshot holds the CA's private keys. A file left there (a .part of an
+// interrupted save, perhaps of a looser mode, or a symbolic link) is
+// removed first, so the file written is always a new one of mode 0600.
+func createPrivate(path string) (*os.File, error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 }

@@ -78,6 +78,7 @@ func New(cfg Config) (*Cluster, error) {
 		StoreOptions:      cfg.StoreOptions,
 		DialOptions:       cfg.DialOptions,
 		TLS:               cfg.RaftTLS,
+		Sealed:            cfg.Sealed,
 	})
 	if err != nil {
 		return nil, err

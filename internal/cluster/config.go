@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage/inmem"
 	raftstore "trellis.dev/trellis/internal/storage/raft"
@@ -54,6 +55,9 @@ type Config struct {
 	DialOptions []grpc.DialOption
 	// RaftTLS, when set, runs the Raft transport over mutual TLS.
 	RaftTLS *raftstore.TLS
+	// Sealed reports the types no read on the server port returns
+	// (raftstore.Config.Sealed).
+	Sealed func(*pbresource.Type) bool
 }
 
 // ErrInvalidConfig wraps every configuration error.

@@ -50,6 +50,7 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 		RetryJoin:       cfg.RetryJoin,
 		Logger:          s.log.With("component", "cluster"),
 		Tuning:          tuning,
+		Sealed:          s.registry.IsSealed,
 	})
 	if err != nil {
 		return err

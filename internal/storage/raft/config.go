@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/storage/inmem"
 )
 
@@ -42,6 +43,12 @@ type Config struct {
 	// TLS, when set, runs the Raft transport over mutual TLS; nil is
 	// plaintext TCP.
 	TLS *TLS
+	// Sealed reports the types whose resources hold secrets no read may
+	// carry off a server (resource.Registry.IsSealed): the forwarding
+	// service never returns them, and a follower reads them strongly from
+	// its own store after a read-index barrier (sealed.go). Nil seals
+	// nothing.
+	Sealed func(*pbresource.Type) bool
 }
 
 // Tuning holds Raft's timings and snapshot policy. A zero field takes the

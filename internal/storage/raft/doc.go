@@ -50,7 +50,10 @@
 // applies a barrier (everything committed in earlier terms is then
 // applied) and only then counts as ready; each strong read checks it is
 // still the leader of that same term (VerifyLeader). Followers forward
-// strong reads. Since every server applies the same log at the same
+// strong reads, except of sealed types (Config.Sealed: the CA's keys),
+// which the forwarding service never returns: a follower reads those from
+// its own store once it has applied the leader's read index (sealed.go).
+// Since every server applies the same log at the same
 // indexes, a watch resumes on any server from the index it last saw: a
 // lagging server first waits until it has that index committed, and skips
 // the changes up to it that its store applies later; an index no server

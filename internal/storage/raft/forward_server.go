@@ -46,11 +46,20 @@ func (s *forwardingServer) Apply(ctx context.Context, req *pbstorage.ApplyReques
 	return &pbstorage.ApplyResponse{Resources: out, Error: encodeError(err)}, nil
 }
 
+// Read and List never answer a sealed type (sealed.go): the type asked
+// for is refused before anything is read, and what is read is checked
+// again, so no id that resolves to a sealed resource carries it out.
 func (s *forwardingServer) Read(ctx context.Context, req *pbstorage.ReadRequest) (*pbstorage.ReadResponse, error) {
+	if s.b.sealed(req.GetId().GetType()) {
+		return nil, sealedForwardError("Read", req.GetId().GetType())
+	}
 	if err := s.b.consistent(ctx); err != nil {
 		return &pbstorage.ReadResponse{Error: encodeError(err)}, nil
 	}
 	res, err := s.b.store.Read(req.GetId())
+	if res != nil && s.b.sealed(res.GetId().GetType()) {
+		return nil, sealedForwardError("Read", res.GetId().GetType())
+	}
 	return &pbstorage.ReadResponse{Resource: res, Error: encodeError(err)}, nil
 }
 
@@ -65,12 +74,20 @@ func (s *forwardingServer) ReadIndex(ctx context.Context, _ *pbstorage.ReadIndex
 }
 
 func (s *forwardingServer) List(req *pbstorage.ListRequest, stream pbstorage.Forwarding_ListServer) error {
+	if s.b.sealed(req.GetType()) {
+		return sealedForwardError("List", req.GetType())
+	}
 	if err := s.b.consistent(stream.Context()); err != nil {
 		return stream.Send(&pbstorage.ListResponse{Error: encodeError(err)})
 	}
 	all, err := s.b.store.List(req.GetType(), req.GetTenancy(), req.GetNamePrefix())
 	if err != nil {
 		return stream.Send(&pbstorage.ListResponse{Error: encodeError(err)})
+	}
+	for _, res := range all {
+		if s.b.sealed(res.GetId().GetType()) {
+			return sealedForwardError("List", res.GetId().GetType())
+		}
 	}
 	return sendPages(all, func(page []*pbresource.Resource) error {
 		return stream.Send(&pbstorage.ListResponse{Resources: page})

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
 	"trellis.dev/trellis/internal/testlog"
@@ -67,6 +68,7 @@ func startNode(t testing.TB, id, dir, raftAddr, grpcAddr string, tuning Tuning, 
 	b, err := Open(Config{
 		ID: id, DataDir: dir, RaftAddr: raftAddr, ServerAddr: lis.Addr().String(),
 		Logger: logger.With("server", id), Tuning: tuning, StoreOptions: storeOpts,
+		Sealed: func(typ *pbresource.Type) bool { return ids.SameType(typ, sealedType) },
 	})
 	if err != nil {
 		lis.Close()
@@ -197,6 +199,9 @@ func eventually(t testing.TB, within time.Duration, what string, cond func() boo
 }
 
 var testType = &pbresource.Type{Group: "test", GroupVersion: "v1", Kind: "Thing"}
+
+// sealedType is sealed on every test server (Config.Sealed).
+var sealedType = &pbresource.Type{Group: "test", GroupVersion: "v1", Kind: "Sealed"}
 
 func testID(name string) *pbresource.ID {
 	return &pbresource.ID{Type: testType, Tenancy: &pbresource.Tenancy{Namespace: "default"}, Name: name, Uid: "uid-" + name}

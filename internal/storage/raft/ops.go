@@ -14,7 +14,9 @@ import (
 
 // Read implements storage.Backend. An eventual read is served from the local
 // store, once this server has caught up with a leader since its start
-// (see catchup.go); a strong one by the leader (forwarded from a follower).
+// (see catchup.go); a strong one by the leader (forwarded from a follower),
+// or, for a sealed type, by a follower's own store after the leader's read
+// index (sealed.go).
 func (b *Backend) Read(ctx context.Context, consistency storage.ReadConsistency, id *pbresource.ID) (*pbresource.Resource, error) {
 	if consistency != storage.StrongConsistency {
 		if err := b.awaitCaughtUp(ctx); err != nil {
@@ -30,6 +32,9 @@ func (b *Backend) Read(ctx context.Context, consistency storage.ReadConsistency,
 			return b.store.Read(id)
 		},
 		func(ctx context.Context, conn *grpc.ClientConn) (*pbresource.Resource, error) {
+			if b.sealed(id.GetType()) {
+				return readIndexed(ctx, b, conn, func() (*pbresource.Resource, error) { return b.store.Read(id) })
+			}
 			return b.readRemote(ctx, conn, id)
 		})
 }
@@ -78,6 +83,9 @@ func (b *Backend) List(ctx context.Context, consistency storage.ReadConsistency,
 			return b.store.List(typ, tenancy, namePrefix)
 		},
 		func(ctx context.Context, conn *grpc.ClientConn) ([]*pbresource.Resource, error) {
+			if b.sealed(typ) {
+				return readIndexed(ctx, b, conn, func() ([]*pbresource.Resource, error) { return b.store.List(typ, tenancy, namePrefix) })
+			}
 			return b.listRemote(ctx, conn, &pbstorage.ListRequest{Type: typ, Tenancy: tenancy, NamePrefix: namePrefix})
 		})
 }
