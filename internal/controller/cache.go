@@ -345,6 +345,14 @@ func (tc *typeCache) read(set func() *objectSet) []*Object {
 	return s.build()
 }
 
+// Indexed reports whether typ is cached with the named index declared on
+// it: for a reader that is not a controller (an operation served by every
+// server), which asks before it looks up, rather than panicking.
+func (c *Cache) Indexed(typ *pbresource.Type, index string) bool {
+	tc := c.typeOf(typ)
+	return tc != nil && tc.indexOf(index) >= 0
+}
+
 // Synced reports whether the current term's watch of typ has listed it
 // whole into the cache (false when it is not cached).
 func (c *Cache) Synced(typ *pbresource.Type) bool {

@@ -25,15 +25,9 @@ func NeedsOf(td *pborch.TaskDefinition) Needs {
 	return Needs{Bridge: orchestrator.NetworkMode(td) == orchestrator.NetworkBridge, HostPorts: orchestrator.FixedHostPorts(td)}
 }
 
-// PortHolder is a live task on an instance (one not yet STOPPED: a LOST
-// task's agent may come back with it) and the fixed host ports its task
-// definition publishes there.
-type PortHolder struct {
-	// Task is the task's name (namespace/name when it is of another
-	// namespace than the environment's), as a reason names it.
-	Task  string
-	Ports []orchestrator.HostPort
-}
+// PortHolder is a live task on an instance and the fixed host ports it
+// holds there (orchestrator.PortHolders is who holds what).
+type PortHolder = orchestrator.PortHolder
 
 // Blocked says why a task definition with needs cannot be placed now on
 // an instance with attrs, in words an operator reads in a deployment or
@@ -51,15 +45,8 @@ func Blocked(needs Needs, attrs map[string]string, holders []PortHolder, replace
 		}
 	}
 	for _, want := range needs.HostPorts {
-		for _, h := range holders {
-			if h.Task == replaces {
-				continue
-			}
-			for _, p := range h.Ports {
-				if p == want {
-					return fmt.Sprintf("host port %s is taken by task %s", want, h.Task)
-				}
-			}
+		if h, taken := orchestrator.PortHolderOf(holders, want, replaces); taken {
+			return fmt.Sprintf("host port %s is taken by task %s", want, h.Task)
 		}
 	}
 	return ""

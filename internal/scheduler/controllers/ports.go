@@ -13,11 +13,11 @@ import (
 
 // What a task definition asks of an instance (a bridge network, fixed
 // host ports) is read from the controllers' cache, which holds the task
-// definitions and files the tasks by instance (orchestrator.TasksByInstance,
-// shared with the orchestrator's task controller). A plan asks for an
-// instance's port holders only where it is about to place a task of a
-// definition that publishes fixed host ports, so environments without
-// them cost nothing more.
+// definitions and files the live tasks by instance
+// (orchestrator.LiveTasksByInstance, shared with the task run operation).
+// A plan asks for an instance's port holders only where it is about to
+// place a task of a definition that publishes fixed host ports, so
+// environments without them cost nothing more.
 //
 // Two environments whose definitions publish the same fixed host port
 // could each decide, at the same moment on two workers, to place on the
@@ -55,31 +55,12 @@ func (r *reconciler) needs(ns, ref string) scheduler.Needs {
 
 // portHolders returns, for the plans of an environment of namespace ns,
 // the live tasks on an instance whose definitions publish fixed host
-// ports: of every namespace and environment, and those run by hand.
+// ports: of every namespace and environment, and those run by hand. It is
+// the task run operation's answer too (orchestrator.PortHoldersOn): an
+// index lookup of the instance's live tasks, and their definitions.
 func (r *reconciler) portHolders(ns string) func(instance string) []scheduler.PortHolder {
 	return func(instance string) []scheduler.PortHolder {
-		var out []scheduler.PortHolder
-		for _, o := range r.cache.ByIndex(orchestrator.TaskType, orchestrator.TasksByInstance.Name, instance) {
-			t, ok := controller.Decoded[*pborch.Task](o)
-			if !ok {
-				continue
-			}
-			tns := o.Resource.GetId().GetTenancy().GetNamespace()
-			td := r.taskDefinition(tns, t.GetTaskDefinition())
-			if td == nil {
-				continue
-			}
-			ports := orchestrator.FixedHostPorts(td)
-			if len(ports) == 0 || orchestrator.TaskStatusOf(o.Resource).GetLastStatus() == orchestrator.StatusStopped {
-				continue
-			}
-			name := o.Resource.GetId().GetName()
-			if tns != ns {
-				name = tns + "/" + name
-			}
-			out = append(out, scheduler.PortHolder{Task: name, Ports: ports})
-		}
-		return out
+		return orchestrator.PortHoldersOn(r.cache, instance, ns)
 	}
 }
 

@@ -25,11 +25,12 @@ import (
 // instances and tasks are listed whole into the cache.
 
 // cachedTypes are what the controller reads from the cache: its tasks by
-// owner (the built-in index), every task by instance (the host ports in
-// use there), the instances, and the task definitions (what a definition
-// asks of an instance, and the host ports a task publishes).
+// owner (the built-in index), the live tasks by instance (the host ports
+// held there, orchestrator.HostPortsCached), the instances, and the task
+// definitions (what a definition asks of an instance, and the host ports
+// a task publishes).
 var cachedTypes = []controller.CachedType{
-	{Type: orchestrator.TaskType, Indexes: []*controller.Index{orchestrator.TasksByInstance}},
+	{Type: orchestrator.TaskType, Indexes: []*controller.Index{orchestrator.LiveTasksByInstance}},
 	{Type: orchestrator.InstanceType},
 	{Type: orchestrator.TaskDefinitionType},
 }

@@ -5,6 +5,7 @@ import (
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/resource"
 )
 
@@ -13,6 +14,9 @@ import (
 // and one CAS write (or batch); the controller does the rest.
 type Operations struct {
 	API resource.API
+	// Cache is the controllers' cache, which a diff asks who holds host
+	// ports on an instance while this server leads; nil: the store.
+	Cache *controller.Cache
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }

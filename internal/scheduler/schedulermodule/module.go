@@ -40,7 +40,7 @@ func (schedulerModule) Setup(d module.Deps) (module.Parts, error) {
 	if err != nil {
 		return module.Parts{}, err
 	}
-	ops := &operations.Operations{API: d.API}
+	ops := &operations.Operations{API: d.API, Cache: d.Cache}
 	return module.Parts{
 		Controllers: []controller.Controller{ctl},
 		Routes:      routes{ops: ops, reg: d.Registry}.table(),
