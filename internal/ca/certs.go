@@ -183,7 +183,8 @@ func SignLeaf(csr *x509.CertificateRequest, id Identity, s Signer, ttl time.Dura
 
 // SignIntermediate makes the signing CA of a secondary datacenter for the
 // key of csr: a CA that may sign leaves only (MaxPathLen 0), with the
-// trust domain's URI SAN, valid for ttl but never beyond the signer.
+// trust domain's URI SAN and name constraints that permit URIs of the
+// trust domain alone, valid for ttl but never beyond the signer.
 func SignIntermediate(csr *x509.CertificateRequest, s Signer, ttl time.Duration, now time.Time) (*x509.Certificate, error) {
 	if err := s.check(now); err != nil {
 		return nil, err
@@ -219,6 +220,11 @@ func SignIntermediate(csr *x509.CertificateRequest, s Signer, ttl time.Duration,
 		SubjectKeyId:          skid,
 		AuthorityKeyId:        s.Cert.SubjectKeyId,
 		URIs:                  []*url.URL{TrustDomainURI(td)},
+		// Name constraints: a secondary's intermediate vouches for URIs
+		// of the trust domain alone (a verifier refuses a leaf under it
+		// with a URI of any other host). Critical, as RFC 5280 asks.
+		PermittedURIDomains:         []string{td},
+		PermittedDNSDomainsCritical: true,
 	}
 	return createCert(tmpl, s.Cert, csr.PublicKey, s.Key)
 }

@@ -2,10 +2,14 @@ package ca
 
 import (
 	"crypto"
+	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"errors"
+	"math/big"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -232,6 +236,73 @@ func TestCheckIntermediateCaller(t *testing.T) {
 			}
 			if err != nil && !errors.Is(err, ErrNotServerOfDatacenter) {
 				t.Errorf("refusal %v does not wrap ErrNotServerOfDatacenter", err)
+			}
+		})
+	}
+}
+
+// An intermediate signed for a secondary is name-constrained to the trust
+// domain's URIs, and crypto/x509's verification holds it to that: a leaf
+// under it naming another trust domain, or a URI of no host, does not
+// verify; one of the trust domain does.
+func TestIntermediateNameConstraints(t *testing.T) {
+	root := testRoot(t, DefaultKeyType, 0)
+	key := freshKey(t, DefaultKeyType)
+	csrData, err := NewIntermediateCSR(key, testTD, "dc2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inter, err := SignIntermediate(mustCSR(t, csrData), root, DefaultIntermediateTTL, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(inter.PermittedURIDomains, []string{testTD}) || len(inter.PermittedDNSDomains) != 0 {
+		t.Fatalf("constraints: URI %q, DNS %q; want URI [%s] alone", inter.PermittedURIDomains, inter.PermittedDNSDomains, testTD)
+	}
+	critical := false
+	for _, e := range inter.Extensions {
+		if e.Id.Equal(asn1.ObjectIdentifier{2, 5, 29, 30}) {
+			critical = e.Critical
+		}
+	}
+	if !critical {
+		t.Error("the name constraints extension is not critical")
+	}
+	tests := []struct {
+		name, uri string
+		ok        bool
+	}{
+		{"a service of the trust domain", "spiffe://" + testTD + "/ns/default/dc/dc2/svc/web", true},
+		{"a server of the trust domain", "spiffe://" + testTD + "/server/dc/dc1/id/evil", true},
+		{"another trust domain", "spiffe://other.trellis/ns/default/dc/dc2/svc/web", false},
+		{"a parent of the trust domain", "spiffe://trellis/ns/default/dc/dc2/svc/web", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u, err := url.Parse(tt.uri)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leafKey := freshKey(t, DefaultKeyType)
+			der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+				SerialNumber: big.NewInt(7), NotBefore: t0.Add(-time.Minute), NotAfter: t0.Add(time.Hour),
+				KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+				URIs: []*url.URL{u},
+			}, inter, leafKey.Public(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leaf, err := x509.ParseCertificate(der)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = VerifyLeaf(EncodeCerts(leaf, inter), []*x509.Certificate{root.Cert}, t0)
+			if tt.ok != (err == nil) {
+				t.Fatalf("VerifyLeaf = %v, want ok %v", err, tt.ok)
+			}
+			var invalid x509.CertificateInvalidError
+			if err != nil && !(errors.As(err, &invalid) && invalid.Reason == x509.CANotAuthorizedForThisName) {
+				t.Errorf("refused for %v, want CANotAuthorizedForThisName", err)
 			}
 		})
 	}

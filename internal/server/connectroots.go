@@ -19,10 +19,14 @@ import (
 // agents presenting an agent leaf of the CA (auto-encrypt) are accepted on
 // the public ports, and servers presenting a server leaf on the server
 // ports, through rotations: every listed root, active or not, is trusted.
+// With them go the CAs that sign this datacenter's leaves
+// (ca.DatacenterSigners): a server leaf is taken only from one of them.
 type connectRoots struct {
 	api resource.API
 	tls *tlsutil.Configurator
-	log *slog.Logger
+	// datacenter is this server's.
+	datacenter string
+	log        *slog.Logger
 }
 
 // connectRootsRetry: a broken watch of the roots is opened again after a
@@ -44,6 +48,7 @@ func (c connectRoots) Start(ctx context.Context) error {
 
 func (c connectRoots) set(byName map[string]*pbresource.Resource) {
 	var certs []*x509.Certificate
+	var decoded []*pbca.CARoot
 	td := ""
 	for name, res := range byName {
 		root, err := resource.DecodeData[*pbca.CARoot](res)
@@ -57,11 +62,16 @@ func (c connectRoots) set(byName map[string]*pbresource.Resource) {
 			continue
 		}
 		certs = append(certs, parsed[0])
+		decoded = append(decoded, root)
 		// Every root of a cluster is of one trust domain; the active
 		// root's names it.
 		if td == "" || root.GetActive() {
 			td = root.GetTrustDomain()
 		}
 	}
-	c.tls.SetConnectRoots(td, certs)
+	signers, err := ca.DatacenterSigners(decoded, c.datacenter)
+	if err != nil {
+		c.log.Warn("a stored root's certificates do not parse; skipped as signers of this datacenter", "err", err)
+	}
+	c.tls.SetConnectRoots(td, certs, signers)
 }

@@ -215,7 +215,7 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	if _, ok := s.registry.Resolve(ca.RootType); ok && cfg.TLS != nil {
-		s.Add("connect-roots", connectRoots{api: s.api, tls: cfg.TLS, log: s.log.With("component", "connect-roots")})
+		s.Add("connect-roots", connectRoots{api: s.api, tls: cfg.TLS, datacenter: cfg.Datacenter, log: s.log.With("component", "connect-roots")})
 		log := s.log.With("component", "tls")
 		cfg.TLS.OnConnectReady(func(closed int) {
 			log.Info("this server holds its Connect CA leaf and the CA's roots: it presents the leaf to the peers that ask for it; its Raft links are opened again to use it (Raft may log their closing), the server RPCs' links as they reach their age", "raft_links_closed", closed)

@@ -16,15 +16,19 @@ import (
 
 // connectTrust is what a process knows of the Connect CA: its trust domain
 // and every root it lists, active or not (so that a peer keeps working
-// through a rotation).
+// through a rotation), and the CAs that sign this datacenter's leaves.
 type connectTrust struct {
 	trustDomain string
 	roots       []*x509.Certificate
 	pool        *x509.CertPool
+	// signers are the certificates of the CAs that sign this
+	// datacenter's leaves: a server leaf is taken on a server port only
+	// when one of them signed it (IssuedByOneOf).
+	signers []*x509.Certificate
 }
 
-// serverLeaf is a server's Connect certificate, with the raw issuer names
-// of its chain (which CAs a peer must know to verify it).
+// serverLeaf is a server's Connect certificate, with the raw name of its
+// issuer (the CA a peer must take server leaves of to accept it).
 type serverLeaf struct {
 	cert    *tls.Certificate
 	issuers [][]byte
@@ -32,10 +36,14 @@ type serverLeaf struct {
 
 // SetConnectRoots hands over the Connect CA's roots, of trust domain td:
 // every root the CA lists, active or not, so that peers keep working
-// through a rotation. The public ports then accept agent leaves of the CA
-// as client certificates, and the server ports Connect server leaves. A
-// server calls it whenever the CA's roots change; no roots accepts none.
-func (c *Configurator) SetConnectRoots(td string, roots []*x509.Certificate) {
+// through a rotation; and signers, the certificates of the CAs that sign
+// this datacenter's leaves (the primary's roots themselves, a secondary's
+// own intermediate: ca.DatacenterSigners). The public ports then accept
+// agent leaves of the CA as client certificates, and the server ports
+// Connect server leaves of this datacenter signed by one of signers,
+// never by another datacenter's intermediate. A server calls it whenever
+// the CA's roots change; no roots accepts none.
+func (c *Configurator) SetConnectRoots(td string, roots, signers []*x509.Certificate) {
 	if len(roots) == 0 || td == "" {
 		c.connect.Store(nil)
 	} else {
@@ -43,7 +51,7 @@ func (c *Configurator) SetConnectRoots(td string, roots []*x509.Certificate) {
 		for _, r := range roots {
 			p.AddCert(r)
 		}
-		c.connect.Store(&connectTrust{trustDomain: td, roots: roots, pool: p})
+		c.connect.Store(&connectTrust{trustDomain: td, roots: roots, pool: p, signers: signers})
 	}
 	c.checkConnectReady()
 }
@@ -58,12 +66,9 @@ func (c *Configurator) SetConnectServerCertificate(cert *tls.Certificate) {
 		c.checkConnectReady()
 		return
 	}
+	// The server ports take a leaf by its direct issuer (a CA of their
+	// datacenter), and name those CAs in their certificate requests.
 	leaf := &serverLeaf{cert: cert, issuers: [][]byte{cert.Leaf.RawIssuer}}
-	for _, der := range cert.Certificate[1:] {
-		if ic, err := x509.ParseCertificate(der); err == nil {
-			leaf.issuers = append(leaf.issuers, ic.RawIssuer)
-		}
-	}
 	c.connectServer.Store(leaf)
 	c.checkConnectReady()
 }
@@ -154,10 +159,50 @@ func (c *Configurator) verifyServerPeer(certs []*x509.Certificate, usage x509.Ex
 		}
 		return ServerPeer{}, fmt.Errorf("tls: peer refused: %w", clusterErr)
 	}
-	if err := c.verifyConnect(certs, "/server/dc/", "a server", usage); err != nil {
+	if err := c.verifyConnectServer(certs, usage); err != nil {
 		return ServerPeer{}, fmt.Errorf("tls: peer refused: %w", err)
 	}
 	return ServerPeer{Datacenter: c.cfg.Datacenter, Kind: PeerConnect}, nil
+}
+
+// verifyConnectServer checks a Connect server leaf presented on a server
+// port: a server of this trust domain and datacenter (verifyConnectLeaf),
+// signed by a CA of this datacenter (IssuedByOneOf the signers), so that
+// no other datacenter's intermediate, nor any CA certificate that merely
+// chains to a root, can make a server of this one.
+func (c *Configurator) verifyConnectServer(certs []*x509.Certificate, usage x509.ExtKeyUsage) error {
+	trust := c.connect.Load()
+	if trust == nil {
+		return errors.New("this server does not know the Connect CA's roots yet")
+	}
+	chains, err := verifyConnectLeafChains(certs, trust.trustDomain, trust.pool, c.cfg.Datacenter, "/server/dc/", "a server", usage, c.cfg.Now())
+	if err != nil {
+		return err
+	}
+	if !IssuedByOneOf(chains, trust.signers) {
+		return fmt.Errorf("%s is not signed by a CA of datacenter %s (its issuer is %q): a server leaf of this datacenter is signed by this datacenter's own CA",
+			certs[0].URIs[0], c.cfg.Datacenter, certs[0].Issuer.CommonName)
+	}
+	return nil
+}
+
+// IssuedByOneOf reports whether the leaf of the verified chains was
+// signed by one of signers: whether the certificate after it in a chain
+// (its issuer, whose key checked its signature) holds the key of one of
+// them. Keys, not certificates, are compared, so that a signer renewed or
+// cross-signed with the same key is still itself.
+func IssuedByOneOf(chains [][]*x509.Certificate, signers []*x509.Certificate) bool {
+	for _, ch := range chains {
+		if len(ch) < 2 {
+			continue
+		}
+		for _, s := range signers {
+			if bytes.Equal(ch[1].RawSubjectPublicKeyInfo, s.RawSubjectPublicKeyInfo) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // verifyPublicClient checks a client certificate presented on a public
@@ -194,25 +239,33 @@ func (c *Configurator) verifyConnect(certs []*x509.Certificate, kind, what strin
 // <kind><dc>/id/<name> (kind "/agent/client/dc/" or "/server/dc/", what
 // "an agent" or "a server" says in errors), for usage, against roots.
 func verifyConnectLeaf(certs []*x509.Certificate, td string, roots *x509.CertPool, dc, kind, what string, usage x509.ExtKeyUsage, now time.Time) error {
+	_, err := verifyConnectLeafChains(certs, td, roots, dc, kind, what, usage, now)
+	return err
+}
+
+// verifyConnectLeafChains is verifyConnectLeaf, returning the chains it
+// verified.
+func verifyConnectLeafChains(certs []*x509.Certificate, td string, roots *x509.CertPool, dc, kind, what string, usage x509.ExtKeyUsage, now time.Time) ([][]*x509.Certificate, error) {
 	leaf := certs[0]
 	if len(leaf.URIs) != 1 {
-		return fmt.Errorf("%q has %d URI SANs; the leaf of %s has one", leaf.Subject.CommonName, len(leaf.URIs), what)
+		return nil, fmt.Errorf("%q has %d URI SANs; the leaf of %s has one", leaf.Subject.CommonName, len(leaf.URIs), what)
 	}
 	u := leaf.URIs[0]
 	if !isSPIFFEOf(u, kind+dc+"/id/") {
-		return fmt.Errorf("%s is not the SPIFFE id of %s of datacenter %s", u, what, dc)
+		return nil, fmt.Errorf("%s is not the SPIFFE id of %s of datacenter %s", u, what, dc)
 	}
 	if u.Host != td {
-		return fmt.Errorf("%s is not of the Connect CA's trust domain %s", u, td)
+		return nil, fmt.Errorf("%s is not of the Connect CA's trust domain %s", u, td)
 	}
 	inter := x509.NewCertPool()
 	for _, ic := range certs[1:] {
 		inter.AddCert(ic)
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-		return fmt.Errorf("%s is not a leaf of the Connect CA: %v", u, err)
+	chains, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}})
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a leaf of the Connect CA: %v", u, err)
 	}
-	return nil
+	return chains, nil
 }
 
 // isSPIFFEOf reports whether u is spiffe://<host>/<prefix><one segment>,
@@ -244,16 +297,18 @@ func (c *Configurator) connectCertFor(acceptable [][]byte) *tls.Certificate {
 }
 
 // clientCAs is the pool a server port names in its certificate request:
-// the cluster CA and every Connect root it knows, so that a dialing
-// server presents its Connect leaf only to a server that can verify it.
+// the cluster CA and the CAs that sign this datacenter's Connect leaves,
+// so that a dialing server presents its Connect leaf only to a server
+// that takes it (one whose leaf another CA signed, as during the moment
+// after a secondary's intermediate is renewed, presents its file).
 func (c *Configurator) clientCAs() *x509.CertPool {
 	p := x509.NewCertPool()
 	for _, ca := range c.current.Load().cas {
 		p.AddCert(ca)
 	}
 	if t := c.connect.Load(); t != nil {
-		for _, r := range t.roots {
-			p.AddCert(r)
+		for _, s := range t.signers {
+			p.AddCert(s)
 		}
 	}
 	return p

@@ -87,7 +87,7 @@ func TestPublicPortClientCertificates(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv.SetConnectRoots(td, tc.roots)
+			srv.SetConnectRoots(td, tc.roots, tc.roots)
 			_, serverErr, clientErr := handshake(t, mustConfig(srv.IncomingPublicConfig()), tc.client)
 			if tc.refusal == "" {
 				if serverErr != nil || clientErr != nil {

@@ -47,7 +47,7 @@ func TestPublicPortChoosesTheCertificateByName(t *testing.T) {
 		t.Fatalf("a server without a Connect leaf served %v", c.URIs)
 	}
 	leaf := root.serverLeaf(t, testTD, "dc1", "s-1")
-	srv.SetConnectRoots(testTD, []*x509.Certificate{root.signer.Cert})
+	srv.SetConnectRoots(testTD, []*x509.Certificate{root.signer.Cert}, []*x509.Certificate{root.signer.Cert})
 	srv.SetConnectServerCertificate(leaf)
 	if c := served("server.dc1.connect.trellis"); !c.Equal(leaf.Leaf) {
 		t.Fatalf("asked for the Connect name, served %q %v", c.Subject.CommonName, c.URIs)

@@ -72,11 +72,19 @@
 //     and each connection of the server ports picks (ServerPort): the
 //     dialer asks by SNI for ConnectServerName when it knows the CA's
 //     roots, and the server dialed presents its Connect leaf only then;
-//     the server dialed names the CAs it knows in its certificate request
-//     (ClientCAs), and the dialer presents its Connect leaf only when
-//     they include an issuer of its chain. Standard TLS negotiation: no
-//     peer is ever shown a certificate it cannot check. Either kind is
-//     accepted from a peer; an agent's or a service's leaf never is.
+//     the server dialed names in its certificate request (ClientCAs) the
+//     CAs whose server leaves it takes, and the dialer presents its
+//     Connect leaf only when they include its leaf's issuer. Standard TLS
+//     negotiation: no peer is ever shown a certificate it cannot check.
+//     Either kind is accepted from a peer; an agent's or a service's leaf
+//     never is.
+//   - A Connect server leaf is a server leaf of this datacenter, signed by
+//     this datacenter's CA: its SPIFFE id names this datacenter, and its
+//     issuer holds the key of one of the datacenter's signing CAs
+//     (SetConnectRoots' signers: the primary's roots, a secondary's own
+//     intermediate; IssuedByOneOf). Chaining to a root is not enough: any
+//     CA certificate that chains to one (another datacenter's
+//     intermediate) could otherwise mint a server of every datacenter.
 //   - A connection that is up never looks at certificates again, so when
 //     a server becomes ready to speak Connect (a leaf and the roots) it
 //     closes its Raft links (Links), once, and Raft opens them again with

@@ -59,6 +59,29 @@ func (r connectCA) serverLeaf(t *testing.T, td, dc, name string) *tls.Certificat
 	return chainCert(leaf, key, r.signer.Chain)
 }
 
+// intermediate is an intermediate CA under r, as the primary signs one
+// for a secondary datacenter, as a signer of leaves (which carry it).
+func (r connectCA) intermediate(t *testing.T) connectCA {
+	t.Helper()
+	key, err := ca.GenerateKey(ca.DefaultKeyType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csrPEM, err := ca.NewIntermediateCSR(key, r.td, "dc2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := ca.ParseCSR(csrPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inter, err := ca.SignIntermediate(csr, r.signer, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return connectCA{td: r.td, signer: ca.Signer{Cert: inter, Key: key, Chain: []*x509.Certificate{inter}}}
+}
+
 // leafOf signs a service or agent leaf of id, as the signing service
 // does.
 func (r connectCA) leafOf(t *testing.T, id string) *tls.Certificate {
@@ -83,12 +106,15 @@ func presenting(cert *tls.Certificate) *tls.Config {
 }
 
 // The server ports take a server certificate of the cluster CA, or a
-// Connect server leaf of this trust domain and datacenter chaining to a
-// root the server knows; never an agent's or a service's leaf.
+// Connect server leaf of this trust domain and datacenter signed by a CA
+// of this datacenter (the primary's roots; a secondary's own
+// intermediate); never a leaf under another datacenter's intermediate,
+// an agent's or a service's leaf.
 func TestServerPortAcceptsConnectServerLeaves(t *testing.T) {
 	p := newPKI(t)
 	srv := p.configurator(p.serverConfig(p.cert(p.ca, KindServer, "dc1")))
 	root, other := newConnectCA(t, testTD), newConnectCA(t, testTD)
+	inter, otherInter := root.intermediate(t), root.intermediate(t)
 	port, err := srv.ServerPort()
 	if err != nil {
 		t.Fatal(err)
@@ -96,21 +122,31 @@ func TestServerPortAcceptsConnectServerLeaves(t *testing.T) {
 	tests := []struct {
 		name    string
 		roots   []*x509.Certificate
+		signers []*x509.Certificate // the roots when nil
 		client  *tls.Config
 		refusal string // "" when accepted
 	}{
-		{"a Connect server leaf", []*x509.Certificate{root.signer.Cert}, presenting(root.serverLeaf(t, testTD, "dc1", "s-2")), ""},
-		{"a server certificate of the cluster CA", []*x509.Certificate{root.signer.Cert}, rawClient(p.cert(p.ca, KindServer, "dc1")), ""},
-		{"a Connect server leaf before the server knows the roots", nil, presenting(root.serverLeaf(t, testTD, "dc1", "s-2")), "does not know the Connect CA's roots"},
-		{"a Connect server leaf of another root", []*x509.Certificate{root.signer.Cert}, presenting(other.serverLeaf(t, testTD, "dc1", "s-2")), "not a leaf of the Connect CA"},
-		{"a Connect server leaf of another datacenter", []*x509.Certificate{root.signer.Cert}, presenting(root.serverLeaf(t, testTD, "dc2", "s-2")), "not the SPIFFE id of a server of datacenter dc1"},
-		{"a Connect server leaf of another trust domain", []*x509.Certificate{root.signer.Cert}, presenting(root.serverLeaf(t, "other.trellis", "dc1", "s-2")), "not of the Connect CA's trust domain"},
-		{"an agent leaf", []*x509.Certificate{root.signer.Cert}, presenting(root.leafOf(t, "spiffe://"+testTD+"/agent/client/dc/dc1/id/i-1")), "not the SPIFFE id of a server"},
-		{"a service leaf", []*x509.Certificate{root.signer.Cert}, presenting(root.leafOf(t, "spiffe://"+testTD+"/ns/default/dc/dc1/svc/web")), "not the SPIFFE id of a server"},
+		{"a server leaf under another datacenter's intermediate", []*x509.Certificate{root.signer.Cert}, nil, presenting(inter.serverLeaf(t, testTD, "dc1", "evil")), "not signed by a CA of datacenter dc1"},
+		{"a secondary's server leaf under its own intermediate", []*x509.Certificate{root.signer.Cert}, []*x509.Certificate{inter.signer.Cert}, presenting(inter.serverLeaf(t, testTD, "dc1", "s-2")), ""},
+		{"in a secondary, a leaf under another secondary's intermediate", []*x509.Certificate{root.signer.Cert}, []*x509.Certificate{inter.signer.Cert}, presenting(otherInter.serverLeaf(t, testTD, "dc1", "evil")), "not signed by a CA of datacenter dc1"},
+		{"in a secondary, a leaf the root signed", []*x509.Certificate{root.signer.Cert}, []*x509.Certificate{inter.signer.Cert}, presenting(root.serverLeaf(t, testTD, "dc1", "s-2")), "not signed by a CA of datacenter dc1"},
+		{"no signers known", []*x509.Certificate{root.signer.Cert}, []*x509.Certificate{}, presenting(root.serverLeaf(t, testTD, "dc1", "s-2")), "not signed by a CA of datacenter dc1"},
+		{"a Connect server leaf", []*x509.Certificate{root.signer.Cert}, nil, presenting(root.serverLeaf(t, testTD, "dc1", "s-2")), ""},
+		{"a server certificate of the cluster CA", []*x509.Certificate{root.signer.Cert}, nil, rawClient(p.cert(p.ca, KindServer, "dc1")), ""},
+		{"a Connect server leaf before the server knows the roots", nil, nil, presenting(root.serverLeaf(t, testTD, "dc1", "s-2")), "does not know the Connect CA's roots"},
+		{"a Connect server leaf of another root", []*x509.Certificate{root.signer.Cert}, nil, presenting(other.serverLeaf(t, testTD, "dc1", "s-2")), "not a leaf of the Connect CA"},
+		{"a Connect server leaf of another datacenter", []*x509.Certificate{root.signer.Cert}, nil, presenting(root.serverLeaf(t, testTD, "dc2", "s-2")), "not the SPIFFE id of a server of datacenter dc1"},
+		{"a Connect server leaf of another trust domain", []*x509.Certificate{root.signer.Cert}, nil, presenting(root.serverLeaf(t, "other.trellis", "dc1", "s-2")), "not of the Connect CA's trust domain"},
+		{"an agent leaf", []*x509.Certificate{root.signer.Cert}, nil, presenting(root.leafOf(t, "spiffe://"+testTD+"/agent/client/dc/dc1/id/i-1")), "not the SPIFFE id of a server"},
+		{"a service leaf", []*x509.Certificate{root.signer.Cert}, nil, presenting(root.leafOf(t, "spiffe://"+testTD+"/ns/default/dc/dc1/svc/web")), "not the SPIFFE id of a server"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv.SetConnectRoots(testTD, tc.roots)
+			signers := tc.signers
+			if signers == nil {
+				signers = tc.roots
+			}
+			srv.SetConnectRoots(testTD, tc.roots, signers)
 			_, serverErr, clientErr := handshake(t, port.Incoming(), tc.client)
 			if tc.refusal == "" {
 				if serverErr != nil || clientErr != nil {
@@ -125,7 +161,7 @@ func TestServerPortAcceptsConnectServerLeaves(t *testing.T) {
 	}
 
 	// A dialing server takes the same from the server it dials.
-	srv.SetConnectRoots(testTD, []*x509.Certificate{root.signer.Cert})
+	srv.SetConnectRoots(testTD, []*x509.Certificate{root.signer.Cert}, []*x509.Certificate{root.signer.Cert})
 	for _, tc := range []struct {
 		name    string
 		serves  *tls.Certificate
@@ -134,6 +170,7 @@ func TestServerPortAcceptsConnectServerLeaves(t *testing.T) {
 		{"a Connect server leaf", root.serverLeaf(t, testTD, "dc1", "s-2"), ""},
 		{"an agent leaf", root.leafOf(t, "spiffe://"+testTD+"/agent/client/dc/dc1/id/i-1"), "not the SPIFFE id of a server"},
 		{"a Connect server leaf of another root", other.serverLeaf(t, testTD, "dc1", "s-2"), "not a leaf of the Connect CA"},
+		{"a server leaf under an intermediate", inter.serverLeaf(t, testTD, "dc1", "evil"), "not signed by a CA of datacenter dc1"},
 	} {
 		t.Run("dialing/"+tc.name, func(t *testing.T) {
 			_, _, clientErr := handshake(t, &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*tc.serves}}, port.Outgoing(nil))
@@ -247,9 +284,13 @@ func TestServerPortNegotiation(t *testing.T) {
 		{"the dialing server has no state yet", side{roots, root.serverLeaf(t, testTD, "dc1", "a")}, side{}, PeerClusterCA, PeerClusterCA, false},
 		{"the dialing server knows the roots, has no leaf yet", side{roots, root.serverLeaf(t, testTD, "dc1", "a")}, side{roots, nil}, PeerClusterCA, PeerConnect, false},
 		{"the dialed server knows the roots, has no leaf yet", side{roots, nil}, side{roots, root.serverLeaf(t, testTD, "dc1", "b")}, PeerConnect, PeerClusterCA, false},
-		// After a rotation, a leaf of the new root reaches a server that
-		// knows only the old one through the cross-signed root.
+		// After a rotation, a server that has not seen the new root yet
+		// takes no leaf of it (the new root is not yet a CA of its
+		// datacenter, cross-signed or not): it names the CAs it takes, and
+		// the dialing server shows it its file instead.
 		{"the dialing server signed under a root the other has not seen", side{roots, root.serverLeaf(t, testTD, "dc1", "a")},
+			side{[]*x509.Certificate{root.signer.Cert, next.signer.Cert}, next.serverLeaf(t, testTD, "dc1", "b")}, PeerClusterCA, PeerConnect, false},
+		{"both have seen the rotation, one leaf of each root", side{[]*x509.Certificate{root.signer.Cert, next.signer.Cert}, root.serverLeaf(t, testTD, "dc1", "a")},
 			side{[]*x509.Certificate{root.signer.Cert, next.signer.Cert}, next.serverLeaf(t, testTD, "dc1", "b")}, PeerConnect, PeerConnect, false},
 	}
 	for _, tc := range tests {
@@ -260,7 +301,7 @@ func TestServerPortNegotiation(t *testing.T) {
 				c *Configurator
 				side
 			}{{a, tc.a}, {b, tc.b}} {
-				s.c.SetConnectRoots(testTD, s.roots)
+				s.c.SetConnectRoots(testTD, s.roots, s.roots)
 				s.c.SetConnectServerCertificate(s.leaf)
 			}
 			aSaw, bSaw := linkKinds(t, a, b)
@@ -303,7 +344,7 @@ func TestConnectReadyClosesTheLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rpcLink.Close()
-	srv.SetConnectRoots(testTD, []*x509.Certificate{root.signer.Cert})
+	srv.SetConnectRoots(testTD, []*x509.Certificate{root.signer.Cert}, []*x509.Certificate{root.signer.Cert})
 	if len(calls) != 0 || port.Links()[LinkHandshaking] != 2 {
 		t.Fatal("the links were closed with the roots alone")
 	}
@@ -317,7 +358,7 @@ func TestConnectReadyClosesTheLinks(t *testing.T) {
 	// A renewal, or the roots again, changes nothing.
 	port.Track(b)
 	srv.SetConnectServerCertificate(root.serverLeaf(t, testTD, "dc1", "s-1"))
-	srv.SetConnectRoots(testTD, []*x509.Certificate{root.signer.Cert})
+	srv.SetConnectRoots(testTD, []*x509.Certificate{root.signer.Cert}, []*x509.Certificate{root.signer.Cert})
 	if len(calls) != 1 || port.Links()[LinkHandshaking] != 2 {
 		t.Fatalf("after a renewal: calls %v, links %v", calls, port.Links())
 	}
@@ -354,6 +395,50 @@ func TestOtherServerDatacenter(t *testing.T) {
 			got, err := otherServerDatacenter(tt.names, "dc1", "trellis")
 			if got != tt.want || (err != nil) != tt.err {
 				t.Errorf("otherServerDatacenter(%q) = %q, %v; want %q, error %v", tt.names, got, err, tt.want, tt.err)
+			}
+		})
+	}
+}
+
+// Raft takes the servers of this datacenter alone; the server RPCs' listener
+// also takes a server certificate of the cluster CA naming another
+// datacenter's server, and records which datacenter the peer is a server
+// of. Neither takes a client certificate, nor another datacenter's Connect
+// leaf, which it could not place under that datacenter's CA.
+func TestServerPortScopes(t *testing.T) {
+	p := newPKI(t)
+	srv := p.configurator(p.serverConfig(p.cert(p.ca, KindServer, "dc1")))
+	root := newConnectCA(t, testTD)
+	srv.SetConnectRoots(testTD, []*x509.Certificate{root.signer.Cert}, []*x509.Certificate{root.signer.Cert})
+	port, err := srv.ServerPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name        string
+		client      *tls.Config
+		raft, rpc   string // the refusal of each, "" when taken
+		rpcPeerOfDC string
+	}{
+		{"a server of this datacenter", rawClient(p.cert(p.ca, KindServer, "dc1")), "", "", "dc1"},
+		{"a Connect server leaf of this datacenter", presenting(root.serverLeaf(t, testTD, "dc1", "s-2")), "", "", "dc1"},
+		{"a server of another datacenter", rawClient(p.cert(p.ca, KindServer, "dc2")), "not a certificate of server.dc1.trellis", "", "dc2"},
+		{"a client of another datacenter", rawClient(p.cert(p.ca, KindClient, "dc2")), "not a certificate of server.dc1.trellis", "not a certificate of server.dc1.trellis", ""},
+		{"a Connect server leaf of another datacenter", presenting(root.serverLeaf(t, testTD, "dc2", "s-2")), "not the SPIFFE id of a server of datacenter dc1", "not the SPIFFE id of a server of datacenter dc1", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, serverErr, _ := handshake(t, port.Incoming(), tc.client)
+			if (tc.raft == "") != (serverErr == nil) || (serverErr != nil && !strings.Contains(serverErr.Error(), tc.raft)) {
+				t.Errorf("Raft: %v, want refusal %q", serverErr, tc.raft)
+			}
+			var seen ServerPeer
+			_, serverErr, _ = handshake(t, srv.incomingServer(nil, anyDatacenter, &seen), tc.client)
+			if (tc.rpc == "") != (serverErr == nil) || (serverErr != nil && !strings.Contains(serverErr.Error(), tc.rpc)) {
+				t.Errorf("server RPCs: %v, want refusal %q", serverErr, tc.rpc)
+			}
+			if seen.Datacenter != tc.rpcPeerOfDC {
+				t.Errorf("server RPCs saw a server of %q, want %q", seen.Datacenter, tc.rpcPeerOfDC)
 			}
 		})
 	}

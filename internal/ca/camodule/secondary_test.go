@@ -234,6 +234,16 @@ func TestSecondaryDatacenter(t *testing.T) {
 		t.Errorf("a dc1 CSR at the secondary = %d %s, want 400 naming the datacenter", resp.StatusCode, body)
 	}
 
+	// Nor a server's identity, of its datacenter or another: a server
+	// signs its own leaf, and the CA signs none on request, in a
+	// secondary as in the primary.
+	for _, dc := range []string{"dc2", "dc1"} {
+		id := ca.ServerID{TrustDomain: td, Datacenter: dc, Server: "evil"}
+		if resp, body := postSign(t, sBase, newCSR(t, p256(t), []string{id.String()})); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), ca.ReasonServerID) {
+			t.Errorf("a CSR for %s at the secondary = %d %s, want 400 %s", id, resp.StatusCode, body, ca.ReasonServerID)
+		}
+	}
+
 	// The secondary neither rotates nor signs intermediates.
 	before := stored(t, secondary.API())
 	code, body := put(t, sBase+"/v1/ca/config", `{"config": {"rotation": 5}}`)

@@ -3,6 +3,7 @@ package camodule
 import (
 	"context"
 	"crypto/tls"
+	"encoding/hex"
 	"log/slog"
 	mrand "math/rand/v2"
 	"sync/atomic"
@@ -37,8 +38,9 @@ func later(a, b time.Time) time.Time {
 // it signs itself with the signing key the Signer holds, with no RPC and
 // no CSR. It makes one as soon as the Signer can sign (an active root, or
 // a secondary's intermediate), renews it at ca.LeafRenewAt (60 % to 90 %
-// of its life), signs it again within the window after the active root
-// changes, and hands each to the server's TLS. The key is made here and
+// of its life), signs it again within the window after the active root or
+// its signing certificate changes (signingID), and hands each to the
+// server's TLS. The key is made here and
 // stays in memory.
 type serverLeaf struct {
 	signer *Signer
@@ -64,7 +66,7 @@ func (m *serverLeaf) Start(ctx context.Context) error {
 		var fire <-chan time.Time
 		if st != nil {
 			now := m.signer.now()
-			sched = ca.OnRootChange(sched, st.rootID, now, m.window, m.rand())
+			sched = ca.OnRootChange(sched, signingID(st), now, m.window, m.rand())
 			if ca.SignDue(sched, now) {
 				sched = m.sign(st, sched, now)
 				continue
@@ -82,6 +84,16 @@ func (m *serverLeaf) Start(ctx context.Context) error {
 	}
 }
 
+// signingID names what signs the server's leaf: the active root and the
+// key of the signing certificate. A secondary's intermediate renewed
+// under the same root changes it, so the leaf is signed again within the
+// window: the server ports take a server leaf only from a CA their
+// datacenter signs with now (tlsutil's SetConnectRoots), and a leaf of
+// the intermediate before would be refused by a peer that has the new one.
+func signingID(st *signingState) string {
+	return st.rootID + "/" + hex.EncodeToString(st.signer.Cert.SubjectKeyId)
+}
+
 // sign makes a key and signs the server's leaf for it under st, hands
 // it to the server's TLS, and returns the leaf's new schedule; on a
 // failure, the schedule of a retry.
@@ -95,7 +107,7 @@ func (m *serverLeaf) sign(st *signingState, sched ca.LeafSchedule, now time.Time
 	}
 	m.current.Store(cert)
 	m.tls.SetConnectServerCertificate(cert)
-	sched = ca.LeafSigned(cert.Leaf.NotBefore, cert.Leaf.NotAfter, st.rootID, m.rand())
+	sched = ca.LeafSigned(cert.Leaf.NotBefore, cert.Leaf.NotAfter, signingID(st), m.rand())
 	// A leaf cut short by its signer's expiry (a root or intermediate
 	// near its end) has little life to renew within: never sooner than
 	// minServerRenewal from now, or the last minutes would sign in a loop.
