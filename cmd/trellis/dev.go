@@ -35,7 +35,8 @@ type serverFlags struct {
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.httpAddr, "http-addr", server.DefaultHTTPAddr, "address of the HTTP/JSON API (host:port)")
+	fs.StringVar(&f.httpAddr, "http-addr", server.DefaultHTTPAddr,
+		"address of the HTTP/JSON API, always plaintext (host:port); loopback by default: a wider address lets the network in, which the server warns of (docs/tls.md)")
 	fs.StringVar(&f.grpcAddr, "grpc-addr", server.DefaultGRPCAddr, "address of the public gRPC API, which agents and tools use (host:port)")
 	fs.StringVar(&f.raftAddr, "raft-addr", server.DefaultRaftAddr, "address of Raft, which other servers dial (host:port)")
 	fs.StringVar(&f.serverAddr, "server-addr", server.DefaultServerAddr,

@@ -9,6 +9,8 @@ type SingleNode struct {
 	Addr string
 	// Datacenter is reported by Health.
 	Datacenter string
+	// Warnings name the server's open doors, reported by Health.
+	Warnings []string
 }
 
 // Leader returns the server's own address.
@@ -19,5 +21,5 @@ func (s SingleNode) Peers() ([]string, error) { return []string{s.Addr}, nil }
 
 // Health is always good: the server leads itself and holds everything.
 func (s SingleNode) Health() wire.Health {
-	return wire.Health{Status: "ok", Leader: s.Addr, Datacenter: s.Datacenter}
+	return wire.Health{Status: "ok", Leader: s.Addr, Datacenter: s.Datacenter, Warnings: s.Warnings}
 }

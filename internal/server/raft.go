@@ -66,10 +66,7 @@ func (s *Server) openRaft(cfg *RaftConfig) error {
 	}
 	s.raft = c
 	s.backend = c.Backend()
-	st := raftStatus{c: c, datacenter: s.cfg.Datacenter, warnings: securityWarnings(s.cfg)}
-	for _, w := range st.warnings {
-		s.log.Warn(w)
-	}
+	st := raftStatus{c: c, datacenter: s.cfg.Datacenter, warnings: s.warnings}
 	s.cluster = st
 	s.operator = st
 	s.Add("raft", c)

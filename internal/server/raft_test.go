@@ -106,7 +106,8 @@ func TestRaftServerKeepsDataAcrossRestart(t *testing.T) {
 }
 
 // A Raft server without TLS files runs, and says in every health answer
-// that its links to other servers are plaintext.
+// that its links to other servers are plaintext, first, then that ACLs
+// are not enforced and its snapshot route is open.
 func TestPlaintextRaftServerWarnsInHealth(t *testing.T) {
 	c, _ := startRaft(t, t.TempDir())
 	resp, err := http.Get(c.Addr() + "/v1/health")
@@ -118,8 +119,9 @@ func TestPlaintextRaftServerWarnsInHealth(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != http.StatusOK || h.Status != "ok" || !slices.Equal(h.Warnings, []string{server.WarnPlaintext}) {
-		t.Fatalf("health = %d %+v, want ok with warnings [%q]", resp.StatusCode, h, server.WarnPlaintext)
+	if resp.StatusCode != http.StatusOK || h.Status != "ok" || len(h.Warnings) < 3 ||
+		!slices.Equal(h.Warnings[:3], []string{server.WarnPlaintext, server.WarnNoACLs, server.WarnSnapshotOpen}) {
+		t.Fatalf("health = %d %+v, want ok with warnings [%q %q %q ...]", resp.StatusCode, h, server.WarnPlaintext, server.WarnNoACLs, server.WarnSnapshotOpen)
 	}
 	if h.Datacenter != "dc1" {
 		t.Errorf("health names datacenter %q, want the default dc1", h.Datacenter)

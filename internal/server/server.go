@@ -67,6 +67,9 @@ type Server struct {
 	// serverID names this server among the cluster's: the Raft node id,
 	// or a uuid for the run of an in-memory server.
 	serverID string
+	// warnings name the server's open doors (security.go), logged at
+	// start and answered by /v1/health.
+	warnings []string
 
 	// extra runnables run between the gRPC server (first up, last down)
 	// and the HTTP server (last up, first down).
@@ -133,6 +136,10 @@ func New(cfg Config) (_ *Server, err error) {
 	if s.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("-http-addr: %w", err)
 	}
+	// The open doors, named with the addresses actually bound.
+	exp := exposureOf(cfg)
+	exp.httpAddr, exp.grpcAddr = s.httpLn.Addr().String(), s.grpcLn.Addr().String()
+	s.warnings = securityWarnings(exp)
 	if cfg.HTTPSAddr != "" {
 		ln, err := net.Listen("tcp", cfg.HTTPSAddr)
 		if err != nil {
@@ -186,7 +193,7 @@ func New(cfg Config) (_ *Server, err error) {
 		s.serverID = s.raft.ID()
 	} else {
 		s.backend = inmem.NewBackend()
-		s.cluster = SingleNode{Addr: cfg.RaftAddr, Datacenter: cfg.Datacenter}
+		s.cluster = SingleNode{Addr: cfg.RaftAddr, Datacenter: cfg.Datacenter, Warnings: s.warnings}
 		if s.serverID, err = ids.NewUUID(); err != nil {
 			return nil, err
 		}
@@ -304,6 +311,9 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.log.Info("server starting", "http", s.HTTPAddr(), "grpc", s.GRPCAddr(), "raft", s.cfg.RaftAddr,
 		"server", s.ServerAddr(), "storage", s.storageKind(), "runnables", g.Names())
+	for _, w := range s.warnings {
+		s.log.Warn(w)
+	}
 	err := g.Start(ctx)
 	s.closeListeners()
 	s.log.Info("server stopped", "err", err)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,7 +217,8 @@ func tlsExchange(addr string, cfg *tls.Config) error {
 }
 
 // trellis dev -data-dir: certificates made in memory on the
-// server-to-server port, the public ports plaintext, no warning.
+// server-to-server port, the public ports plaintext, which it says, and
+// no warning of plaintext server links.
 func TestDevTLSOnTheServerPortOnly(t *testing.T) {
 	b, err := tlsutil.NewDevBundle("", time.Time{})
 	if err != nil {
@@ -254,7 +257,13 @@ func TestDevTLSOnTheServerPortOnly(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
 		t.Fatal(err)
 	}
-	if h.Status != "ok" || len(h.Warnings) != 0 {
-		t.Errorf("health = %+v, want ok without warnings", h)
+	if h.Status != "ok" || slices.Contains(h.Warnings, server.WarnPlaintext) {
+		t.Errorf("health = %+v, want ok without the warning of plaintext server links", h)
+	}
+	// The public ports are plaintext, on loopback, and said to be.
+	for _, port := range []string{"the HTTP API on " + srv.HTTPAddr() + " is plaintext, on loopback", "the public gRPC API on " + srv.GRPCAddr() + " is plaintext, on loopback"} {
+		if !slices.ContainsFunc(h.Warnings, func(w string) bool { return strings.HasPrefix(w, port) }) {
+			t.Errorf("health warnings %q; want one saying %q", h.Warnings, port)
+		}
 	}
 }

@@ -199,8 +199,9 @@ type Health struct {
 	// servers only).
 	AppliedIndex uint64 `json:"applied_index,omitempty"`
 	LeaderIndex  uint64 `json:"leader_index,omitempty"`
-	// Warnings name what is unsafe about how the server runs (links
-	// between servers in plaintext) without making it unhealthy.
+	// Warnings name what is unsafe about how the server runs, every
+	// open door (links between servers in plaintext, ACLs not enforced,
+	// plaintext public ports), without making it unhealthy.
 	Warnings []string `json:"warnings,omitempty"`
 }
 
