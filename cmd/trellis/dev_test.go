@@ -1,6 +1,12 @@
 package main
 
-import "testing"
+import (
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
 
 // trellis dev with -data-dir secures its server-to-server port with
 // certificates of its own and keeps the public ports plaintext; in memory
@@ -25,5 +31,22 @@ func TestDevConfigTLS(t *testing.T) {
 	}
 	if disk.TLS.FromFiles() {
 		t.Error("dev's certificates come from files; want made in memory")
+	}
+}
+
+// trellis server and trellis dev serve their plaintext HTTP API on
+// loopback unless -http-addr names another address: with the TLS files
+// too, remote callers use -https-addr. Dev needs nothing to configure.
+func TestHTTPAddrDefaultsToLoopback(t *testing.T) {
+	e := testEnv("", nil, nil, nil)
+	for _, cmd := range []*cobra.Command{newServerCmd(e), newDevCmd(e)} {
+		f := cmd.Flags().Lookup("http-addr")
+		if f == nil {
+			t.Fatalf("trellis %s has no -http-addr", cmd.Name())
+		}
+		host, _, err := net.SplitHostPort(f.DefValue)
+		if ip, perr := netip.ParseAddr(host); err != nil || perr != nil || !ip.IsLoopback() {
+			t.Errorf("trellis %s -http-addr defaults to %q; want a loopback address", cmd.Name(), f.DefValue)
+		}
 	}
 }
