@@ -368,6 +368,15 @@ func (c *Cache) Synced(typ *pbresource.Type) bool {
 	}
 }
 
+// MarkSynced says that typ has been listed whole into the cache, as a
+// term's watch says once its list is applied, for a test harness that
+// lists the store into the cache by hand (the Manager's watches mark
+// their own). It panics when the type is not cached.
+func (c *Cache) MarkSynced(typ *pbresource.Type) {
+	c.markFed()
+	c.mustType(typ).markSynced()
+}
+
 // Apply records an event of a cached type (others are ignored): an upsert
 // replaces what is cached under its name, a delete removes it when it is
 // the same incarnation. An upsert of the same incarnation at an older

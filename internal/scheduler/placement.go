@@ -37,12 +37,8 @@ type PortHolder = orchestrator.PortHolder
 // the new task only once it has stopped, and so its ports are free. It is
 // pure.
 func Blocked(needs Needs, attrs map[string]string, holders []PortHolder, replaces string) string {
-	if needs.Bridge {
-		if v, ok := attrs[orchestrator.AttrNetworkBridge]; !ok {
-			return fmt.Sprintf("the task definition's network is bridge, and the instance does not say it runs bridge tasks (no %s attribute)", orchestrator.AttrNetworkBridge)
-		} else if v != "true" {
-			return fmt.Sprintf("the task definition's network is bridge, and the instance cannot run bridge tasks (%s=%s)", orchestrator.AttrNetworkBridge, v)
-		}
+	if why := orchestrator.BridgeRefusal(needs.Bridge, attrs); why != "" {
+		return why
 	}
 	for _, want := range needs.HostPorts {
 		if h, taken := orchestrator.PortHolderOf(holders, want, replaces); taken {

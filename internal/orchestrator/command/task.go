@@ -2,14 +2,13 @@ package command
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"strings"
 
-	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -18,9 +17,7 @@ import (
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/driver"
 	"trellis.dev/trellis/internal/httpapi/wire"
-	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
-	"trellis.dev/trellis/internal/scheduler"
 )
 
 // TaskStatuses are the values of task list --status, a closed set.
@@ -47,16 +44,6 @@ or its instance stopped reporting (LOST); "-" when it does not run.`,
 	return cmd
 }
 
-// newTaskName is a fresh task name: a lowercase ULID, so names sort by
-// creation time.
-func newTaskName() (string, error) {
-	id, err := ulid.New(ulid.Now(), rand.Reader)
-	if err != nil {
-		return "", err
-	}
-	return strings.ToLower(id.String()), nil
-}
-
 func newTaskRunCmd(e *cli.Env) *cobra.Command {
 	var taskdef, instance, startedBy string
 	return e.Command(cli.ClientCommand{
@@ -65,10 +52,12 @@ func newTaskRunCmd(e *cli.Env) *cobra.Command {
 		Long: `Place one task of a task definition on a named instance. The instance's agent
 sees it at once and starts its containers; trellis task show follows it.
 
-Without a revision the family's latest is used. An instance that is draining,
-down or gone is refused, and so is one that cannot run the task: a driver it
-lacks, a bridge task where its network.bridge attribute is not "true", a fixed
-host port that a live task there (of any namespace) publishes.`,
+Without a revision the family's latest is used. The server decides the
+placement, as the scheduler decides its own, and writes nothing when it
+refuses: an instance that is draining, down or gone, and one that cannot run
+the task: a driver it lacks, a bridge task where its network.bridge attribute
+is not "true", a fixed host port that a live task there (of any namespace)
+holds, named with the task.`,
 		Example: `  trellis task run --taskdef web:1 --instance node-1
   trellis task run --taskdef web --instance node-2 --started-by release-42`,
 		Args: cobra.NoArgs,
@@ -90,104 +79,21 @@ host port that a live task there (of any namespace) publishes.`,
 			if err != nil {
 				return cli.Result{}, err
 			}
-			_, in, err := readInstance(ctx, c, instance)
-			if err != nil {
-				return cli.Result{}, err
-			}
-			if in.GetStatus() != orchestrator.InstanceReady {
-				return cli.Result{}, fmt.Errorf("instance %s is %s: tasks are placed only on ready instances", instance, in.GetStatus())
-			}
-			for _, ct := range td.GetContainers() {
-				if !driverAvailable(in, ct.GetDriver()) {
-					return cli.Result{}, fmt.Errorf("instance %s cannot run container %s: driver %s is not available there", instance, ct.GetName(), ct.GetDriver())
-				}
-			}
-			// What the scheduler checks before it places (a bridge
-			// instance, free fixed host ports), against what is read
-			// now: a placement made meanwhile is the agent's to refuse.
-			needs := scheduler.NeedsOf(td)
-			var holders []scheduler.PortHolder
-			if len(needs.HostPorts) > 0 {
-				if holders, err = portHolders(ctx, c, call.Namespace, instance); err != nil {
-					return cli.Result{}, err
-				}
-			}
-			if why := scheduler.Blocked(needs, in.GetAttributes(), holders, ""); why != "" {
-				return cli.Result{}, fmt.Errorf("instance %s cannot run %s: %s", instance, orchestrator.TaskDefinitionRef(td.GetFamily(), td.GetRevision()), why)
-			}
-			name, err := newTaskName()
-			if err != nil {
-				return cli.Result{}, err
-			}
-			by := startedBy
-			if by == "" {
-				by = "trellis task run"
-			}
+			// The server decides the placement (POST /v1/tasks/run): it
+			// refuses an instance that is not ready, lacks a driver or
+			// bridge networking, or where a live task holds a fixed host
+			// port the definition publishes, naming them.
 			ref := orchestrator.TaskDefinitionRef(td.GetFamily(), td.GetRevision())
-			data, err := cli.EncodeData(&pborch.Task{
-				TaskDefinition: ref,
-				Instance:       instance,
-				StartedBy:      by,
-				DesiredStatus:  orchestrator.StatusRunning,
-			})
-			if err != nil {
+			var out struct {
+				Task *wire.Resource `json:"task"`
+			}
+			body := map[string]string{"task_definition": ref, "instance": instance, "started_by": startedBy}
+			if err := c.Do(ctx, http.MethodPost, c.URL("/v1/tasks/run", url.Values{"namespace": {call.Namespace}}), body, &out); err != nil {
 				return cli.Result{}, err
 			}
-			r, err := c.Write(ctx, client.Ref{Type: taskWire, Namespace: call.Namespace, Name: name}, wire.WriteRequest{Data: data})
-			if err != nil {
-				return cli.Result{}, err
-			}
-			return cli.Say("task %s of %s placed on %s", name, ref, instance).With(r), nil
+			return cli.Say("task %s of %s placed on %s", out.Task.ID.Name, ref, instance).With(out.Task), nil
 		},
 	})
-}
-
-// portHolders are the live tasks on instance, of every namespace, whose
-// task definitions publish fixed host ports (a task of another namespace
-// than ns is named namespace/name).
-func portHolders(ctx context.Context, c *client.Client, ns, instance string) ([]scheduler.PortHolder, error) {
-	list, err := c.List(ctx, taskWire, client.ListOptions{Namespace: ids.WildcardNamespace})
-	if err != nil {
-		return nil, err
-	}
-	rows, err := decodeTasks(list)
-	if err != nil {
-		return nil, err
-	}
-	defs := map[string][]orchestrator.HostPort{}
-	var out []scheduler.PortHolder
-	for _, row := range rows {
-		if row.task.GetInstance() != instance || row.status.GetLastStatus() == orchestrator.StatusStopped {
-			continue
-		}
-		tns := row.r.ID.Tenancy.Namespace
-		key := tns + "/" + row.task.GetTaskDefinition()
-		ports, seen := defs[key]
-		if !seen {
-			if _, td, err := resolveTaskDef(ctx, c, tns, row.task.GetTaskDefinition()); err == nil {
-				ports = orchestrator.FixedHostPorts(td)
-			}
-			defs[key] = ports
-		}
-		if len(ports) == 0 {
-			continue
-		}
-		name := row.r.ID.Name
-		if tns != ns {
-			name = tns + "/" + name
-		}
-		out = append(out, scheduler.PortHolder{Task: name, Ports: ports})
-	}
-	return out, nil
-}
-
-func driverAvailable(in *pborch.Instance, name string) bool {
-	for _, d := range in.GetDrivers() {
-		if d.GetName() == name {
-			return d.GetAvailable()
-		}
-	}
-	return len(in.GetDrivers()) == 0 // an agent that reports no drivers is not second-guessed
 }
 
 func newTaskListCmd(e *cli.Env) *cobra.Command {

@@ -21,6 +21,7 @@ import (
 	"trellis.dev/trellis/internal/httpapi"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/orchestrator/orchestratormodule"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage/inmem"
 )
@@ -40,7 +41,10 @@ func testServer(t *testing.T) (*resource.Service, string) {
 	if err := core.Bootstrap(context.Background(), api); err != nil {
 		t.Fatal(err)
 	}
-	handler, err := httpapi.New(httpapi.Config{API: api, Registry: reg, Cluster: loneServer{}})
+	// The orchestrator's task run operation, as a server that does not
+	// lead (no cache) serves it: the placement is checked from the store.
+	handler, err := httpapi.New(httpapi.Config{API: api, Registry: reg, Cluster: loneServer{},
+		Routes: []httpapi.Route{orchestratormodule.TaskRunRoute(api, reg, nil)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +101,11 @@ func runTrellis(addr string, newCmd func(*cli.Env) *cobra.Command, args ...strin
 	return out.String(), err
 }
 
-// `trellis task run` refuses, before it writes, what the scheduler would
-// not place: a bridge task on an instance without network.bridge=true,
-// and a fixed host port a live task holds there (of any namespace).
+// `trellis task run` is refused by the server, before anything is
+// written, where the scheduler would not place: a bridge task on an
+// instance without network.bridge=true, and a fixed host port a live task
+// holds there (of any namespace), the refusal naming the port, the
+// instance and the task.
 func TestTaskRunChecksNetworkAndHostPorts(t *testing.T) {
 	api, addr := testServer(t)
 	for name, attrs := range map[string]map[string]string{

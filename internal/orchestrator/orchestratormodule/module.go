@@ -96,6 +96,13 @@ func (m orchestratorModule) Setup(d module.Deps) (module.Parts, error) {
 		return module.Parts{}, err
 	}
 	logsPublic, logsServer, logsRoute := logParts(d)
+	// The task run operation asks the leader's cache who holds host
+	// ports on an instance (taskrun.go); the runtime keeps the index.
+	if d.Cache != nil {
+		if err := d.Cache.Declare(orchestrator.HostPortsCached...); err != nil {
+			return module.Parts{}, err
+		}
+	}
 	return module.Parts{
 		Controllers: ctls,
 		PublicServices: []module.Service{{
@@ -106,7 +113,7 @@ func (m orchestratorModule) Setup(d module.Deps) (module.Parts, error) {
 			Desc: &pbagent.HeartbeatForwarding_ServiceDesc, Impl: forwardedHeartbeats{heartbeats: svc},
 			Permissions: forwardingPermissions,
 		}, logsServer},
-		Routes: []httpapi.Route{logsRoute},
+		Routes: []httpapi.Route{logsRoute, TaskRunRoute(d.API, d.Registry, d.Cache)},
 		Runnables: []module.Runnable{
 			{Name: "heartbeats", Run: tracker},
 			// The forwarder starts after the gRPC servers and stops before
