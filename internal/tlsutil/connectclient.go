@@ -20,6 +20,9 @@ type ConnectSource interface {
 	// ConnectRoots are the CA's trust domain and a pool of every root it
 	// lists, active or not; "" and nil before the client knows them.
 	ConnectRoots() (trustDomain string, roots *x509.CertPool)
+	// ConnectSigners are the CAs that sign the server leaves of the
+	// client's datacenter (ca.DatacenterSigners of the roots).
+	ConnectSigners() []*x509.Certificate
 }
 
 // ConnectClientConfig is the tls.Config of one dial to a server's public
@@ -29,7 +32,8 @@ type ConnectSource interface {
 // CA leaf and roots src holds. It presents src's leaf whenever src has
 // one. Once src has both a leaf and the roots, it asks for
 // ConnectServerName (SNI) and accepts as the server a Connect server leaf
-// of dc and of src's trust domain chaining to src's roots, or, from a
+// of dc and of src's trust domain chaining to src's roots and signed by
+// one of src's signers (dc's own CA, as the server ports require), or, from a
 // server that has no Connect leaf yet, what base accepts: the client then
 // talks to the servers with nothing from files but the cluster CA it
 // needed for its first join. Make one per dial (GRPCClientCredentials).
@@ -49,8 +53,13 @@ func ConnectClientConfig(base *tls.Config, dc, domain string, src ConnectSource)
 			// A certificate file, from a server that has no leaf yet.
 			return baseVerify(cs)
 		}
-		if err := verifyConnectLeaf(cs.PeerCertificates, td, roots, dc, "/server/dc/", "a server", x509.ExtKeyUsageServerAuth, time.Now()); err != nil {
+		chains, err := verifyConnectLeafChains(cs.PeerCertificates, td, roots, dc, "/server/dc/", "a server", x509.ExtKeyUsageServerAuth, time.Now())
+		if err != nil {
 			return fmt.Errorf("tls: server refused: %w", err)
+		}
+		if !IssuedByOneOf(chains, src.ConnectSigners()) {
+			return fmt.Errorf("tls: server refused: %s is not signed by a CA of datacenter %s (its issuer is %q)",
+				cs.PeerCertificates[0].URIs[0], dc, cs.PeerCertificates[0].Issuer.CommonName)
 		}
 		return nil
 	}

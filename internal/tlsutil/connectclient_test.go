@@ -7,11 +7,20 @@ import (
 	"testing"
 )
 
-// source is a ConnectSource of fixed values.
+// source is a ConnectSource of fixed values; its signers are its roots
+// unless set.
 type source struct {
-	leaf  *tls.Certificate
-	td    string
-	roots []*x509.Certificate
+	leaf    *tls.Certificate
+	td      string
+	roots   []*x509.Certificate
+	signers []*x509.Certificate
+}
+
+func (s source) ConnectSigners() []*x509.Certificate {
+	if s.signers != nil {
+		return s.signers
+	}
+	return s.roots
 }
 
 func (s source) ConnectCertificate() *tls.Certificate { return s.leaf }
@@ -66,11 +75,13 @@ func TestPublicPortChoosesTheCertificateByName(t *testing.T) {
 
 // An agent's dial: with the cluster CA alone until it holds a leaf and
 // the roots; then asking for the server's Connect leaf, presenting its
-// own, and accepting a Connect server leaf of its datacenter or, from a
-// server without one yet, the certificate file; never another leaf.
+// own, and accepting a Connect server leaf of its datacenter signed by
+// its datacenter's CA or, from a server without one yet, the certificate
+// file; never another leaf.
 func TestConnectClientConfig(t *testing.T) {
 	p := newPKI(t)
 	root, other := newConnectCA(t, testTD), newConnectCA(t, testTD)
+	inter := root.intermediate(t)
 	agentLeaf, _ := connectLeafUnder(t, root.signer, "spiffe://"+testTD+"/agent/client/dc/dc1/id/i-1")
 	base := p.configurator(Config{CAFile: p.write("agent-ca.pem", p.ca.CertPEM)}).OutgoingClientConfig()
 	ready := source{leaf: agentLeaf, td: testTD, roots: []*x509.Certificate{root.signer.Cert}}
@@ -92,6 +103,11 @@ func TestConnectClientConfig(t *testing.T) {
 		{"ready: an agent's leaf", ready, serving(agentLeaf), "server.dc1.connect.trellis", "not the SPIFFE id of a server"},
 		{"ready: a server leaf of another datacenter", ready, serving(root.serverLeaf(t, testTD, "dc2", "s-1")), "server.dc1.connect.trellis", "of datacenter dc1"},
 		{"ready: a server leaf of another root", ready, serving(other.serverLeaf(t, testTD, "dc1", "s-1")), "server.dc1.connect.trellis", "not a leaf of the Connect CA"},
+		{"ready: a server leaf under another datacenter's intermediate", ready, serving(inter.serverLeaf(t, testTD, "dc1", "evil")), "server.dc1.connect.trellis", "not signed by a CA of datacenter dc1"},
+		{"ready in a secondary: a server leaf under its intermediate", source{leaf: agentLeaf, td: testTD, roots: ready.roots, signers: []*x509.Certificate{inter.signer.Cert}},
+			serving(inter.serverLeaf(t, testTD, "dc1", "s-1")), "server.dc1.connect.trellis", ""},
+		{"ready in a secondary: a server leaf the root signed", source{leaf: agentLeaf, td: testTD, roots: ready.roots, signers: []*x509.Certificate{inter.signer.Cert}},
+			serving(root.serverLeaf(t, testTD, "dc1", "s-1")), "server.dc1.connect.trellis", "not signed by a CA of datacenter dc1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -66,9 +66,12 @@ type Cache struct {
 	cfg Config
 	log *slog.Logger
 
-	mu      sync.Mutex
-	roots   Roots
-	pool    *x509.CertPool
+	mu    sync.Mutex
+	roots Roots
+	pool  *x509.CertPool
+	// signers are the CAs that sign the server leaves of the agent's
+	// datacenter (ca.DatacenterSigners of the roots).
+	signers []*x509.Certificate
 	entries map[Key]*entry
 	changed chan struct{} // closed and replaced at every change
 	wake    chan struct{} // the loop looks again
@@ -137,6 +140,11 @@ func (c *Cache) SetRoots(r Roots) {
 			"old_root", c.roots.ActiveID, "new_root", r.ActiveID, "window", c.cfg.ResignWindow)
 	}
 	c.roots, c.pool = r, r.Pool()
+	signers, err := ca.DatacenterSigners(r.Stored, c.cfg.Datacenter)
+	if err != nil {
+		c.log.Warn("a root's certificates do not parse; skipped as signers of this datacenter's servers", "err", err)
+	}
+	c.signers = signers
 	now := time.Now()
 	for _, e := range c.entries {
 		e.sched = ca.OnRootChange(e.sched, r.ActiveID, now, c.cfg.ResignWindow, c.cfg.Rand())
@@ -245,6 +253,15 @@ func (c *Cache) ConnectRoots() (trustDomain string, roots *x509.CertPool) {
 		return "", nil
 	}
 	return c.roots.TrustDomain, c.pool
+}
+
+// ConnectSigners are the CAs that sign the server leaves of the agent's
+// datacenter: the agent takes a server's Connect leaf only from one of
+// them (tlsutil.ConnectClientConfig).
+func (c *Cache) ConnectSigners() []*x509.Certificate {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.signers
 }
 
 // Info describes a leaf of the cache (never its key).

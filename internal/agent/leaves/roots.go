@@ -2,6 +2,7 @@ package leaves
 
 import (
 	"crypto/x509"
+	pbca "trellis.dev/trellis/api/ca/v1"
 )
 
 // Roots is what the servers say of the Connect CA's roots: the trust
@@ -12,6 +13,10 @@ type Roots struct {
 	Certs       []*x509.Certificate
 	// Active is the active root's certificate (nil when none is).
 	Active *x509.Certificate
+	// Stored are the roots as the servers store them, with their
+	// signing certificates: which CAs sign a datacenter's server leaves
+	// (ca.DatacenterSigners).
+	Stored []*pbca.CARoot
 }
 
 // Pool is a pool of every root.

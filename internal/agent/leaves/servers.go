@@ -195,6 +195,7 @@ func rootsOf(byName map[string]*pbresource.Resource) (Roots, error) {
 			return Roots{}, fmt.Errorf("root %s: %w", root.GetId(), err)
 		}
 		out.Certs = append(out.Certs, certs[0])
+		out.Stored = append(out.Stored, root)
 		if root.GetActive() {
 			out.ActiveID, out.TrustDomain, out.Active = root.GetId(), root.GetTrustDomain(), certs[0]
 		} else if out.TrustDomain == "" {
