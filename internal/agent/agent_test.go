@@ -357,9 +357,7 @@ func TestLostTasks(t *testing.T) {
 	srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
 
 	// The servers marked it lost; it still runs here: re-adopted.
-	srv.editStatus(t, "default", "t1", func(st *pborch.TaskStatus) {
-		st.LastStatus, st.StopReason = orchestrator.StatusLost, "instance down"
-	})
+	srv.markLost(t, "default", "t1", "instance down")
 	tk := srv.waitTask(t, "default", "t1", "is re-adopted", lastStatus(orchestrator.StatusRunning))
 	if tk.GetStopReason() != "" || tk.GetSession() != a.Session() {
 		t.Errorf("re-adopted task: stop reason %q session %q", tk.GetStopReason(), tk.GetSession())
@@ -370,7 +368,7 @@ func TestLostTasks(t *testing.T) {
 	// status are two writes, which the agent must not see apart).
 	a.kill(t)
 	srv.write(t, orchestrator.TaskID("default", "t2"), &pborch.Task{TaskDefinition: "sleeper:1", Instance: "i-1", StartedBy: "test"})
-	srv.editStatus(t, "default", "t2", func(st *pborch.TaskStatus) { st.LastStatus = orchestrator.StatusLost })
+	srv.markLost(t, "default", "t2", "instance down")
 	startAgent(t, cfg)
 	tk = srv.waitTask(t, "default", "t2", "is closed", lastStatus(orchestrator.StatusStopped))
 	if !strings.HasPrefix(tk.GetStopReason(), "lost: ") {
@@ -378,7 +376,7 @@ func TestLostTasks(t *testing.T) {
 	}
 
 	// Lost and no longer wanted: stopped.
-	srv.editStatus(t, "default", "t1", func(st *pborch.TaskStatus) { st.LastStatus = orchestrator.StatusLost })
+	srv.markLost(t, "default", "t1", "instance down")
 	srv.editTask(t, "default", "t1", func(tk *pborch.Task) { tk.DesiredStatus = orchestrator.StatusStopped })
 	tk = srv.waitTask(t, "default", "t1", "stops", lastStatus(orchestrator.StatusStopped))
 	if tk.GetContainers()[0].GetExitCode() != 128+int32(syscall.SIGTERM) {
@@ -395,9 +393,7 @@ func TestLostTasks(t *testing.T) {
 func TestLostTasksAreReadoptedAfterRepairsRanOut(t *testing.T) {
 	srv, pt, a := runningTask(t)
 	lose := func() {
-		srv.editStatus(t, "default", "t1", func(st *pborch.TaskStatus) {
-			st.LastStatus, st.StopReason = orchestrator.StatusLost, "instance down"
-		})
+		srv.markLost(t, "default", "t1", "instance down")
 	}
 	for range tasks.MaxRepairs {
 		lose()

@@ -20,12 +20,14 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/driver"
 	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/server"
 	"trellis.dev/trellis/internal/testlog"
 	"trellis.dev/trellis/internal/tlsutil"
@@ -225,26 +227,26 @@ func (ts *testServer) editTask(t *testing.T, ns, name string, edit func(*pborch.
 	}
 }
 
-// editStatus changes what the store says of a task's state (its
-// status["agent"]) with CAS, again on conflict: as the servers do when
-// they mark a task LOST.
-func (ts *testServer) editStatus(t *testing.T, ns, name string, edit func(*pborch.TaskStatus)) {
+// markLost marks a task LOST with CAS, again on conflict, as the servers'
+// task controller does when its instance is lost: its verdict
+// (status["orchestrator-task"]) over the agent's latest report, written
+// in process as that controller.
+func (ts *testServer) markLost(t *testing.T, ns, name, reason string) {
 	t.Helper()
+	ctx := resource.AsController(context.Background(), orchestrator.LostStatusKey)
 	for {
-		res, tk := ts.task(t, ns, name)
+		res, _ := ts.task(t, ns, name)
 		if res == nil {
 			t.Fatalf("task %s is gone", name)
 		}
-		st := proto.Clone(tk.TaskStatus).(*pborch.TaskStatus)
-		edit(st)
-		payload, _ := anypb.New(st)
-		_, err := ts.res.WriteStatus(context.Background(), &pbresource.WriteStatusRequest{Id: res.GetId(), Version: res.GetVersion(),
-			Key: orchestrator.TaskStatusKey, Status: &pbresource.Status{ObservedGeneration: res.GetGeneration(), Data: payload}})
+		payload, _ := anypb.New(&pborch.TaskLost{Reason: reason, LostAt: timestamppb.Now(), ReportedAt: orchestrator.AgentStatusOf(res).GetReportedAt()})
+		_, err := ts.srv.API().WriteStatus(ctx, &pbresource.WriteStatusRequest{Id: res.GetId(), Version: res.GetVersion(),
+			Key: orchestrator.LostStatusKey, Status: &pbresource.Status{ObservedGeneration: res.GetGeneration(), Data: payload}})
 		if status.Code(err) == codes.Aborted {
 			continue
 		}
 		if err != nil {
-			t.Fatalf("edit the status of task %s: %v", name, err)
+			t.Fatalf("mark task %s lost: %v", name, err)
 		}
 		return
 	}

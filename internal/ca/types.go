@@ -131,7 +131,7 @@ func Register(r *resource.Registry) {
 		WrittenThrough: "/v1/ca/config",
 		DeletedThrough: "the CA's configuration is never deleted (the CA manager would write a default one in its place and rotate to a new generated root); change it with PUT /v1/ca/config (trellis ca config set)",
 		Statuses: map[string]resource.StatusPayload{
-			ManagerStatusKey: {Proto: &pbca.CAManagerStatus{}, Validate: ValidateManagerStatus},
+			ManagerStatusKey: {Owner: resource.StatusOwner{Controller: ManagerStatusKey}, Proto: &pbca.CAManagerStatus{}, Validate: ValidateManagerStatus},
 		},
 	})
 	r.Register(resource.Registration{

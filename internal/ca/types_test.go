@@ -383,7 +383,7 @@ func TestRegisteredTypes(t *testing.T) {
 	if k, _ := resource.DecodeData[*pbca.CASigningKey](got.GetResource()); k.GetPrivateKey() != root.keyPEM {
 		t.Fatal("the CA's own read lost the key")
 	}
-	if _, err := svc.WriteStatus(ops, &pbresource.WriteStatusRequest{Id: ca.ConfigID(), Key: ca.ManagerStatusKey, Status: &pbresource.Status{
+	if _, err := svc.WriteStatus(resource.AsController(ops, ca.ManagerStatusKey), &pbresource.WriteStatusRequest{Id: ca.ConfigID(), Key: ca.ManagerStatusKey, Status: &pbresource.Status{
 		Data: mustAny(t, &pbca.CAManagerStatus{State: ca.StateReady, ActiveRootId: root.id})}}); err != nil {
 		t.Fatalf("manager status: %v", err)
 	}

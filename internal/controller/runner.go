@@ -147,10 +147,12 @@ func (r *runner) process(ctx context.Context, req Request) {
 	defer r.queue.Done(req)
 	start := time.Now()
 	var clock *workClock
-	runCtx := ctx
+	// The controller writes the status keys it owns (resource.StatusOwner)
+	// under its name, which only code in this process can claim.
+	runCtx := resource.AsController(ctx, r.ctl.Name)
 	if r.ctl.Pacing.Factor > 0 {
 		clock = &workClock{}
-		runCtx = withWorkClock(ctx, clock)
+		runCtx = withWorkClock(runCtx, clock)
 	}
 	err := r.call(runCtx, req)
 	took := time.Since(start)

@@ -414,7 +414,7 @@ func TestStatusPayloadShowsItsType(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := &pbresource.ID{Type: probeType, Name: "p1"}
-	if _, err := e.api.WriteStatus(context.Background(), &pbresource.WriteStatusRequest{Id: id, Key: "prober", Status: &pbresource.Status{ObservedGeneration: 1, Data: payload}}); err != nil {
+	if _, err := e.api.WriteStatus(resource.AsController(context.Background(), "prober"), &pbresource.WriteStatusRequest{Id: id, Key: "prober", Status: &pbresource.Status{ObservedGeneration: 1, Data: payload}}); err != nil {
 		t.Fatal(err)
 	}
 	r := e.do(http.MethodGet, "/v1/resources/test/v1/Probe/p1", "")

@@ -95,7 +95,7 @@ func newEnv(t *testing.T, o options) *env {
 	core.Register(reg)
 	reg.Register(resource.Registration{
 		Type: probeType, Proto: &pbresource.Status{}, Scope: resource.ScopeNamespace,
-		Statuses: map[string]resource.StatusPayload{"prober": {Proto: &pbresource.Condition{}}},
+		Statuses: map[string]resource.StatusPayload{"prober": {Owner: resource.StatusOwner{Controller: "prober"}, Proto: &pbresource.Condition{}}},
 	})
 	reg.Register(resource.Registration{
 		Type: panicType, Proto: &pbresource.Status{}, Scope: resource.ScopeNamespace,

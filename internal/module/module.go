@@ -120,6 +120,14 @@ type Parts struct {
 	Routes []httpapi.Route
 	// Runnables are the module's long-lived parts.
 	Runnables []Runnable
+	// AgentSessions, when set, says whether session is the session the
+	// agent of instance registered last: how the server proves that a
+	// call to its public port comes from that agent when the agent
+	// presents no Connect leaf (it names itself with
+	// resource.AgentInstanceMetadataKey and AgentSessionMetadataKey), so
+	// that it may write the status keys an agent owns. The module that
+	// registers agents sets it; one module at most.
+	AgentSessions func(ctx context.Context, instance, session string) (bool, error)
 }
 
 // Service is a gRPC service and the permission each of its methods needs.

@@ -85,3 +85,10 @@ func ValidateAttributeKey(field, k string) error {
 	}
 	return nil
 }
+
+// SessionHolds reports whether session proves its bearer the agent of
+// the Instance in: it is the session the agent registered last, and not
+// empty.
+func SessionHolds(in *pborch.Instance, session string) bool {
+	return session != "" && in.GetSession() == session
+}

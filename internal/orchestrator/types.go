@@ -45,10 +45,22 @@ func Register(r *resource.Registry) {
 		Validate:       ValidateTask,
 		ValidateUpdate: ValidateTaskUpdate,
 		Statuses: map[string]resource.StatusPayload{
-			TaskStatusKey: {Proto: &pborch.TaskStatus{}, Validate: ValidateTaskStatus},
-			LostStatusKey: {Proto: &pborch.TaskLost{}, Validate: ValidateTaskLost},
+			// What happens to the task: its instance's agent alone says.
+			TaskStatusKey: {Owner: resource.StatusOwner{AgentOf: taskInstance}, Proto: &pborch.TaskStatus{}, Validate: ValidateTaskStatus},
+			// That it was lost with its instance: the task controller.
+			LostStatusKey: {Owner: resource.StatusOwner{Controller: LostStatusKey}, Proto: &pborch.TaskLost{}, Validate: ValidateTaskLost},
 		},
 	})
+}
+
+// taskInstance is the instance a stored task is placed on, whose agent
+// owns its status["agent"].
+func taskInstance(res *pbresource.Resource) (string, error) {
+	t, err := resource.DecodeData[*pborch.Task](res)
+	if err != nil {
+		return "", err
+	}
+	return t.GetInstance(), nil
 }
 
 // InstanceID is the id of the Instance called name.

@@ -92,6 +92,14 @@
 // that declares none, or of another message, is refused ("status.data:
 // ..."), and the payload is stored in canonical encoding, like data.
 //
+// Every declared key has one owner (StatusOwner): a controller of the
+// servers, or the agent of the instance the resource is on. A write of it
+// by anyone else is refused with PermissionDenied naming the owner, after
+// the ACL hook and before anything is written (CheckStatusOwner, a pure
+// function; who writes comes from the context, AsController and AsAgent,
+// never from the request: see owners.go). Keys no type declares take
+// conditions from anyone who may write the resource.
+//
 // WriteStatus sets one key's entry, bumps the version and never the
 // generation, and changes neither data nor metadata; observed_generation
 // may not exceed the generation. An identical entry is not written again.
@@ -109,7 +117,8 @@
 //
 //   - bad input in any member (its id, key, conditions or payload), one
 //     resource named by two members, a member over the limits, or a
-//     refusal of the ACL hook fail the request: nothing is written, and
+//     refusal of the ACL hook or of a key's owner check fail the
+//     request: nothing is written, and
 //     the error names the member ("statuses[3].status.data: ...");
 //   - a member whose resource is gone, whose version or uid is stale, or
 //     whose observed_generation is ahead fails alone: its result carries

@@ -24,13 +24,28 @@ import (
 )
 
 // The test types: Widget (namespaced, with Mutate and Validate hooks, and
-// a status key "progress" that takes an Int64Value, never negative), Gizmo (namespaced, no hooks), Gadget (cluster-scoped), and core's
+// a status key "progress", owned by the controller progressController, that takes an Int64Value, never negative), Gizmo (namespaced, no hooks), Gadget (cluster-scoped), and core's
 // Namespace.
 var (
 	widgetType = &pbresource.Type{Group: "demo", GroupVersion: "v1", Kind: "Widget"}
 	gizmoType  = &pbresource.Type{Group: "demo", GroupVersion: "v1", Kind: "Gizmo"}
 	gadgetType = &pbresource.Type{Group: "demo", GroupVersion: "v1", Kind: "Gadget"}
+	// jobType is namespaced; its data names the instance it is on, whose
+	// agent owns its status key "runner" (an Int64Value).
+	jobType = &pbresource.Type{Group: "demo", GroupVersion: "v1", Kind: "Job"}
 )
+
+func jobInstance(res *pbresource.Resource) (string, error) {
+	v, err := resource.DecodeData[*wrapperspb.StringValue](res)
+	if err != nil {
+		return "", err
+	}
+	return v.GetValue(), nil
+}
+
+// progressController owns Widget's status key "progress"; the harness's
+// context (harness.ctx) is its.
+const progressController = "progress-reporter"
 
 func registerTestTypes(r *resource.Registry) {
 	core.Register(r)
@@ -60,7 +75,7 @@ func registerTestTypes(r *resource.Registry) {
 			return nil
 		},
 		Statuses: map[string]resource.StatusPayload{
-			"progress": {Proto: &wrapperspb.Int64Value{}, Validate: func(m proto.Message) error {
+			"progress": {Owner: resource.StatusOwner{Controller: progressController}, Proto: &wrapperspb.Int64Value{}, Validate: func(m proto.Message) error {
 				if v := m.(*wrapperspb.Int64Value).GetValue(); v < 0 {
 					return resource.NewFieldError("value", "must not be negative (got %d)", v)
 				}
@@ -69,6 +84,10 @@ func registerTestTypes(r *resource.Registry) {
 		},
 	})
 	r.Register(resource.Registration{Type: gizmoType, Proto: &wrapperspb.BoolValue{}, Scope: resource.ScopeNamespace})
+	r.Register(resource.Registration{Type: jobType, Proto: &wrapperspb.StringValue{}, Scope: resource.ScopeNamespace,
+		Statuses: map[string]resource.StatusPayload{
+			"runner": {Owner: resource.StatusOwner{AgentOf: jobInstance}, Proto: &wrapperspb.Int64Value{}},
+		}})
 	r.Register(resource.Registration{Type: gadgetType, Proto: &wrapperspb.Int64Value{}, Scope: resource.ScopeCluster})
 }
 
@@ -98,7 +117,7 @@ func newHarness(t testing.TB, opts ...harnessOption) *harness {
 }
 
 func newHarnessWith(t testing.TB, b *inmem.Backend, opts ...harnessOption) *harness {
-	h := &harness{t: t, backend: b, store: b, ctx: context.Background()}
+	h := &harness{t: t, backend: b, store: b, ctx: resource.AsController(context.Background(), progressController)}
 	reg := resource.NewRegistry()
 	registerTestTypes(reg)
 	h.clock = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)

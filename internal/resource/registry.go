@@ -94,11 +94,13 @@ type Registration struct {
 	// write for namespaced types, operator read and write for
 	// cluster-scoped ones.
 	ACLs *ACLHooks
-	// Statuses declares, by status key, the typed payload (Status.data)
-	// that key takes: the state the controller or agent owning the key
-	// reports. WriteStatus refuses a payload under a key not declared here,
-	// or of another message. A key may carry conditions whether or not it
-	// is declared.
+	// Statuses declares, by status key, who owns the key (StatusOwner)
+	// and the typed payload (Status.data) it takes: the state the
+	// controller or agent owning the key reports. WriteStatus refuses a
+	// declared key to anyone but its owner (CheckStatusOwner), and a
+	// payload under a key not declared here, or of another message. A key
+	// not declared takes conditions alone, from anyone who may write the
+	// resource.
 	Statuses map[string]StatusPayload
 
 	// dataTypeURL is the type URL of the data the service stores, set by
@@ -106,8 +108,11 @@ type Registration struct {
 	dataTypeURL string
 }
 
-// StatusPayload declares the payload one status key takes.
+// StatusPayload declares one status key: its owner and the payload it
+// takes.
 type StatusPayload struct {
+	// Owner is who alone writes the key. Required.
+	Owner StatusOwner
 	// Proto is an empty message of the payload.
 	Proto proto.Message
 	// Validate, when set, checks a decoded payload before it is written.
@@ -161,6 +166,9 @@ func (r *Registry) Register(reg Registration) {
 		for k, p := range reg.Statuses {
 			if err := ValidateQualifiedName("key", k); err != nil || p.Proto == nil {
 				panic(fmt.Sprintf("resource: %s declares status key %q without a valid name and a proto message", ids.TypeString(reg.Type), k))
+			}
+			if !p.Owner.valid() {
+				panic(fmt.Sprintf("resource: %s declares status key %q without one owner (a controller, or the agent of an instance)", ids.TypeString(reg.Type), k))
 			}
 			p.typeURL = typeURLOf(p.Proto)
 			statuses[k] = p

@@ -53,6 +53,7 @@ func (s *Service) writeStatus(ctx context.Context, req *pbresource.WriteStatusRe
 	if err != nil {
 		return nil, err
 	}
+	e.writer = StatusWriterOf(ctx)
 	consistency := storage.EventualConsistency
 	for attempt := range maxWriteAttempts {
 		p, err := s.planStatusWithRead(ctx, consistency, a, e)
@@ -92,7 +93,10 @@ type statusEntry struct {
 	key     string
 	// status is the caller's, with its payload in canonical encoding.
 	status *pbresource.Status
-	// authorized is set once the Write hook allowed the entry.
+	// writer is who asks (StatusWriterOf the request's context).
+	writer StatusWriter
+	// authorized is set once the Write hook and the key's owner check
+	// allowed the entry.
 	authorized bool
 }
 
@@ -164,6 +168,11 @@ func (s *Service) planStatusWithRead(ctx context.Context, consistency storage.Re
 				target = &pbresource.Resource{Id: e.id}
 			}
 			if err := s.authorizeWrite(a, e.reg, target); err != nil {
+				return statusPlan{}, err
+			}
+			// Then the key's owner: a refusal fails the whole request, as
+			// the ACL hook's does, before anything is written.
+			if err := CheckStatusOwner(e.writer, e.reg, e.key, stored); err != nil {
 				return statusPlan{}, err
 			}
 			e.authorized = true

@@ -160,8 +160,10 @@ func TestWriteStatusPayload(t *testing.T) {
 // key and name its message.
 func TestRegisterRefusesBadStatusDeclarations(t *testing.T) {
 	for name, decl := range map[string]map[string]resource.StatusPayload{
-		"no proto": {"progress": {}},
-		"bad key":  {"my key": {Proto: &wrapperspb.Int64Value{}}},
+		"no proto":   {"progress": {Owner: resource.StatusOwner{Controller: "c"}}},
+		"bad key":    {"my key": {Owner: resource.StatusOwner{Controller: "c"}, Proto: &wrapperspb.Int64Value{}}},
+		"no owner":   {"progress": {Proto: &wrapperspb.Int64Value{}}},
+		"two owners": {"progress": {Owner: resource.StatusOwner{Controller: "c", AgentOf: func(*pbresource.Resource) (string, error) { return "", nil }}, Proto: &wrapperspb.Int64Value{}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {

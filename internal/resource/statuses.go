@@ -64,6 +64,7 @@ func (s *Service) writeStatuses(ctx context.Context, req *pbresource.WriteStatus
 	if err := checkStatusBatchSize(members); err != nil {
 		return nil, err
 	}
+	writer := StatusWriterOf(ctx)
 	entries := make([]*statusEntry, len(members))
 	first := make(map[slotKey]int, len(members))
 	for i, m := range members {
@@ -74,6 +75,7 @@ func (s *Service) writeStatuses(ctx context.Context, req *pbresource.WriteStatus
 		if err != nil {
 			return nil, err
 		}
+		e.writer = writer
 		key := nameKey(e.id)
 		if j, dup := first[key]; dup {
 			return nil, NewFieldError(statusMemberField(i)+".id", "names the same resource as %s: a request writes each resource's status once", statusMemberField(j))

@@ -75,7 +75,7 @@ func Register(r *resource.Registry) {
 		// controller removes it: a generic delete would skip all three.
 		DeletedThrough: deleteEnvironment,
 		Statuses: map[string]resource.StatusPayload{
-			StatusKey: {Proto: &pbscheduler.EnvironmentStatus{}, Validate: validateEnvironmentStatus},
+			StatusKey: {Owner: resource.StatusOwner{Controller: StatusKey}, Proto: &pbscheduler.EnvironmentStatus{}, Validate: validateEnvironmentStatus},
 		},
 	})
 	r.Register(resource.Registration{

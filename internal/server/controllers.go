@@ -40,10 +40,17 @@ func (s *Server) newControllerManager() (*controller.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	running := map[string]bool{}
 	for _, c := range append([]controller.Controller{reaper.Controller(s.api, s.registry)}, s.controllers...) {
 		if err := mgr.Register(c); err != nil {
 			return nil, fmt.Errorf("controller %s: %w", c.Name, err)
 		}
+		running[c.Name] = true
+	}
+	if err := checkStatusOwners(s.registry.Types(), running); err != nil {
+		// A server composed of a domain's types without its controllers
+		// (a test driving them by hand) still runs; nobody writes the key.
+		s.log.Warn("a status key's owner does not run here: nobody will write it", "error", err)
 	}
 	return mgr, nil
 }

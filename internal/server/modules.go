@@ -93,6 +93,12 @@ func (s *Server) setupModules(mods []module.Module) ([]httpapi.Route, error) {
 		if err != nil {
 			return nil, fmt.Errorf("module %s: %w", name, err)
 		}
+		if parts.AgentSessions != nil {
+			if s.agentSessions != nil {
+				return nil, fmt.Errorf("module %s: sets AgentSessions, which another module set already: one module registers agents", name)
+			}
+			s.agentSessions = parts.AgentSessions
+		}
 		for _, c := range parts.Controllers {
 			s.AddController(c)
 		}

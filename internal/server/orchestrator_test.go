@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -223,8 +224,11 @@ func readTask(t *testing.T, c pbresource.ResourceServiceClient, name string) *pb
 	return orchestrator.TaskStatusOf(resp.GetResource())
 }
 
-// placeTask places a task on instance and has it reported lastStatus.
-func placeTask(t *testing.T, c pbresource.ResourceServiceClient, name, instance, lastStatus string) {
+// placeTask places a task on a's instance and has a report it
+// lastStatus: over the public port, naming itself by its session, as an
+// agent without a Connect leaf does.
+func placeTask(t *testing.T, c pbresource.ResourceServiceClient, name string, a *fakeAgent, lastStatus string) {
+	instance := a.name
 	t.Helper()
 	data, err := anypb.New(&pborch.Task{TaskDefinition: "web:1", Instance: instance, StartedBy: "test"})
 	if err != nil {
@@ -238,7 +242,8 @@ func placeTask(t *testing.T, c pbresource.ResourceServiceClient, name, instance,
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WriteStatus(context.Background(), &pbresource.WriteStatusRequest{Id: out.GetResource().GetId(), Key: orchestrator.TaskStatusKey,
+	asAgent := metadata.AppendToOutgoingContext(context.Background(), resource.AgentInstanceMetadataKey, a.name, resource.AgentSessionMetadataKey, a.session)
+	if _, err := c.WriteStatus(asAgent, &pbresource.WriteStatusRequest{Id: out.GetResource().GetId(), Key: orchestrator.TaskStatusKey,
 		Status: &pbresource.Status{Data: payload}}); err != nil {
 		t.Fatal(err)
 	}
@@ -306,9 +311,9 @@ func TestSilentAgentIsMarkedDown(t *testing.T) {
 
 	a := newFakeAgent(t, "i-1", srv.GRPCAddr())
 	a.register(ctx)
-	placeTask(t, c, "t-running", "i-1", "RUNNING")
-	placeTask(t, c, "t-pending", "i-1", "PENDING")
-	placeTask(t, c, "t-stopped", "i-1", "STOPPED")
+	placeTask(t, c, "t-running", a, "RUNNING")
+	placeTask(t, c, "t-pending", a, "PENDING")
+	placeTask(t, c, "t-stopped", a, "STOPPED")
 	stop := a.run(ctx, ttl/5)
 	// Alive for three TTLs.
 	eventually(t, 30*time.Second, "three TTLs of heartbeats", func() bool { ok, _, _ := a.stats(); return ok >= 15 })
@@ -445,7 +450,7 @@ func TestHeartbeatsOnARaftCluster(t *testing.T) {
 	// Through a follower: the heartbeat is forwarded and the leader named.
 	a := newFakeAgent(t, "i-1", followers[0].GRPCAddr(), followers[1].GRPCAddr())
 	a.register(ctx)
-	placeTask(t, c, "t-running", "i-1", "RUNNING")
+	placeTask(t, c, "t-running", a, "RUNNING")
 	resp, err := pbagent.NewAgentServiceClient(a.conn(followers[0].GRPCAddr())).Heartbeat(ctx,
 		&pbagent.HeartbeatRequest{Instance: "i-1", Session: a.session})
 	if err != nil {

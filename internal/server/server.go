@@ -76,7 +76,10 @@ type Server struct {
 	extra           []namedRunnable
 	controllers     []controller.Controller
 	controllerCache *controller.Cache // made by ControllerCache
-	started         bool
+	// agentSessions checks an agent's claimed session (a module's
+	// AgentSessions); nil when no module registers agents.
+	agentSessions func(ctx context.Context, instance, session string) (bool, error)
+	started       bool
 }
 
 // New assembles a server and binds its listeners (so that port 0 resolves
@@ -114,7 +117,7 @@ func New(cfg Config) (_ *Server, err error) {
 	newGRPC := func(extra ...grpc.ServerOption) *grpc.Server {
 		return grpc.NewServer(append([]grpc.ServerOption{
 			grpc.MaxRecvMsgSize(cfg.GRPCMaxRecvBytes),
-			grpc.ChainUnaryInterceptor(gm.unary(), unaryInterceptor(s.log), authz.unary()),
+			grpc.ChainUnaryInterceptor(gm.unary(), unaryInterceptor(s.log), authz.unary(), s.agentIdentity()),
 			grpc.ChainStreamInterceptor(gm.stream(), streamInterceptor(s.log, s.stopping), authz.stream()),
 		}, extra...)...)
 	}

@@ -50,9 +50,8 @@ func TestWriteStatusesThroughAFollower(t *testing.T) {
 		return out.GetResource()
 	}
 	a, b := env("a"), env("b")
-	// The scheduler reports on them first (inactive, healthy): a report it
-	// makes later starts from what is stored, so it cannot undo the one
-	// this test writes.
+	// The scheduler reports on them first (its own key, which no client
+	// may write): the versions then stay put.
 	eventually(t, 30*time.Second, "the scheduler's first report", func() bool {
 		for _, id := range []*pbresource.ID{a.GetId(), b.GetId()} {
 			r, err := c.Read(ctx, &pbresource.ReadRequest{Id: id, Consistent: true})
@@ -62,17 +61,15 @@ func TestWriteStatusesThroughAFollower(t *testing.T) {
 		}
 		return true
 	})
-	report := func(id *pbresource.ID, version, health string) *pbresource.WriteStatusRequest {
-		data, err := anypb.New(&pbscheduler.EnvironmentStatus{Status: scheduler.EnvInactive, Health: health})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &pbresource.WriteStatusRequest{Id: id, Version: version, Key: scheduler.StatusKey, Status: &pbresource.Status{ObservedGeneration: 1, Data: data}}
+	// A key no type declares, as a user's own controller writes it.
+	report := func(id *pbresource.ID, version string, state pbresource.State) *pbresource.WriteStatusRequest {
+		return &pbresource.WriteStatusRequest{Id: id, Version: version, Key: "auditor", Status: &pbresource.Status{ObservedGeneration: 1,
+			Conditions: []*pbresource.Condition{{Type: "Audited", State: state}}}}
 	}
 	resp, err := c.WriteStatuses(ctx, &pbresource.WriteStatusesRequest{Statuses: []*pbresource.WriteStatusRequest{
-		report(a.GetId(), "", scheduler.HealthUnhealthy),
-		report(scheduler.EnvironmentID("default", "gone"), "", scheduler.HealthHealthy),
-		report(b.GetId(), "1", scheduler.HealthHealthy),
+		report(a.GetId(), "", pbresource.State_STATE_FALSE),
+		report(scheduler.EnvironmentID("default", "gone"), "", pbresource.State_STATE_TRUE),
+		report(b.GetId(), "1", pbresource.State_STATE_TRUE),
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -91,9 +88,9 @@ func TestWriteStatusesThroughAFollower(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := scheduler.EnvironmentStatusOf(read.GetResource())
-	if err != nil || st.GetHealth() != scheduler.HealthUnhealthy || read.GetResource().GetVersion() != got.GetVersion() || read.GetResource().GetGeneration() != 1 {
-		t.Fatalf("the leader has %v (%v) at version %s generation %d; want unhealthy at version %s, generation 1",
-			st, err, read.GetResource().GetVersion(), read.GetResource().GetGeneration(), got.GetVersion())
+	st := read.GetResource().GetStatus()["auditor"]
+	if len(st.GetConditions()) != 1 || st.GetConditions()[0].GetState() != pbresource.State_STATE_FALSE || read.GetResource().GetVersion() != got.GetVersion() || read.GetResource().GetGeneration() != 1 {
+		t.Fatalf("the leader has %v at version %s generation %d; want Audited false at version %s, generation 1",
+			st, read.GetResource().GetVersion(), read.GetResource().GetGeneration(), got.GetVersion())
 	}
 }

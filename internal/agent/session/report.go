@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -133,7 +134,7 @@ func (c *conn) writeChunk(ctx context.Context, chunk []Report, inChunk map[strin
 			follows[uint32(i)] = uint32(j)
 		}
 	}
-	wctx, cancel := context.WithTimeout(ctx, c.s.cfg.RPCTimeout)
+	wctx, cancel := context.WithTimeout(c.s.asAgent(ctx), c.s.cfg.RPCTimeout)
 	resp, err := c.res.WriteStatuses(wctx, &pbresource.WriteStatusesRequest{Statuses: members, Follows: follows})
 	cancel()
 	switch status.Code(err) {
@@ -168,7 +169,7 @@ func (c *conn) writeEach(ctx context.Context, chunk []Report, stored map[string]
 		if p.After != "" && !stored[p.After] {
 			continue
 		}
-		wctx, cancel := context.WithTimeout(ctx, c.s.cfg.RPCTimeout)
+		wctx, cancel := context.WithTimeout(c.s.asAgent(ctx), c.s.cfg.RPCTimeout)
 		resp, err := c.res.WriteStatus(wctx, p.Request)
 		cancel()
 		switch status.Code(err) {
@@ -236,4 +237,12 @@ func uidOf(r Report) string { return r.Request.GetId().GetUid() }
 func taskKey(r Report) string {
 	id := r.Request.GetId()
 	return id.GetTenancy().GetNamespace() + "/" + id.GetName()
+}
+
+// asAgent names the instance and its session in the call's metadata: the
+// servers take a report for its agent's (which alone may write a task's
+// status["agent"]) by the agent's Connect leaf when it presents one, else
+// by this pair, when the session is the one the Instance holds.
+func (s *Session) asAgent(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, resource.AgentInstanceMetadataKey, s.cfg.Name, resource.AgentSessionMetadataKey, s.ID())
 }

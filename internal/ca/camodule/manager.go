@@ -22,8 +22,9 @@ import (
 	"trellis.dev/trellis/internal/tlsutil"
 )
 
-// ManagerName is the name of the CA manager's controller.
-const ManagerName = "ca-manager"
+// ManagerName is the name of the CA manager's controller: the owner of
+// the CAConfig's status key of that name.
+const ManagerName = ca.ManagerStatusKey
 
 // Manager is the CA manager: on the leader, it writes the default
 // CAConfig when there is none, makes the cluster's root when no root is
@@ -137,7 +138,7 @@ type Outcome struct {
 // (the controller runtime retries it with backoff); a failed rotation
 // leaves the old root active.
 func (m *Manager) Reconcile(ctx context.Context) (Outcome, error) {
-	ctx = resource.FromOperations(ctx)
+	ctx = resource.AsController(resource.FromOperations(ctx), ManagerName)
 	cfgRes, err := m.ensureConfig(ctx)
 	if err != nil {
 		return Outcome{}, err

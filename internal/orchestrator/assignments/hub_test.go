@@ -184,7 +184,8 @@ func TestAgentReportsAreNotEchoed(t *testing.T) {
 		st := proto.Clone(orchestrator.TaskStatusOf(res)).(*pborch.TaskStatus)
 		f(st)
 		payload, _ := anypb.New(st)
-		out, err := h.api.WriteStatus(context.Background(), &pbresource.WriteStatusRequest{Id: res.GetId(), Version: res.GetVersion(),
+		task, _ := resource.DecodeData[*pborch.Task](res)
+		out, err := h.api.WriteStatus(resource.AsAgent(context.Background(), task.GetInstance()), &pbresource.WriteStatusRequest{Id: res.GetId(), Version: res.GetVersion(),
 			Key: orchestrator.TaskStatusKey, Status: &pbresource.Status{Data: payload}})
 		if err != nil {
 			t.Fatal(err)

@@ -75,7 +75,12 @@ func report(t *testing.T, api *resource.Service, r *pbresource.Resource, st *pbo
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := api.WriteStatus(context.Background(), &pbresource.WriteStatusRequest{Id: r.GetId(), Key: orchestrator.TaskStatusKey,
+	task, err := resource.DecodeData[*pborch.Task](r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the agent of the task's instance reports it.
+	if _, err := api.WriteStatus(resource.AsAgent(context.Background(), task.GetInstance()), &pbresource.WriteStatusRequest{Id: r.GetId(), Key: orchestrator.TaskStatusKey,
 		Status: &pbresource.Status{ObservedGeneration: r.GetGeneration(), Data: data}}); err != nil {
 		t.Fatal(err)
 	}

@@ -205,7 +205,8 @@ func (e *env) writeTask(res *pbresource.Resource, instance, lastStatus string) *
 	if lastStatus == "" {
 		return out.GetResource()
 	}
-	st, err := e.api.WriteStatus(e.ctx, &pbresource.WriteStatusRequest{Id: out.GetResource().GetId(), Key: orchestrator.TaskStatusKey,
+	// As the agent of its instance reports it.
+	st, err := e.api.WriteStatus(resource.AsAgent(e.ctx, instance), &pbresource.WriteStatusRequest{Id: out.GetResource().GetId(), Key: orchestrator.TaskStatusKey,
 		Status: &pbresource.Status{Data: mustAny(e.t, &pborch.TaskStatus{LastStatus: lastStatus})}})
 	if err != nil {
 		e.t.Fatal(err)

@@ -105,6 +105,8 @@ func taskOf(res *pbresource.Resource, cache *controller.Cache) *pborch.Task {
 }
 
 func (r *taskReconciler) Reconcile(ctx context.Context, req controller.Request) error {
+	// It alone writes a task's lost verdict (orchestrator.LostStatusKey).
+	ctx = resource.AsController(ctx, TaskControllerName)
 	name := req.ID.GetName()
 	instances := map[string]InstanceState{}
 	resp, err := r.api.Read(ctx, &pbresource.ReadRequest{Id: orchestrator.InstanceID(name)})

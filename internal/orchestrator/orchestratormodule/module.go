@@ -104,7 +104,8 @@ func (m orchestratorModule) Setup(d module.Deps) (module.Parts, error) {
 		}
 	}
 	return module.Parts{
-		Controllers: ctls,
+		Controllers:   ctls,
+		AgentSessions: agentSessions(d.API),
 		PublicServices: []module.Service{{
 			Desc: &pbagent.AgentService_ServiceDesc, Impl: agentService{heartbeats: svc, assignments: hub},
 			Permissions: agentPermissions,

@@ -107,7 +107,12 @@ func (w *runWorld) report(r *pbresource.Resource, last string) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	if _, err := w.api.WriteStatus(context.Background(), &pbresource.WriteStatusRequest{Id: r.GetId(), Key: orchestrator.TaskStatusKey,
+	task, err := resource.DecodeData[*pborch.Task](r)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	// As the agent of the task's instance, which alone writes the key.
+	if _, err := w.api.WriteStatus(resource.AsAgent(context.Background(), task.GetInstance()), &pbresource.WriteStatusRequest{Id: r.GetId(), Key: orchestrator.TaskStatusKey,
 		Status: &pbresource.Status{ObservedGeneration: r.GetGeneration(), Data: data}}); err != nil {
 		w.t.Fatal(err)
 	}

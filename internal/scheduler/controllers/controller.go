@@ -16,8 +16,9 @@ import (
 	"trellis.dev/trellis/internal/scheduler"
 )
 
-// ControllerName is the daemon scheduler's controller.
-const ControllerName = "daemon-scheduler"
+// ControllerName is the daemon scheduler's controller: the owner of the
+// environment's status key of that name.
+const ControllerName = scheduler.StatusKey
 
 // Tunables of the controller.
 const (

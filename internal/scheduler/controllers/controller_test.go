@@ -545,7 +545,7 @@ func TestNewTermForgetsTheCache(t *testing.T) {
 		task, _ := resource.DecodeData[*pborch.Task](r)
 		if task.GetInstance() == "i2" {
 			payload, _ := anypb.New(&pborch.TaskStatus{LastStatus: orchestrator.StatusStopped})
-			if _, err := h.API.WriteStatus(h.Ctx, &pbresource.WriteStatusRequest{Id: r.GetId(), Version: r.GetVersion(), Key: orchestrator.TaskStatusKey,
+			if _, err := h.API.WriteStatus(resource.AsAgent(h.Ctx, "i2"), &pbresource.WriteStatusRequest{Id: r.GetId(), Version: r.GetVersion(), Key: orchestrator.TaskStatusKey,
 				Status: &pbresource.Status{Data: payload}}); err != nil {
 				t.Fatal(err)
 			}

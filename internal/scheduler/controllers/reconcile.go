@@ -22,7 +22,8 @@ import (
 func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) error {
 	// The scheduler writes the environments it manages, which only the
 	// scheduler's own code may (resource.Registration.WrittenThrough).
-	ctx = resource.FromOperations(ctx)
+	// It alone writes their status["daemon-scheduler"].
+	ctx = resource.AsController(resource.FromOperations(ctx), ControllerName)
 	st, err := r.read(ctx, req.ID)
 	if err != nil || st == nil {
 		return err

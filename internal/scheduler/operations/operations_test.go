@@ -316,7 +316,7 @@ func (r *reportingAPI) WriteBatch(ctx context.Context, req *pbresource.WriteBatc
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		if _, err := r.API.WriteStatus(ctx, &pbresource.WriteStatusRequest{Id: r.env, Key: scheduler.StatusKey, Status: &pbresource.Status{ObservedGeneration: 1, Data: data}}); err != nil {
+		if _, err := r.API.WriteStatus(resource.AsController(ctx, scheduler.StatusKey), &pbresource.WriteStatusRequest{Id: r.env, Key: scheduler.StatusKey, Status: &pbresource.Status{ObservedGeneration: 1, Data: data}}); err != nil {
 			r.t.Fatal(err)
 		}
 	}

@@ -219,7 +219,12 @@ func (h *Harness) Report(r *pbresource.Resource, st *pborch.TaskStatus) *pbresou
 	if err != nil {
 		h.T.Fatal(err)
 	}
-	out, err := h.API.WriteStatus(h.Ctx, &pbresource.WriteStatusRequest{Id: r.GetId(), Version: r.GetVersion(), Key: orchestrator.TaskStatusKey,
+	t, err := resource.DecodeData[*pborch.Task](r)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	// As the agent of the task's instance, which alone writes the key.
+	out, err := h.API.WriteStatus(resource.AsAgent(h.Ctx, t.GetInstance()), &pbresource.WriteStatusRequest{Id: r.GetId(), Version: r.GetVersion(), Key: orchestrator.TaskStatusKey,
 		Status: &pbresource.Status{ObservedGeneration: r.GetGeneration(), Data: payload}})
 	if err != nil {
 		h.T.Fatalf("report %s: %v", r.GetId().GetName(), err)
