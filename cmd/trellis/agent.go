@@ -168,7 +168,7 @@ an operator hands out for a first join (see docs/tls.md).`,
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "address written to the Instance (default: -http-addr's)")
 	fs.StringVar(&cfg.ControlSocket, "control-socket", "", "path of the control API's Unix socket (leave, logs, self), mode 0600: only the agent's user reaches it (default: <data-dir>/agent.sock)")
 	fs.StringVar(&cfg.ControlAddr, "control-addr", "", "also serve the control API on this TCP address (host:port), for operators on other machines: only with mutual TLS (-control-tls-cert-file, -control-tls-key-file, -tls-ca-file)")
-	fs.StringVar(&controlTLS.CertFile, "control-tls-cert-file", "", "the certificate -control-addr serves (PEM): of the cluster CA, valid for server and client authentication, not a server certificate")
+	fs.StringVar(&controlTLS.CertFile, "control-tls-cert-file", "", "the certificate -control-addr serves (PEM): a control certificate of the cluster CA ('trellis tls cert create -control')")
 	fs.StringVar(&controlTLS.KeyFile, "control-tls-key-file", "", "the private key of -control-tls-cert-file (PEM)")
 	fs.StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "the cluster CA's certificate (PEM): dial the servers over TLS and accept only servers of that CA (for servers started with -tls-* files)")
 	fs.StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "a client certificate of the cluster CA to present (optional; PEM); reloaded on SIGHUP")
@@ -184,7 +184,8 @@ an operator hands out for a first join (see docs/tls.md).`,
 }
 
 func newAgentLeaveCmd(e *cli.Env) *cobra.Command {
-	var socket, dataDir string
+	var socket, dataDir, controlAddr string
+	var tlsFiles tlsutil.Config
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "leave",
@@ -198,29 +199,64 @@ can reach (mode 0600): run it on the instance, as that user. Name the socket
 with -socket (or TRELLIS_AGENT_SOCKET), or the agent's -data-dir, where the
 socket is (agent.sock); by default ` + defaultAgentSocket + `, the socket of
 an agent started with -data-dir /var/lib/trellis/agent. 'trellis dev' prints
-its agents' sockets.`,
+its agents' sockets.
+
+From another machine, -control-addr reaches an agent started with
+-control-addr, over mutual TLS: -tls-ca-file checks the agent's control
+certificate, -tls-cert-file and -tls-key-file are a client certificate of the
+cluster CA ('trellis tls cert create -client').`,
 		Example: `  trellis agent leave
   trellis agent leave -data-dir /var/lib/trellis/agent
-  TRELLIS_AGENT_SOCKET=/tmp/trellis-dev-123/dev-1/agent.sock trellis agent leave`,
+  TRELLIS_AGENT_SOCKET=/tmp/trellis-dev-123/dev-1/agent.sock trellis agent leave
+  trellis agent leave -control-addr 10.0.0.7:7711 -tls-ca-file trellis-agent-ca.pem \
+      -tls-cert-file dc1-client-trellis-0.pem -tls-key-file dc1-client-trellis-0-key.pem`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			path, err := agentSocket(socket, dataDir, os.Getenv("TRELLIS_AGENT_SOCKET"))
+			target, err := leaveTarget(socket, dataDir, controlAddr, tlsFiles)
 			if err != nil {
 				return cli.Usage(err)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			if err := agent.RequestLeave(ctx, agent.Control{Socket: path}); err != nil {
+			if err := agent.RequestLeave(ctx, target); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.Stdout, "Agent at %s left the cluster.\n", path)
+			fmt.Fprintf(e.Stdout, "Agent at %s left the cluster.\n", target)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&socket, "socket", "", "path of the agent's control socket (env TRELLIS_AGENT_SOCKET; default "+defaultAgentSocket+")")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "data directory of the agent (on this machine): its control socket is there")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the tasks to stop and the leave to complete")
+	cmd.Flags().StringVar(&controlAddr, "control-addr", "", "the agent's TCP control address (host:port; its -control-addr), reached over mutual TLS with -tls-ca-file, -tls-cert-file and -tls-key-file")
+	cmd.Flags().StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "with -control-addr: the cluster CA, which signed the agent's control certificate (PEM)")
+	cmd.Flags().StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "with -control-addr: a client certificate of the cluster CA to present (PEM)")
+	cmd.Flags().StringVar(&tlsFiles.KeyFile, "tls-key-file", "", "the private key of -tls-cert-file (PEM)")
+	cmd.Flags().StringVar(&tlsFiles.Datacenter, "datacenter", tlsutil.DefaultDatacenter, "with -control-addr: the datacenter the agent's control certificate names (control.<dc>.trellis)")
 	return cmd
+}
+
+// leaveTarget is the control API `agent leave` talks to: a socket, or a
+// TCP control address over mutual TLS.
+func leaveTarget(socket, dataDir, controlAddr string, files tlsutil.Config) (agent.Control, error) {
+	if controlAddr == "" {
+		if files.Enabled() {
+			return agent.Control{}, errors.New("-tls-ca-file, -tls-cert-file and -tls-key-file go with -control-addr")
+		}
+		path, err := agentSocket(socket, dataDir, os.Getenv("TRELLIS_AGENT_SOCKET"))
+		return agent.Control{Socket: path}, err
+	}
+	if socket != "" || dataDir != "" {
+		return agent.Control{}, errors.New("give -control-addr or a socket (-socket, -data-dir), not both")
+	}
+	if files.CAFile == "" || files.CertFile == "" || files.KeyFile == "" {
+		return agent.Control{}, errors.New("-control-addr: needs -tls-ca-file, -tls-cert-file and -tls-key-file: the agent serves it over mutual TLS only")
+	}
+	tc, err := tlsutil.New(files)
+	if err != nil {
+		return agent.Control{}, err
+	}
+	return agent.Control{Addr: controlAddr, TLS: tc.OutgoingControlConfig()}, nil
 }
 
 // defaultAgentSocket is the control socket of an agent started as

@@ -111,11 +111,11 @@ that its key, if stolen, cannot mint a certificate for any other site.`,
 
 func newTLSCertCreateCmd(e *cli.Env) *cobra.Command {
 	var (
-		server, client bool
-		dc, domain     string
-		days           int
-		caFile, keyArg string
-		dnsNames, ips  []string
+		server, client, control bool
+		dc, domain              string
+		days                    int
+		caFile, keyArg          string
+		dnsNames, ips           []string
 	)
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -133,6 +133,11 @@ CA, in the current directory, with the next free number:
   -client  dc1-client-trellis-0.pem and dc1-client-trellis-0-key.pem: an
            agent's or a CLI's certificate. It names client.<dc>.<domain>
            and can only identify its holder to a server, never serve as one.
+  -control dc1-control-trellis-0.pem and dc1-control-trellis-0-key.pem: an
+           agent's -control-tls-cert-file and -control-tls-key-file, which
+           serve its TCP control address (-control-addr). It names
+           control.<dc>.<domain>, which clients of that address check, and
+           never server.<dc>.<domain>: the server ports refuse it.
 
 Create one server certificate for each server: each file holds a private key
 that should not leave its server. The CA files are read from the current
@@ -140,19 +145,22 @@ directory unless -ca and -key name them.`,
 		Example: `  trellis tls cert create -server
   trellis tls cert create -server -dc eu1 -additional-dnsname trellis.example.com -additional-ipaddress 10.0.0.5
   trellis tls cert create -client -days 90
+  trellis tls cert create -control -additional-dnsname node-1.example.com
   trellis tls cert create -server -ca /secure/trellis-agent-ca.pem -key /secure/trellis-agent-ca-key.pem`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var kind tlsutil.Kind
 			switch {
-			case server && client:
-				return cli.Usage(errors.New("-server and -client: give only one of them"))
+			case btoi(server)+btoi(client)+btoi(control) > 1:
+				return cli.Usage(errors.New("-server, -client and -control: give only one of them"))
 			case server:
 				kind = tlsutil.KindServer
 			case client:
 				kind = tlsutil.KindClient
+			case control:
+				kind = tlsutil.KindControl
 			default:
-				return cli.Usage(errors.New("give -server or -client: which certificate to create"))
+				return cli.Usage(errors.New("give -server, -client or -control: which certificate to create"))
 			}
 			if err := tlsutil.CheckDatacenter(dc); err != nil {
 				return cli.Usage(fmt.Errorf("-dc: %w", err))
@@ -204,15 +212,20 @@ directory unless -ca and -key name them.`,
 			}
 			tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "signed by %s\n", caFile)
-			fmt.Fprintf(tw, "wrote %s\tthe %s certificate of %s, valid until %s (-tls-cert-file)\n",
-				certFile, kind, strings.Join(names, ", "), kp.Cert.NotAfter.UTC().Format(time.DateOnly))
-			fmt.Fprintf(tw, "wrote %s\tits private key: keep it on that %s only (-tls-key-file)\n", keyFile, kind)
+			certFlag, keyFlag, holder := "-tls-cert-file", "-tls-key-file", kind.String()
+			if kind == tlsutil.KindControl {
+				certFlag, keyFlag, holder = "-control-tls-cert-file", "-control-tls-key-file", "agent"
+			}
+			fmt.Fprintf(tw, "wrote %s\tthe %s certificate of %s, valid until %s (%s)\n",
+				certFile, kind, strings.Join(names, ", "), kp.Cert.NotAfter.UTC().Format(time.DateOnly), certFlag)
+			fmt.Fprintf(tw, "wrote %s\tits private key: keep it on that %s only (%s)\n", keyFile, holder, keyFlag)
 			return tw.Flush()
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVar(&server, "server", false, "create a server certificate")
 	f.BoolVar(&client, "client", false, "create a client certificate (for an agent or the CLI)")
+	f.BoolVar(&control, "control", false, "create an agent's control certificate (for trellis agent -control-addr)")
 	f.StringVar(&dc, "dc", tlsutil.DefaultDatacenter, "the datacenter the certificate belongs to")
 	f.StringVar(&domain, "domain", tlsutil.DefaultDomain, "the cluster's domain, as given to `trellis tls ca create`")
 	f.IntVar(&days, "days", tlsutil.DefaultCertDays, "days the certificate is valid")
@@ -311,4 +324,11 @@ func writeExcl(f newFile) error {
 		os.Remove(f.name)
 	}
 	return err
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

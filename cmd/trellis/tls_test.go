@@ -156,8 +156,8 @@ func TestTLSCertCreateRefusals(t *testing.T) {
 		code int
 		want string
 	}{
-		{"neither", nil, 2, "give -server or -client"},
-		{"both", []string{"-server", "-client"}, 2, "-server and -client: give only one of them"},
+		{"neither", nil, 2, "give -server, -client or -control"},
+		{"both", []string{"-server", "-client"}, 2, "-server, -client and -control: give only one of them"},
 		{"bad dc", []string{"-server", "-dc", "dc_1"}, 2, `-dc: "dc_1" is not a datacenter name`},
 		{"bad domain", []string{"-server", "-domain", "-x"}, 2, `-domain: "-x" is not a domain`},
 		{"zero days", []string{"-server", "-days", "0"}, 2, "-days: 0 is not a positive number of days"},

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +15,7 @@ import (
 
 	"trellis.dev/trellis/internal/agent/tasks"
 	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // controlGet GETs path on the agent's control socket.
@@ -220,4 +223,106 @@ func TestMetadataAddressServesOnlyMetadata(t *testing.T) {
 		code, body := controlGet(t, a.Agent, "/v1/tasks/default/t2/logs/app")
 		return code == http.StatusOK && strings.Contains(body, "hunter2")
 	})
+}
+
+// writePair writes a key pair's files into dir and returns their paths.
+func writePair(t *testing.T, dir, name string, kp *tlsutil.KeyPair) (cert, key string) {
+	t.Helper()
+	cert, key = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	if err := os.WriteFile(cert, kp.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, kp.KeyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+// The TCP control address is served over mutual TLS only: with a control
+// certificate of the cluster CA, to clients of that CA.
+func TestControlAddrNeedsMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := tlsutil.GenerateCA(tlsutil.CAOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, _ := writePair(t, dir, "ca", ca)
+	gen := func(kind tlsutil.Kind, name string, by *tlsutil.KeyPair) (string, string) {
+		kp, err := tlsutil.GenerateCert(by, tlsutil.CertOptions{Kind: kind, Days: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return writePair(t, dir, name, kp)
+	}
+	controlCert, controlKey := gen(tlsutil.KindControl, "control", ca)
+	clientCert, clientKey := gen(tlsutil.KindClient, "client", ca)
+	serverCert, serverKey := gen(tlsutil.KindServer, "server", ca)
+	other, _ := tlsutil.GenerateCA(tlsutil.CAOptions{})
+	strangerCert, strangerKey := gen(tlsutil.KindClient, "stranger", other)
+
+	incoming := func(cert, key string) (*tls.Config, error) {
+		tc, err := tlsutil.New(tlsutil.Config{CAFile: caFile, CertFile: cert, KeyFile: key})
+		if err != nil {
+			return nil, err
+		}
+		return tc.IncomingControlConfig()
+	}
+	// Only a control certificate serves it.
+	if _, err := incoming(serverCert, serverKey); err == nil || !strings.Contains(err.Error(), "not a control certificate") {
+		t.Errorf("a server certificate on the control address: %v", err)
+	}
+	if _, err := incoming(clientCert, clientKey); err == nil || !strings.Contains(err.Error(), "not valid for server authentication") {
+		t.Errorf("a client certificate on the control address: %v", err)
+	}
+	cfgTLS, err := incoming(controlCert, controlKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	srv := startServer(t)
+	cfg := config(t, "i-1", newProcTable(t), srv)
+	cfg.ControlAddr, cfg.ControlTLS = "127.0.0.1:0", cfgTLS
+	a := startAgent(t, cfg)
+	clientTLS := func(cert, key string) *tls.Config {
+		tc, err := tlsutil.New(tlsutil.Config{CAFile: caFile, CertFile: cert, KeyFile: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tc.OutgoingControlConfig()
+	}
+	self := func(c *tls.Config) error {
+		hc, base, err := Control{Addr: a.ControlAddr(), TLS: c}.client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Get(base + "/v1/agent/self")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+	if err := self(clientTLS(clientCert, clientKey)); err != nil {
+		t.Fatalf("a client of the cluster CA: %v", err)
+	}
+	if err := self(clientTLS("", "")); err == nil {
+		t.Error("a client without a certificate was served")
+	}
+	stranger, err := tls.LoadX509KeyPair(strangerCert, strangerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := self(&tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{stranger}, InsecureSkipVerify: true}); err == nil {
+		t.Error("a client of another CA was served")
+	}
+	// Plaintext HTTP on the control address answers nothing.
+	if resp, err := http.Get("http://" + a.ControlAddr() + "/v1/agent/self"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("plaintext HTTP was served on the control address")
+		}
+	}
 }

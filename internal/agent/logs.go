@@ -42,6 +42,16 @@ func (a *Agent) linkLogs(ctx context.Context, cc grpc.ClientConnInterface) {
 // statuses.
 func (a *Agent) openLogs(ctx context.Context, req *pbagent.LogRequest) (io.ReadCloser, error) {
 	key := req.GetNamespace() + "/" + req.GetName()
+	if uid := req.GetUid(); uid != "" {
+		// The servers name the task they checked the read against: a task
+		// of the same name that this agent still holds (an older one, not
+		// yet forgotten) is not it.
+		for _, t := range a.tasks.Tasks() {
+			if t.Namespace == req.GetNamespace() && t.Name == req.GetName() && t.UID != uid {
+				return nil, status.Errorf(codes.NotFound, "task %s on instance %s is another task (uid %s) than the one asked for (uid %s)", key, a.cfg.Name, t.UID, uid)
+			}
+		}
+	}
 	runner, err := a.tasks.LogRunner(req.GetNamespace(), req.GetName(), req.GetContainer())
 	if err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())

@@ -45,6 +45,11 @@ const (
 	// KindClient is an agent's or a CLI's certificate: it can only
 	// identify its holder to a server.
 	KindClient
+	// KindControl is an agent's control certificate: it serves the
+	// agent's TCP control address (-control-addr) and names
+	// control.<dc>.<domain>, never server.<dc>.<domain>, so the server
+	// ports refuse it.
+	KindControl
 )
 
 func (k Kind) String() string {
@@ -53,6 +58,8 @@ func (k Kind) String() string {
 		return "server"
 	case KindClient:
 		return "client"
+	case KindControl:
+		return "control"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -195,8 +202,14 @@ func GenerateCert(ca *KeyPair, opts CertOptions) (*KeyPair, error) {
 		tmpl.DNSNames = dedupe(append([]string{name}, opts.DNSNames...))
 		tmpl.IPAddresses = opts.IPs
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	case KindControl:
+		name := ControlName(opts.Datacenter, opts.Domain)
+		tmpl.Subject = pkix.Name{CommonName: name}
+		tmpl.DNSNames = dedupe(append([]string{name}, opts.DNSNames...))
+		tmpl.IPAddresses = opts.IPs
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	default:
-		return nil, fmt.Errorf("kind: %v is neither server nor client", opts.Kind)
+		return nil, fmt.Errorf("kind: %v is neither server, client nor control", opts.Kind)
 	}
 	serial, err := randomSerial()
 	if err != nil {

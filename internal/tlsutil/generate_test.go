@@ -102,7 +102,7 @@ func TestGenerateCert(t *testing.T) {
 			wantErr: "the CA cannot sign this certificate"},
 		{name: "outlives the CA", ca: short, opts: CertOptions{Kind: KindServer, Now: now},
 			wantErr: "days: 365 days outlives the CA, which expires on 2030-07-01; give at most 30"},
-		{name: "no kind", ca: ca, opts: CertOptions{Now: now}, wantErr: "kind: Kind(0) is neither server nor client"},
+		{name: "no kind", ca: ca, opts: CertOptions{Now: now}, wantErr: "kind: Kind(0) is neither server, client nor control"},
 		{name: "bad datacenter", ca: ca, opts: CertOptions{Kind: KindServer, Datacenter: "dc_1", Now: now}, wantErr: `datacenter: "dc_1" is not a datacenter name`},
 		{name: "bad DNS name", ca: ca, opts: CertOptions{Kind: KindServer, DNSNames: []string{"-x.example"}, Now: now}, wantErr: `additional DNS name: "-x.example" is not a DNS name`},
 		{name: "no CA", opts: CertOptions{Kind: KindServer, Now: now}, wantErr: "ca: no CA certificate and key"},
@@ -270,4 +270,24 @@ func mustCA(t *testing.T, opts CAOptions) *KeyPair {
 		t.Fatal(err)
 	}
 	return ca
+}
+
+// A control certificate serves and identifies, names control.<dc>.<domain>
+// and never a server's name: the server ports refuse it.
+func TestGenerateControlCert(t *testing.T) {
+	ca, err := GenerateCA(CAOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := GenerateCert(ca, CertOptions{Kind: KindControl, DNSNames: []string{"node-1.example.com"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := kp.Cert
+	if c.Subject.CommonName != "control.dc1.trellis" || !slices.Contains(c.DNSNames, "node-1.example.com") || slices.Contains(c.DNSNames, ServerName("dc1", DefaultDomain)) {
+		t.Errorf("names %s %v", c.Subject.CommonName, c.DNSNames)
+	}
+	if !slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageServerAuth) || !slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+		t.Errorf("usages %v", c.ExtKeyUsage)
+	}
 }

@@ -36,6 +36,12 @@ func ClientName(datacenter, domain string) string {
 	return "client." + datacenter + "." + domain
 }
 
+// ControlName is the name an agent's control certificate carries
+// (KindControl), which clients of its TCP control address check.
+func ControlName(datacenter, domain string) string {
+	return "control." + datacenter + "." + domain
+}
+
 // CheckDatacenter refuses a datacenter name that cannot be one DNS label,
 // since it becomes one in ServerName.
 func CheckDatacenter(dc string) error {
