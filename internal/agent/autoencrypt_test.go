@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
@@ -15,8 +16,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
@@ -274,6 +278,31 @@ func TestAutoEncrypt(t *testing.T) {
 	}
 	if info, ok := p.AuthInfo.(credentials.TLSInfo); !ok || len(info.State.PeerCertificates[0].URIs) != 0 {
 		t.Fatalf("the CLI was served %v, want the certificate file", p.AuthInfo)
+	}
+
+	// The agent's leaf alone proves its bearer the agent of i-1, who
+	// alone writes the status["agent"] of a task placed on i-1: a client
+	// presenting it, naming no session, may; the CLI, presenting none,
+	// may not.
+	agentCert := a.Leaves().AgentCertificate()
+	asAgent, err := grpc.NewClient(servers[0].srv.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(
+		tlsutil.PresentingLeaf(caOnly.OutgoingClientConfig(), func() *tls.Certificate { return agentCert }))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer asAgent.Close()
+	probe, _ := anypb.New(&pborch.Task{TaskDefinition: "probe:1", Instance: "i-1", StartedBy: "test", DesiredStatus: orchestrator.StatusStopped})
+	placed, err := pbresource.NewResourceServiceClient(cli).Write(context.Background(), &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: orchestrator.TaskID("default", "probe"), Data: probe}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, _ := anypb.New(&pborch.TaskStatus{LastStatus: orchestrator.StatusStopped, StopReason: "never started"})
+	write := &pbresource.WriteStatusRequest{Id: placed.GetResource().GetId(), Key: orchestrator.TaskStatusKey, Status: &pbresource.Status{Data: report}}
+	if _, err := pbresource.NewResourceServiceClient(cli).WriteStatus(context.Background(), write); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("the CLI writing the agent's key: %v, want PermissionDenied", err)
+	}
+	if _, err := pbresource.NewResourceServiceClient(asAgent).WriteStatus(context.Background(), write); err != nil {
+		t.Fatalf("a client presenting i-1's agent leaf writing the key: %v", err)
 	}
 
 	// A rotation: the agent's leaf is signed again, from the new root.
