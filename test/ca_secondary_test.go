@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -18,12 +19,15 @@ import (
 )
 
 // TestSecondaryDatacenterSurvivesLeaderFailover starts a one-server
-// primary (dc1) and a three-server secondary (dc2) as separate processes,
-// the secondary given the primary's server-to-server address. A follower of
-// dc2 signs dc2 leaves that verify against the primary's roots; after
-// dc2's leader is killed, its new leader keeps the roots and the
-// intermediate it found (every remaining server's leaves carry the same
-// intermediate as before), and every remaining server keeps signing.
+// primary (dc1) and a three-server secondary (dc2) as separate processes
+// with TLS, one cluster CA for both (docs/ca.md, "What an operator hands a
+// secondary"), the secondary given the primary's server-to-server address:
+// its leader asks there as a server of dc2. dc2's servers link to each
+// other on Connect leaves of dc2's own intermediate. A follower of dc2
+// signs dc2 leaves that verify against the primary's roots; after dc2's
+// leader is killed, its new leader keeps the roots and the intermediate it
+// found (every remaining server's leaves carry the same intermediate as
+// before), and every remaining server keeps signing.
 func TestSecondaryDatacenterSurvivesLeaderFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
@@ -33,6 +37,21 @@ func TestSecondaryDatacenterSurvivesLeaderFailover(t *testing.T) {
 	bin, err := testcluster.Build(dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	pki := filepath.Join(dir, "pki")
+	if err := os.Mkdir(pki, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"tls", "ca", "create"}, {"tls", "cert", "create", "-server", "-dc", "dc1"}, {"tls", "cert", "create", "-server", "-dc", "dc2"}} {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = pki
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("trellis %v: %v\n%s", args, err, out)
+		}
+	}
+	tlsFlags := func(dc string) []string {
+		return []string{"-tls-ca-file", filepath.Join(pki, "trellis-agent-ca.pem"),
+			"-tls-cert-file", filepath.Join(pki, dc+"-server-trellis-0.pem"), "-tls-key-file", filepath.Join(pki, dc+"-server-trellis-0-key.pem")}
 	}
 	var clusters []*testcluster.Cluster
 	t.Cleanup(func() {
@@ -58,13 +77,13 @@ func TestSecondaryDatacenterSurvivesLeaderFailover(t *testing.T) {
 		clusters = append(clusters, c)
 		return c
 	}
-	dc1 := start("dc1", 1)
+	dc1 := start("dc1", 1, tlsFlags("dc1")...)
 	var primary rootsAnswer
 	waitCA(t, "the primary's root", func() bool {
 		primary = caRoots(t, dc1.Members[0])
 		return primary.ActiveRootID != ""
 	})
-	dc2 := start("dc2", 3, "-datacenter", "dc2", "-primary-datacenter", "dc1", "-primary-address", dc1.Members[0].ServerAddr)
+	dc2 := start("dc2", 3, append(tlsFlags("dc2"), "-datacenter", "dc2", "-primary-datacenter", "dc1", "-primary-address", dc1.Members[0].ServerAddr)...)
 	leader, err := dc2.WaitLeader(ctx, dc2.Members)
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +109,14 @@ func TestSecondaryDatacenterSurvivesLeaderFailover(t *testing.T) {
 	if before.ChainPEM == "" {
 		t.Fatal("a dc2 leaf carries no intermediate")
 	}
+	waitCA(t, "dc2's server links on Connect leaves of its intermediate", func() bool {
+		for _, m := range dc2.Members {
+			if serverLinks(t, m, "connect") == 0 {
+				return false
+			}
+		}
+		return true
+	})
 
 	t.Logf("killing dc2's leader %s", leader.Name)
 	leader.Kill()
