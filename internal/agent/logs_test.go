@@ -7,8 +7,16 @@ import (
 	"net/http"
 	"testing"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pbagent "trellis.dev/trellis/api/agent/v1"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/resource"
 )
 
 // `trellis task logs` through the servers: the agent is attached to one
@@ -69,6 +77,26 @@ func TestLogsThroughTheServers(t *testing.T) {
 		if resp.StatusCode != bad.code {
 			t.Errorf("GET %s: %d %s, want %d", bad.path, resp.StatusCode, b, bad.code)
 		}
+	}
+
+	// An outsider on the agent's server cannot take the agent's link: it
+	// names the instance, but not the session its agent registered.
+	conn, err := grpc.NewClient(on.addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := pbagent.NewLogServiceClient(conn).Attach(metadata.AppendToOutgoingContext(context.Background(),
+		resource.AgentInstanceMetadataKey, "i-1", resource.AgentSessionMetadataKey, "forged"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Send(&pbagent.AttachRequest{Instance: "i-1"})
+	if _, err := st.Recv(); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("an outsider's Attach as i-1: %v, want PERMISSION_DENIED", err)
+	}
+	if code, body := read(""); code != 200 || body != "hello\n" {
+		t.Errorf("after the outsider's Attach: %d %q", code, body)
 	}
 
 	// Following: the output keeps coming, and the read ends on the agent

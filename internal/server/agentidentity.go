@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	pbagent "trellis.dev/trellis/api/agent/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/resource"
 )
@@ -32,10 +33,13 @@ import (
 // a leaf: whoever may read the Instance can read it (see
 // docs/architecture.md, the security plane).
 
-// provesAgents lists the methods whose callers the interceptor identifies.
+// provesAgents lists the methods whose callers the interceptors identify:
+// the status writes, and the agent's link for task logs (a link that is
+// not its instance's agent's is refused, tasklogs.Hub.Attach).
 var provesAgents = map[string]bool{
 	pbresource.ResourceService_WriteStatus_FullMethodName:   true,
 	pbresource.ResourceService_WriteStatuses_FullMethodName: true,
+	pbagent.LogService_Attach_FullMethodName:                true,
 }
 
 // agentIdentity is the public port's interceptor that marks a proven
@@ -50,6 +54,26 @@ func (s *Server) agentIdentity() grpc.UnaryServerInterceptor {
 		return handler(ctx, req)
 	}
 }
+
+// agentIdentityStream is agentIdentity for streams.
+func (s *Server) agentIdentityStream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if provesAgents[info.FullMethod] {
+			if instance := s.provenAgent(ss.Context()); instance != "" {
+				ss = agentStream{ServerStream: ss, ctx: resource.AsAgent(ss.Context(), instance)}
+			}
+		}
+		return handler(srv, ss)
+	}
+}
+
+// agentStream is a stream whose context says which agent calls.
+type agentStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (a agentStream) Context() context.Context { return a.ctx }
 
 // provenAgent is the instance whose agent the call is proven to come
 // from; "" when none.

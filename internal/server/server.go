@@ -118,7 +118,7 @@ func New(cfg Config) (_ *Server, err error) {
 		return grpc.NewServer(append([]grpc.ServerOption{
 			grpc.MaxRecvMsgSize(cfg.GRPCMaxRecvBytes),
 			grpc.ChainUnaryInterceptor(gm.unary(), unaryInterceptor(s.log), authz.unary(), s.agentIdentity()),
-			grpc.ChainStreamInterceptor(gm.stream(), streamInterceptor(s.log, s.stopping), authz.stream()),
+			grpc.ChainStreamInterceptor(gm.stream(), streamInterceptor(s.log, s.stopping), authz.stream(), s.agentIdentityStream()),
 		}, extra...)...)
 	}
 	var publicTLS *tls.Config

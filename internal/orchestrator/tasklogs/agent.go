@@ -9,9 +9,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pbagent "trellis.dev/trellis/api/agent/v1"
+	"trellis.dev/trellis/internal/resource"
 )
 
 // OpenFunc opens the output a request asks for on the agent. Its errors
@@ -27,7 +29,11 @@ func Serve(ctx context.Context, cc grpc.ClientConnInterface, instance, session s
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := pbagent.NewLogServiceClient(cc)
-	stream, err := client.Attach(ctx)
+	// The agent names its instance and session: the servers take the link
+	// for the instance's agent's only when the session is the one it
+	// registered last (or the connection presents its agent leaf).
+	stream, err := client.Attach(metadata.AppendToOutgoingContext(ctx,
+		resource.AgentInstanceMetadataKey, instance, resource.AgentSessionMetadataKey, session))
 	if err != nil {
 		return err
 	}

@@ -79,6 +79,12 @@ func (h *Hub) Attach(stream pbagent.LogService_AttachServer) error {
 	if err := resource.ValidateName("instance", hello.GetInstance()); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
+	// Only the instance's agent takes its reads: the server's edge proves
+	// who calls (its Connect agent leaf, or the session it registered
+	// last: resource.AsAgent).
+	if proven := resource.StatusWriterOf(stream.Context()).Agent; proven != hello.GetInstance() {
+		return status.Error(codes.PermissionDenied, attachRefusal(hello.GetInstance(), proven))
+	}
 	l := &link{instance: hello.GetInstance(), requests: make(chan *pbagent.LogRequest), replaced: make(chan struct{})}
 	h.mu.Lock()
 	if old := h.links[l.instance]; old != nil {

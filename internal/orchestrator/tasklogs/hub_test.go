@@ -12,9 +12,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pbagent "trellis.dev/trellis/api/agent/v1"
+	"trellis.dev/trellis/internal/resource"
 )
 
 // A real gRPC server with the Hub's services, and a connection to it.
@@ -25,7 +27,16 @@ func startHub(t *testing.T) (*Hub, *grpc.ClientConn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	// The server's edge proves who calls (internal/server's
+	// agentIdentity): here, the agent whose session is "s1".
+	prove := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		md, _ := metadata.FromIncomingContext(ss.Context())
+		if v := md.Get(resource.AgentSessionMetadataKey); len(v) == 1 && v[0] == "s1" {
+			ss = provenStream{ss, resource.AsAgent(ss.Context(), md.Get(resource.AgentInstanceMetadataKey)[0])}
+		}
+		return handler(srv, ss)
+	}
+	srv := grpc.NewServer(grpc.StreamInterceptor(prove))
 	pbagent.RegisterLogServiceServer(srv, logServer{hub: hub})
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
@@ -36,6 +47,13 @@ func startHub(t *testing.T) (*Hub, *grpc.ClientConn) {
 	t.Cleanup(func() { cc.Close() })
 	return hub, cc
 }
+
+type provenStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (p provenStream) Context() context.Context { return p.ctx }
 
 type logServer struct {
 	pbagent.UnimplementedLogServiceServer
@@ -199,14 +217,30 @@ func TestSendLogsRefusesWhatNoReadAsked(t *testing.T) {
 			t.Errorf("SendLogs(%q): %v, want %s", tt.first.GetRequestId(), err, tt.code)
 		}
 	}
-	// A bad instance name is refused at Attach.
-	st, err := client.Attach(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	// Attach takes only the instance's proven agent: not a caller that
+	// proves nothing, not another instance's agent, not a bad name.
+	for _, tt := range []struct {
+		md       []string
+		instance string
+		code     codes.Code
+		msg      string
+	}{
+		{nil, "i-1", codes.PermissionDenied, "the caller is proven to be no agent"},
+		{[]string{resource.AgentInstanceMetadataKey, "i-1", resource.AgentSessionMetadataKey, "forged"}, "i-1", codes.PermissionDenied, "the caller is proven to be no agent"},
+		{[]string{resource.AgentInstanceMetadataKey, "i-2", resource.AgentSessionMetadataKey, "s1"}, "i-1", codes.PermissionDenied, "the caller is the agent of instance i-2"},
+		{[]string{resource.AgentInstanceMetadataKey, "i-1", resource.AgentSessionMetadataKey, "s1"}, "Not A Name", codes.InvalidArgument, "instance"},
+	} {
+		st, err := client.Attach(metadata.AppendToOutgoingContext(context.Background(), tt.md...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = st.Send(&pbagent.AttachRequest{Instance: tt.instance})
+		if _, err := st.Recv(); status.Code(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("Attach(%s) with %v: %v, want %s naming %q", tt.instance, tt.md, err, tt.code, tt.msg)
+		}
 	}
-	_ = st.Send(&pbagent.AttachRequest{Instance: "Not A Name"})
-	if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument {
-		t.Errorf("Attach with a bad name: %v", err)
+	if hub.Attached("i-1") {
+		t.Error("a refused Attach left a link")
 	}
 	if hub.Pending() != 0 {
 		t.Errorf("%d reads pending", hub.Pending())
@@ -222,7 +256,8 @@ func TestHubLinks(t *testing.T) {
 		return io.NopCloser(strings.NewReader("old\n")), nil
 	})
 	// A second agent process of i-1, attached by hand: it never answers.
-	st, err := pbagent.NewLogServiceClient(cc).Attach(context.Background())
+	st, err := pbagent.NewLogServiceClient(cc).Attach(metadata.AppendToOutgoingContext(context.Background(),
+		resource.AgentInstanceMetadataKey, "i-1", resource.AgentSessionMetadataKey, "s1"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,3 +107,12 @@ func openError(c *pbagent.LogChunk) error {
 	}
 	return status.Error(code, msg)
 }
+
+// attachRefusal says why an Attach naming instance was refused, the
+// caller being proven the agent of proven ("" for none).
+func attachRefusal(instance, proven string) string {
+	if proven == "" {
+		return "Attach names instance " + instance + ", but the caller is proven to be no agent: it presents no Connect agent leaf, and names no session its instance registered last (x-trellis-agent-instance, x-trellis-agent-session)"
+	}
+	return "Attach names instance " + instance + ", but the caller is the agent of instance " + proven
+}
