@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"trellis.dev/trellis/internal/testcluster"
 )
 
 // trellis snapshot save writes a file only its owner can read (it holds
@@ -12,7 +15,14 @@ import (
 // readable file, or a link to elsewhere, which is left untouched. The
 // file restores.
 func TestSnapshotSaveWritesAPrivateFile(t *testing.T) {
-	addr := startDev(t, "-data-dir", t.TempDir())
+	// Its own Raft and server ports: the defaults (7702, 7703) may be
+	// taken by another test's server on a shared machine.
+	ports, err := testcluster.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := startDev(t, "-data-dir", t.TempDir(),
+		"-raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[0]), "-server-addr", fmt.Sprintf("127.0.0.1:%d", ports[1]))
 	dir := t.TempDir()
 	file := filepath.Join(dir, "backup.snap")
 	elsewhere := filepath.Join(dir, "elsewhere")
