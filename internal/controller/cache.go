@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 
@@ -56,6 +57,10 @@ type Cache struct {
 	mu    sync.RWMutex
 	types map[typeKey]*typeCache
 	fed   bool
+
+	// revisions numbers the changes of every type (Revision), never
+	// twice, across terms.
+	revisions atomic.Uint64
 }
 
 // Object is a resource as the Cache holds it: as stored, and its data
@@ -67,6 +72,15 @@ type Object struct {
 	// DecodeErr says why.
 	Data      proto.Message
 	DecodeErr error
+
+	// keys[i] are the keys the object is filed under in its type's
+	// indexes[i], worked out once, when the cache applied it; derived[i]
+	// is the value of its type's derived[i]. Both are nil for an object
+	// the cache did not make.
+	keys    [][]string
+	derived []any
+	// of is the type's cache, to find a Derived's position.
+	of *typeCache
 }
 
 // Decoded returns the object's data as a T; false when it is absent or of
@@ -78,8 +92,9 @@ func Decoded[T proto.Message](o *Object) (T, bool) {
 
 // Index names a way to look resources of a type up: Keys returns the keys
 // a resource is filed under (none: it is not in the index). Keys must be
-// a pure function of the object: the cache calls it again on the old
-// object to take it out of the index.
+// a pure function of the object: the cache calls it once per object, as
+// it applies it, and takes the object out of the index by the keys it
+// gave then.
 //
 // An index is declared by its pointer: two controllers that declare the
 // same *Index share it; two different Indexes of one name on one type are
@@ -90,11 +105,43 @@ type Index struct {
 	Keys func(*Object) []string
 }
 
+// Derived names a value the cache works out from each object of a type
+// as it applies it, and keeps with the object for every reader: what a
+// controller would otherwise turn each object into on every run, or keep
+// beside the cache in step with its events by hand (the scheduler's view
+// of a task, which decodes its status). Make must be a pure function of
+// the object; its value is shared like the object and must never be
+// modified. Like an Index it is declared by its pointer, and two
+// controllers that declare the same *Derived share it.
+type Derived struct {
+	Name string
+	Make func(*Object) any
+}
+
+// DerivedOf returns d's value for o, as the cache made it when it applied
+// o; false when d is not declared on o's type, o was not made by the
+// cache, or Make gave a value that is not a T (nil included).
+func DerivedOf[T any](o *Object, d *Derived) (T, bool) {
+	var zero T
+	if o == nil || o.of == nil {
+		return zero, false
+	}
+	for i, x := range o.of.derived {
+		if x == d {
+			v, ok := o.derived[i].(T)
+			return v, ok
+		}
+	}
+	return zero, false
+}
+
 // CachedType declares a type a controller reads from the Cache, with the
-// indexes it looks it up by (the built-in IndexOwner needs no declaring).
+// indexes it looks it up by (the built-in IndexOwner needs no declaring)
+// and the values it derives from each object.
 type CachedType struct {
 	Type    *pbresource.Type
 	Indexes []*Index
+	Derived []*Derived
 }
 
 // IndexOwner is the built-in index of every cached type: a resource is
@@ -146,7 +193,12 @@ func typeKeyOf(t *pbresource.Type) typeKey {
 type typeCache struct {
 	typ           *pbresource.Type
 	indexes       []*Index // ownerIndex first
+	derived       []*Derived
 	checkReadOnly bool
+	// revisions is the cache's counter; revision (under mu) is the
+	// number of the type's last change.
+	revisions *atomic.Uint64
+	revision  uint64
 
 	mu sync.RWMutex
 	// all holds every object of the type.
@@ -190,6 +242,21 @@ func validateCached(cached []CachedType, bad func(field, reason string) error) e
 			}
 			names[x.Name] = true
 		}
+		derived := map[string]bool{}
+		for j, x := range ct.Derived {
+			f := fmt.Sprintf("%s.Derived[%d]", field, j)
+			switch {
+			case x == nil:
+				return bad(f, "nil")
+			case x.Name == "":
+				return bad(f+".Name", "required")
+			case x.Make == nil:
+				return bad(f+".Make", "required")
+			case derived[x.Name]:
+				return bad(f+".Name", x.Name+" is declared twice")
+			}
+			derived[x.Name] = true
+		}
 	}
 	return nil
 }
@@ -225,17 +292,29 @@ func (c *Cache) Declare(cached ...CachedType) error {
 				}
 			}
 		}
+		for _, x := range ct.Derived {
+			for _, have := range tc.derived {
+				if have.Name == x.Name && have != x {
+					return fmt.Errorf("derived value %s of %s is already declared as another Derived", x.Name, ids.TypeString(ct.Type))
+				}
+			}
+		}
 	}
 	for _, ct := range cached {
 		k := typeKeyOf(ct.Type)
 		tc := c.types[k]
 		if tc == nil {
-			tc = &typeCache{typ: ct.Type, indexes: []*Index{ownerIndex}, checkReadOnly: c.checkReadOnly}
+			tc = &typeCache{typ: ct.Type, indexes: []*Index{ownerIndex}, checkReadOnly: c.checkReadOnly, revisions: &c.revisions}
 			c.types[k] = tc
 		}
 		for _, x := range ct.Indexes {
 			if !slices.Contains(tc.indexes, x) {
 				tc.indexes = append(tc.indexes, x)
+			}
+		}
+		for _, x := range ct.Derived {
+			if !slices.Contains(tc.derived, x) {
+				tc.derived = append(tc.derived, x)
 			}
 		}
 		tc.resetLocked()
@@ -345,6 +424,20 @@ func (tc *typeCache) read(set func() *objectSet) []*Object {
 	return s.build()
 }
 
+// Revision returns the number of typ's last change in the cache: it
+// moves whenever an object of the type is added, replaced or removed, and
+// when the cache is emptied at a term's start or end, and never takes a
+// value twice. A reader that works something out from a whole type (the
+// scheduler's instances matching a group) keeps it until the revision
+// moves, instead of being told of changes by its mappers. It panics when
+// the type is not cached.
+func (c *Cache) Revision(typ *pbresource.Type) uint64 {
+	tc := c.mustType(typ)
+	tc.mu.RLock()
+	defer tc.mu.RUnlock()
+	return tc.revision
+}
+
 // Indexed reports whether typ is cached with the named index declared on
 // it: for a reader that is not a controller (an operation served by every
 // server), which asks before it looks up, rather than panicking.
@@ -446,6 +539,7 @@ func (c *Cache) waitSynced(ctx context.Context, cached []CachedType) bool {
 }
 
 func (tc *typeCache) resetLocked() {
+	tc.revision = tc.revisions.Add(1)
 	tc.all = newObjectSet()
 	tc.byIndex = make([]map[string]*objectSet, len(tc.indexes))
 	for i := range tc.byIndex {
@@ -483,8 +577,21 @@ func (tc *typeCache) apply(ev Event) {
 	k := slotOf(ev.Resource.GetId())
 	var o *Object
 	if !ev.Deleted {
-		// Decoded outside the lock: readers are not held up by it.
+		// Decoded, filed and derived outside the lock: readers are not
+		// held up by it. (Indexes and derived values are declared before
+		// the cache is fed, and never change after.)
 		o = newObject(ev.Resource)
+		o.of = tc
+		o.keys = make([][]string, len(tc.indexes))
+		for i, x := range tc.indexes {
+			o.keys[i] = x.Keys(o)
+		}
+		if len(tc.derived) > 0 {
+			o.derived = make([]any, len(tc.derived))
+			for i, x := range tc.derived {
+				o.derived[i] = x.Make(o)
+			}
+		}
 	}
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
@@ -506,13 +613,14 @@ func (tc *typeCache) apply(ev Event) {
 	// A key that the old object and the new share keeps the resource in
 	// place (its set's order stands); only the keys it leaves or joins
 	// change membership.
-	for i, x := range tc.indexes {
+	tc.revision = tc.revisions.Add(1)
+	for i := range tc.indexes {
 		var oldKeys, newKeys []string
 		if old != nil {
-			oldKeys = x.Keys(old)
+			oldKeys = old.keys[i]
 		}
 		if o != nil {
-			newKeys = x.Keys(o)
+			newKeys = o.keys[i]
 		}
 		for _, key := range oldKeys {
 			if slices.Contains(newKeys, key) {

@@ -20,14 +20,22 @@ type modelEntry struct {
 	owner   string // "" for none
 }
 
+// tagged is a Derived value: the object's value and version.
+var tagged = &controller.Derived{Name: "tagged", Make: func(o *controller.Object) any {
+	v, _ := controller.Decoded[*wrapperspb.StringValue](o)
+	return v.GetValue() + "@" + o.Resource.GetVersion()
+}}
+
 // The cache, read between any two events, answers what a plain map
-// following the same rules answers; and a slice it handed out never
-// changes afterwards, whatever events follow.
+// following the same rules answers, each object with its derived value as
+// of its version; its revision moves on every change it applies and on no
+// event it ignores; and a slice it handed out never changes afterwards,
+// whatever events follow.
 func TestCacheMatchesAModel(t *testing.T) {
 	owners := map[string]*pbresource.ID{"d1": id(deploymentType, "d1"), "d2": id(deploymentType, "d2")}
 	rapid.Check(t, func(rt *rapid.T) {
 		c := controller.NewCache(controller.CheckReadOnly())
-		if err := c.Declare(controller.CachedType{Type: taskType, Indexes: []*controller.Index{byValue}}); err != nil {
+		if err := c.Declare(controller.CachedType{Type: taskType, Indexes: []*controller.Index{byValue}, Derived: []*controller.Derived{tagged}}); err != nil {
 			rt.Fatal(err)
 		}
 		model := map[string]modelEntry{}
@@ -48,10 +56,13 @@ func TestCacheMatchesAModel(t *testing.T) {
 			uid := rapid.SampledFrom([]string{"u1", "u2"}).Draw(rt, "uid")
 			clock++
 			version := clock - uint64(rapid.IntRange(0, 2).Draw(rt, "age")) // sometimes late
+			before := c.Revision(taskType)
+			applied := false
 			if rapid.IntRange(0, 3).Draw(rt, "op") == 0 {
 				c.Apply(controller.Event{Resource: stored(t, taskType, name, uid, version, "", nil), Deleted: true})
 				if m, ok := model[name]; ok && m.uid == uid {
 					delete(model, name)
+					applied = true
 				}
 			} else {
 				value := rapid.SampledFrom([]string{"x", "y", ""}).Draw(rt, "value")
@@ -59,7 +70,11 @@ func TestCacheMatchesAModel(t *testing.T) {
 				c.Apply(controller.Event{Resource: stored(t, taskType, name, uid, version, value, owners[owner])})
 				if m, ok := model[name]; !ok || m.uid != uid || m.version <= version {
 					model[name] = modelEntry{uid: uid, version: version, value: value, owner: owner}
+					applied = true
 				}
+			}
+			if after := c.Revision(taskType); applied != (after > before) || after < before {
+				rt.Fatalf("revision %d -> %d for an event applied: %v", before, after, applied)
 			}
 			if !rapid.Bool().Draw(rt, "read") {
 				continue
@@ -83,6 +98,12 @@ func TestCacheMatchesAModel(t *testing.T) {
 				}
 			}
 			check("List", hand(c.List(taskType)), want(func(modelEntry) bool { return true }))
+			for _, o := range c.List(taskType) {
+				m := model[o.Resource.GetId().GetName()]
+				if got, ok := controller.DerivedOf[string](o, tagged); !ok || got != fmt.Sprintf("%s@%d", m.value, m.version) {
+					rt.Fatalf("%s: derived %q, want %s@%d", o.Resource.GetId().GetName(), got, m.value, m.version)
+				}
+			}
 			for _, v := range []string{"x", "y"} {
 				check("ByIndex(value, "+v+")", hand(c.ByIndex(taskType, "value", v)), want(func(m modelEntry) bool { return m.value == v }))
 			}
