@@ -54,7 +54,6 @@ func (r *reconciler) collect(ctx context.Context, st *envState) error {
 		// next run does not delete it again.
 		if ids.SameType(res.GetId().GetType(), orchestrator.TaskType) {
 			r.cache.Apply(controller.Event{Resource: res, Deleted: true})
-			r.tasks.changed(res.GetOwner(), res.GetId().GetName())
 		}
 	}
 	return nil

@@ -6,11 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/controller"
-	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/scheduler"
@@ -79,15 +76,15 @@ func Controller(cfg Config) (controller.Controller, error) {
 	if cfg.Resync == 0 {
 		cfg.Resync = DefaultResync
 	}
-	r := &reconciler{api: cfg.API, now: cfg.Now, log: cfg.Logger.With("controller", ControllerName), envs: map[string]*pbresource.ID{}, cache: cfg.Cache, instances: newInstanceViews(cfg.Cache), tasks: newTaskViews(), blocked: newBlockedEnvs()}
+	r := &reconciler{api: cfg.API, now: cfg.Now, log: cfg.Logger.With("controller", ControllerName), cache: cfg.Cache, instances: newInstanceViews(cfg.Cache), blocked: newBlockedEnvs()}
 	return controller.Controller{
 		Name:        ControllerName,
 		ManagedType: scheduler.EnvironmentType,
 		Watches: []controller.Watch{
-			{Type: scheduler.EnvironmentType, Map: r.mapEnvironment},
+			{Type: scheduler.EnvironmentType, Map: controller.MapSelf},
 			{Type: scheduler.DeploymentType, Map: controller.MapOwner},
 			{Type: orchestrator.TaskType, Map: r.mapTask},
-			{Type: orchestrator.InstanceType, Map: r.mapInstance},
+			{Type: orchestrator.InstanceType, Map: mapInstance},
 		},
 		Cached:       cachedTypes,
 		Reconciler:   r,
@@ -103,12 +100,8 @@ type reconciler struct {
 	now func() time.Time
 	log *slog.Logger
 
-	mu   sync.Mutex
-	envs map[string]*pbresource.ID // every environment, for mapInstance
-
 	cache     *controller.Cache
 	instances *instanceViews
-	tasks     *taskViews
 
 	// portsMu serializes the runs that may place fixed host ports
 	// (ports.go); blocked remembers where environments are blocked.
@@ -116,50 +109,28 @@ type reconciler struct {
 	blocked *blockedEnvs
 }
 
-func (r *reconciler) mapEnvironment(ev controller.Event, look controller.Lookup) []controller.Request {
-	id := ev.Resource.GetId()
-	key := ids.String(id)
-	r.mu.Lock()
-	if ev.Deleted {
-		delete(r.envs, key)
-		r.instances.forget(envKey(id))
-		r.tasks.forget(envKey(id))
-		r.blocked.set(id, nil)
-	} else {
-		c := proto.Clone(id).(*pbresource.ID)
-		c.Uid = ""
-		r.envs[key] = c
-	}
-	r.mu.Unlock()
-	return controller.MapSelf(ev, look)
-}
-
-// startTerm forgets what was derived from an earlier term's cache: while
-// another server led, instances and tasks changed without this server's
-// watches seeing it. The Manager lists them into the cache again.
+// startTerm forgets where environments were blocked in an earlier term:
+// while another server led, the tasks holding their ports may have gone.
+// Every environment is run again as the term's watches list them.
 func (r *reconciler) startTerm() {
-	r.instances.changed()
-	r.tasks.reset()
+	r.blocked.reset()
 }
 
-// mapTask notes that an environment's tasks changed and maps the task to
-// its environment, and to the environments blocked on its instance (it
-// may have freed the host port they wait for).
+// mapTask maps a task to its environment, and to the environments blocked
+// on its instance (it may have freed the host port they wait for).
 func (r *reconciler) mapTask(ev controller.Event, look controller.Lookup) []controller.Request {
-	r.tasks.changed(ev.Resource.GetOwner(), ev.Resource.GetId().GetName())
-	return append(controller.MapOwner(ev, look), r.blocked.requests(r.cache, ev.Resource)...)
+	return append(controller.MapOwner(ev, look), r.blocked.requests(look.Cache(), ev.Resource)...)
 }
 
-// mapInstance notes that the instances changed and asks for every
-// environment: whether an instance matches is the reconciler's to decide,
-// and environments are few.
-func (r *reconciler) mapInstance(ev controller.Event, _ controller.Lookup) []controller.Request {
-	r.instances.changed()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]controller.Request, 0, len(r.envs))
-	for _, id := range r.envs {
-		out = append(out, controller.Request{ID: id})
+// mapInstance asks for every environment, as the cache holds them:
+// whether an instance matches is the reconciler's to decide, and
+// environments are few.
+func mapInstance(_ controller.Event, look controller.Lookup) []controller.Request {
+	envs := look.Cache().List(scheduler.EnvironmentType)
+	out := make([]controller.Request, 0, len(envs))
+	for _, o := range envs {
+		id := o.Resource.GetId()
+		out = append(out, controller.Request{ID: &pbresource.ID{Type: id.GetType(), Tenancy: id.GetTenancy(), Name: id.GetName()}})
 	}
 	return out
 }

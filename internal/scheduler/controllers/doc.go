@@ -4,8 +4,9 @@
 //
 // A reconcile (reconcile.go) reads an environment and its versions and
 // deployments from the store, and its tasks and the instances from the
-// controllers' cache (controller.Cache), through views of them it keeps
-// up to date (views.go); computes
+// controllers' cache (controller.Cache), with the indexes and the task
+// views it declares there and the runtime keeps (views.go: its mappers
+// only map); computes
 // the plan and the deployments' progress with the scheduler's pure
 // decisions; and writes both in one batch, chunked for large fleets
 // (write.go). Around it: the deployment lifecycle, which starts the newest

@@ -88,6 +88,13 @@ func newBlockedEnvs() *blockedEnvs {
 	return &blockedEnvs{on: map[string]map[string]*pbresource.ID{}, where: map[string][]string{}}
 }
 
+// reset forgets every environment.
+func (b *blockedEnvs) reset() {
+	b.mu.Lock()
+	b.on, b.where = map[string]map[string]*pbresource.ID{}, map[string][]string{}
+	b.mu.Unlock()
+}
+
 // set records the instances where env is blocked now (none: forget it).
 func (b *blockedEnvs) set(env *pbresource.ID, instances []string) {
 	key := envKey(env)

@@ -25,8 +25,14 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 	// It alone writes their status["daemon-scheduler"].
 	ctx = resource.AsController(resource.FromOperations(ctx), ControllerName)
 	st, err := r.read(ctx, req.ID)
-	if err != nil || st == nil {
+	if err != nil {
 		return err
+	}
+	if st == nil {
+		// Gone: nothing is blocked, nothing matches.
+		r.blocked.set(req.ID, nil)
+		r.instances.forget(envKey(req.ID))
+		return nil
 	}
 	now := r.now()
 	if st.env.GetDeleting() {
@@ -152,8 +158,9 @@ type envState struct {
 	instances        []scheduler.InstanceView
 }
 
+// storedTask is a task of the environment, as the cache made it
+// (taskView): shared with every run, never modified.
 type storedTask struct {
-	obj  *controller.Object // what the cache held, for taskViews
 	res  *pbresource.Resource
 	t    *pborch.Task
 	view scheduler.TaskView
@@ -192,7 +199,7 @@ func (r *reconciler) read(ctx context.Context, id *pbresource.ID) (*envState, er
 	}
 	st.status = scheduler.ReportStatus(st.reported, st.deployments, st.versions)
 
-	st.tasks = r.tasks.of(r.cache, st.res.GetId())
+	st.tasks = tasksOf(r.cache, st.res.GetId())
 	st.instances = r.instances.all()
 	return st, nil
 }

@@ -36,14 +36,13 @@ func instanceRes(name string, v uint64, role string) *pbresource.Resource {
 
 // TestInstanceViewsMatchingFollowsInstancesAndVersions: the instances an
 // environment's group selects are worked out again when an instance
-// changes and when the environment moves to another version, and not
-// otherwise.
+// changes in the cache (its revision moves; no mapper tells) and when the
+// environment moves to another version, and not otherwise.
 func TestInstanceViewsMatchingFollowsInstancesAndVersions(t *testing.T) {
 	c := newTestCache(t)
 	v := newInstanceViews(c)
 	observe := func(res *pbresource.Resource, deleted bool) {
 		c.Apply(controller.Event{Resource: res, Deleted: deleted})
-		v.changed() // as mapInstance does
 	}
 	for _, r := range []*pbresource.Resource{instanceRes("i1", 1, "log"), instanceRes("i2", 2, "web"), instanceRes("i3", 3, "log")} {
 		observe(r, false)
@@ -87,13 +86,12 @@ func TestInstanceViewsMatchingFollowsInstancesAndVersions(t *testing.T) {
 	}
 }
 
-// TestTaskViewsFollowTheNamedChanges: an environment's views are listed
-// from the cache on first use (its incarnation's tasks only), then
-// brought up to date from the cache for the tasks named as changed; a
-// view whose object did not change is kept.
-func TestTaskViewsFollowTheNamedChanges(t *testing.T) {
+// TestTaskViewsAreTheCaches: an environment's tasks are its
+// incarnation's in the cache, each with the view the cache derived when it
+// applied the task: a change of a task makes its view again, a task that
+// did not change keeps its view, and no one but the cache is told.
+func TestTaskViewsAreTheCaches(t *testing.T) {
 	c := newTestCache(t)
-	v := newTaskViews()
 	env := scheduler.EnvironmentID("default", "ls")
 	env.Uid = "u1"
 	task := func(name, uid string, ver uint64, last string) *pbresource.Resource {
@@ -107,11 +105,10 @@ func TestTaskViewsFollowTheNamedChanges(t *testing.T) {
 	}
 	write := func(res *pbresource.Resource, deleted bool) {
 		c.Apply(controller.Event{Resource: res, Deleted: deleted})
-		v.changed(res.GetOwner(), res.GetId().GetName()) // as mapTask does
 	}
 	views := func() map[string]*storedTask {
 		out := map[string]*storedTask{}
-		for _, st := range v.of(c, env) {
+		for _, st := range tasksOf(c, env) {
 			out[st.view.Name] = st
 		}
 		return out
@@ -150,9 +147,5 @@ func TestTaskViewsFollowTheNamedChanges(t *testing.T) {
 	env.Uid = "u0"
 	if got := views(); len(got) != 1 || got[scheduler.TaskName("ls", "i3", 1)] == nil {
 		t.Fatalf("views of incarnation u0: %v, want the task on i3", got)
-	}
-	v.reset()
-	if got := views(); len(got) != 1 || got[scheduler.TaskName("ls", "i3", 1)] == nil {
-		t.Fatalf("views after a reset: %v, want the task on i3 listed from the cache again", got)
 	}
 }

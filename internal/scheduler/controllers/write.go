@@ -8,8 +8,6 @@ import (
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/controller"
-	"trellis.dev/trellis/internal/ids"
-	"trellis.dev/trellis/internal/orchestrator"
 )
 
 // writeAll writes in atomic batches of at most writeChunk members. All
@@ -47,12 +45,13 @@ func (r *reconciler) writeBatch(ctx context.Context, batch []*pbresource.Resourc
 		return fmt.Errorf("writing %d resources: %w", len(batch), err)
 	}
 	// The next run sees what this one placed and stopped before the watch
-	// brings it back (only the cached types are kept).
+	// brings it back (only the cached types are kept; the runtime files
+	// and derives them as it does the watch's events, which the cache
+	// never lets go back): a run that follows at once plans from them,
+	// and the next run of an environment publishing the same fixed host
+	// port sees them (ports.go).
 	for _, res := range out.GetResources() {
 		r.cache.Apply(controller.Event{Resource: res})
-		if ids.SameType(res.GetId().GetType(), orchestrator.TaskType) {
-			r.tasks.changed(res.GetOwner(), res.GetId().GetName())
-		}
 	}
 	return nil
 }
