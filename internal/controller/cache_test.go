@@ -47,10 +47,38 @@ func names(objs []*controller.Object) []string {
 func newTaskCache(t *testing.T) *controller.Cache {
 	t.Helper()
 	c := controller.NewCache(controller.CheckReadOnly())
-	if err := c.Declare(controller.CachedType{Type: taskType, Indexes: []*controller.Index{byValue}}); err != nil {
+	if err := c.Declare(controller.CachedType{Type: taskType, Indexes: []*controller.Index{byValue}, Derived: []*controller.Derived{tagged}}); err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// A derived value is the cache's, of the object as it applied it: an
+// object it did not make, or a Derived not declared on the type, has none.
+func TestDerivedOf(t *testing.T) {
+	c := newTaskCache(t)
+	c.Apply(controller.Event{Resource: stored(t, taskType, "a", "u1", 2, "x", nil)})
+	o := c.Get(id(taskType, "a"))
+	if v, ok := controller.DerivedOf[string](o, tagged); !ok || v != "x@2" {
+		t.Fatalf("DerivedOf = %q, %v; want x@2", v, ok)
+	}
+	if _, ok := controller.DerivedOf[int](o, tagged); ok {
+		t.Fatal("a derived value of another type was handed out")
+	}
+	undeclared := &controller.Derived{Name: "tagged", Make: tagged.Make}
+	if _, ok := controller.DerivedOf[string](o, undeclared); ok {
+		t.Fatal("a Derived not declared (another of the same name) has a value")
+	}
+	if _, ok := controller.DerivedOf[string](&controller.Object{Resource: o.Resource, Data: o.Data}, tagged); ok {
+		t.Fatal("an object the cache did not make has a derived value")
+	}
+	c.Apply(controller.Event{Resource: stored(t, taskType, "a", "u1", 3, "y", nil)})
+	if v, _ := controller.DerivedOf[string](c.Get(id(taskType, "a")), tagged); v != "y@3" {
+		t.Fatalf("after a change: %q, want y@3", v)
+	}
+	if v, _ := controller.DerivedOf[string](o, tagged); v != "x@2" {
+		t.Fatalf("the old object's value changed: %q", v)
+	}
 }
 
 // The cache follows a sequence of events; each case says what the lookups
@@ -209,6 +237,11 @@ func TestCacheDeclareRefuses(t *testing.T) {
 		{"owner redeclared", []controller.CachedType{{Type: taskType, Indexes: []*controller.Index{{Name: controller.IndexOwner, Keys: byValue.Keys}}}}, "owner is built in"},
 		{"index without keys", []controller.CachedType{{Type: taskType, Indexes: []*controller.Index{{Name: "k"}}}}, "Cached[0].Indexes[0].Keys: required"},
 		{"another index of a declared name", []controller.CachedType{{Type: taskType, Indexes: []*controller.Index{other}}}, "index value of test/v1/Task is already declared"},
+		{"nil derived", []controller.CachedType{{Type: taskType, Derived: []*controller.Derived{nil}}}, "Cached[0].Derived[0]: nil"},
+		{"unnamed derived", []controller.CachedType{{Type: taskType, Derived: []*controller.Derived{{Make: tagged.Make}}}}, "Cached[0].Derived[0].Name: required"},
+		{"derived without make", []controller.CachedType{{Type: taskType, Derived: []*controller.Derived{{Name: "d"}}}}, "Cached[0].Derived[0].Make: required"},
+		{"derived twice", []controller.CachedType{{Type: taskType, Derived: []*controller.Derived{tagged, {Name: "tagged", Make: tagged.Make}}}}, "Cached[0].Derived[1].Name: tagged is declared twice"},
+		{"another derived of a declared name", []controller.CachedType{{Type: taskType, Derived: []*controller.Derived{{Name: "tagged", Make: tagged.Make}}}}, "derived value tagged of test/v1/Task is already declared"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
