@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"trellis.dev/trellis/internal/agent/leaves"
@@ -162,7 +161,7 @@ func New(cfg Config) (*Agent, error) {
 		Logger:      a.log,
 		Clock:       cfg.Clock,
 		Left:        a.left,
-		OnServer:    []func(context.Context, grpc.ClientConnInterface){a.linkLogs},
+		OnServer:    a.onServer(),
 	}, taskSink{a.tasks})
 	if err := tasks.WriteAgentFile(cfg.DataDir, a.localAddr, cfg.Name); err != nil {
 		ln.Close()

@@ -108,6 +108,11 @@ type Config struct {
 	// DisableLeafCache turns the leaf cache off: the agent then holds no
 	// Connect CA leaf (the simulator's thousands of agents).
 	DisableLeafCache bool
+	// DisableTaskLogs keeps no link for the servers' reads of task logs
+	// (the simulator's thousands of agents, whose tasks write nothing):
+	// `trellis task logs` then answers that the agent is connected to no
+	// server.
+	DisableTaskLogs bool
 	// Network configures bridge task networking (network: bridge): the
 	// bridge, its subnet, where the CNI plugins are. Nil: this instance
 	// runs no bridge tasks (network.bridge=false), as the simulator's.

@@ -21,6 +21,15 @@ import (
 // while it is on a server, it keeps a link there on which the server asks
 // for a task's logs, and answers each ask with the output.
 
+// onServer is what runs with each server connection: the logs' link,
+// unless it is turned off.
+func (a *Agent) onServer() []func(context.Context, grpc.ClientConnInterface) {
+	if a.cfg.DisableTaskLogs {
+		return nil
+	}
+	return []func(context.Context, grpc.ClientConnInterface){a.linkLogs}
+}
+
 // linkLogs keeps the logs' link on the server of cc until ctx ends (the
 // agent leaves that server), linking again after a backoff when it
 // breaks.

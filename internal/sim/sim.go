@@ -143,6 +143,9 @@ func New(cfg Config) (*Fleet, error) {
 			// The simulated fleet measures the orchestrator; thousands of
 			// leaf caches would add a roots watch and signatures per agent.
 			DisableLeafCache: true,
+			// Simulated tasks write no output: no link for log reads
+			// either, which would be a stream per agent on the servers.
+			DisableTaskLogs: true,
 		})
 		if err != nil {
 			f.cleanup()

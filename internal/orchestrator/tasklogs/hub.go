@@ -99,23 +99,15 @@ func (h *Hub) Attach(stream pbagent.LogService_AttachServer) error {
 		}
 		h.mu.Unlock()
 	}()
-	// The agent sends nothing more; a Recv that ends says the agent went.
-	gone := make(chan error, 1)
-	go func() {
-		for {
-			if _, err := stream.Recv(); err != nil {
-				gone <- err
-				return
-			}
-		}
-	}()
+	// The agent sends nothing more, and its going away (it moved to
+	// another server, it stopped, its connection broke) ends the stream's
+	// context: no goroutine waits on Recv, so that a link costs a fleet's
+	// servers one goroutine per agent.
 	ctx := stream.Context()
 	for {
 		select {
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
-		case <-gone:
-			return nil
 		case <-l.replaced:
 			return status.Errorf(codes.Aborted, "a newer link of instance %s replaced this one", l.instance)
 		case req := <-l.requests:
