@@ -98,7 +98,7 @@ an operator hands out for a first join (see docs/tls.md).`,
 		Example: `  trellis agent -server 127.0.0.1:7701 -data-dir /var/lib/trellis/agent -name web-1 \
       -attribute zone=eu-1a -attribute node.class=big
   trellis agent -server 10.0.0.1:7701 -server 10.0.0.2:7701 -server 10.0.0.3:7701 \
-      -data-dir /var/lib/trellis/agent -cluster prod -http-addr 0.0.0.0:7710
+      -data-dir /var/lib/trellis/agent -cluster prod
   trellis agent -server 10.0.0.1:7701 -data-dir /var/lib/trellis/agent \
       -tls-ca-file trellis-agent-ca.pem -auto-encrypt
   trellis agent -server 10.0.0.1:7701 -data-dir /var/lib/trellis/agent \

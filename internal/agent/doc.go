@@ -1,7 +1,11 @@
 // Package agent is `trellis agent`: the process on each instance that
 // registers its Instance, heartbeats to the servers, learns the tasks
 // placed on it, runs them through a TaskRunner, reports what happens to
-// them, and serves a small local HTTP API to its tasks and to the CLI.
+// them, serves its tasks their own metadata (the metadata endpoint, one
+// task's by its secret token, nothing else), serves its control API
+// (leave, self, leaves, logs) on a Unix socket of mode 0600 (control.go),
+// and answers the servers' reads of its tasks' logs over a link it keeps
+// with the server it is on (logs.go, package tasklogs).
 //
 // It assembles two parts that know nothing of each other:
 //
