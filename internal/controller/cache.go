@@ -99,7 +99,7 @@ func Decoded[T proto.Message](o *Object) (T, bool) {
 // An index is declared by its pointer: two controllers that declare the
 // same *Index share it; two different Indexes of one name on one type are
 // refused. A domain declares the indexes its controllers share as package
-// variables (orchestrator.TasksByInstance).
+// variables (orchestrator.LiveTasksByInstance).
 type Index struct {
 	Name string
 	Keys func(*Object) []string

@@ -21,18 +21,6 @@ import (
 // so that a placement's question costs the tasks of its instance, not
 // every task.
 
-// LiveTasksByInstance is the index of the controllers' cache that files a
-// live task (placed, not STOPPED) under its instance: the tasks that may
-// hold host ports there. A task leaves it when its agent reports it
-// STOPPED or it is deleted; the runtime keeps it (controller.Cache), and
-// whoever declares it shares it.
-var LiveTasksByInstance = &controller.Index{Name: "live-on-instance", Keys: func(o *controller.Object) []string {
-	if instance := liveInstance(o); instance != "" {
-		return []string{instance}
-	}
-	return nil
-}}
-
 // HostPortsCached is what PortHoldersOn reads of the cache: the tasks,
 // filed by LiveTasksByInstance, and the task definitions. A controller or
 // an operation that asks declares them (controller.Cache.Declare).

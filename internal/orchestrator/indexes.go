@@ -1,19 +1,22 @@
 package orchestrator
 
 import (
-	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	"trellis.dev/trellis/internal/controller"
 )
 
-// TasksByInstance is the index of the controllers' cache
-// (controller.Cache) that files a task under the instance it is placed on,
-// whatever its state; an unplaced task, or one whose data does not decode,
-// is not filed. It is declared once here so that every controller that
-// looks tasks up by instance shares one index. An environment's tasks are
-// found by their owner, the cache's built-in controller.IndexOwner.
-var TasksByInstance = &controller.Index{Name: "instance", Keys: func(o *controller.Object) []string {
-	if t, ok := controller.Decoded[*pborch.Task](o); ok && t.GetInstance() != "" {
-		return []string{t.GetInstance()}
+// LiveTasksByInstance is the index of the controllers' cache
+// (controller.Cache) that files a task under the instance it is placed on
+// until its agent reports it STOPPED (a LOST task stays: its agent may
+// come back with it), and no other task: the tasks that may hold host
+// ports there (PortHolders), and those the task controller may mark LOST
+// when the instance goes down. A task leaves it when it stops or is
+// deleted; the runtime keeps it. It is declared once here so that every
+// controller and operation that looks tasks up by instance shares one
+// index. An environment's tasks are found by their owner, the cache's
+// built-in controller.IndexOwner.
+var LiveTasksByInstance = &controller.Index{Name: "live-on-instance", Keys: func(o *controller.Object) []string {
+	if instance := liveInstance(o); instance != "" {
+		return []string{instance}
 	}
 	return nil
 }}

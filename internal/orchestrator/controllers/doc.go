@@ -14,7 +14,7 @@
 //     the reason ("instance web-3 down: no heartbeat for 10s"), in one
 //     WriteBatch per instance (each member a compare-and-swap). It finds
 //     an instance's tasks in the controllers' cache
-//     (orchestrator.TasksByInstance) and reads each candidate from the
+//     (orchestrator.LiveTasksByInstance) and reads each candidate from the
 //     store before deciding. It runs when an instance changes, when a
 //     live task changes while the cache has its instance not ready nor
 //     draining, and every TaskResync for every instance and task in the

@@ -26,7 +26,7 @@ const maxBatch = 500
 // have left or are gone. Its requests are instances, not tasks: what
 // becomes of a task follows from its instance, and the tasks of one
 // instance are written in one batch. It finds an instance's tasks in the
-// controllers' cache (orchestrator.TasksByInstance). It reconciles an
+// controllers' cache (orchestrator.LiveTasksByInstance). It reconciles an
 // instance when the instance changes, and when a live task changes while
 // its instance is not ready or draining in the cache (not on each report
 // of a task on a live instance); every TaskResync it reconciles every
@@ -46,7 +46,7 @@ func TaskController(cfg Config) (controller.Controller, error) {
 		ManagedType: orchestrator.InstanceType,
 		Watches:     []controller.Watch{{Type: orchestrator.TaskType, Map: mapTask}},
 		Cached: []controller.CachedType{
-			{Type: orchestrator.TaskType, Indexes: []*controller.Index{orchestrator.TasksByInstance}},
+			{Type: orchestrator.TaskType, Indexes: []*controller.Index{orchestrator.LiveTasksByInstance}},
 			{Type: orchestrator.InstanceType},
 		},
 		Reconciler:   r,
@@ -127,14 +127,14 @@ func (r *taskReconciler) Reconcile(ctx context.Context, req controller.Request) 
 	}
 
 	// The cache names the candidates: the tasks on this instance that were
-	// live when it last saw them (one that ended and was revived since is
+	// not STOPPED when it last saw them (of which the live ones count) (one that ended and was revived since is
 	// mapped here again by the change that revived it). Each is read from
 	// the store, and the decision and its compare-and-swap are on what was
 	// read: a deletion or a report the cache has not taken yet is not
 	// overwritten, nor does it fail the batch.
 	stored := map[string]*pbresource.Resource{}
 	var states []TaskState
-	for _, o := range r.cache.ByIndex(orchestrator.TaskType, orchestrator.TasksByInstance.Name, name) {
+	for _, o := range r.cache.ByIndex(orchestrator.TaskType, orchestrator.LiveTasksByInstance.Name, name) {
 		if _, ok := controller.Decoded[*pborch.Task](o); !ok || !orchestrator.TaskLive(orchestrator.TaskStatusOf(o.Resource).GetLastStatus()) {
 			continue
 		}
