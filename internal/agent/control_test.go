@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -324,5 +325,22 @@ func TestControlAddrNeedsMutualTLS(t *testing.T) {
 		if resp.StatusCode == http.StatusOK {
 			t.Error("plaintext HTTP was served on the control address")
 		}
+	}
+}
+
+// An agent killed without removing its socket leaves it behind: the next
+// agent on the data dir, finding no one answering there, takes its place.
+func TestControlSocketLeftByADeadAgent(t *testing.T) {
+	srv := startServer(t)
+	cfg := config(t, "i-1", newProcTable(t), srv)
+	stale, err := net.ListenUnix("unix", &net.UnixAddr{Name: ControlSocket(cfg.DataDir), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.SetUnlinkOnClose(false)
+	stale.Close()
+	a := startAgent(t, cfg)
+	if code, _ := controlGet(t, a.Agent, "/v1/agent/self"); code != http.StatusOK {
+		t.Fatalf("the new agent's socket answers %d", code)
 	}
 }
