@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/testcluster"
 	"trellis.dev/trellis/internal/testcluster/dockerhost"
 )
@@ -124,7 +126,7 @@ func TestOrchestratorEndToEnd(t *testing.T) {
 
 	// 1. Both instances register ready, with their attributes and drivers.
 	for i, a := range agents {
-		in := e.waitInstance(a.Name, "registers ready", func(in instanceJSON) bool { return in.Data.Status == "ready" })
+		in := e.waitInstance(a.Name, "registers ready", func(in instanceJSON) bool { return in.state() == "ready" })
 		if got, want := in.Data.Attributes["zone"], []string{"zone-a", "zone-b"}[i]; got != want {
 			t.Errorf("instance %s: zone %q, want %q", a.Name, got, want)
 		}
@@ -205,7 +207,7 @@ func TestOrchestratorEndToEnd(t *testing.T) {
 	}
 	err = pollUntil(ctx, downBound+60*time.Second, func() bool {
 		if downAfter == 0 {
-			if in, err := e.getInstance(a1.Name); err == nil && in.Data.Status == "down" {
+			if in, err := e.getInstance(a1.Name); err == nil && in.state() == "down" {
 				downAfter = time.Since(killed)
 			}
 		}
@@ -242,8 +244,8 @@ func TestOrchestratorEndToEnd(t *testing.T) {
 	if tk := e.task(t3); tk.Data.LastStatus != "RUNNING" {
 		t.Errorf("task %s on the live instance: %s after the other agent died", t3, tk.Data.LastStatus)
 	}
-	if in := e.instance(a2.Name); in.Data.Status != "ready" {
-		t.Errorf("instance %s: %s after the other agent died", a2.Name, in.Data.Status)
+	if in := e.instance(a2.Name); in.state() != "ready" {
+		t.Errorf("instance %s: %s after the other agent died", a2.Name, in.state())
 	}
 
 	// 4. Agent 1 again, on its data dir: ready again with a new session,
@@ -252,7 +254,7 @@ func TestOrchestratorEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitInstance(a1.Name, "is ready again with a new session", func(in instanceJSON) bool {
-		return in.Data.Status == "ready" && in.Data.Session != session1
+		return in.state() == "ready" && in.Data.Session != session1
 	})
 	again := e.waitRunning(t1)
 	sameRuntimeIDs(t, t1, loop1, again)
@@ -273,8 +275,8 @@ func TestOrchestratorEndToEnd(t *testing.T) {
 	if out := e.mustCLI("instance", "drain", a2.Name); !strings.Contains(out, "draining") {
 		t.Errorf("instance drain: %q", out)
 	}
-	if in := e.instance(a2.Name); in.Data.Status != "draining" || !in.Data.Drain {
-		t.Errorf("drained instance: status %s, drain %v", in.Data.Status, in.Data.Drain)
+	if in := e.instance(a2.Name); in.state() != "draining" || !in.Data.Drain {
+		t.Errorf("drained instance: status %s, drain %v", in.state(), in.Data.Drain)
 	}
 	if out, err := e.cli("task", "run", "--taskdef", "e2e-loop", "--instance", a2.Name); err == nil || !strings.Contains(err.Error(), "draining") {
 		t.Errorf("task run onto a draining instance: %q, %v; want it refused as draining", out, err)
@@ -335,8 +337,8 @@ func TestOrchestratorEndToEnd(t *testing.T) {
 	time.Sleep(orchTTL + time.Second)
 	for _, a := range agents {
 		in := e.instance(a.Name)
-		if in.Data.Status != "ready" || in.Data.Session != sessions[a.Name] {
-			t.Errorf("instance %s after the server restart: %s, session %s (was %s); want ready under the same session", a.Name, in.Data.Status, in.Data.Session, sessions[a.Name])
+		if in.state() != "ready" || in.Data.Session != sessions[a.Name] {
+			t.Errorf("instance %s after the server restart: %s, session %s (was %s); want ready under the same session", a.Name, in.state(), in.Data.Session, sessions[a.Name])
 		}
 	}
 	for _, name := range running {
@@ -368,8 +370,8 @@ func TestOrchestratorEndToEnd(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Errorf("agent %s still runs 30s after it left", a.Name)
 		}
-		if in := e.instance(a.Name); in.Data.Status != "left" {
-			t.Errorf("instance %s after leave: %s", a.Name, in.Data.Status)
+		if in := e.instance(a.Name); in.state() != "left" {
+			t.Errorf("instance %s after leave: %s", a.Name, in.state())
 		}
 	}
 	for _, name := range running {
@@ -470,6 +472,24 @@ type instanceJSON struct {
 			Available bool   `json:"available"`
 		} `json:"drivers"`
 	} `json:"data"`
+	// Status holds the servers' verdict that it is down, under
+	// status["orchestrator-instance"].
+	Status map[string]struct {
+		Data struct {
+			Session string `json:"session"`
+		} `json:"data"`
+	} `json:"status"`
+}
+
+// state is the instance's status as readers see it: its data merged with
+// the servers' down verdict (orchestrator.MergeInstance).
+func (in instanceJSON) state() string {
+	data := &pborch.Instance{Status: in.Data.Status, Session: in.Data.Session}
+	v, ok := in.Status[orchestrator.DownStatusKey]
+	if !ok {
+		return data.GetStatus()
+	}
+	return orchestrator.MergeInstance(data, &pborch.InstanceDown{Session: v.Data.Session}).GetStatus()
 }
 
 func (in instanceJSON) driverAvailable(name string) bool {

@@ -28,6 +28,10 @@ func Register(r *resource.Registry) {
 		Scope:    resource.ScopeCluster,
 		Mutate:   MutateInstance,
 		Validate: ValidateInstance,
+		Statuses: map[string]resource.StatusPayload{
+			// That it is down: the instance controller.
+			DownStatusKey: {Owner: resource.StatusOwner{Controller: DownStatusKey}, Proto: &pborch.InstanceDown{}, Validate: ValidateInstanceDown},
+		},
 	})
 	r.Register(resource.Registration{
 		Type:      TaskDefinitionType,

@@ -8,7 +8,6 @@ import (
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/orchestrator"
-	"trellis.dev/trellis/internal/resource"
 )
 
 // TaskHealthy reports whether a task is meant to run, runs and is
@@ -47,7 +46,7 @@ func TaskViewOf(env string, res *pbresource.Resource, t *pborch.Task) TaskView {
 
 // InstanceViewOf turns a stored instance into what a plan reads.
 func InstanceViewOf(res *pbresource.Resource) (InstanceView, bool) {
-	in, err := resource.DecodeData[*pborch.Instance](res)
+	in, err := orchestrator.DecodeInstance(res)
 	if err != nil {
 		return InstanceView{}, false
 	}

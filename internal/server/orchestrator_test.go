@@ -207,7 +207,7 @@ func readInstance(t *testing.T, c pbresource.ResourceServiceClient, name string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := resource.DecodeData[*pborch.Instance](resp.GetResource())
+	in, err := orchestrator.DecodeInstance(resp.GetResource())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,6 +73,7 @@ func TestForgedStatusKeysAreRefused(t *testing.T) {
 			}
 			return out.GetResource().GetId()
 		},
+		ids.TypeString(orchestrator.InstanceType): func() *pbresource.ID { return orchestrator.InstanceID(owner.name) },
 		ids.TypeString(orchestrator.TaskType): func() *pbresource.ID {
 			data, _ := anypb.New(&pborch.Task{TaskDefinition: "web:1", Instance: owner.name, StartedBy: "test"})
 			out, err := c.Write(ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: orchestrator.TaskID("default", "t1"), Data: data}})
@@ -138,8 +139,8 @@ func TestForgedStatusKeysAreRefused(t *testing.T) {
 			walked++
 		}
 	}
-	if walked < 4 {
-		t.Fatalf("walked %d status keys; the registry declares at least 4", walked)
+	if walked < 5 {
+		t.Fatalf("walked %d status keys; the registry declares at least 5", walked)
 	}
 
 	// The owner, proven by its session, writes its task's report.

@@ -42,7 +42,11 @@ type Instance struct {
 	// sets, with the agent's -attribute flags or `trellis instance
 	// set-attribute`.
 	Attributes map[string]string `protobuf:"bytes,3,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// status: "ready", "draining", "down" or "left".
+	// status: "ready", "draining" or "left", as the agent and the operator
+	// set it. That the servers judged it down is their verdict,
+	// status["orchestrator-instance"] (an InstanceDown); readers see the
+	// two merged (orchestrator.InstanceOf), "down" while the verdict holds.
+	// ("down" here is what servers before the verdict had a key wrote.)
 	Status string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
 	// drain is the operator's wish that nothing new runs here. It outlives
 	// a down period: an instance that comes back while drained is
@@ -53,7 +57,9 @@ type Instance struct {
 	Session string `protobuf:"bytes,6,opt,name=session,proto3" json:"session,omitempty"`
 	// registered_at is when the current session registered.
 	RegisteredAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
-	// down_since is when the servers last marked it down.
+	// down_since: when the servers last marked it down; the servers now
+	// say it in InstanceDown.down_since, and readers see it here through
+	// orchestrator.InstanceOf.
 	DownSince *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=down_since,json=downSince,proto3" json:"down_since,omitempty"`
 	// agent_version is the trellis version of the agent.
 	AgentVersion string `protobuf:"bytes,9,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
@@ -172,6 +178,66 @@ func (x *Instance) GetDrivers() []*DriverInfo {
 	return nil
 }
 
+// InstanceDown is the servers' verdict that an instance is down (its
+// heartbeats stopped for a TTL): the payload of the Instance's
+// status["orchestrator-instance"], which only the instance controller
+// writes. It holds over the agent session it was made on and no later
+// one: an agent that registers again (a new session) is ready again,
+// and down_since stays to say when it was last down.
+type InstanceDown struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session is the agent session judged down.
+	Session string `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// down_since is when the servers marked it down.
+	DownSince     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=down_since,json=downSince,proto3" json:"down_since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstanceDown) Reset() {
+	*x = InstanceDown{}
+	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstanceDown) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstanceDown) ProtoMessage() {}
+
+func (x *InstanceDown) ProtoReflect() protoreflect.Message {
+	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstanceDown.ProtoReflect.Descriptor instead.
+func (*InstanceDown) Descriptor() ([]byte, []int) {
+	return file_api_orchestrator_v1_instance_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *InstanceDown) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *InstanceDown) GetDownSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DownSince
+	}
+	return nil
+}
+
 // Resources are amounts of cpu and memory.
 type Resources struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -184,7 +250,7 @@ type Resources struct {
 
 func (x *Resources) Reset() {
 	*x = Resources{}
-	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[1]
+	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -196,7 +262,7 @@ func (x *Resources) String() string {
 func (*Resources) ProtoMessage() {}
 
 func (x *Resources) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[1]
+	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -209,7 +275,7 @@ func (x *Resources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resources.ProtoReflect.Descriptor instead.
 func (*Resources) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_instance_proto_rawDescGZIP(), []int{1}
+	return file_api_orchestrator_v1_instance_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Resources) GetCpuMillis() int64 {
@@ -238,7 +304,7 @@ type DriverInfo struct {
 
 func (x *DriverInfo) Reset() {
 	*x = DriverInfo{}
-	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[2]
+	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -250,7 +316,7 @@ func (x *DriverInfo) String() string {
 func (*DriverInfo) ProtoMessage() {}
 
 func (x *DriverInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[2]
+	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -263,7 +329,7 @@ func (x *DriverInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverInfo.ProtoReflect.Descriptor instead.
 func (*DriverInfo) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_instance_proto_rawDescGZIP(), []int{2}
+	return file_api_orchestrator_v1_instance_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DriverInfo) GetName() string {
@@ -310,7 +376,11 @@ const file_api_orchestrator_v1_instance_proto_rawDesc = "" +
 	"\adrivers\x18\v \x03(\v2#.trellis.orchestrator.v1.DriverInfoR\adrivers\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"c\n" +
+	"\fInstanceDown\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x129\n" +
+	"\n" +
+	"down_since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tdownSince\"M\n" +
 	"\tResources\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x01 \x01(\x03R\tcpuMillis\x12!\n" +
@@ -333,25 +403,27 @@ func file_api_orchestrator_v1_instance_proto_rawDescGZIP() []byte {
 	return file_api_orchestrator_v1_instance_proto_rawDescData
 }
 
-var file_api_orchestrator_v1_instance_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_api_orchestrator_v1_instance_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_api_orchestrator_v1_instance_proto_goTypes = []any{
 	(*Instance)(nil),              // 0: trellis.orchestrator.v1.Instance
-	(*Resources)(nil),             // 1: trellis.orchestrator.v1.Resources
-	(*DriverInfo)(nil),            // 2: trellis.orchestrator.v1.DriverInfo
-	nil,                           // 3: trellis.orchestrator.v1.Instance.AttributesEntry
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*InstanceDown)(nil),          // 1: trellis.orchestrator.v1.InstanceDown
+	(*Resources)(nil),             // 2: trellis.orchestrator.v1.Resources
+	(*DriverInfo)(nil),            // 3: trellis.orchestrator.v1.DriverInfo
+	nil,                           // 4: trellis.orchestrator.v1.Instance.AttributesEntry
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
 }
 var file_api_orchestrator_v1_instance_proto_depIdxs = []int32{
-	3, // 0: trellis.orchestrator.v1.Instance.attributes:type_name -> trellis.orchestrator.v1.Instance.AttributesEntry
-	4, // 1: trellis.orchestrator.v1.Instance.registered_at:type_name -> google.protobuf.Timestamp
-	4, // 2: trellis.orchestrator.v1.Instance.down_since:type_name -> google.protobuf.Timestamp
-	1, // 3: trellis.orchestrator.v1.Instance.resources:type_name -> trellis.orchestrator.v1.Resources
-	2, // 4: trellis.orchestrator.v1.Instance.drivers:type_name -> trellis.orchestrator.v1.DriverInfo
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	4, // 0: trellis.orchestrator.v1.Instance.attributes:type_name -> trellis.orchestrator.v1.Instance.AttributesEntry
+	5, // 1: trellis.orchestrator.v1.Instance.registered_at:type_name -> google.protobuf.Timestamp
+	5, // 2: trellis.orchestrator.v1.Instance.down_since:type_name -> google.protobuf.Timestamp
+	2, // 3: trellis.orchestrator.v1.Instance.resources:type_name -> trellis.orchestrator.v1.Resources
+	3, // 4: trellis.orchestrator.v1.Instance.drivers:type_name -> trellis.orchestrator.v1.DriverInfo
+	5, // 5: trellis.orchestrator.v1.InstanceDown.down_since:type_name -> google.protobuf.Timestamp
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_api_orchestrator_v1_instance_proto_init() }
@@ -365,7 +437,7 @@ func file_api_orchestrator_v1_instance_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_orchestrator_v1_instance_proto_rawDesc), len(file_api_orchestrator_v1_instance_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -194,10 +194,11 @@ func watchInstances(ctx context.Context, cli pbresource.ResourceServiceClient) (
 }
 
 func (w *instanceWatch) observe(res *pbresource.Resource, at time.Time) {
-	var in pborch.Instance
-	if err := res.GetData().UnmarshalTo(&in); err != nil {
+	var raw pborch.Instance
+	if err := res.GetData().UnmarshalTo(&raw); err != nil {
 		return
 	}
+	in := orchestrator.InstanceOf(res, &raw) // down is the servers' verdict
 	name := res.GetId().GetName()
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -50,6 +50,21 @@ func readInstance(ctx context.Context, c *client.Client, name string) (*wire.Res
 	return r, &in, nil
 }
 
+// instanceView is the Instance r as readers see it
+// (orchestrator.InstanceOf): its data in, merged with the servers'
+// verdict that it is down (status["orchestrator-instance"]).
+func instanceView(r *wire.Resource, in *pborch.Instance) (*pborch.Instance, error) {
+	raw, ok := r.Status[orchestrator.DownStatusKey]
+	if !ok {
+		return in, nil
+	}
+	var st pbresource.Status
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, &st); err != nil {
+		return nil, fmt.Errorf("instance %s: the server returned a status[%q] this CLI cannot read: %w", r.ID.Name, orchestrator.DownStatusKey, err)
+	}
+	return orchestrator.InstanceOf(&pbresource.Resource{Status: map[string]*pbresource.Status{orchestrator.DownStatusKey: &st}}, in), nil
+}
+
 // updateInstance applies edit to an Instance with a compare-and-swap,
 // re-reading and retrying when the agent or a server wrote in between.
 func updateInstance(ctx context.Context, c *client.Client, name string, edit func(*pborch.Instance) error) (*wire.Resource, error) {

@@ -66,14 +66,18 @@ func newInstanceListCmd(e *cli.Env) *cobra.Command {
 			var kept []*wire.Resource
 			var data []*pborch.Instance
 			for _, r := range list {
-				var in pborch.Instance
-				if err := cli.DecodeData(r, &in); err != nil {
+				var raw pborch.Instance
+				if err := cli.DecodeData(r, &raw); err != nil {
+					return cli.Result{}, err
+				}
+				in, err := instanceView(r, &raw)
+				if err != nil {
 					return cli.Result{}, err
 				}
 				if cluster != "" && in.GetCluster() != cluster {
 					continue
 				}
-				kept, data = append(kept, r), append(data, &in)
+				kept, data = append(kept, r), append(data, in)
 			}
 			value := cli.ResourceList(kept, false)
 			if len(kept) == 0 {
@@ -101,7 +105,11 @@ func newInstanceShowCmd(e *cli.Env) *cobra.Command {
 		Args:    cobra.ExactArgs(1),
 		Output:  true,
 		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
-			r, in, err := readInstance(ctx, call.Client, call.Args[0])
+			r, raw, err := readInstance(ctx, call.Client, call.Args[0])
+			if err != nil {
+				return cli.Result{}, err
+			}
+			in, err := instanceView(r, raw)
 			if err != nil {
 				return cli.Result{}, err
 			}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/controller"
@@ -49,9 +51,22 @@ func TestSilentInstanceGoesDownAndItsTasksLost(t *testing.T) {
 		t.Fatalf("task on a live instance = %q, want RUNNING", got)
 	}
 
+	before, err := e.api.Read(e.ctx, &pbresource.ReadRequest{Id: orchestrator.InstanceID("i-1")})
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.clock.Advance(6 * time.Second)
 	if err := e.reconcileInstance("i-1"); err != nil {
 		t.Fatalf("reconcile at the deadline = %v", err)
+	}
+	// The verdict is the controller's status key: the data, the agent's
+	// and the operator's, is as it was, and its generation with it.
+	after, err := e.api.Read(e.ctx, &pbresource.ReadRequest{Id: orchestrator.InstanceID("i-1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(after.GetResource().GetData(), before.GetResource().GetData()) || after.GetResource().GetGeneration() != before.GetResource().GetGeneration() {
+		t.Fatalf("marking down changed the data (generation %d, was %d)", after.GetResource().GetGeneration(), before.GetResource().GetGeneration())
 	}
 	in := e.instance("i-1")
 	if in.GetStatus() != "down" || !in.GetDrain() || !in.GetDownSince().AsTime().Equal(e.clock.Now()) ||

@@ -171,7 +171,12 @@ func (e *env) instance(name string) *pborch.Instance {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return e.decodeInstance(resp.GetResource())
+	// As readers see it: the data merged with the controller's verdict.
+	in, err := orchestrator.DecodeInstance(resp.GetResource())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return in
 }
 
 func (e *env) decodeInstance(res *pbresource.Resource) *pborch.Instance {

@@ -23,7 +23,7 @@ import (
 
 // Names of the controllers, in logs, metrics and status keys.
 const (
-	InstanceControllerName = "orchestrator-instance"
+	InstanceControllerName = orchestrator.DownStatusKey
 	TaskControllerName     = orchestrator.LostStatusKey
 )
 
@@ -192,7 +192,7 @@ func (r *instanceReconciler) Reconcile(ctx context.Context, req controller.Reque
 		return fmt.Errorf("reading instance %s: %w", name, err)
 	}
 	res := resp.GetResource()
-	in, err := resource.DecodeData[*pborch.Instance](res)
+	in, err := orchestrator.DecodeInstance(res)
 	if err != nil {
 		return controller.Terminal(fmt.Errorf("instance %s: %w", name, err))
 	}
@@ -218,17 +218,20 @@ func (r *instanceReconciler) Reconcile(ctx context.Context, req controller.Reque
 
 	// Expired: the tracker refuses this session's heartbeats from now on,
 	// so the instance cannot come back between this verdict and the write.
-	// The write is a CAS on the version judged: if the agent registered
-	// again meanwhile it fails, and the next run judges the new version.
-	// drain is left as it is: it outlives a down period.
-	in.Status = orchestrator.InstanceDown
-	in.DownSince = timestamppb.New(now)
-	data, err := anypb.New(in)
+	// The verdict is the controller's own status key, over the session
+	// judged (orchestrator.MergeInstance); the data, the agent's and the
+	// operator's, is left as it is, drain included, and its generation
+	// with it. The write is a CAS on the version judged: if the agent
+	// registered again meanwhile it fails, and the next run judges the
+	// new version.
+	payload, err := anypb.New(&pborch.InstanceDown{Session: in.GetSession(), DownSince: timestamppb.New(now)})
 	if err != nil {
 		return controller.Terminal(err)
 	}
-	res.Data = data
-	if _, err := r.api.Write(ctx, &pbresource.WriteRequest{Resource: res}); err != nil {
+	if _, err := r.api.WriteStatus(resource.AsController(ctx, InstanceControllerName), &pbresource.WriteStatusRequest{
+		Id: res.GetId(), Version: res.GetVersion(), Key: orchestrator.DownStatusKey,
+		Status: &pbresource.Status{ObservedGeneration: res.GetGeneration(), Data: payload},
+	}); err != nil {
 		return fmt.Errorf("marking instance %s down: %w", name, err)
 	}
 	r.setJudged(name, nil)

@@ -80,7 +80,7 @@ func mapTask(ev controller.Event, look controller.Lookup) []controller.Request {
 	}
 	if o := look.Cache().Get(orchestrator.InstanceID(t.GetInstance())); o != nil {
 		if in, ok := controller.Decoded[*pborch.Instance](o); ok {
-			switch in.GetStatus() {
+			switch orchestrator.InstanceOf(o.Resource, in).GetStatus() {
 			case orchestrator.InstanceReady, orchestrator.InstanceDraining:
 				return nil
 			}
@@ -115,7 +115,7 @@ func (r *taskReconciler) Reconcile(ctx context.Context, req controller.Request) 
 	case err != nil:
 		return fmt.Errorf("reading instance %s: %w", name, err)
 	default:
-		in, err := resource.DecodeData[*pborch.Instance](resp.GetResource())
+		in, err := orchestrator.DecodeInstance(resp.GetResource())
 		if err != nil {
 			return controller.Terminal(fmt.Errorf("instance %s: %w", name, err))
 		}

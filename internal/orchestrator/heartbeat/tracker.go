@@ -12,10 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/orchestrator"
-	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 )
 
@@ -285,7 +283,7 @@ func (t *Tracker) registration(ctx context.Context, instance string) (Registrati
 		}
 		return Registration{}, status.Errorf(codes.Unavailable, "reading instance %q: %v", instance, err)
 	}
-	in, err := resource.DecodeData[*pborch.Instance](resp.GetResource())
+	in, err := orchestrator.DecodeInstance(resp.GetResource())
 	if err != nil {
 		return Registration{}, status.Errorf(codes.Internal, "instance %q: %v", instance, err)
 	}

@@ -109,7 +109,7 @@ func (h taskRun) run(ctx context.Context, ns string, req TaskRunRequest) (*pbres
 	if err != nil {
 		return nil, err
 	}
-	in, err := resource.DecodeData[*pborch.Instance](inRes.GetResource())
+	in, err := orchestrator.DecodeInstance(inRes.GetResource())
 	if err != nil {
 		return nil, err
 	}

@@ -129,6 +129,7 @@ func (v *instanceViews) sortedLocked() []scheduler.InstanceView {
 	sorted := make([]scheduler.InstanceView, 0, len(objs))
 	for _, o := range objs {
 		if in, ok := controller.Decoded[*pborch.Instance](o); ok {
+			in = orchestrator.InstanceOf(o.Resource, in)
 			sorted = append(sorted, scheduler.InstanceView{Name: o.Resource.GetId().GetName(), Cluster: in.GetCluster(), Status: in.GetStatus(), Attributes: in.GetAttributes()})
 		}
 	}
