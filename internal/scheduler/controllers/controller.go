@@ -76,14 +76,14 @@ func Controller(cfg Config) (controller.Controller, error) {
 	if cfg.Resync == 0 {
 		cfg.Resync = DefaultResync
 	}
-	r := &reconciler{api: cfg.API, now: cfg.Now, log: cfg.Logger.With("controller", ControllerName), cache: cfg.Cache, instances: newInstanceViews(cfg.Cache), blocked: newBlockedEnvs()}
+	r := &reconciler{api: cfg.API, now: cfg.Now, log: cfg.Logger.With("controller", ControllerName), cache: cfg.Cache, instances: newInstanceViews(cfg.Cache)}
 	return controller.Controller{
 		Name:        ControllerName,
 		ManagedType: scheduler.EnvironmentType,
 		Watches: []controller.Watch{
 			{Type: scheduler.EnvironmentType, Map: controller.MapSelf},
 			{Type: scheduler.DeploymentType, Map: controller.MapOwner},
-			{Type: orchestrator.TaskType, Map: r.mapTask},
+			{Type: orchestrator.TaskType, Map: mapTask},
 			{Type: orchestrator.InstanceType, Map: mapInstance},
 		},
 		Cached:       cachedTypes,
@@ -91,7 +91,6 @@ func Controller(cfg Config) (controller.Controller, error) {
 		ResyncPeriod: cfg.Resync,
 		Workers:      4,
 		Pacing:       pacing,
-		OnStart:      r.startTerm,
 	}, nil
 }
 
@@ -104,22 +103,15 @@ type reconciler struct {
 	instances *instanceViews
 
 	// portsMu serializes the runs that may place fixed host ports
-	// (ports.go); blocked remembers where environments are blocked.
+	// (ports.go).
 	portsMu sync.Mutex
-	blocked *blockedEnvs
 }
 
-// startTerm forgets where environments were blocked in an earlier term:
-// while another server led, the tasks holding their ports may have gone.
-// Every environment is run again as the term's watches list them.
-func (r *reconciler) startTerm() {
-	r.blocked.reset()
-}
-
-// mapTask maps a task to its environment, and to the environments blocked
-// on its instance (it may have freed the host port they wait for).
-func (r *reconciler) mapTask(ev controller.Event, look controller.Lookup) []controller.Request {
-	return append(controller.MapOwner(ev, look), r.blocked.requests(look.Cache(), ev.Resource)...)
+// mapTask maps a task to its environment, and to the environments the
+// cache has blocked on its instance (it may have freed the host port they
+// wait for).
+func mapTask(ev controller.Event, look controller.Lookup) []controller.Request {
+	return append(controller.MapOwner(ev, look), blockedBy(look.Cache(), ev.Resource)...)
 }
 
 // mapInstance asks for every environment, as the cache holds them:

@@ -1,8 +1,6 @@
 package controllers
 
 import (
-	"sync"
-
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/controller"
@@ -74,87 +72,52 @@ func (r *reconciler) lockPorts(needs scheduler.Needs) func() {
 	return r.portsMu.Unlock
 }
 
-// blockedEnvs remembers which environments have instances blocked, so
-// that a change of a task on such an instance (the task holding the port
-// stops) runs them again at once: the task may be of another environment,
-// or run by hand, and so would not map to them.
-type blockedEnvs struct {
-	mu    sync.Mutex
-	on    map[string]map[string]*pbresource.ID // instance -> env key -> env
-	where map[string][]string                  // env key -> instances
-}
-
-func newBlockedEnvs() *blockedEnvs {
-	return &blockedEnvs{on: map[string]map[string]*pbresource.ID{}, where: map[string][]string{}}
-}
-
-// reset forgets every environment.
-func (b *blockedEnvs) reset() {
-	b.mu.Lock()
-	b.on, b.where = map[string]map[string]*pbresource.ID{}, map[string][]string{}
-	b.mu.Unlock()
-}
-
-// set records the instances where env is blocked now (none: forget it).
-func (b *blockedEnvs) set(env *pbresource.ID, instances []string) {
-	key := envKey(env)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, in := range b.where[key] {
-		delete(b.on[in], key)
-		if len(b.on[in]) == 0 {
-			delete(b.on, in)
-		}
+// blockedOn is the index of the cached environments by the instances
+// their status lists as blocked (scheduler.BlockedOf), so that a change of
+// a task on such an instance (the task holding the port stops) runs them
+// again at once: the task may be of another environment, or run by hand,
+// and so would not map to them. An environment whose list was cut at
+// scheduler.MaxListedInstances is filed under blockedAnywhere too, and
+// runs on a change of any task.
+var blockedOn = &controller.Index{Name: "scheduler-blocked-on", Keys: func(o *controller.Object) []string {
+	st, err := scheduler.EnvironmentStatusOf(o.Resource)
+	if err != nil || len(st.GetBlocked()) == 0 {
+		return nil
 	}
-	delete(b.where, key)
-	if len(instances) == 0 {
-		return
+	keys := make([]string, 0, len(st.GetBlocked())+1)
+	for _, b := range st.GetBlocked() {
+		keys = append(keys, b.GetInstance())
 	}
-	id := &pbresource.ID{Type: env.GetType(), Tenancy: env.GetTenancy(), Name: env.GetName()}
-	for _, in := range instances {
-		if b.on[in] == nil {
-			b.on[in] = map[string]*pbresource.ID{}
-		}
-		b.on[in][key] = id
+	if len(st.GetBlocked()) >= scheduler.MaxListedInstances {
+		keys = append(keys, blockedAnywhere)
 	}
-	b.where[key] = instances
-}
+	return keys
+}}
 
-// requests are the environments blocked on the instance of a changed
-// task; cache holds the task decoded (the cache is fed before mappers
-// run), unless it was deleted.
-func (b *blockedEnvs) requests(cache *controller.Cache, task *pbresource.Resource) []controller.Request {
-	b.mu.Lock()
-	empty := len(b.on) == 0
-	b.mu.Unlock()
-	if empty {
-		return nil // the common case: nothing to look up
-	}
-	var t *pborch.Task
+// blockedAnywhere is blockedOn's key of the environments blocked on more
+// instances than their status lists; no instance is named so (a name is a
+// DNS label).
+const blockedAnywhere = "*"
+
+// blockedBy are the environments blocked on the instance of a changed
+// task, from the cache, which holds the task (unless it was deleted).
+func blockedBy(cache *controller.Cache, task *pbresource.Resource) []controller.Request {
+	var instance string
 	if o := cache.Get(task.GetId()); o != nil {
-		t, _ = controller.Decoded[*pborch.Task](o)
-	}
-	if t == nil {
-		var err error
-		if t, err = resource.DecodeData[*pborch.Task](task); err != nil {
-			return nil
+		if t, ok := controller.Decoded[*pborch.Task](o); ok {
+			instance = t.GetInstance()
 		}
+	} else if t, err := resource.DecodeData[*pborch.Task](task); err == nil {
+		instance = t.GetInstance()
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []controller.Request
-	for _, id := range b.on[t.GetInstance()] {
-		out = append(out, controller.Request{ID: id})
-	}
-	return out
-}
-
-// blockedInstances are the instances a plan found blocked.
-func blockedInstances(plan scheduler.Plan) []string {
-	var out []string
-	for _, ip := range plan.Instances {
-		if ip.State == scheduler.StateBlocked {
-			out = append(out, ip.Instance)
+	for _, key := range []string{instance, blockedAnywhere} {
+		if key == "" {
+			continue
+		}
+		for _, o := range cache.ByIndex(scheduler.EnvironmentType, blockedOn.Name, key) {
+			id := o.Resource.GetId()
+			out = append(out, controller.Request{ID: &pbresource.ID{Type: id.GetType(), Tenancy: id.GetTenancy(), Name: id.GetName()}})
 		}
 	}
 	return out

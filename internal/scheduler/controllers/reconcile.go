@@ -29,8 +29,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 		return err
 	}
 	if st == nil {
-		// Gone: nothing is blocked, nothing matches.
-		r.blocked.set(req.ID, nil)
+		// Gone: nothing matches.
 		r.instances.forget(envKey(req.ID))
 		return nil
 	}
@@ -60,7 +59,6 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 	}
 	if st.status.GetStatus() != scheduler.EnvActive {
 		// An inactive environment places nothing, so nothing is blocked.
-		r.blocked.set(req.ID, nil)
 		inactive := st.status
 		if len(inactive.GetBlocked()) > 0 {
 			inactive = proto.Clone(inactive).(*pbscheduler.EnvironmentStatus)
@@ -117,7 +115,6 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 	if err != nil {
 		return err
 	}
-	r.blocked.set(req.ID, blockedInstances(plan))
 	// The status follows from the deployments as this run left them, and
 	// is written after them: a run that ends between the two leaves the
 	// status behind the deployments, and the next run's read catches up.
@@ -240,7 +237,7 @@ func (r *reconciler) report(ctx context.Context, st *envState, next *pbscheduler
 	// task's death pause twice a commit longer before the next run, which
 	// places the replacement.
 	done := controller.Waiting(ctx)
-	_, err = r.api.WriteStatus(ctx, &pbresource.WriteStatusRequest{
+	out, err := r.api.WriteStatus(ctx, &pbresource.WriteStatusRequest{
 		Id: st.res.GetId(), Key: scheduler.StatusKey,
 		Status: &pbresource.Status{ObservedGeneration: gen, Data: data},
 	})
@@ -248,6 +245,10 @@ func (r *reconciler) report(ctx context.Context, st *envState, next *pbscheduler
 	if err != nil {
 		return fmt.Errorf("reporting the status of environment %s: %w", st.res.GetId().GetName(), err)
 	}
+	// The instances it is blocked on are filed at once (blockedOn), not
+	// when the watch brings the status: a task freeing a port there
+	// meanwhile runs the environment again.
+	r.cache.Apply(controller.Event{Resource: out.GetResource()})
 	if next.GetStatus() != st.reported.GetStatus() || next.GetActiveDeployment() != st.reported.GetActiveDeployment() || next.GetHealth() != st.reported.GetHealth() {
 		r.log.Debug("environment status", "environment", st.res.GetId().GetName(), "status", next.GetStatus(), "health", next.GetHealth(), "active_deployment", next.GetActiveDeployment())
 	}

@@ -36,12 +36,13 @@ import (
 // (the host ports held there, orchestrator.HostPortsCached), the
 // instances, the task definitions (what a definition asks of an instance,
 // and the host ports a task publishes), and the environments (every one
-// is run again when an instance changes).
+// is run again when an instance changes, and those blocked on an instance
+// when a task there changes: blockedOn).
 var cachedTypes = []controller.CachedType{
 	{Type: orchestrator.TaskType, Indexes: []*controller.Index{orchestrator.LiveTasksByInstance}, Derived: []*controller.Derived{taskView}},
 	{Type: orchestrator.InstanceType},
 	{Type: orchestrator.TaskDefinitionType},
-	{Type: scheduler.EnvironmentType},
+	{Type: scheduler.EnvironmentType, Indexes: []*controller.Index{blockedOn}},
 }
 
 // taskView is a task of an environment as plans read it, made by the cache

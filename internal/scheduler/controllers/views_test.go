@@ -149,3 +149,69 @@ func TestTaskViewsAreTheCaches(t *testing.T) {
 		t.Fatalf("views of incarnation u0: %v, want the task on i3", got)
 	}
 }
+
+// TestBlockedByFollowsTheStatus: a task's change maps to the environments
+// whose status, as the cache holds it, lists its instance as blocked, and
+// to those whose list was cut short (blocked on more instances than it
+// names) whatever the instance; to none once the status lists none.
+func TestBlockedByFollowsTheStatus(t *testing.T) {
+	c := newTestCache(t)
+	env := func(name string, version uint64, blocked ...string) *pbresource.Resource {
+		st := &pbscheduler.EnvironmentStatus{Status: scheduler.EnvActive}
+		for _, in := range blocked {
+			st.Blocked = append(st.Blocked, &pbscheduler.BlockedInstance{Instance: in, Reason: "host port 8080/tcp is taken by task t"})
+		}
+		data, _ := anypb.New(st)
+		spec, _ := anypb.New(&pbscheduler.Environment{})
+		id := scheduler.EnvironmentID("default", name)
+		id.Uid = "u-" + name
+		return &pbresource.Resource{Id: id, Version: strconv.FormatUint(version, 10), Data: spec,
+			Status: map[string]*pbresource.Status{scheduler.StatusKey: {Data: data}}}
+	}
+	task := func(instance string) *pbresource.Resource {
+		data, _ := anypb.New(&pborch.Task{TaskDefinition: "web:1", Instance: instance, DesiredStatus: orchestrator.StatusRunning})
+		res := &pbresource.Resource{Id: orchestrator.TaskID("default", "t-"+instance), Version: "1", Data: data}
+		res.Id.Uid = "u"
+		c.Apply(controller.Event{Resource: res})
+		return res
+	}
+	names := func(reqs []controller.Request) []string {
+		var out []string
+		for _, r := range reqs {
+			out = append(out, r.ID.GetName())
+		}
+		slices.Sort(out)
+		return out
+	}
+	many := make([]string, scheduler.MaxListedInstances)
+	for i := range many {
+		many[i] = "m" + strconv.Itoa(i)
+	}
+	c.Apply(controller.Event{Resource: env("a", 1, "i1", "i2")})
+	c.Apply(controller.Event{Resource: env("b", 1, "i2")})
+	c.Apply(controller.Event{Resource: env("c", 1)})
+	c.Apply(controller.Event{Resource: env("d", 1, many...)})
+	for _, tc := range []struct {
+		instance string
+		want     []string
+	}{
+		{"i1", []string{"a", "d"}},
+		{"i2", []string{"a", "b", "d"}},
+		{"i9", []string{"d"}},
+	} {
+		if got := names(blockedBy(c, task(tc.instance))); !slices.Equal(got, tc.want) {
+			t.Errorf("a task on %s maps to %v, want %v", tc.instance, got, tc.want)
+		}
+	}
+	c.Apply(controller.Event{Resource: env("a", 2)})
+	c.Apply(controller.Event{Resource: env("d", 2, "m1")})
+	if got := names(blockedBy(c, task("i1"))); len(got) != 0 {
+		t.Errorf("a task on i1 maps to %v once nothing is blocked there", got)
+	}
+	// A deleted task is not in the cache: its own data names its instance.
+	gone := task("i2")
+	c.Apply(controller.Event{Resource: gone, Deleted: true})
+	if got := names(blockedBy(c, gone)); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("a deleted task on i2 maps to %v, want b", got)
+	}
+}

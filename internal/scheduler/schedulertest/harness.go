@@ -116,7 +116,9 @@ func (h *Harness) Failover() {
 func (h *Harness) NewTerm() {
 	h.T.Helper()
 	h.relist()
-	h.Ctl.OnStart()
+	if h.Ctl.OnStart != nil {
+		h.Ctl.OnStart()
+	}
 }
 
 // relist brings the cache in line with the store, as the Manager's
