@@ -167,7 +167,8 @@ func requirePermissionDenied(t *testing.T, what string, err error, want ...strin
 }
 
 // putWithStatus reads the resource over HTTP and PUTs it back carrying a
-// forged status[key]; whatever the answer, the caller checks the key.
+// forged status[key], alone and through /v1/batch; whatever the answers,
+// the caller checks the key.
 func putWithStatus(t *testing.T, srv *server.Server, id *pbresource.ID, key string) {
 	t.Helper()
 	path := "http://" + srv.HTTPAddr() + "/v1/resources/" + id.GetType().GetGroup() + "/" + id.GetType().GetGroupVersion() + "/" + id.GetType().GetKind() + "/" + id.GetName()
@@ -188,11 +189,15 @@ func putWithStatus(t *testing.T, srv *server.Server, id *pbresource.ID, key stri
 	st[key] = map[string]any{"conditions": []any{map[string]any{"type": "Forged", "state": "STATE_TRUE"}}}
 	res["status"] = st
 	body, _ := json.Marshal(res)
-	req, _ := http.NewRequest(http.MethodPut, path, strings.NewReader(string(body)))
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// As one resource, and in a batch.
+	batch, _ := json.Marshal(map[string]any{"resources": []any{res}})
+	for _, put := range []struct{ url, body string }{{path, string(body)}, {"http://" + srv.HTTPAddr() + "/v1/batch", string(batch)}} {
+		req, _ := http.NewRequest(http.MethodPut, put.url, strings.NewReader(put.body))
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
 }
