@@ -725,8 +725,13 @@ func (tk *taskJSONFull) UnmarshalJSON(b []byte) error {
 }
 
 type instanceJSONFull struct {
-	ID   wire.ID      `json:"id"`
-	Data histInstance `json:"data"`
+	ID     wire.ID      `json:"id"`
+	Data   histInstance `json:"data"`
+	Status map[string]struct {
+		Data struct {
+			Session string `json:"session"`
+		} `json:"data"`
+	} `json:"status"`
 }
 
 // listTasks lists the tasks from the leader (a strong read): the checks
@@ -769,7 +774,11 @@ func (f *faultEnv) waitInstances(names []string, status string) {
 	if err := testcluster.WaitFor(f.t.Context(), faultWait, func() bool {
 		got := map[string]string{}
 		for _, in := range f.listInstances() {
-			got[in.ID.Name] = in.Data.Status
+			st := in.Data.Status
+			if v, ok := in.Status["orchestrator-instance"]; ok && v.Data.Session == in.Data.Session && (st == "ready" || st == "draining") {
+				st = "down"
+			}
+			got[in.ID.Name] = st
 		}
 		wrong = wrong[:0]
 		for _, n := range names {

@@ -112,6 +112,7 @@ func (t histTask) holds() bool { return t.LastStatus == "RUNNING" || t.LastStatu
 type histInstance struct {
 	Cluster    string            `json:"cluster"`
 	Status     string            `json:"status"`
+	Session    string            `json:"session"`
 	Attributes map[string]string `json:"attributes"`
 }
 
