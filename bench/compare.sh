@@ -116,7 +116,7 @@ figures() {
     /^\| instance joins → task RUNNING/ { print "join → RUNNING, p99 (ms)\t" ms($5) }
     /^\| task dies → replacement RUNNING/ { print "replacement → RUNNING, p99 (ms)\t" ms($5) }
     /^Instances marked down for missed heartbeats over the whole cell/ { v = $0; sub(/.*: /, "", v); sub(/\.$/, "", v); print "instances marked down, whole cell\t" v }
-    /^\| trellis server 0 \| leader/ { split($5, a, " "); print "leader CPU at rest, 3 environments (cores)\t" a[1] }
+    /^\| trellis server [0-9]+ \| leader/ { split($5, a, " "); print "leader CPU at rest, 3 environments (cores)\t" a[1] }
   ' "$1"
 }
 
