@@ -476,9 +476,9 @@ func (c *Cache) MarkSynced(typ *pbresource.Type) {
 // version than the cached one is ignored, so that the cache never goes
 // back. The Manager's watches call it for every event before mapping it; a
 // test harness that drives a controller's mappers by hand calls it the
-// same way. A reconciler's own writes reach it through SeeingWrites,
-// which applies the store's answer to each, so that its next run sees the
-// write before the watch brings it back: an upsert is never rolled back by an older one still on its way,
+// same way. A reconciler may also Apply the store's answer to its own
+// write, so that its next run sees the write before the watch brings it
+// back: an upsert is never rolled back by an older one still on its way,
 // but a deletion applied by hand may be, for a moment, until the watch
 // brings the deletion too.
 func (c *Cache) Apply(ev Event) {

@@ -10,6 +10,8 @@ import (
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/ids"
+	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/scheduler"
 )
 
@@ -47,6 +49,11 @@ func (r *reconciler) collect(ctx context.Context, st *envState) error {
 		done()
 		if err != nil && status.Code(err) != codes.Aborted && status.Code(err) != codes.NotFound {
 			return err
+		}
+		// Seen deleted at once, not when the watch brings it, so that the
+		// next run does not delete it again.
+		if ids.SameType(res.GetId().GetType(), orchestrator.TaskType) {
+			r.cache.Apply(controller.Event{Resource: res, Deleted: true})
 		}
 	}
 	return nil

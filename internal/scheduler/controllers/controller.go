@@ -76,12 +76,7 @@ func Controller(cfg Config) (controller.Controller, error) {
 	if cfg.Resync == 0 {
 		cfg.Resync = DefaultResync
 	}
-	// Its writes are in the cache as soon as the store answers them
-	// (controller.Cache.SeeingWrites): the next run plans from its own
-	// placements and stops, and sees where it reported itself blocked,
-	// before the watch brings them back; the runtime files and derives
-	// them as it does the watch's events.
-	r := &reconciler{api: cfg.Cache.SeeingWrites(cfg.API), now: cfg.Now, log: cfg.Logger.With("controller", ControllerName), cache: cfg.Cache, instances: newInstanceViews(cfg.Cache)}
+	r := &reconciler{api: cfg.API, now: cfg.Now, log: cfg.Logger.With("controller", ControllerName), cache: cfg.Cache, instances: newInstanceViews(cfg.Cache)}
 	return controller.Controller{
 		Name:        ControllerName,
 		ManagedType: scheduler.EnvironmentType,

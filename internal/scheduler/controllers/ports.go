@@ -22,8 +22,8 @@ import (
 // same instance, each before the other's task is in the cache. The runs
 // of environments that publish fixed host ports are therefore planned
 // and written one at a time (portsMu): a run's placements are in the
-// cache (the controller's API sees its writes) before the next run reads
-// it. Runs of other environments do not wait.
+// cache (writeBatch applies them) before the next run reads it. Runs of
+// other environments do not wait.
 
 // taskDefinition returns the task definition ref ("family:revision") of
 // namespace ns from the cache; nil when it is not there.

@@ -237,7 +237,7 @@ func (r *reconciler) report(ctx context.Context, st *envState, next *pbscheduler
 	// task's death pause twice a commit longer before the next run, which
 	// places the replacement.
 	done := controller.Waiting(ctx)
-	_, err = r.api.WriteStatus(ctx, &pbresource.WriteStatusRequest{
+	out, err := r.api.WriteStatus(ctx, &pbresource.WriteStatusRequest{
 		Id: st.res.GetId(), Key: scheduler.StatusKey,
 		Status: &pbresource.Status{ObservedGeneration: gen, Data: data},
 	})
@@ -245,6 +245,10 @@ func (r *reconciler) report(ctx context.Context, st *envState, next *pbscheduler
 	if err != nil {
 		return fmt.Errorf("reporting the status of environment %s: %w", st.res.GetId().GetName(), err)
 	}
+	// The instances it is blocked on are filed at once (blockedOn), not
+	// when the watch brings the status: a task freeing a port there
+	// meanwhile runs the environment again.
+	r.cache.Apply(controller.Event{Resource: out.GetResource()})
 	if next.GetStatus() != st.reported.GetStatus() || next.GetActiveDeployment() != st.reported.GetActiveDeployment() || next.GetHealth() != st.reported.GetHealth() {
 		r.log.Debug("environment status", "environment", st.res.GetId().GetName(), "status", next.GetStatus(), "health", next.GetHealth(), "active_deployment", next.GetActiveDeployment())
 	}

@@ -40,11 +40,18 @@ func (r *reconciler) writeAll(ctx context.Context, writes []*pbresource.Resource
 }
 
 func (r *reconciler) writeBatch(ctx context.Context, batch []*pbresource.Resource) error {
-	// The cache has the batch once it is answered (r.api sees its
-	// writes): the next run of an environment publishing the same fixed
-	// host port sees these placements (ports.go).
-	if _, err := r.api.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: batch}); err != nil {
+	out, err := r.api.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: batch})
+	if err != nil {
 		return fmt.Errorf("writing %d resources: %w", len(batch), err)
+	}
+	// The next run sees what this one placed and stopped before the watch
+	// brings it back (only the cached types are kept; the runtime files
+	// and derives them as it does the watch's events, which the cache
+	// never lets go back): a run that follows at once plans from them,
+	// and the next run of an environment publishing the same fixed host
+	// port sees them (ports.go).
+	for _, res := range out.GetResources() {
+		r.cache.Apply(controller.Event{Resource: res})
 	}
 	return nil
 }
