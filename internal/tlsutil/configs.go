@@ -71,8 +71,12 @@ func PresentingLeaf(cfg *tls.Config, leaf func() *tls.Certificate) *tls.Config {
 	return out
 }
 
-func (c *Configurator) outgoing() *tls.Config {
-	name := c.ServerName()
+func (c *Configurator) outgoing() *tls.Config { return c.outgoingTo(c.ServerName()) }
+
+// outgoingTo is the TLS of a dial whose peer must present a certificate of
+// the cluster CA naming name (for server authentication), whatever address
+// it was dialed at; this process presents its own certificate.
+func (c *Configurator) outgoingTo(name string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		// Sent as SNI; the check that matters is in VerifyConnection.
@@ -81,8 +85,8 @@ func (c *Configurator) outgoing() *tls.Config {
 		// Go's own verification would use RootCAs fixed when this config
 		// was made and the dialed host name; VerifyConnection does the
 		// whole verification instead, against the CA loaded now and the
-		// name every server of the datacenter has (servers are dialed by
-		// IP address, and a peer's address says nothing of its role).
+		// name the peer's role gives it (servers are dialed by IP address,
+		// and a peer's address says nothing of its role).
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			return c.verifyPeer(cs, x509.ExtKeyUsageServerAuth, name)

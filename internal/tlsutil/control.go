@@ -44,16 +44,5 @@ func (c *Configurator) IncomingControlConfig() (*tls.Config, error) {
 // certificate of this cluster's CA (ControlName), whatever address it was
 // dialed at; the process's own certificate is presented.
 func (c *Configurator) OutgoingControlConfig() *tls.Config {
-	name := ControlName(c.cfg.Datacenter, c.cfg.Domain)
-	return &tls.Config{
-		MinVersion:           tls.VersionTLS13,
-		ServerName:           name,
-		GetClientCertificate: c.getClientCertificate,
-		// VerifyConnection does the whole verification, against the CA
-		// loaded now and the control name (see outgoing).
-		InsecureSkipVerify: true,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			return c.verifyPeer(cs, x509.ExtKeyUsageServerAuth, name)
-		},
-	}
+	return c.outgoingTo(ControlName(c.cfg.Datacenter, c.cfg.Domain))
 }

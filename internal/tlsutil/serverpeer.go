@@ -3,7 +3,6 @@ package tlsutil
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"slices"
@@ -96,20 +95,7 @@ func otherServerDatacenter(dnsNames []string, own, domain string) (string, error
 // which the other datacenter could not place, and accepts only a server
 // certificate of the cluster CA naming server.<dc>.<domain>.
 func (c *Configurator) DialServersOf(dc string) credentials.TransportCredentials {
-	name := ServerName(dc, c.cfg.Domain)
-	return perConnCredentials{client: func(net.Conn) *tls.Config {
-		return &tls.Config{
-			MinVersion: tls.VersionTLS13,
-			// Sent as SNI: the server dialed presents its certificate
-			// file for any name but its Connect one.
-			ServerName:           name,
-			GetClientCertificate: c.getClientCertificate,
-			// VerifyConnection does the whole check, against the CA
-			// loaded now (see outgoing).
-			InsecureSkipVerify: true,
-			VerifyConnection: func(cs tls.ConnectionState) error {
-				return c.verifyPeer(cs, x509.ExtKeyUsageServerAuth, name)
-			},
-		}
-	}}
+	// The name is sent as SNI too: the server dialed presents its
+	// certificate file for any name but its Connect one.
+	return perConnCredentials{client: func(net.Conn) *tls.Config { return c.outgoingTo(ServerName(dc, c.cfg.Domain)) }}
 }

@@ -29,7 +29,7 @@
 // does, when it comes back still running it and the task is still wanted
 // (it reports it RUNNING again; see internal/agent).
 //
-// The decisions are pure functions over plain values: heartbeat.Judge
+// The decisions are pure functions over plain values: heartbeat.JudgeLate
 // (expired or not) and PlanLost (which tasks have lost their instance),
 // both tested by tables. The reconcilers read, decide and write.
 package controllers

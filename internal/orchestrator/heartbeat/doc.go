@@ -36,8 +36,8 @@
 //   - The timer is the controller's: a verdict that an instance is alive
 //     comes with its deadline, and the controller runs again then
 //     (controller.RequeueAfter). The Tracker reads an injected Clock, so
-//     verdicts are tested with explicit times; Judge and Admit are the pure
-//     decisions, tested by tables.
+//     verdicts are tested with explicit times; JudgeLate, FleetLateness and
+//     Admit are the pure decisions, tested by tables.
 //
 // # The agent's contract
 //

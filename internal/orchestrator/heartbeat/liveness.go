@@ -18,9 +18,9 @@ type Liveness struct {
 // Judge is the verdict on an instance last heard from at lastHeard, at
 // now. An instance expires when a whole TTL has passed without a heartbeat:
 // at lastHeard+ttl exactly, it is expired.
+// It is JudgeLate with no lateness of the leader's own.
 func Judge(lastHeard, now time.Time, ttl time.Duration) Liveness {
-	deadline := lastHeard.Add(ttl)
-	return Liveness{Expired: !now.Before(deadline), Deadline: deadline}
+	return JudgeLate(lastHeard, now, ttl, Lateness{})
 }
 
 // Registration is what the store says of an instance, as far as a
