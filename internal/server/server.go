@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -132,21 +133,24 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 
 	// Listeners first: with port 0 the Raft node must advertise the
-	// server-to-server port actually bound.
-	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("-grpc-addr: %w", err)
+	// server-to-server port actually bound. They are bound in the order
+	// the flags, Validate and the banner list them (HTTP, gRPC, the
+	// server port), so that a second server started on the same ports
+	// names the first one it could not have, the HTTP API's.
+	if s.httpLn, err = listen("-http-addr", cfg.HTTPAddr); err != nil {
+		return nil, err
 	}
-	if s.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return nil, fmt.Errorf("-http-addr: %w", err)
+	if s.grpcLn, err = listen("-grpc-addr", cfg.GRPCAddr); err != nil {
+		return nil, err
 	}
 	// The open doors, named with the addresses actually bound.
 	exp := exposureOf(cfg)
 	exp.httpAddr, exp.grpcAddr = s.httpLn.Addr().String(), s.grpcLn.Addr().String()
 	s.warnings = securityWarnings(exp)
 	if cfg.HTTPSAddr != "" {
-		ln, err := net.Listen("tcp", cfg.HTTPSAddr)
+		ln, err := listen("-https-addr", cfg.HTTPSAddr)
 		if err != nil {
-			return nil, fmt.Errorf("-https-addr: %w", err)
+			return nil, err
 		}
 		s.httpsLn = tls.NewListener(ln, publicTLS)
 	}
@@ -181,8 +185,8 @@ func New(cfg Config) (_ *Server, err error) {
 		s.serverGate = &serverPortGate{datacenter: cfg.Datacenter, tls: cfg.TLS != nil, allDatacenters: map[string]bool{}}
 		opts = append(opts, grpc.ChainUnaryInterceptor(s.serverGate.unary()), grpc.ChainStreamInterceptor(s.serverGate.stream()))
 		s.serverGRPC = newGRPC(opts...)
-		if s.serverLn, err = net.Listen("tcp", cfg.ServerAddr); err != nil {
-			return nil, fmt.Errorf("-server-addr: %w", err)
+		if s.serverLn, err = listen("-server-addr", cfg.ServerAddr); err != nil {
+			return nil, err
 		}
 		if port != nil {
 			s.serverLn = port.Listener(s.serverLn)
@@ -250,6 +254,19 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// listen binds the address of a flag; a port in use is worded with what
+// most often holds it.
+func listen(flag, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("%s: %s is in use (another trellis dev or server? give %s another port): %w", flag, addr, flag, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	return ln, nil
 }
 
 func (s *Server) closeListeners() {
