@@ -29,7 +29,15 @@ func TestCARootsCommand(t *testing.T) {
 		t.Errorf("ca roots shows %d active roots, want 1:\n%s", n, out)
 	}
 	expect := expecter(t, addr)
-	expect(0, "", `"trust_domain": "`+td[1]+`"`, "ca", "roots", "-o", "json")
+	js := expect(0, "", `"trust_domain": "`+td[1]+`"`, "ca", "roots", "-o", "json")
+	// The table shows the key id short, JSON whole (issue 25).
+	short := regexp.MustCompile(`(?m)\s([0-9a-f]{2}(?::[0-9a-f]{2}){3}):…:((?:[0-9a-f]{2}:){2}[0-9a-f]{2})$`).FindStringSubmatch(out)
+	if short == nil {
+		t.Fatalf("ca roots shows no short key id:\n%s", out)
+	}
+	if !regexp.MustCompile(`"id": "` + short[1] + `(:[0-9a-f]{2}){25}:` + short[2] + `"`).MatchString(js) {
+		t.Errorf("ca roots -o json lacks the full key id %s…%s:\n%s", short[1], short[2], js)
+	}
 
 	code, bundle, errOut := run(t, "", vars, "ca", "roots", "--pem")
 	if code != 0 {
@@ -91,11 +99,11 @@ func TestCAConfigAndRotateCommands(t *testing.T) {
 	}
 
 	out = expect(0, "", "rotated the CA root", "ca", "rotate")
-	ids := regexp.MustCompile(`(?m)^(old|new) root: ([0-9a-f:]{95}) `).FindAllStringSubmatch(out, -1)
+	ids := regexp.MustCompile(`(?m)^(old|new) root: ([0-9a-f:]{11}:…:[0-9a-f:]{8}) `).FindAllStringSubmatch(out, -1)
 	if len(ids) != 2 || ids[0][2] == ids[1][2] {
 		t.Fatalf("ca rotate names no old and new root:\n%s", out)
 	}
-	roots := expect(0, "", ids[1][2][:11], "ca", "roots")
+	roots := expect(0, "", ids[1][2], "ca", "roots")
 	if strings.Count(roots, " yes ") != 1 || strings.Count(roots, " no ") != 1 {
 		t.Errorf("ca roots after a rotation, want one active and one not:\n%s", roots)
 	}

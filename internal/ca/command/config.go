@@ -162,7 +162,7 @@ func writeSettings(w io.Writer, body camodule.ConfigBody) error {
 		if err := protojson.Unmarshal(body.Manager, &m); err == nil {
 			fmt.Fprintf(&b, "# CA manager: %s, %s", m.GetState(), m.GetMessage())
 			if m.GetActiveRootId() != "" {
-				fmt.Fprintf(&b, "; active root %s", m.GetActiveRootId())
+				fmt.Fprintf(&b, "; active root %s", ShortKeyID(m.GetActiveRootId()))
 			}
 			b.WriteString("\n")
 			if m.GetLastError() != "" {

@@ -21,7 +21,9 @@ func newRootsCmd(e *cli.Env) *cobra.Command {
 		Short: "List the CA's roots (the active one first), or print them as a PEM bundle",
 		Long: `List the CA's roots: the trust domain, and for each root its key id, whether it
 is the one that signs, and when it expires. A root that was rotated out stays
-listed until it is pruned, so that certificates it signed still verify.
+listed until it is pruned, so that certificates it signed still verify. The
+table shortens each key id to its first four and last three bytes; -o json
+prints it whole.
 
 --pem prints every root and the intermediates leaves carry, as PEM: the bundle
 a peer trusts (openssl verify -CAfile, a proxy's trust store).`,
@@ -60,7 +62,7 @@ func writeRoots(w io.Writer, body camodule.RootsBody, now time.Time) error {
 		if r.Active {
 			active = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, active, expires(r.NotAfter, now), r.ID)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, active, expires(r.NotAfter, now), ShortKeyID(r.ID))
 	}
 	return tw.Flush()
 }

@@ -79,7 +79,7 @@ trellis ca config set with root_cert and private_key.`,
 					return cli.Result{}, err
 				}
 			}
-			return cli.Say("rotated the CA root\nold root: %s (rotated out; trusted until it is pruned)\nnew root: %s (active)", old, roots.ActiveRootID), nil
+			return cli.Say("rotated the CA root\nold root: %s (rotated out; trusted until it is pruned)\nnew root: %s (active)", ShortKeyID(old), ShortKeyID(roots.ActiveRootID)), nil
 		},
 	})
 }
