@@ -86,7 +86,13 @@ func checkedArgs(check cobra.PositionalArgs, names []string) cobra.PositionalArg
 	}
 }
 
+// unknownCommand refuses a word that is not a subcommand of cmd, with the
+// subcommands it resembles; a word of another tool given to trellis
+// itself says what to use instead (otherTools).
 func unknownCommand(cmd *cobra.Command, word string) error {
+	if hint, ok := otherTools[word]; ok && !cmd.HasParent() {
+		return cli.Usage(fmt.Errorf("%w: %s", cli.UnknownCommand(cmd.CommandPath(), word, nil), hint))
+	}
 	return cli.Usage(cli.UnknownCommand(cmd.CommandPath(), word, cmd.SuggestionsFor(word)))
 }
 

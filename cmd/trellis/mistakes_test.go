@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -415,5 +416,51 @@ func TestHelpCommand(t *testing.T) {
 	// A group's usage is its subcommands alone.
 	if out := mustRun(t, "", "env", "--help"); !strings.Contains(out, "Usage:\n  trellis env [command]\n\n") {
 		t.Fatalf("env --help:\n%s", out)
+	}
+}
+
+// The first words of a Consul or Nomad user are refused, exit status 2,
+// saying what to use instead; none of them is a Trellis command, and every
+// command a hint names is one (issue 25).
+func TestOtherToolsWordsSayWhatToUse(t *testing.T) {
+	root := newRootCmd(testEnv("", io.Discard, io.Discard, nil))
+	named := regexp.MustCompile(`trellis ([a-z][a-z-]*(?: [a-z][a-z-]*)?)`)
+	for word, hint := range otherTools {
+		if c, _, err := root.Find([]string{word}); err == nil && c != root {
+			t.Errorf("%q is a Trellis command (%s); take it out of otherTools", word, c.CommandPath())
+		}
+		for _, m := range named.FindAllStringSubmatch(hint, -1) {
+			if c, _, err := root.Find(strings.Fields(m[1])); err != nil || c == root {
+				t.Errorf("the hint for %q names %q, which is no command", word, m[0])
+			}
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"members"}, "trellis instance list"},
+		{[]string{"service", "list"}, "the service catalog is not there yet"},
+		{[]string{"services"}, "the service catalog is not there yet"},
+		{[]string{"catalog", "services"}, "the service catalog is not there yet"},
+		{[]string{"node", "status"}, "trellis instance list"},
+		{[]string{"job", "run", "web.nomad"}, "trellis task run"},
+		{[]string{"alloc", "status", "x", "-verbose"}, "trellis task show TASK"},
+		{[]string{"help", "members"}, "trellis instance list"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, out, errOut := run(t, "", nil, tc.args...)
+			prefix := `Error: unknown command "` + tc.args[0] + `" for "trellis": `
+			if tc.args[0] == "help" {
+				prefix = `Error: unknown command "` + tc.args[1] + `" for "trellis": `
+			}
+			if code != 2 || out != "" || !strings.HasPrefix(errOut, prefix) || !strings.Contains(errOut, tc.want) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 2, no output, and %q saying %q", code, out, errOut, prefix, tc.want)
+			}
+		})
+	}
+	// A mistyped subcommand of a group is still only that.
+	if _, _, errOut := run(t, "", nil, "task", "members"); strings.Contains(errOut, "instance list") {
+		t.Errorf("trellis task members: %s; want a plain unknown command", errOut)
 	}
 }
