@@ -36,11 +36,12 @@ when its health checks pass, or, for a task without checks, once it runs;
 unhealthy when a check fails; unknown while its checks have not passed yet
 or its instance stopped reporting (LOST); "-" when it does not run.`,
 		Example: `  trellis task run --taskdef web:1 --instance node-1
+  trellis task wait 01jd3k... --status running
   trellis task list
   trellis task logs 01jd3k... app -f
   trellis task stop 01jd3k...`,
 	}
-	cmd.AddCommand(newTaskRunCmd(e), newTaskListCmd(e), newTaskShowCmd(e), newTaskStopCmd(e), newTaskLogsCmd(e))
+	cmd.AddCommand(newTaskRunCmd(e), newTaskListCmd(e), newTaskShowCmd(e), newTaskWaitCmd(e), newTaskStopCmd(e), newTaskLogsCmd(e))
 	return cmd
 }
 
@@ -50,7 +51,8 @@ func newTaskRunCmd(e *cli.Env) *cobra.Command {
 		Use:   "run --taskdef FAMILY[:REVISION] --instance NAME",
 		Short: "Place one task on an instance (a one-off placement, before any scheduler)",
 		Long: `Place one task of a task definition on a named instance. The instance's agent
-sees it at once and starts its containers; trellis task show follows it.
+sees it at once and starts its containers; trellis task wait TASK waits until
+it runs, and trellis task show follows it.
 
 Without a revision the family's latest is used. The server decides the
 placement, as the scheduler decides its own, and writes nothing when it

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -36,6 +37,13 @@ func (loneServer) Health() wire.Health      { return wire.Health{Status: "ok"} }
 // store, to write what agents would, and the server's address.
 func testServer(t *testing.T) (*resource.Service, string) {
 	t.Helper()
+	return testServerWrapped(t, func(h http.Handler) http.Handler { return h })
+}
+
+// testServerWrapped is testServer with its handler wrapped, to see the
+// requests it is sent.
+func testServerWrapped(t *testing.T, wrap func(http.Handler) http.Handler) (*resource.Service, string) {
+	t.Helper()
 	reg := testTypes()
 	api := resource.NewService(resource.Config{Backend: inmem.NewBackend(), Registry: reg})
 	if err := core.Bootstrap(context.Background(), api); err != nil {
@@ -48,7 +56,7 @@ func testServer(t *testing.T) (*resource.Service, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(handler)
+	srv := httptest.NewServer(wrap(handler))
 	t.Cleanup(func() {
 		handler.Shutdown()
 		srv.Close()

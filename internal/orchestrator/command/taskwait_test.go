@@ -1,0 +1,123 @@
+package command
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	"trellis.dev/trellis/internal/orchestrator"
+)
+
+func TestTaskWaitVerdict(t *testing.T) {
+	const (
+		pending = orchestrator.StatusPending
+		running = orchestrator.StatusRunning
+		stopped = orchestrator.StatusStopped
+		lost    = orchestrator.StatusLost
+	)
+	for _, tc := range []struct {
+		want, desired, last string
+		done                bool
+		err                 string // "" when the wait goes on or is over
+	}{
+		{running, running, running, true, ""},
+		{running, running, pending, false, ""},
+		{running, running, lost, false, ""}, // its instance may come back
+		{running, running, stopped, false, "it is STOPPED (exited 1): a stopped task never becomes RUNNING"},
+		{running, stopped, pending, false, "it is PENDING and was asked to stop (stopped by user): it will not be RUNNING"},
+		{running, stopped, lost, false, "it is LOST and was asked to stop (stopped by user): it will not be RUNNING"},
+		{running, stopped, running, true, ""},
+		{stopped, running, running, false, ""},
+		{stopped, stopped, running, false, ""},
+		{stopped, running, lost, false, ""},
+		{stopped, running, stopped, true, ""},
+		{pending, running, pending, true, ""},
+		{pending, running, running, false, "it is already RUNNING: a task never goes back to PENDING"},
+		{lost, running, running, false, ""},
+		{lost, running, stopped, false, "it is STOPPED (exited 1): a stopped task never becomes LOST"},
+	} {
+		task := &pborch.Task{DesiredStatus: tc.desired}
+		if tc.desired == stopped {
+			task.StopReason = "stopped by user"
+		}
+		st := &pborch.TaskStatus{LastStatus: tc.last}
+		if tc.last == stopped {
+			st.StopReason = "exited 1"
+		}
+		done, err := TaskWaitVerdict(tc.want, task, st)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if done != tc.done || got != tc.err {
+			t.Errorf("want %s, desired %s, last %s: done %t, err %q; want %t, %q", tc.want, tc.desired, tc.last, done, got, tc.done, tc.err)
+		}
+	}
+}
+
+// trellis task wait follows a task until its agent reports the status
+// asked for, fails at once with what it became when that cannot come,
+// names a task that does not exist and a status that is not one, and
+// gives up after --timeout naming the status the task is in.
+func TestTaskWaitCommand(t *testing.T) {
+	watches := make(chan struct{}, 10)
+	api, addr := testServerWrapped(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("watch") != "" {
+				watches <- struct{}{}
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	task := store(t, api, orchestrator.TaskID("default", "01jweb"), &pborch.Task{TaskDefinition: "web:1", Instance: "i1", DesiredStatus: orchestrator.StatusRunning})
+
+	type result struct {
+		out string
+		err error
+	}
+	waiting := make(chan result, 1)
+	go func() {
+		out, err := runCLI(addr, "wait", "01jweb", "--status", "running")
+		waiting <- result{out, err}
+	}()
+	// The task is PENDING: the command watches it, and the report reaches
+	// it through the watch (in its snapshot, or as a change after it).
+	<-watches
+	report(t, api, task, &pborch.TaskStatus{LastStatus: orchestrator.StatusRunning})
+	if r := <-waiting; r.err != nil || r.out != "task 01jweb is RUNNING\n" {
+		t.Fatalf("task wait --status running: %q, %v", r.out, r.err)
+	}
+	// Already there: at once, and as JSON the task.
+	if out, err := runCLI(addr, "wait", "01jweb", "-o", "json"); err != nil || !strings.Contains(out, `"name": "01jweb"`) {
+		t.Fatalf("task wait -o json of a running task: %q, %v", out, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"wait", "01jweb", "--status", "pending"}, "task 01jweb will never be PENDING: it is already RUNNING: a task never goes back to PENDING (trellis task show 01jweb)"},
+		{[]string{"wait", "01jnope"}, `task "01jnope" not found (trellis task list -A shows the tasks)`},
+		// (trellis itself words it as --status: ..., cmd/trellis's flagError)
+		{[]string{"wait", "01jweb", "--status", "runing"}, `invalid argument "runing" for "--status" flag: "runing" is not a task status: use PENDING, RUNNING, STOPPED or LOST`},
+		{[]string{"wait", "01jweb", "--timeout", "-1s"}, "--timeout: -1s is negative: give a duration such as 30s, or 0 for no limit"},
+		{[]string{"wait", "01jweb", "--status", "stopped", "--timeout", "100ms"}, "task 01jweb is still RUNNING after 100ms, not STOPPED (trellis task show 01jweb)"},
+	} {
+		if out, err := runCLI(addr, tc.args...); err == nil || err.Error() != tc.want {
+			t.Errorf("task %s: %q, %v; want the error %q", strings.Join(tc.args, " "), out, err, tc.want)
+		}
+	}
+	<-watches // the one the wait that timed out opened
+
+	// It stops while a wait for LOST follows it.
+	waiting = make(chan result, 1)
+	go func() {
+		out, err := runCLI(addr, "wait", "01jweb", "--status", "lost")
+		waiting <- result{out, err}
+	}()
+	<-watches
+	report(t, api, task, &pborch.TaskStatus{LastStatus: orchestrator.StatusStopped, StopReason: "essential container app exited with 1"})
+	if r := <-waiting; r.err == nil || r.err.Error() != "task 01jweb will never be LOST: it is STOPPED (essential container app exited with 1): a stopped task never becomes LOST (trellis task show 01jweb)" {
+		t.Fatalf("task wait --status lost on a task that stops: %q, %v", r.out, r.err)
+	}
+}
