@@ -10,9 +10,12 @@
 // values: which instances an instance group selects (group.go, match.go),
 // what to place, replace or stop on each instance (decide.go, which
 // plan.go asks for every instance as it walks the instances and tasks),
-// how a deployment progresses (progress.go), what an environment's
-// state is (state.go), and what the scheduler reports of an environment
-// in its status, given its deployments (status.go).
+// how a deployment progresses (progress.go), what a deployment is from
+// its request (data) and the scheduler's progress (status), merged by one
+// pure MergeDeployment that every reader goes through (deployment.go),
+// what an environment's state is (state.go), and what the scheduler
+// reports of an environment in its status, given its deployments
+// (status.go).
 //
 // Below it, package controllers holds the controller that runs on the
 // leader: it reads the store, calls the decisions, and applies their

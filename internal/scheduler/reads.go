@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
-	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
 	"trellis.dev/trellis/internal/resource"
 )
 
@@ -31,12 +30,13 @@ func ListOwned(ctx context.Context, api resource.API, env *pbresource.Resource, 
 	return out, nil
 }
 
-// DecodeDeployments decodes deployments, oldest first (their names are
-// ULIDs), leaving out any that does not decode.
+// DecodeDeployments decodes deployments as readers see them
+// (DecodeDeployment), oldest first (their names are ULIDs), leaving out
+// any that does not decode.
 func DecodeDeployments(list []*pbresource.Resource) []*StoredDeployment {
 	out := make([]*StoredDeployment, 0, len(list))
 	for _, r := range list {
-		if d, err := resource.DecodeData[*pbscheduler.Deployment](r); err == nil {
+		if d, err := DecodeDeployment(r); err == nil {
 			out = append(out, &StoredDeployment{Res: r, Data: d})
 		}
 	}

@@ -16,7 +16,9 @@ import (
 )
 
 // StoredDeployment is a deployment as stored: the resource, for its id
-// and version (a CAS), and its decoded data.
+// and version (a CAS), and the deployment as readers see it (its data
+// merged with the scheduler's progress: DeploymentOf), which must not be
+// changed.
 type StoredDeployment struct {
 	Res  *pbresource.Resource
 	Data *pbscheduler.Deployment
@@ -59,8 +61,8 @@ func WithData(res *pbresource.Resource, m proto.Message) (*pbresource.Resource, 
 	return &pbresource.Resource{Id: res.GetId(), Owner: res.GetOwner(), Version: res.GetVersion(), Metadata: res.GetMetadata(), Data: data}, nil
 }
 
-// WithDeployment is res (a CAS on its version) with its deployment
-// changed by f.
+// WithDeployment is res (a CAS on its version) with its deployment's
+// data, the request as stored, changed by f.
 func WithDeployment(res *pbresource.Resource, f func(*pbscheduler.Deployment)) (*pbresource.Resource, error) {
 	d, err := resource.DecodeData[*pbscheduler.Deployment](res)
 	if err != nil {
@@ -68,4 +70,17 @@ func WithDeployment(res *pbresource.Resource, f func(*pbscheduler.Deployment)) (
 	}
 	f(d)
 	return WithData(res, d)
+}
+
+// ReportProgress is the write of the scheduler's progress of deployment
+// res: the progress part of next (ProgressOf), under status[StatusKey],
+// a CAS on the version of res, so that a stop written since is seen
+// before anything is reported over it.
+func ReportProgress(res *pbresource.Resource, next *pbscheduler.Deployment) (*pbresource.WriteStatusRequest, error) {
+	data, err := anypb.New(ProgressOf(next))
+	if err != nil {
+		return nil, err
+	}
+	return &pbresource.WriteStatusRequest{Id: res.GetId(), Version: res.GetVersion(), Key: StatusKey,
+		Status: &pbresource.Status{ObservedGeneration: res.GetGeneration(), Data: data}}, nil
 }

@@ -100,6 +100,11 @@ func Register(r *resource.Registry) {
 		// the scheduler, which also keeps the last 50 finished ones.
 		WrittenThrough: EnvironmentsPath,
 		DeletedThrough: "a deployment is stopped with POST /v1/environments/{name}/deployments/{id}/stop (trellis deployment stop), and deleted by the scheduler (it keeps an environment's last 50 finished ones) or with its environment: " + deleteEnvironment,
+		// Its data is the request; the scheduler's progress is its
+		// status, which the controller alone writes (deployment.go).
+		Statuses: map[string]resource.StatusPayload{
+			StatusKey: {Owner: resource.StatusOwner{Controller: StatusKey}, Proto: &pbscheduler.DeploymentProgress{}, Validate: validateDeploymentProgress},
+		},
 	})
 }
 

@@ -111,10 +111,18 @@ func ValidateDeployment(res *pbresource.Resource) error {
 	default:
 		return resource.NewFieldError("data.type", "must be one of %s (got %q)", strings.Join([]string{DeploymentUser, DeploymentNewInstance, DeploymentHealthRepair}, ", "), d.GetType())
 	}
-	switch d.GetStatus() {
-	case StatusPending, StatusInProgress, StatusCompleted, StatusStopped, StatusCanceled, StatusUnhealthy, StatusTimedOut:
-	default:
-		return resource.NewFieldError("data.status", "is not a deployment status (got %q)", d.GetStatus())
+	// The progress is the scheduler's status; a deployment stored before
+	// it moved there carries it in its data, and stays writable (a stop).
+	if s := d.GetStatus(); s != "" && !isDeploymentStatus(s) {
+		return resource.NewFieldError("data.status", "is not a deployment status (got %q)", s)
+	}
+	if stop := d.GetStop(); stop != nil {
+		if stop.GetAt() == nil {
+			return resource.NewFieldError("data.stop.at", "is required: when the stop was asked for")
+		}
+		if stop.GetReason() == "" {
+			return resource.NewFieldError("data.stop.reason", "is required: it becomes the deployment's status_reason")
+		}
 	}
 	return nil
 }

@@ -14,7 +14,6 @@ import (
 
 	pbca "trellis.dev/trellis/api/ca/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
-	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
 	"trellis.dev/trellis/internal/ca"
 	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
@@ -69,7 +68,7 @@ func TestGenericDeleteOfOperationOnlyTypes(t *testing.T) {
 		if err != nil || len(l.GetResources()) != 1 {
 			return false
 		}
-		d, _ := resource.DecodeData[*pbscheduler.Deployment](l.GetResources()[0])
+		d, _ := scheduler.DecodeDeployment(l.GetResources()[0])
 		depID = l.GetResources()[0].GetId().GetName()
 		return d.GetStatus() == scheduler.StatusInProgress && len(ownedTasks(t, ctx, srv, l.GetResources()[0].GetOwner())) > 0
 	})

@@ -73,6 +73,14 @@ func TestForgedStatusKeysAreRefused(t *testing.T) {
 			}
 			return out.GetResource().GetId()
 		},
+		ids.TypeString(scheduler.DeploymentType): func() *pbresource.ID {
+			data, _ := anypb.New(&pbscheduler.Deployment{Environment: "web", Version: "v1", Type: scheduler.DeploymentUser})
+			out, err := srv.API().Write(resource.FromOperations(ctx), &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: scheduler.DeploymentID("default", "d1"), Data: data}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out.GetResource().GetId()
+		},
 		ids.TypeString(orchestrator.InstanceType): func() *pbresource.ID { return orchestrator.InstanceID(owner.name) },
 		ids.TypeString(orchestrator.TaskType): func() *pbresource.ID {
 			data, _ := anypb.New(&pborch.Task{TaskDefinition: "web:1", Instance: owner.name, StartedBy: "test"})
@@ -139,8 +147,8 @@ func TestForgedStatusKeysAreRefused(t *testing.T) {
 			walked++
 		}
 	}
-	if walked < 5 {
-		t.Fatalf("walked %d status keys; the registry declares at least 5", walked)
+	if walked < 6 {
+		t.Fatalf("walked %d status keys; the registry declares at least 6", walked)
 	}
 
 	// The owner, proven by its session, writes its task's report.

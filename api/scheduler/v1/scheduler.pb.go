@@ -610,6 +610,18 @@ func (x *EnvironmentVersion) GetCreatedAt() *timestamppb.Timestamp {
 // (scheduler/v1/Deployment, namespaced, named by its id, owned by its
 // environment). All of its progress is in this resource and in the tasks
 // it places, so a new leader resumes it where the old one stopped.
+//
+// Its data is the request: what to deploy (environment through
+// rollback_of) and a user's wish to end it (stop), written by the
+// operations; generation moves only when they change. What the scheduler
+// makes of it (status through blocked, batch_size, rollback_deployment
+// and rollback_version_number) is its status under the key
+// "daemon-scheduler", a DeploymentProgress, which the scheduler's
+// controller alone writes. Readers see the two merged
+// (scheduler.DeploymentOf): the deployment routes of the HTTP API answer
+// with the merged deployment as the data. Deployments stored before the
+// split carry their progress in these fields of the data, and are read as
+// they are until the scheduler reports on them.
 type Deployment struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Environment string                 `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
@@ -621,6 +633,9 @@ type Deployment struct {
 	// type: "user" (StartDeployment or RollbackDeployment), "new-instance"
 	// (an instance started to match), "health-repair" (a task died).
 	Type string `protobuf:"bytes,5,opt,name=type,proto3" json:"type,omitempty"`
+	// From here to blocked, rollback_of, and stop excepted: the scheduler's
+	// progress, merged in from its DeploymentProgress.
+	//
 	// status: "pending", "in-progress", "completed", "stopped", "canceled",
 	// "unhealthy" or "timed-out".
 	Status string `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
@@ -653,7 +668,13 @@ type Deployment struct {
 	// blocked counts the instances of the group it could not place on
 	// (they are listed in instances with state "blocked" and the reason);
 	// they are not in total.
-	Blocked       int32 `protobuf:"varint,20,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	Blocked int32 `protobuf:"varint,20,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	// stop is a user's wish that the deployment end (data, written by an
+	// operation): `trellis deployment stop`, a newer deployment replacing a
+	// pending one, the environment's deletion. A deployment not yet ended
+	// when it is written ends with it: canceled when pending, stopped when
+	// in progress, with its reason and time.
+	Stop          *DeploymentStop `protobuf:"bytes,21,opt,name=stop,proto3" json:"stop,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -828,6 +849,220 @@ func (x *Deployment) GetBlocked() int32 {
 	return 0
 }
 
+func (x *Deployment) GetStop() *DeploymentStop {
+	if x != nil {
+		return x.Stop
+	}
+	return nil
+}
+
+// DeploymentStop is a request to end a deployment: who asked, when, and
+// why (the deployment's status_reason once it ends by it).
+type DeploymentStop struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	At    *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	// by: "user" (trellis deployment stop), "deployment <id>" (a newer user
+	// deployment replaced a pending one), "environment delete".
+	By            string `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeploymentStop) Reset() {
+	*x = DeploymentStop{}
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeploymentStop) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeploymentStop) ProtoMessage() {}
+
+func (x *DeploymentStop) ProtoReflect() protoreflect.Message {
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeploymentStop.ProtoReflect.Descriptor instead.
+func (*DeploymentStop) Descriptor() ([]byte, []int) {
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DeploymentStop) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *DeploymentStop) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *DeploymentStop) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// DeploymentProgress is the scheduler's report on a deployment: its
+// status["daemon-scheduler"], written by the scheduler's controller alone.
+// Its fields mean what the Deployment's fields of the same names mean.
+type DeploymentProgress struct {
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	Status                string                 `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	StatusReason          string                 `protobuf:"bytes,2,opt,name=status_reason,json=statusReason,proto3" json:"status_reason,omitempty"`
+	StartTime             *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime               *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	LastProgressAt        *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_progress_at,json=lastProgressAt,proto3" json:"last_progress_at,omitempty"`
+	Total                 int32                  `protobuf:"varint,6,opt,name=total,proto3" json:"total,omitempty"`
+	Complete              int32                  `protobuf:"varint,7,opt,name=complete,proto3" json:"complete,omitempty"`
+	Failed                int32                  `protobuf:"varint,8,opt,name=failed,proto3" json:"failed,omitempty"`
+	Blocked               int32                  `protobuf:"varint,9,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	Instances             []*InstanceProgress    `protobuf:"bytes,10,rep,name=instances,proto3" json:"instances,omitempty"`
+	BatchSize             int32                  `protobuf:"varint,11,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	RollbackDeployment    string                 `protobuf:"bytes,12,opt,name=rollback_deployment,json=rollbackDeployment,proto3" json:"rollback_deployment,omitempty"`
+	RollbackVersionNumber int64                  `protobuf:"varint,13,opt,name=rollback_version_number,json=rollbackVersionNumber,proto3" json:"rollback_version_number,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *DeploymentProgress) Reset() {
+	*x = DeploymentProgress{}
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeploymentProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeploymentProgress) ProtoMessage() {}
+
+func (x *DeploymentProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeploymentProgress.ProtoReflect.Descriptor instead.
+func (*DeploymentProgress) Descriptor() ([]byte, []int) {
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *DeploymentProgress) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *DeploymentProgress) GetStatusReason() string {
+	if x != nil {
+		return x.StatusReason
+	}
+	return ""
+}
+
+func (x *DeploymentProgress) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *DeploymentProgress) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *DeploymentProgress) GetLastProgressAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastProgressAt
+	}
+	return nil
+}
+
+func (x *DeploymentProgress) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *DeploymentProgress) GetComplete() int32 {
+	if x != nil {
+		return x.Complete
+	}
+	return 0
+}
+
+func (x *DeploymentProgress) GetFailed() int32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *DeploymentProgress) GetBlocked() int32 {
+	if x != nil {
+		return x.Blocked
+	}
+	return 0
+}
+
+func (x *DeploymentProgress) GetInstances() []*InstanceProgress {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+func (x *DeploymentProgress) GetBatchSize() int32 {
+	if x != nil {
+		return x.BatchSize
+	}
+	return 0
+}
+
+func (x *DeploymentProgress) GetRollbackDeployment() string {
+	if x != nil {
+		return x.RollbackDeployment
+	}
+	return ""
+}
+
+func (x *DeploymentProgress) GetRollbackVersionNumber() int64 {
+	if x != nil {
+		return x.RollbackVersionNumber
+	}
+	return 0
+}
+
 // InstanceProgress is one instance in a deployment.
 type InstanceProgress struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -844,7 +1079,7 @@ type InstanceProgress struct {
 
 func (x *InstanceProgress) Reset() {
 	*x = InstanceProgress{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +1091,7 @@ func (x *InstanceProgress) String() string {
 func (*InstanceProgress) ProtoMessage() {}
 
 func (x *InstanceProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +1104,7 @@ func (x *InstanceProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceProgress.ProtoReflect.Descriptor instead.
 func (*InstanceProgress) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InstanceProgress) GetInstance() string {
@@ -930,7 +1165,7 @@ type EnvironmentState struct {
 
 func (x *EnvironmentState) Reset() {
 	*x = EnvironmentState{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1177,7 @@ func (x *EnvironmentState) String() string {
 func (*EnvironmentState) ProtoMessage() {}
 
 func (x *EnvironmentState) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1190,7 @@ func (x *EnvironmentState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentState.ProtoReflect.Descriptor instead.
 func (*EnvironmentState) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EnvironmentState) GetDesired() int32 {
@@ -1037,7 +1272,7 @@ type TaskNames struct {
 
 func (x *TaskNames) Reset() {
 	*x = TaskNames{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1284,7 @@ func (x *TaskNames) String() string {
 func (*TaskNames) ProtoMessage() {}
 
 func (x *TaskNames) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1297,7 @@ func (x *TaskNames) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskNames.ProtoReflect.Descriptor instead.
 func (*TaskNames) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TaskNames) GetTasks() []string {
@@ -1086,7 +1321,7 @@ type VersionCount struct {
 
 func (x *VersionCount) Reset() {
 	*x = VersionCount{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1333,7 @@ func (x *VersionCount) String() string {
 func (*VersionCount) ProtoMessage() {}
 
 func (x *VersionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1346,7 @@ func (x *VersionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCount.ProtoReflect.Descriptor instead.
 func (*VersionCount) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *VersionCount) GetTaskDefinition() string {
@@ -1170,7 +1405,7 @@ type InstanceState struct {
 
 func (x *InstanceState) Reset() {
 	*x = InstanceState{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1417,7 @@ func (x *InstanceState) String() string {
 func (*InstanceState) ProtoMessage() {}
 
 func (x *InstanceState) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1430,7 @@ func (x *InstanceState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceState.ProtoReflect.Descriptor instead.
 func (*InstanceState) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InstanceState) GetInstance() string {
@@ -1274,7 +1509,7 @@ type EnvironmentDiff struct {
 
 func (x *EnvironmentDiff) Reset() {
 	*x = EnvironmentDiff{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1521,7 @@ func (x *EnvironmentDiff) String() string {
 func (*EnvironmentDiff) ProtoMessage() {}
 
 func (x *EnvironmentDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1534,7 @@ func (x *EnvironmentDiff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentDiff.ProtoReflect.Descriptor instead.
 func (*EnvironmentDiff) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *EnvironmentDiff) GetVersion() string {
@@ -1383,7 +1618,7 @@ type InstanceChange struct {
 
 func (x *InstanceChange) Reset() {
 	*x = InstanceChange{}
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1630,7 @@ func (x *InstanceChange) String() string {
 func (*InstanceChange) ProtoMessage() {}
 
 func (x *InstanceChange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_api_scheduler_v1_scheduler_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1643,7 @@ func (x *InstanceChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceChange.ProtoReflect.Descriptor instead.
 func (*InstanceChange) Descriptor() ([]byte, []int) {
-	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
+	return file_api_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InstanceChange) GetInstance() string {
@@ -1503,7 +1738,7 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"deployment\x12\x12\n" +
 	"\x04role\x18\a \x01(\tR\x04role\x129\n" +
 	"\n" +
-	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xaf\x06\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xe9\x06\n" +
 	"\n" +
 	"Deployment\x12 \n" +
 	"\venvironment\x18\x01 \x01(\tR\venvironment\x12\x18\n" +
@@ -1530,7 +1765,29 @@ const file_api_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"batch_size\x18\x11 \x01(\x05R\tbatchSize\x12/\n" +
 	"\x13rollback_deployment\x18\x12 \x01(\tR\x12rollbackDeployment\x126\n" +
 	"\x17rollback_version_number\x18\x13 \x01(\x03R\x15rollbackVersionNumber\x12\x18\n" +
-	"\ablocked\x18\x14 \x01(\x05R\ablocked\"p\n" +
+	"\ablocked\x18\x14 \x01(\x05R\ablocked\x128\n" +
+	"\x04stop\x18\x15 \x01(\v2$.trellis.scheduler.v1.DeploymentStopR\x04stop\"d\n" +
+	"\x0eDeploymentStop\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x0e\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xbb\x04\n" +
+	"\x12DeploymentProgress\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\tR\x06status\x12#\n" +
+	"\rstatus_reason\x18\x02 \x01(\tR\fstatusReason\x129\n" +
+	"\n" +
+	"start_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12D\n" +
+	"\x10last_progress_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0elastProgressAt\x12\x14\n" +
+	"\x05total\x18\x06 \x01(\x05R\x05total\x12\x1a\n" +
+	"\bcomplete\x18\a \x01(\x05R\bcomplete\x12\x16\n" +
+	"\x06failed\x18\b \x01(\x05R\x06failed\x12\x18\n" +
+	"\ablocked\x18\t \x01(\x05R\ablocked\x12D\n" +
+	"\tinstances\x18\n" +
+	" \x03(\v2&.trellis.scheduler.v1.InstanceProgressR\tinstances\x12\x1d\n" +
+	"\n" +
+	"batch_size\x18\v \x01(\x05R\tbatchSize\x12/\n" +
+	"\x13rollback_deployment\x18\f \x01(\tR\x12rollbackDeployment\x126\n" +
+	"\x17rollback_version_number\x18\r \x01(\x03R\x15rollbackVersionNumber\"p\n" +
 	"\x10InstanceProgress\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x12\n" +
@@ -1597,7 +1854,7 @@ func file_api_scheduler_v1_scheduler_proto_rawDescGZIP() []byte {
 	return file_api_scheduler_v1_scheduler_proto_rawDescData
 }
 
-var file_api_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_api_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_api_scheduler_v1_scheduler_proto_goTypes = []any{
 	(*Environment)(nil),           // 0: trellis.scheduler.v1.Environment
 	(*EnvironmentStatus)(nil),     // 1: trellis.scheduler.v1.EnvironmentStatus
@@ -1606,40 +1863,48 @@ var file_api_scheduler_v1_scheduler_proto_goTypes = []any{
 	(*DeploymentConfig)(nil),      // 4: trellis.scheduler.v1.DeploymentConfig
 	(*EnvironmentVersion)(nil),    // 5: trellis.scheduler.v1.EnvironmentVersion
 	(*Deployment)(nil),            // 6: trellis.scheduler.v1.Deployment
-	(*InstanceProgress)(nil),      // 7: trellis.scheduler.v1.InstanceProgress
-	(*EnvironmentState)(nil),      // 8: trellis.scheduler.v1.EnvironmentState
-	(*TaskNames)(nil),             // 9: trellis.scheduler.v1.TaskNames
-	(*VersionCount)(nil),          // 10: trellis.scheduler.v1.VersionCount
-	(*InstanceState)(nil),         // 11: trellis.scheduler.v1.InstanceState
-	(*EnvironmentDiff)(nil),       // 12: trellis.scheduler.v1.EnvironmentDiff
-	(*InstanceChange)(nil),        // 13: trellis.scheduler.v1.InstanceChange
-	nil,                           // 14: trellis.scheduler.v1.EnvironmentState.CurrentEntry
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*DeploymentStop)(nil),        // 7: trellis.scheduler.v1.DeploymentStop
+	(*DeploymentProgress)(nil),    // 8: trellis.scheduler.v1.DeploymentProgress
+	(*InstanceProgress)(nil),      // 9: trellis.scheduler.v1.InstanceProgress
+	(*EnvironmentState)(nil),      // 10: trellis.scheduler.v1.EnvironmentState
+	(*TaskNames)(nil),             // 11: trellis.scheduler.v1.TaskNames
+	(*VersionCount)(nil),          // 12: trellis.scheduler.v1.VersionCount
+	(*InstanceState)(nil),         // 13: trellis.scheduler.v1.InstanceState
+	(*EnvironmentDiff)(nil),       // 14: trellis.scheduler.v1.EnvironmentDiff
+	(*InstanceChange)(nil),        // 15: trellis.scheduler.v1.InstanceChange
+	nil,                           // 16: trellis.scheduler.v1.EnvironmentState.CurrentEntry
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
 }
 var file_api_scheduler_v1_scheduler_proto_depIdxs = []int32{
 	3,  // 0: trellis.scheduler.v1.Environment.instance_group:type_name -> trellis.scheduler.v1.InstanceGroup
 	4,  // 1: trellis.scheduler.v1.Environment.deployment:type_name -> trellis.scheduler.v1.DeploymentConfig
-	15, // 2: trellis.scheduler.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
-	15, // 3: trellis.scheduler.v1.Environment.updated_at:type_name -> google.protobuf.Timestamp
+	17, // 2: trellis.scheduler.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
+	17, // 3: trellis.scheduler.v1.Environment.updated_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: trellis.scheduler.v1.EnvironmentStatus.blocked:type_name -> trellis.scheduler.v1.BlockedInstance
 	3,  // 5: trellis.scheduler.v1.EnvironmentVersion.instance_group:type_name -> trellis.scheduler.v1.InstanceGroup
 	4,  // 6: trellis.scheduler.v1.EnvironmentVersion.deployment:type_name -> trellis.scheduler.v1.DeploymentConfig
-	15, // 7: trellis.scheduler.v1.EnvironmentVersion.created_at:type_name -> google.protobuf.Timestamp
-	15, // 8: trellis.scheduler.v1.Deployment.created_at:type_name -> google.protobuf.Timestamp
-	15, // 9: trellis.scheduler.v1.Deployment.start_time:type_name -> google.protobuf.Timestamp
-	15, // 10: trellis.scheduler.v1.Deployment.end_time:type_name -> google.protobuf.Timestamp
-	15, // 11: trellis.scheduler.v1.Deployment.last_progress_at:type_name -> google.protobuf.Timestamp
-	7,  // 12: trellis.scheduler.v1.Deployment.instances:type_name -> trellis.scheduler.v1.InstanceProgress
-	10, // 13: trellis.scheduler.v1.EnvironmentState.versions:type_name -> trellis.scheduler.v1.VersionCount
-	11, // 14: trellis.scheduler.v1.EnvironmentState.instances:type_name -> trellis.scheduler.v1.InstanceState
-	14, // 15: trellis.scheduler.v1.EnvironmentState.current:type_name -> trellis.scheduler.v1.EnvironmentState.CurrentEntry
-	13, // 16: trellis.scheduler.v1.EnvironmentDiff.changes:type_name -> trellis.scheduler.v1.InstanceChange
-	9,  // 17: trellis.scheduler.v1.EnvironmentState.CurrentEntry.value:type_name -> trellis.scheduler.v1.TaskNames
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	17, // 7: trellis.scheduler.v1.EnvironmentVersion.created_at:type_name -> google.protobuf.Timestamp
+	17, // 8: trellis.scheduler.v1.Deployment.created_at:type_name -> google.protobuf.Timestamp
+	17, // 9: trellis.scheduler.v1.Deployment.start_time:type_name -> google.protobuf.Timestamp
+	17, // 10: trellis.scheduler.v1.Deployment.end_time:type_name -> google.protobuf.Timestamp
+	17, // 11: trellis.scheduler.v1.Deployment.last_progress_at:type_name -> google.protobuf.Timestamp
+	9,  // 12: trellis.scheduler.v1.Deployment.instances:type_name -> trellis.scheduler.v1.InstanceProgress
+	7,  // 13: trellis.scheduler.v1.Deployment.stop:type_name -> trellis.scheduler.v1.DeploymentStop
+	17, // 14: trellis.scheduler.v1.DeploymentStop.at:type_name -> google.protobuf.Timestamp
+	17, // 15: trellis.scheduler.v1.DeploymentProgress.start_time:type_name -> google.protobuf.Timestamp
+	17, // 16: trellis.scheduler.v1.DeploymentProgress.end_time:type_name -> google.protobuf.Timestamp
+	17, // 17: trellis.scheduler.v1.DeploymentProgress.last_progress_at:type_name -> google.protobuf.Timestamp
+	9,  // 18: trellis.scheduler.v1.DeploymentProgress.instances:type_name -> trellis.scheduler.v1.InstanceProgress
+	12, // 19: trellis.scheduler.v1.EnvironmentState.versions:type_name -> trellis.scheduler.v1.VersionCount
+	13, // 20: trellis.scheduler.v1.EnvironmentState.instances:type_name -> trellis.scheduler.v1.InstanceState
+	16, // 21: trellis.scheduler.v1.EnvironmentState.current:type_name -> trellis.scheduler.v1.EnvironmentState.CurrentEntry
+	15, // 22: trellis.scheduler.v1.EnvironmentDiff.changes:type_name -> trellis.scheduler.v1.InstanceChange
+	11, // 23: trellis.scheduler.v1.EnvironmentState.CurrentEntry.value:type_name -> trellis.scheduler.v1.TaskNames
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_api_scheduler_v1_scheduler_proto_init() }
@@ -1654,7 +1919,7 @@ func file_api_scheduler_v1_scheduler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_scheduler_v1_scheduler_proto_rawDesc), len(file_api_scheduler_v1_scheduler_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

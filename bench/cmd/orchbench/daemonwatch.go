@@ -10,12 +10,8 @@ import (
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
 	"trellis.dev/trellis/internal/orchestrator"
+	"trellis.dev/trellis/internal/scheduler"
 )
-
-// deploymentType is scheduler/v1/Deployment (internal/scheduler's
-// DeploymentType, whose package would bring the server's dependencies
-// into this module).
-var deploymentType = &pbresource.Type{Group: "scheduler", GroupVersion: "v1", Kind: "Deployment"}
 
 // deploymentWatch follows the Deployments of one namespace through one
 // WatchList stream: the latest of each, and when each was first seen in a
@@ -37,7 +33,7 @@ func finalStatus(s string) bool {
 
 // watchDeployments opens the watch and returns once its snapshot is in.
 func watchDeployments(ctx context.Context, cli pbresource.ResourceServiceClient, ns string) (*deploymentWatch, error) {
-	stream, err := cli.WatchList(ctx, &pbresource.WatchListRequest{Type: deploymentType, Tenancy: &pbresource.Tenancy{Namespace: ns}})
+	stream, err := cli.WatchList(ctx, &pbresource.WatchListRequest{Type: scheduler.DeploymentType, Tenancy: &pbresource.Tenancy{Namespace: ns}})
 	if err != nil {
 		return nil, err
 	}
@@ -62,14 +58,16 @@ func watchDeployments(ctx context.Context, cli pbresource.ResourceServiceClient,
 }
 
 func (w *deploymentWatch) observe(res *pbresource.Resource, at time.Time) {
-	var d pbscheduler.Deployment
-	if err := res.GetData().UnmarshalTo(&d); err != nil {
+	// Its request merged with the scheduler's progress, which is in the
+	// deployment's status.
+	d, err := scheduler.DecodeDeployment(res)
+	if err != nil {
 		return
 	}
 	id := res.GetId().GetName()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.latest[id] = &d
+	w.latest[id] = d
 	if finalStatus(d.GetStatus()) {
 		if _, ok := w.endedAt[id]; !ok {
 			w.endedAt[id] = at

@@ -645,32 +645,50 @@ func TestGenerationMovesOnlyWithTheSpec(t *testing.T) {
 // TestStatusIsRepairedFromTheDeployments: a run that started a deployment
 // but ended before reporting it (a crash, a lost leadership) leaves a
 // deployment in progress that the status does not name; the next run
-// adopts it instead of cancelling it.
+// adopts it instead of cancelling it. Started as the scheduler reports it
+// now (its progress in its status) and as a store written by the version
+// before kept it (its progress in its data), which the scheduler resumes.
 func TestStatusIsRepairedFromTheDeployments(t *testing.T) {
-	h := schedulertest.New(t)
-	h.Fleet()
-	h.CreateLoggers("ls", 1)
-	h.Reconcile("ls")
-	id := h.Deploy("ls", "")
-	// What promote writes, without the status write that follows it.
-	dep := h.Deployment("ls", id)
-	dep.Status = scheduler.StatusInProgress
-	dep.StartTime, dep.LastProgressAt = timestamppb.New(h.Clock.Now()), timestamppb.New(h.Clock.Now())
-	res, err := h.Ops.GetDeployment(h.Ctx, "default", "ls", id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.Write(res.GetId(), res.GetOwner(), dep, res.GetVersion())
-	if st := h.EnvStatus("ls"); st.GetActiveDeployment() != "" {
-		t.Fatalf("status %v names a deployment before any run reported it", st)
-	}
-	h.Failover()
-	h.Settle("ls")
-	if d := h.Deployment("ls", id); d.GetStatus() != scheduler.StatusCompleted {
-		t.Fatalf("the deployment ended %s (%s), want completed", d.GetStatus(), d.GetStatusReason())
-	}
-	if st := h.EnvStatus("ls"); st.GetStatus() != scheduler.EnvActive || st.GetLastCompletedVersionNumber() != 1 {
-		t.Fatalf("status %v, want active with version 1 completed", st)
+	for _, old := range []bool{false, true} {
+		t.Run(map[bool]string{false: "progress in the status", true: "progress in the data"}[old], func(t *testing.T) {
+			h := schedulertest.New(t)
+			h.Fleet()
+			h.CreateLoggers("ls", 1)
+			h.Reconcile("ls")
+			id := h.Deploy("ls", "")
+			// What promote writes, without the status write that follows it.
+			dep := h.Deployment("ls", id)
+			dep.Status = scheduler.StatusInProgress
+			dep.StartTime, dep.LastProgressAt = timestamppb.New(h.Clock.Now()), timestamppb.New(h.Clock.Now())
+			res, err := h.API.Read(h.Ctx, &pbresource.ReadRequest{Id: scheduler.DeploymentID("default", id)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if old {
+				h.Write(res.GetResource().GetId(), res.GetResource().GetOwner(), dep, res.GetResource().GetVersion())
+			} else {
+				reportProgress(t, h, res.GetResource(), dep)
+			}
+			if st := h.EnvStatus("ls"); st.GetActiveDeployment() != "" {
+				t.Fatalf("status %v names a deployment before any run reported it", st)
+			}
+			h.Failover()
+			h.Settle("ls")
+			if d := h.Deployment("ls", id); d.GetStatus() != scheduler.StatusCompleted {
+				t.Fatalf("the deployment ended %s (%s), want completed", d.GetStatus(), d.GetStatusReason())
+			}
+			if st := h.EnvStatus("ls"); st.GetStatus() != scheduler.EnvActive || st.GetLastCompletedVersionNumber() != 1 {
+				t.Fatalf("status %v, want active with version 1 completed", st)
+			}
+			// Its end is in its status, whichever way it started.
+			res, err = h.API.Read(h.Ctx, &pbresource.ReadRequest{Id: scheduler.DeploymentID("default", id)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pr := progressOf(t, res.GetResource()); pr.GetStatus() != scheduler.StatusCompleted {
+				t.Fatalf("status[%s] %v, want completed", scheduler.StatusKey, pr)
+			}
+		})
 	}
 }
 

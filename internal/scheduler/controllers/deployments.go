@@ -16,9 +16,11 @@ import (
 )
 
 // promote starts the newest pending user deployment, cancelling older
-// pending ones, when none is in progress, in one CAS batch. The status
-// follows (scheduler.ReportStatus): the environment becomes active with
-// the deployment's version as its desired one.
+// pending ones, when none is in progress, in one batch of progress
+// reports, each a CAS on the deployment read (a user's stop meanwhile
+// fails it, and the next run sees the stop). The status follows
+// (scheduler.ReportStatus): the environment becomes active with the
+// deployment's version as its desired one.
 func (r *reconciler) promote(ctx context.Context, st *envState, now time.Time) (bool, error) {
 	var pending []*scheduler.StoredDeployment
 	for _, d := range st.deployments {
@@ -31,45 +33,49 @@ func (r *reconciler) promote(ctx context.Context, st *envState, now time.Time) (
 	}
 	next := pending[len(pending)-1] // names are ULIDs: the newest sorts last
 	ver := st.versions[next.Data.GetVersion()]
-	writes := []*pbresource.Resource{}
+	var reports []*pbresource.WriteStatusRequest
+	end := func(d *scheduler.StoredDeployment, reason string) error {
+		x := proto.Clone(d.Data).(*pbscheduler.Deployment)
+		x.Status, x.StatusReason, x.EndTime = scheduler.StatusCanceled, reason, timestamppb.New(now)
+		w, err := scheduler.ReportProgress(d.Res, x)
+		reports = append(reports, w)
+		return err
+	}
 	for _, d := range pending[:len(pending)-1] {
-		w, err := scheduler.WithDeployment(d.Res, func(x *pbscheduler.Deployment) {
-			x.Status, x.StatusReason, x.EndTime = scheduler.StatusCanceled, "a newer deployment was started: "+next.Res.GetId().GetName(), timestamppb.New(now)
-		})
-		if err != nil {
+		if err := end(d, "a newer deployment was started: "+next.Res.GetId().GetName()); err != nil {
 			return false, err
 		}
-		writes = append(writes, w)
 	}
 	if ver == nil {
-		w, err := scheduler.WithDeployment(next.Res, func(x *pbscheduler.Deployment) {
-			x.Status, x.StatusReason, x.EndTime = scheduler.StatusCanceled, "its version "+x.GetVersion()+" no longer exists", timestamppb.New(now)
-		})
-		if err != nil {
+		if err := end(next, "its version "+next.Data.GetVersion()+" no longer exists"); err != nil {
 			return false, err
 		}
-		return true, r.writeAll(ctx, append(writes, w))
+		_, err := r.writeStatuses(ctx, reports)
+		return true, err
 	}
-	w, err := scheduler.WithDeployment(next.Res, func(x *pbscheduler.Deployment) {
-		x.Status, x.StartTime, x.LastProgressAt = scheduler.StatusInProgress, timestamppb.New(now), timestamppb.New(now)
-		x.StatusReason = ""
-	})
+	x := proto.Clone(next.Data).(*pbscheduler.Deployment)
+	x.Status, x.StartTime, x.LastProgressAt = scheduler.StatusInProgress, timestamppb.New(now), timestamppb.New(now)
+	x.StatusReason = ""
+	w, err := scheduler.ReportProgress(next.Res, x)
 	if err != nil {
 		return false, err
 	}
-	writes = append(writes, w)
+	reports = append(reports, w)
 	r.log.Info("deployment started", "environment", st.res.GetId().GetName(), "deployment", next.Res.GetId().GetName(), "version", ver.GetNumber())
-	return true, r.writeAll(ctx, writes)
+	_, err = r.writeStatuses(ctx, reports)
+	return true, err
 }
 
 // planWrites are the writes of a plan: the stops (CAS on the task read)
 // and the placements (create-only, under names keyed by environment and
 // instance), with the monitor deployments that account for placements
-// made while no user deployment runs.
-func (r *reconciler) planWrites(st *envState, plan scheduler.Plan, target scheduler.Target, active *scheduler.StoredDeployment, number int64, now time.Time) ([]*pbresource.Resource, error) {
+// made while no user deployment runs, and the first progress reports of
+// those, written once they are.
+func (r *reconciler) planWrites(st *envState, plan scheduler.Plan, target scheduler.Target, active *scheduler.StoredDeployment, number int64, now time.Time) ([]*pbresource.Resource, []*pbresource.WriteStatusRequest, error) {
 	if len(plan.Places) == 0 && len(plan.Stops) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
+	var reports []*pbresource.WriteStatusRequest
 	ns, env := st.res.GetId().GetTenancy().GetNamespace(), st.res.GetId().GetName()
 	var writes []*pbresource.Resource
 	byName := map[string]*storedTask{}
@@ -85,7 +91,7 @@ func (r *reconciler) planWrites(st *envState, plan scheduler.Plan, target schedu
 		}
 		w, err := scheduler.WithData(t.res, next)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		writes = append(writes, w)
 	}
@@ -107,20 +113,28 @@ func (r *reconciler) planWrites(st *envState, plan scheduler.Plan, target schedu
 			}
 			id, err := scheduler.NewDeploymentID(now)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
+			// Created in progress (scheduler.MergeDeployment), with its
+			// count reported once its tasks are written.
 			d := &pbscheduler.Deployment{
 				Environment: env, Version: target.Version, VersionNumber: number, TaskDefinition: target.TaskDefinition,
-				Type: typ, Status: scheduler.StatusInProgress, CreatedAt: timestamppb.New(now), StartTime: timestamppb.New(now),
-				LastProgressAt: timestamppb.New(now), Total: int32(counts[repair]), BatchSize: int32(plan.BatchSize),
+				Type: typ, CreatedAt: timestamppb.New(now),
 			}
 			res, err := scheduler.NewResource(scheduler.DeploymentID(ns, id), st.res.GetId(), d)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			res.Version = resource.CreateOnly
 			writes = append(writes, res)
 			depOf[repair] = id
+			started := scheduler.MergeDeployment(d, nil)
+			started.Total, started.BatchSize = int32(counts[repair]), int32(plan.BatchSize)
+			report, err := scheduler.ReportProgress(&pbresource.Resource{Id: res.GetId(), Generation: 1}, started)
+			if err != nil {
+				return nil, nil, err
+			}
+			reports = append(reports, report)
 		}
 	}
 	for _, p := range plan.Places {
@@ -137,20 +151,22 @@ func (r *reconciler) planWrites(st *envState, plan scheduler.Plan, target schedu
 		}
 		res, err := scheduler.NewResource(orchestrator.TaskID(ns, scheduler.TaskName(env, p.Instance, p.Seq)), st.res.GetId(), t)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		res.Version = resource.CreateOnly
 		writes = append(writes, res)
 	}
-	return writes, nil
+	return writes, reports, nil
 }
 
-// progress returns the writes that update the in-progress deployments
-// from the plan and the tasks and end those that are done, the
-// deployments as these writes leave them (from which the environment's
-// status follows), and when time alone may change that.
-func (r *reconciler) progress(st *envState, plan scheduler.Plan, views []scheduler.TaskView, active *scheduler.StoredDeployment, rollout scheduler.Rollout, group scheduler.Group, now time.Time) (time.Time, []*pbresource.Resource, []*scheduler.StoredDeployment, error) {
+// progress returns the progress reports that update the in-progress
+// deployments from the plan and the tasks and end those that are done,
+// the deployments an auto_rollback creates, the deployments as these
+// writes leave them (from which the environment's status follows), and
+// when time alone may change that.
+func (r *reconciler) progress(st *envState, plan scheduler.Plan, views []scheduler.TaskView, active *scheduler.StoredDeployment, rollout scheduler.Rollout, group scheduler.Group, now time.Time) (time.Time, []*pbresource.WriteStatusRequest, []*pbresource.Resource, []*scheduler.StoredDeployment, error) {
 	var recheck time.Time
+	var reports []*pbresource.WriteStatusRequest
 	var writes []*pbresource.Resource
 	after := make([]*scheduler.StoredDeployment, 0, len(st.deployments))
 	for _, d := range st.deployments {
@@ -200,7 +216,7 @@ func (r *reconciler) progress(st *envState, plan scheduler.Plan, views []schedul
 			default:
 				rb, rbd, err := r.rollbackDeployment(st, d, now)
 				if err != nil {
-					return recheck, nil, nil, err
+					return recheck, nil, nil, nil, err
 				}
 				next.RollbackDeployment, next.RollbackVersionNumber = rb.GetId().GetName(), rbd.GetVersionNumber()
 				writes = append(writes, rb)
@@ -211,15 +227,15 @@ func (r *reconciler) progress(st *envState, plan scheduler.Plan, views []schedul
 			r.log.Info("deployment ended", "environment", st.res.GetId().GetName(), "deployment", view.ID, "type", view.Type, "status", pr.Status, "reason", next.StatusReason)
 		}
 		if !proto.Equal(next, d.Data) {
-			w, err := scheduler.WithData(d.Res, next)
+			w, err := scheduler.ReportProgress(d.Res, next)
 			if err != nil {
-				return recheck, nil, nil, err
+				return recheck, nil, nil, nil, err
 			}
-			writes = append(writes, w)
+			reports = append(reports, w)
 		}
 		after = append(after, &scheduler.StoredDeployment{Res: d.Res, Data: next})
 	}
-	return recheck, writes, after, nil
+	return recheck, reports, writes, after, nil
 }
 
 // rollbackDeployment is the pending user deployment auto_rollback starts
@@ -230,11 +246,12 @@ func (r *reconciler) rollbackDeployment(st *envState, failed *scheduler.StoredDe
 	if err != nil {
 		return nil, nil, err
 	}
+	// Pending, with the auto_rollback's reason (scheduler.MergeDeployment):
+	// its request is all there is to write.
 	d := &pbscheduler.Deployment{
 		Environment: st.res.GetId().GetName(), Version: st.status.GetLastCompletedVersion(), VersionNumber: ver.GetNumber(),
-		TaskDefinition: ver.GetTaskDefinition(), Type: scheduler.DeploymentUser, Status: scheduler.StatusPending, CreatedAt: timestamppb.New(now),
-		RollbackOf:   failed.Res.GetId().GetName(),
-		StatusReason: "auto_rollback after deployment " + failed.Res.GetId().GetName() + " failed",
+		TaskDefinition: ver.GetTaskDefinition(), Type: scheduler.DeploymentUser, CreatedAt: timestamppb.New(now),
+		RollbackOf: failed.Res.GetId().GetName(),
 	}
 	res, err := scheduler.NewResource(scheduler.DeploymentID(st.res.GetId().GetTenancy().GetNamespace(), id), st.res.GetId(), d)
 	if err != nil {
@@ -242,5 +259,5 @@ func (r *reconciler) rollbackDeployment(st *envState, failed *scheduler.StoredDe
 	}
 	res.Version = resource.CreateOnly
 	r.log.Warn("rolling back", "environment", st.res.GetId().GetName(), "failed", failed.Res.GetId().GetName(), "to_version", ver.GetNumber())
-	return res, d, nil
+	return res, scheduler.MergeDeployment(d, nil), nil
 }

@@ -20,9 +20,13 @@
 // The environment's data is the user's; the controller never writes it.
 // What it makes of the environment (active or not, healthy or not, the
 // desired version, the active deployment) it reports in the environment's
-// status under scheduler.StatusKey, with WriteStatus, after the batch of
-// deployments and tasks that status follows from (report, in
-// reconcile.go). The status is decided by scheduler.ReportStatus from the
+// status under scheduler.StatusKey, after the batch of tasks (and the
+// deployments it creates) that status follows from (report, in
+// reconcile.go). A deployment's data is its request, which only its
+// creator and a user's stop write; the controller reports its progress in
+// the deployment's status under the same key (scheduler.ReportProgress, a
+// CAS on the deployment read), in the same WriteStatuses as the
+// environment's status and ahead of it (writeStatuses, in write.go). The status is decided by scheduler.ReportStatus from the
 // deployments alone, at every read as well, so a run that ended between
 // its two writes is caught up by the next: a deployment started but not
 // yet reported is adopted as the active one, one that ended is folded in.

@@ -98,29 +98,33 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 	matching := r.instances.matching(envKey(st.res.GetId()), st.status.GetDesiredVersion(), group)
 	unlock := r.lockPorts(target.Needs)
 	plan := scheduler.ComputePlan(target, matching.Relevant(views), views, now)
-	writes, err := r.planWrites(st, plan, target, active, ver.GetNumber(), now)
+	writes, started, err := r.planWrites(st, plan, target, active, ver.GetNumber(), now)
 	if err != nil {
 		unlock()
 		return err
 	}
-	recheck, progressWrites, after, err := r.progress(st, plan, views, active, rollout, group, now)
+	recheck, reports, rollbacks, after, err := r.progress(st, plan, views, active, rollout, group, now)
 	if err != nil {
 		unlock()
 		return err
 	}
-	// The plan and the progress it makes go in one write: a run costs one
-	// commit, not two, and a batch of a rollout starts a round trip sooner.
-	err = r.writeAll(ctx, append(writes, progressWrites...))
+	// The plan (and the deployments it creates) go first, the progress it
+	// makes and the environment's status after, in one batch of status
+	// writes: a run costs two commits, as when the progress was data and
+	// the status a write of its own, and progress is never reported for
+	// placements that failed.
+	err = r.writeAll(ctx, append(writes, rollbacks...))
 	unlock()
 	if err != nil {
 		return err
 	}
 	// The status follows from the deployments as this run left them, and
-	// is written after them: a run that ends between the two leaves the
-	// status behind the deployments, and the next run's read catches up.
+	// is written after their progress, in the same batch: a run that
+	// ends before leaves the status behind the deployments, and the next
+	// run's read catches up.
 	next := scheduler.ReportStatus(st.status, after, st.versions)
 	next.Blocked = scheduler.BlockedOf(plan)
-	if err := r.report(ctx, st, next); err != nil {
+	if err := r.report(ctx, st, next, append(started, reports...)...); err != nil {
 		return err
 	}
 	if len(plan.Places) > 0 || len(plan.Stops) > 0 {
@@ -219,36 +223,43 @@ func viewsOf(tasks []*storedTask) []scheduler.TaskView {
 }
 
 // report writes the environment's status when next differs from what is
-// stored, or the generation it acted on moved. It is not a
-// compare-and-swap: the controller alone writes its key, so a user's
-// change of the environment meanwhile is no reason to fail; the uid keeps
-// it from reporting on a re-created environment.
-func (r *reconciler) report(ctx context.Context, st *envState, next *pbscheduler.EnvironmentStatus) error {
+// stored, or the generation it acted on moved, after the deployments'
+// progress reports (scheduler.ReportProgress), all in one WriteStatuses
+// (writeStatuses). The environment's is not a compare-and-swap: the
+// controller alone writes its key, so a user's change of the environment
+// meanwhile is no reason to fail; the uid keeps it from reporting on a
+// re-created environment. A deployment's is, on the deployment read: a
+// user's stop since fails it, and with it the environment's, and the next
+// run decides on the stop.
+func (r *reconciler) report(ctx context.Context, st *envState, next *pbscheduler.EnvironmentStatus, progress ...*pbresource.WriteStatusRequest) error {
 	gen := st.res.GetGeneration()
-	if stored := st.res.GetStatus()[scheduler.StatusKey]; stored != nil && stored.GetObservedGeneration() == gen && proto.Equal(next, st.reported) {
+	reports := progress
+	stored := st.res.GetStatus()[scheduler.StatusKey]
+	changed := stored == nil || stored.GetObservedGeneration() != gen || !proto.Equal(next, st.reported)
+	if changed {
+		data, err := anypb.New(next)
+		if err != nil {
+			return err
+		}
+		reports = append(reports, &pbresource.WriteStatusRequest{
+			Id: st.res.GetId(), Key: scheduler.StatusKey,
+			Status: &pbresource.Status{ObservedGeneration: gen, Data: data},
+		})
+	}
+	if len(reports) == 0 {
 		return nil
 	}
-	data, err := anypb.New(next)
-	if err != nil {
-		return err
-	}
-	// Its commit is a wait, not work, for the pacing, like the plan's
-	// (writeAll): counted as work, it made every run that reported a
-	// task's death pause twice a commit longer before the next run, which
-	// places the replacement.
-	done := controller.Waiting(ctx)
-	out, err := r.api.WriteStatus(ctx, &pbresource.WriteStatusRequest{
-		Id: st.res.GetId(), Key: scheduler.StatusKey,
-		Status: &pbresource.Status{ObservedGeneration: gen, Data: data},
-	})
-	done()
+	out, err := r.writeStatuses(ctx, reports)
 	if err != nil {
 		return fmt.Errorf("reporting the status of environment %s: %w", st.res.GetId().GetName(), err)
+	}
+	if !changed {
+		return nil
 	}
 	// The instances it is blocked on are filed at once (blockedOn), not
 	// when the watch brings the status: a task freeing a port there
 	// meanwhile runs the environment again.
-	r.cache.Apply(controller.Event{Resource: out.GetResource()})
+	r.cache.Apply(controller.Event{Resource: out[len(out)-1]})
 	if next.GetStatus() != st.reported.GetStatus() || next.GetActiveDeployment() != st.reported.GetActiveDeployment() || next.GetHealth() != st.reported.GetHealth() {
 		r.log.Debug("environment status", "environment", st.res.GetId().GetName(), "status", next.GetStatus(), "health", next.GetHealth(), "active_deployment", next.GetActiveDeployment())
 	}

@@ -20,22 +20,23 @@ import (
 // tasks with it, by the owner reaper).
 func (r *reconciler) teardown(ctx context.Context, st *envState) error {
 	now := r.now()
-	var writes []*pbresource.Resource
+	var reports []*pbresource.WriteStatusRequest
 	for _, d := range st.deployments {
 		if scheduler.DeploymentDone(d.Data.GetStatus()) {
 			continue
 		}
-		w, err := scheduler.WithDeployment(d.Res, func(x *pbscheduler.Deployment) {
-			x.Status, x.StatusReason, x.EndTime = scheduler.StatusStopped, "the environment is being deleted", timestamppb.New(now)
-			if d.Data.GetStatus() == scheduler.StatusPending {
-				x.Status = scheduler.StatusCanceled
-			}
-		})
+		x := proto.Clone(d.Data).(*pbscheduler.Deployment)
+		x.Status, x.StatusReason, x.EndTime = scheduler.StatusStopped, "the environment is being deleted", timestamppb.New(now)
+		if d.Data.GetStatus() == scheduler.StatusPending {
+			x.Status = scheduler.StatusCanceled
+		}
+		w, err := scheduler.ReportProgress(d.Res, x)
 		if err != nil {
 			return err
 		}
-		writes = append(writes, w)
+		reports = append(reports, w)
 	}
+	var writes []*pbresource.Resource
 	ready := map[string]bool{}
 	for _, in := range st.instances {
 		ready[in.Name] = in.Status == orchestrator.InstanceReady || in.Status == orchestrator.InstanceDraining
@@ -60,8 +61,12 @@ func (r *reconciler) teardown(ctx context.Context, st *envState) error {
 		}
 		writes = append(writes, w)
 	}
-	if len(writes) > 0 {
-		return r.writeAll(ctx, writes)
+	if len(writes) > 0 || len(reports) > 0 {
+		if err := r.writeAll(ctx, writes); err != nil {
+			return err
+		}
+		_, err := r.writeStatuses(ctx, reports)
+		return err
 	}
 	if waiting > 0 {
 		return nil // their reports will bring us back

@@ -8,6 +8,8 @@ import (
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/ids"
+	"trellis.dev/trellis/internal/resource"
 )
 
 // writeAll writes in atomic batches of at most writeChunk members. All
@@ -54,4 +56,37 @@ func (r *reconciler) writeBatch(ctx context.Context, batch []*pbresource.Resourc
 		r.cache.Apply(controller.Event{Resource: res})
 	}
 	return nil
+}
+
+// writeStatuses writes status reports in one WriteStatuses, each member
+// following the one before it (WriteStatusesRequest.follows): none is
+// stored ahead of, or without, those before it, so an environment's status
+// reported last is never stored without the deployments' progress it
+// follows from. It returns the resources as the reports left them, or the
+// first member's error, which fails the run: the next run reads what is
+// stored and decides again. Its commit is a wait, not work, for the
+// pacing, like the plan's (writeAll): counted as work, it made every run
+// that reported a task's death pause twice a commit longer before the
+// next run, which places the replacement.
+func (r *reconciler) writeStatuses(ctx context.Context, reports []*pbresource.WriteStatusRequest) ([]*pbresource.Resource, error) {
+	if len(reports) == 0 {
+		return nil, nil
+	}
+	follows := make(map[uint32]uint32, len(reports)-1)
+	for i := 1; i < len(reports); i++ {
+		follows[uint32(i)] = uint32(i - 1)
+	}
+	done := controller.Waiting(ctx)
+	resp, err := r.api.WriteStatuses(ctx, &pbresource.WriteStatusesRequest{Statuses: reports, Follows: follows})
+	done()
+	if err != nil {
+		return nil, fmt.Errorf("writing %d statuses: %w", len(reports), err)
+	}
+	out := make([]*pbresource.Resource, len(reports))
+	for i, res := range resp.GetResults() {
+		if out[i], err = resource.StatusResult(res); err != nil {
+			return nil, fmt.Errorf("the status of %s: %w", ids.String(reports[i].GetId()), err)
+		}
+	}
+	return out, nil
 }

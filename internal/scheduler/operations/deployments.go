@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
@@ -57,7 +56,7 @@ func (o *Operations) RollbackDeployment(ctx context.Context, ns, name, version s
 	if err != nil {
 		return nil, err
 	}
-	return o.newUserDeployment(ctx, res, env, uuid, ver, "user")
+	return o.newUserDeployment(ctx, res, env, uuid, ver, scheduler.RollbackByUser)
 }
 
 // maxStatusRetries bounds how often a deployment is made again because
@@ -106,8 +105,11 @@ func (o *Operations) writeUserDeployment(ctx context.Context, res *pbresource.Re
 	var writes []*pbresource.Resource
 	for _, d := range deps {
 		if d.Data.GetType() == scheduler.DeploymentUser && d.Data.GetStatus() == scheduler.StatusPending {
+			// Its request asks it to stop (it is canceled), a CAS on the
+			// deployment read: had the scheduler started it since, this
+			// batch fails and is decided again.
 			w, err := scheduler.WithDeployment(d.Res, func(x *pbscheduler.Deployment) {
-				x.Status, x.StatusReason, x.EndTime = scheduler.StatusCanceled, "replaced by deployment "+id, timestamppb.New(now)
+				x.Stop = &pbscheduler.DeploymentStop{At: timestamppb.New(now), By: scheduler.StopByDeployment(id), Reason: "replaced by deployment " + id}
 			})
 			if err != nil {
 				return nil, err
@@ -115,9 +117,11 @@ func (o *Operations) writeUserDeployment(ctx context.Context, res *pbresource.Re
 			writes = append(writes, w)
 		}
 	}
+	// Pending until the scheduler starts it (scheduler.MergeDeployment):
+	// the request is all there is to write.
 	d := &pbscheduler.Deployment{
 		Environment: name, Version: uuid, VersionNumber: ver.GetNumber(), TaskDefinition: ver.GetTaskDefinition(),
-		Type: scheduler.DeploymentUser, Status: scheduler.StatusPending, CreatedAt: timestamppb.New(now), RollbackOf: rollbackOf,
+		Type: scheduler.DeploymentUser, CreatedAt: timestamppb.New(now), RollbackOf: rollbackOf,
 	}
 	dr, err := scheduler.NewResource(scheduler.DeploymentID(ns, id), res.GetId(), d)
 	if err != nil {
@@ -133,46 +137,54 @@ func (o *Operations) writeUserDeployment(ctx context.Context, res *pbresource.Re
 	if err != nil {
 		return nil, err
 	}
-	return out.GetResources()[0], nil
+	return scheduler.ShowDeployment(out.GetResources()[0])
 }
 
 // StopDeployment halts a pending or in-progress deployment: tasks it
-// started stay. The deployment alone is written: the scheduler makes the
-// environment inactive when its active deployment has stopped
-// (scheduler.ReportStatus), as its next run reads it.
+// started stay. The deployment's request alone is written, with the stop
+// (who, when, why), a CAS on the deployment read: only one that has not
+// ended is stopped, and the scheduler's progress reports, which write its
+// status, are no reason to refuse: the same decision is made again on
+// what is stored. The scheduler makes the environment inactive when its
+// active deployment has stopped (scheduler.ReportStatus), as its next run
+// reads it.
 func (o *Operations) StopDeployment(ctx context.Context, ns, name, id string) (*pbresource.Resource, error) {
 	ctx = resource.FromOperations(ctx)
 	if _, _, err := o.readEnvironment(ctx, ns, name); err != nil {
 		return nil, err
 	}
-	dr, d, err := o.readDeployment(ctx, ns, name, id)
-	if err != nil {
-		return nil, err
+	for try := 1; ; try++ {
+		dr, d, err := o.readDeployment(ctx, ns, name, id)
+		if err != nil {
+			return nil, err
+		}
+		if scheduler.DeploymentDone(d.GetStatus()) {
+			return nil, status.Errorf(codes.FailedPrecondition, "deployment %s is %s already: only a pending or in-progress deployment can be stopped", id, d.GetStatus())
+		}
+		dw, err := scheduler.WithDeployment(dr, func(x *pbscheduler.Deployment) {
+			x.Stop = &pbscheduler.DeploymentStop{At: timestamppb.New(o.now()), By: scheduler.StopByUser, Reason: "stopped by a user"}
+		})
+		if err != nil {
+			return nil, err
+		}
+		out, err := o.API.Write(ctx, &pbresource.WriteRequest{Resource: dw})
+		if status.Code(err) == codes.Aborted && try < maxStatusRetries {
+			continue
+		}
+		if err != nil {
+			return nil, conflictf(err, "deployment %s changed while it was being stopped; retry", id)
+		}
+		return scheduler.ShowDeployment(out.GetResource())
 	}
-	if scheduler.DeploymentDone(d.GetStatus()) {
-		return nil, status.Errorf(codes.FailedPrecondition, "deployment %s is %s already: only a pending or in-progress deployment can be stopped", id, d.GetStatus())
-	}
-	now := timestamppb.New(o.now())
-	next := proto.Clone(d).(*pbscheduler.Deployment)
-	next.Status, next.StatusReason, next.EndTime = scheduler.StatusStopped, "stopped by a user", now
-	if d.GetStatus() == scheduler.StatusPending {
-		next.Status = scheduler.StatusCanceled
-	}
-	dw, err := scheduler.WithData(dr, next)
-	if err != nil {
-		return nil, err
-	}
-	out, err := o.API.Write(ctx, &pbresource.WriteRequest{Resource: dw})
-	if err != nil {
-		return nil, conflictf(err, "deployment %s changed while it was being stopped; retry", id)
-	}
-	return out.GetResource(), nil
 }
 
 // GetDeployment returns one deployment of an environment.
 func (o *Operations) GetDeployment(ctx context.Context, ns, name, id string) (*pbresource.Resource, error) {
 	res, _, err := o.readDeployment(ctx, ns, name, id)
-	return res, err
+	if err != nil {
+		return nil, err
+	}
+	return scheduler.ShowDeployment(res)
 }
 
 // ListDeployments lists an environment's deployments, latest first.
@@ -186,5 +198,10 @@ func (o *Operations) ListDeployments(ctx context.Context, ns, name string) ([]*p
 		return nil, err
 	}
 	slices.SortFunc(out, func(a, b *pbresource.Resource) int { return strings.Compare(b.GetId().GetName(), a.GetId().GetName()) })
+	for i, res := range out {
+		if out[i], err = scheduler.ShowDeployment(res); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }

@@ -185,8 +185,9 @@ func (o *Operations) DeleteEnvironment(ctx context.Context, ns, name string) (*p
 		case d.Data.GetType() == scheduler.DeploymentUser && d.Data.GetStatus() == scheduler.StatusInProgress:
 			return nil, status.Errorf(codes.FailedPrecondition, "environment %s has deployment %s in progress: stop it first (trellis deployment stop %s %s)", name, d.Res.GetId().GetName(), name, d.Res.GetId().GetName())
 		case d.Data.GetStatus() == scheduler.StatusPending:
+			// Its request asks it to stop: it is canceled.
 			w, err := scheduler.WithDeployment(d.Res, func(x *pbscheduler.Deployment) {
-				x.Status, x.StatusReason, x.EndTime = scheduler.StatusCanceled, "the environment is being deleted", now
+				x.Stop = &pbscheduler.DeploymentStop{At: now, By: scheduler.StopByEnvironmentDelete, Reason: "the environment is being deleted"}
 			})
 			if err != nil {
 				return nil, err

@@ -20,6 +20,8 @@ func (o *Operations) readEnvironment(ctx context.Context, ns, name string) (*pbr
 	return readOne[*pbscheduler.Environment](ctx, o.API, scheduler.EnvironmentID(ns, name), "environment")
 }
 
+// readDeployment reads a deployment of environment name, as readers see
+// it (scheduler.DeploymentOf), with the resource as stored.
 func (o *Operations) readDeployment(ctx context.Context, ns, name, id string) (*pbresource.Resource, *pbscheduler.Deployment, error) {
 	if err := resource.ValidateName("deployment", id); err != nil {
 		return nil, nil, err
@@ -28,6 +30,7 @@ func (o *Operations) readDeployment(ctx context.Context, ns, name, id string) (*
 	if err != nil {
 		return nil, nil, err
 	}
+	d = scheduler.DeploymentOf(res, d)
 	if d.GetEnvironment() != name {
 		return nil, nil, status.Errorf(codes.NotFound, "deployment %s is one of environment %s, not %s", id, d.GetEnvironment(), name)
 	}

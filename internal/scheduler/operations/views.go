@@ -45,7 +45,9 @@ func (o *Operations) GetEnvironment(ctx context.Context, ns, name string) (*Envi
 	if id := reported.GetActiveDeployment(); id != "" {
 		r, err := o.API.Read(ctx, &pbresource.ReadRequest{Id: scheduler.DeploymentID(ns, id)})
 		if err == nil {
-			info.ActiveDeployment = r.GetResource()
+			if info.ActiveDeployment, err = scheduler.ShowDeployment(r.GetResource()); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if v := reported.GetDesiredVersion(); v != "" {
