@@ -20,22 +20,30 @@ func TestTaskWaitVerdict(t *testing.T) {
 		want, desired, last string
 		done                bool
 		err                 string // "" when the wait goes on or is over
+		healthy             bool   // wait for healthy too
+		health              string // the agent's checks: "" none, HEALTHY, UNHEALTHY, UNKNOWN
 	}{
-		{running, running, running, true, ""},
-		{running, running, pending, false, ""},
-		{running, running, lost, false, ""}, // its instance may come back
-		{running, running, stopped, false, "it is STOPPED (exited 1): a stopped task never becomes RUNNING"},
-		{running, stopped, pending, false, "it is PENDING and was asked to stop (stopped by user): it will not be RUNNING"},
-		{running, stopped, lost, false, "it is LOST and was asked to stop (stopped by user): it will not be RUNNING"},
-		{running, stopped, running, true, ""},
-		{stopped, running, running, false, ""},
-		{stopped, stopped, running, false, ""},
-		{stopped, running, lost, false, ""},
-		{stopped, running, stopped, true, ""},
-		{pending, running, pending, true, ""},
-		{pending, running, running, false, "it is already RUNNING: a task never goes back to PENDING"},
-		{lost, running, running, false, ""},
-		{lost, running, stopped, false, "it is STOPPED (exited 1): a stopped task never becomes LOST"},
+		{running, running, running, false, "", true, orchestrator.HealthUnknown},   // its checks have not passed yet
+		{running, running, running, false, "", true, orchestrator.HealthUnhealthy}, // it may pass again
+		{running, running, running, true, "", true, orchestrator.HealthHealthy},
+		{running, running, running, true, "", true, ""}, // no checks: healthy once it runs
+		{running, running, pending, false, "", true, ""},
+		{running, running, stopped, false, "it is STOPPED (exited 1): a stopped task never becomes RUNNING and healthy", true, ""},
+		{running, running, running, true, "", false, ""},
+		{running, running, pending, false, "", false, ""},
+		{running, running, lost, false, "", false, ""}, // its instance may come back
+		{running, running, stopped, false, "it is STOPPED (exited 1): a stopped task never becomes RUNNING", false, ""},
+		{running, stopped, pending, false, "it is PENDING and was asked to stop (stopped by user): it will not be RUNNING", false, ""},
+		{running, stopped, lost, false, "it is LOST and was asked to stop (stopped by user): it will not be RUNNING", false, ""},
+		{running, stopped, running, true, "", false, ""},
+		{stopped, running, running, false, "", false, ""},
+		{stopped, stopped, running, false, "", false, ""},
+		{stopped, running, lost, false, "", false, ""},
+		{stopped, running, stopped, true, "", false, ""},
+		{pending, running, pending, true, "", false, ""},
+		{pending, running, running, false, "it is already RUNNING: a task never goes back to PENDING", false, ""},
+		{lost, running, running, false, "", false, ""},
+		{lost, running, stopped, false, "it is STOPPED (exited 1): a stopped task never becomes LOST", false, ""},
 	} {
 		task := &pborch.Task{DesiredStatus: tc.desired}
 		if tc.desired == stopped {
@@ -45,13 +53,17 @@ func TestTaskWaitVerdict(t *testing.T) {
 		if tc.last == stopped {
 			st.StopReason = "exited 1"
 		}
-		done, err := TaskWaitVerdict(tc.want, task, st)
+		if tc.health != "" {
+			st.Health = tc.health
+			st.Containers = []*pborch.ContainerState{{Name: "app", Health: tc.health}}
+		}
+		done, err := TaskWaitVerdict(TaskWant{Status: tc.want, Healthy: tc.healthy}, task, st)
 		got := ""
 		if err != nil {
 			got = err.Error()
 		}
 		if done != tc.done || got != tc.err {
-			t.Errorf("want %s, desired %s, last %s: done %t, err %q; want %t, %q", tc.want, tc.desired, tc.last, done, got, tc.done, tc.err)
+			t.Errorf("want %s (healthy %t), desired %s, last %s, health %q: done %t, err %q; want %t, %q", tc.want, tc.healthy, tc.desired, tc.last, tc.health, done, got, tc.done, tc.err)
 		}
 	}
 }
@@ -100,6 +112,7 @@ func TestTaskWaitCommand(t *testing.T) {
 		{[]string{"wait", "01jnope"}, `task "01jnope" not found (trellis task list -A shows the tasks)`},
 		// (trellis itself words it as --status: ..., cmd/trellis's flagError)
 		{[]string{"wait", "01jweb", "--status", "runing"}, `invalid argument "runing" for "--status" flag: "runing" is not a task status: use PENDING, RUNNING, STOPPED or LOST`},
+		{[]string{"wait", "01jweb", "--status", "stopped", "--healthy"}, "--healthy: only a RUNNING task is healthy, and --status is STOPPED"},
 		{[]string{"wait", "01jweb", "--timeout", "-1s"}, "--timeout: -1s is negative: give a duration such as 30s, or 0 for no limit"},
 		{[]string{"wait", "01jweb", "--status", "stopped", "--timeout", "100ms"}, "task 01jweb is still RUNNING after 100ms, not STOPPED (trellis task show 01jweb)"},
 	} {
