@@ -91,9 +91,10 @@ func (d *Driver) Destroy(ctx context.Context, h driver.Handle) error {
 	return engineErr("remove container "+shortID(h.ID), err)
 }
 
-// List returns every container labelled with this driver's agent name,
-// running or not, so that a restarted agent can re-adopt the ones it knows
-// and Destroy the others.
+// List returns every container labelled with this driver's cluster and
+// agent identity, running or not, so that a restarted agent can re-adopt
+// the ones it knows and Destroy the others. A container of another agent
+// of the same name (another cluster, another dev run) is not listed.
 func (d *Driver) List(ctx context.Context) ([]Adopted, error) {
 	cli, err := d.client()
 	if err != nil {
@@ -101,14 +102,14 @@ func (d *Driver) List(ctx context.Context) ([]Adopted, error) {
 	}
 	found, err := cli.ContainerList(ctx, container.ListOptions{
 		All:     true,
-		Filters: filters.NewArgs(filters.Arg("label", LabelAgent+"="+d.agent)),
+		Filters: filters.NewArgs(filters.Arg("label", LabelAgentID+"="+d.owner.id), filters.Arg("label", LabelCluster+"="+d.owner.cluster)),
 	})
 	if err != nil {
 		return nil, engineErr("list containers", err)
 	}
 	out := make([]Adopted, 0, len(found))
 	for _, c := range found {
-		if c.Labels[LabelTask] == "" || c.Labels[LabelAgent] != d.agent {
+		if c.Labels[LabelTask] == "" || !d.owner.owns(c.Labels) {
 			continue
 		}
 		// The list has no start time or exit details; inspect has.

@@ -21,10 +21,19 @@ type Config struct {
 	// Logger receives the driver's own log lines; nil discards them.
 	Logger *slog.Logger
 	// Agent is the agent's name, put in the trellis.agent label of every
-	// container and used by List to find this agent's containers. It must
-	// be stable across agent restarts and distinct between agents sharing
-	// an engine. Empty means the host name.
+	// container for whoever reads `docker ps`. Empty means the host name.
 	Agent string
+	// Cluster and AgentID go in the trellis.cluster and trellis.agent_id
+	// labels of every container, and List finds this agent's containers
+	// by both (owner.go says why): AgentID must be stable across the
+	// agent's restarts (so that it adopts its containers) and distinct
+	// between agents sharing an engine, whatever their names. Empty
+	// Cluster is "default", empty AgentID the agent's name.
+	Cluster string
+	AgentID string
+	// Labels are put on every container too (trellis dev marks its
+	// in-memory run's containers so that a later dev removes them).
+	Labels map[string]string
 	// Host is the engine's address ("unix:///var/run/docker.sock",
 	// "tcp://..."); empty means the environment's (DOCKER_HOST, else the
 	// default socket).
@@ -43,6 +52,7 @@ type Config struct {
 type Driver struct {
 	log     *slog.Logger
 	agent   string
+	owner   owner
 	network string
 	cli     *client.Client
 	// cliErr is why cli could not be made; every call then fails with
@@ -68,6 +78,7 @@ func New(cfg Config) *Driver {
 		}
 		d.agent = host
 	}
+	d.owner = ownerOf(cfg, d.agent)
 	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
 	if cfg.Host != "" {
 		opts = append(opts, client.WithHost(cfg.Host))

@@ -199,7 +199,7 @@ func (d *Driver) HoldNetns(ctx context.Context, taskID, taskUID string) (driver.
 			l = info.Config.Labels
 		}
 		switch {
-		case l[LabelTaskUID] != taskUID || l[LabelAgent] != d.agent:
+		case l[LabelTaskUID] != taskUID || !d.owner.owns(l):
 			return driver.Handle{}, 0, fmt.Errorf("docker: container name %s is taken by container %s, which is not this task's", name, shortID(info.ID))
 		case info.State != nil && info.State.Running && info.State.Pid > 0:
 			return driver.Handle{Driver: d.Name(), ID: info.ID}, info.State.Pid, nil
@@ -213,7 +213,7 @@ func (d *Driver) HoldNetns(ctx context.Context, taskID, taskUID string) (driver.
 	}
 	cfg := &container.Config{
 		Image:  PauseImage,
-		Labels: map[string]string{LabelTask: taskID, LabelTaskUID: taskUID, LabelContainer: "", LabelAgent: d.agent},
+		Labels: labels(driver.Spec{TaskID: taskID, TaskUID: taskUID}, d.owner),
 	}
 	host := &container.HostConfig{
 		NetworkMode:   "none",

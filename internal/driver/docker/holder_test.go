@@ -206,7 +206,7 @@ func TestCreateConfigJoinsTheHolder(t *testing.T) {
 	spec := validSpec()
 	spec.Ports = []int{8080}
 	spec.Netns, spec.NetnsHolder = "/data/network/netns/u1", "0123abcd"
-	_, host, err := createConfig(spec, "agent", "")
+	_, host, err := createConfig(spec, owner{agent: "agent"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestCreateConfigJoinsTheHolder(t *testing.T) {
 		t.Fatalf("mode %q bindings %v extra hosts %v", host.NetworkMode, host.PortBindings, host.ExtraHosts)
 	}
 	spec.NetnsHolder = ""
-	if _, _, err := createConfig(spec, "agent", ""); err == nil || !strings.Contains(err.Error(), "spec.NetnsHolder: empty, but spec.Netns is set") {
+	if _, _, err := createConfig(spec, owner{agent: "agent"}, ""); err == nil || !strings.Contains(err.Error(), "spec.NetnsHolder: empty, but spec.Netns is set") {
 		t.Fatalf("no holder: %v", err)
 	}
 }

@@ -69,19 +69,19 @@ func cleanName(s string) string {
 	return b.String()
 }
 
-// labels are the identifying labels of spec's container.
-func labels(spec driver.Spec, agent string) map[string]string {
-	return map[string]string{
-		LabelTask:      spec.TaskID,
-		LabelTaskUID:   spec.TaskUID,
-		LabelContainer: spec.Container,
-		LabelAgent:     agent,
-	}
+// labels are the identifying labels of spec's container: its task and
+// its owner's.
+func labels(spec driver.Spec, own owner) map[string]string {
+	l := own.labels()
+	l[LabelTask] = spec.TaskID
+	l[LabelTaskUID] = spec.TaskUID
+	l[LabelContainer] = spec.Container
+	return l
 }
 
 // createConfig turns a spec into the engine's create request. It is the
 // whole of what a container gets, decided without touching the engine.
-func createConfig(spec driver.Spec, agent, network string) (*container.Config, *container.HostConfig, error) {
+func createConfig(spec driver.Spec, own owner, network string) (*container.Config, *container.HostConfig, error) {
 	if err := validateSpec(spec); err != nil {
 		return nil, nil, err
 	}
@@ -89,7 +89,7 @@ func createConfig(spec driver.Spec, agent, network string) (*container.Config, *
 		Image:      spec.Image,
 		Env:        envList(spec.Env),
 		WorkingDir: spec.WorkingDir,
-		Labels:     labels(spec, agent),
+		Labels:     labels(spec, own),
 	}
 	if len(spec.Command) > 0 {
 		// The program and its arguments, as for exec: it replaces the

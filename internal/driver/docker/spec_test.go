@@ -62,7 +62,7 @@ func TestCreateConfig(t *testing.T) {
 	spec.CPUMillis = 250
 	spec.MemoryBytes = 128 << 20
 
-	cfg, host, err := createConfig(spec, "agent-1", "")
+	cfg, host, err := createConfig(spec, owner{agent: "agent-1"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestCreateConfig(t *testing.T) {
 }
 
 func TestCreateConfigDefaults(t *testing.T) {
-	cfg, host, err := createConfig(validSpec(), "a", "")
+	cfg, host, err := createConfig(validSpec(), owner{agent: "a"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestCreateConfigDefaults(t *testing.T) {
 	// (not nil, which the engine would fill from the image).
 	spec := validSpec()
 	spec.Command = []string{"/bin/web"}
-	cfg, _, err = createConfig(spec, "a", "")
+	cfg, _, err = createConfig(spec, owner{agent: "a"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,14 +137,14 @@ func TestCreateConfigDefaults(t *testing.T) {
 func TestCreateConfigNetworks(t *testing.T) {
 	spec := validSpec()
 	spec.Ports = []int{8080}
-	_, host, err := createConfig(spec, "a", "host")
+	_, host, err := createConfig(spec, owner{agent: "a"}, "host")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if host.NetworkMode != "host" || host.PortBindings != nil || host.ExtraHosts != nil {
 		t.Errorf("host network: mode %q, bindings %v, extra hosts %v", host.NetworkMode, host.PortBindings, host.ExtraHosts)
 	}
-	_, host, err = createConfig(spec, "a", "mesh")
+	_, host, err = createConfig(spec, owner{agent: "a"}, "mesh")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestCreateConfigRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := validSpec()
 			tc.change(&spec)
-			_, _, err := createConfig(spec, "a", "")
+			_, _, err := createConfig(spec, owner{agent: "a"}, "")
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("createConfig: %v, want an error with %q", err, tc.want)
 			}

@@ -22,7 +22,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Handle, er
 	if err != nil {
 		return driver.Handle{}, err
 	}
-	cfg, host, err := createConfig(spec, d.agent, d.network)
+	cfg, host, err := createConfig(spec, d.owner, d.network)
 	if err != nil {
 		return driver.Handle{}, fmt.Errorf("docker: %w", err)
 	}

@@ -46,6 +46,13 @@ type Config struct {
 	// container; it is created on demand. A relative path; it may nest
 	// ("trellis/agent-1").
 	CgroupParent string
+
+	// DieWithAgent gives every process a parent-death signal (SIGKILL):
+	// it dies with the agent's process, however that ends. For an agent
+	// that keeps nothing (trellis dev in memory), whose tasks nothing
+	// would ever adopt. Without it, processes outlive the agent, which
+	// adopts them when it restarts. Linux only.
+	DieWithAgent bool
 }
 
 func (c Config) withDefaults() Config {

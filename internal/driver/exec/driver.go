@@ -19,6 +19,9 @@ type Driver struct {
 	cgOnce sync.Once
 	cg     cgroups
 
+	// forker forks the processes of a DieWithAgent driver.
+	forker forker
+
 	mu sync.Mutex
 	// containers are the processes this Driver started or recovered, by
 	// containerKey. An entry stays after the process exits, so that Wait

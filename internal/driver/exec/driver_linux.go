@@ -50,7 +50,7 @@ func (d *Driver) Fingerprint(ctx context.Context) driver.Fingerprint {
 // the host allows, with its output appended to the log files. It returns
 // once the process runs, or an error naming what could not be started and
 // why. Nothing ties the process to the agent: no pipes, no parent-death
-// signal, so it survives an agent restart.
+// signal (unless DieWithAgent), so it survives an agent restart.
 func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Handle, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.Handle{}, err
@@ -121,7 +121,12 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Handle, er
 	}
 
 	started := time.Now()
-	if err := startIn(spec.Netns, cmd); err != nil {
+	start := startIn
+	if d.cfg.DieWithAgent {
+		cmd.SysProcAttr.Pdeathsig = unix.SIGKILL
+		start = d.forker.start
+	}
+	if err := start(spec.Netns, cmd); err != nil {
 		d.dropCgroup(st.Cgroup)
 		return driver.Handle{}, err
 	}

@@ -41,3 +41,6 @@ func (d *Driver) Exec(ctx context.Context, h driver.Handle, cmd []string) (int, 
 func (d *Driver) Recover(ctx context.Context, h driver.Handle) error { return unavailable() }
 
 func (d *Driver) Destroy(ctx context.Context, h driver.Handle) error { return unavailable() }
+
+// forker has nothing to fork off Linux.
+type forker struct{}

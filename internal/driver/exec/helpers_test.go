@@ -192,7 +192,13 @@ func exitedWithin(pidfd int, d time.Duration) bool {
 // no child of this process, as after an agent restart.
 func startInOtherAgent(t *testing.T, spec driver.Spec, cgroupRoot, cgroupParent string) driver.Handle {
 	t.Helper()
-	in, err := json.Marshal(agentInput{Spec: spec, CgroupRoot: cgroupRoot, CgroupParent: cgroupParent})
+	return startInAgent(t, agentInput{Spec: spec, CgroupRoot: cgroupRoot, CgroupParent: cgroupParent})
+}
+
+// startInAgent is startInOtherAgent with the fake agent's whole input.
+func startInAgent(t *testing.T, input agentInput) driver.Handle {
+	t.Helper()
+	in, err := json.Marshal(input)
 	if err != nil {
 		t.Fatal(err)
 	}

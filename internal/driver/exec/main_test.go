@@ -119,6 +119,7 @@ type agentInput struct {
 	Spec         driver.Spec
 	CgroupRoot   string
 	CgroupParent string
+	DieWithAgent bool
 }
 
 func fakeAgent() int {
@@ -127,7 +128,7 @@ func fakeAgent() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	d := exec.New(exec.Config{CgroupRoot: in.CgroupRoot, CgroupParent: in.CgroupParent})
+	d := exec.New(exec.Config{CgroupRoot: in.CgroupRoot, CgroupParent: in.CgroupParent, DieWithAgent: in.DieWithAgent})
 	h, err := d.Start(ctxFor(nil), in.Spec)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
