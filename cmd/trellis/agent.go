@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"trellis.dev/trellis/internal/agent"
 	"trellis.dev/trellis/internal/agent/taskrunner"
 	"trellis.dev/trellis/internal/cli"
+	"trellis.dev/trellis/internal/devrun"
 	"trellis.dev/trellis/internal/driver"
 	dockerdriver "trellis.dev/trellis/internal/driver/docker"
 	execdriver "trellis.dev/trellis/internal/driver/exec"
@@ -24,18 +24,32 @@ import (
 	"trellis.dev/trellis/internal/tlsutil"
 )
 
-// agentDrivers are the task drivers of an agent called name: exec, and
+// agentDrivers are the task drivers of the agent cfg configures: exec, and
 // docker through the host's engine. Docker containers share the host's
 // network, as exec processes do, so their ports are host ports and they
 // reach the agent's metadata endpoint (TRELLIS_TASK_METADATA_URI) on
-// loopback.
+// loopback. They are labelled with the agent's cluster and identity (kept
+// in its data dir), so that agents of the same name on one engine never
+// take each other's. run, for trellis dev in memory, ties the tasks to
+// this process: exec processes die with it, and everything is marked with
+// the run for the next dev's sweep.
 // A driver the host cannot run is still listed; the agent advertises it as
 // unavailable.
-func agentDrivers(name string, log *slog.Logger) map[string]driver.Driver {
-	return map[string]driver.Driver{
-		execdriver.Name:           execdriver.New(execdriver.Config{Logger: log}),
-		orchestrator.DriverDocker: dockerdriver.New(dockerdriver.Config{Logger: log, Agent: name, Network: "host"}),
+func agentDrivers(cfg agent.Config, run *devrun.Run) (map[string]driver.Driver, error) {
+	id, err := agent.Identity(cfg.DataDir)
+	if err != nil {
+		return nil, err
 	}
+	execCfg := execdriver.Config{Logger: cfg.Logger}
+	dockerCfg := dockerdriver.Config{Logger: cfg.Logger, Agent: cfg.Name, Cluster: cfg.Cluster, AgentID: id, Network: "host"}
+	if run != nil {
+		execCfg.DieWithAgent, execCfg.CgroupParent = true, run.CgroupParent()
+		dockerCfg.Labels = run.Labels()
+	}
+	return map[string]driver.Driver{
+		execdriver.Name:           execdriver.New(execCfg),
+		orchestrator.DriverDocker: dockerdriver.New(dockerCfg),
+	}, nil
 }
 
 func newAgentCmd(e *cli.Env) *cobra.Command {
@@ -143,7 +157,10 @@ an operator hands out for a first join (see docs/tls.md).`,
 			if err := cfg.Validate(); err != nil {
 				return cli.Usage(err)
 			}
-			cfg.Drivers, cfg.NewRunner = agentDrivers(cfg.Name, log), taskrunner.New
+			if cfg.Drivers, err = agentDrivers(cfg, nil); err != nil {
+				return err
+			}
+			cfg.NewRunner = taskrunner.New
 			a, err := agent.New(cfg)
 			if err != nil {
 				return err

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -16,6 +18,9 @@ import (
 	"trellis.dev/trellis/internal/agent"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
+	"trellis.dev/trellis/internal/devrun"
+	"trellis.dev/trellis/internal/driver"
+	dockerdriver "trellis.dev/trellis/internal/driver/docker"
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 	"trellis.dev/trellis/internal/server"
 	"trellis.dev/trellis/internal/tlsutil"
@@ -99,7 +104,7 @@ It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 			if err != nil {
 				return cli.Usage(err)
 			}
-			return runDev(cmd.Context(), cfg, instances, f.dataDir, network, log, func(s *server.Server, sockets []string) { printDevBanner(e.Stdout, s, sockets) })
+			return runDev(cmd.Context(), cfg, instances, f.dataDir, network, log, e.Stderr, func(s *server.Server, sockets []string) { printDevBanner(e.Stdout, s, sockets) })
 		},
 	}
 	f.register(cmd.Flags())
@@ -146,20 +151,46 @@ func devConfig(f serverFlags) (server.Config, error) {
 	return cfg, nil
 }
 
-// runDev runs the dev server and its agents until ctx ends or SIGINT or
-// SIGTERM arrives; a second signal kills the process the default way. The
-// agents stop before the server, so that their last reports are stored.
-func runDev(ctx context.Context, cfg server.Config, instances int, dataDir string, network *agent.NetworkConfig, log *slog.Logger, started func(s *server.Server, agentSockets []string)) error {
+// devSignals end trellis dev: SIGINT (Ctrl-C), SIGTERM, SIGHUP (its
+// terminal closed) and SIGPIPE (its output piped to a reader that died,
+// as `trellis dev | tee log` does on Ctrl-C) all stop it the same way, its
+// tasks first. Go's default for SIGHUP and SIGPIPE is to die at once,
+// leaving the tasks behind; once notified, a write to a broken stdout
+// returns EPIPE instead, which nothing here treats as fatal.
+var devSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE}
+
+// runDev runs the dev server and its agents until ctx ends or one of
+// devSignals arrives. The agents stop before the server, so that their
+// last reports are stored. Without dataDir, before it starts it removes
+// what earlier runs of dev left when they died (devrun.Sweep), and while
+// it stops, a second signal other than SIGPIPE kills the tasks still
+// stopping rather than waiting out their stop timeouts; notes says so.
+func runDev(ctx context.Context, cfg server.Config, instances int, dataDir string, network *agent.NetworkConfig, log *slog.Logger, notes io.Writer, started func(s *server.Server, agentSockets []string)) error {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, devSignals...)
+	defer signal.Stop(sigs)
 	s, err := server.New(cfg)
 	if err != nil {
 		return err
 	}
-	agents, err := newDevAgents(instances, s, dataDir, network, log)
+	sweepDevRuns(ctx, log)
+	var run *devrun.Run
+	if dataDir == "" {
+		if run, err = devrun.Start(""); err != nil {
+			return err
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), devKillTimeout)
+			defer cancel()
+			if err := run.Close(ctx); err != nil {
+				log.Warn("cannot remove everything of this run; the next trellis dev will", "dir", run.Dir(), "err", err)
+			}
+		}()
+	}
+	agents, err := newDevAgents(instances, s, dataDir, run, network, log)
 	if err != nil {
 		return err
 	}
-	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	srvCtx, stopServer := context.WithCancel(context.Background())
 	defer stopServer()
 	srvDone := make(chan error, 1)
@@ -175,19 +206,62 @@ func runDev(ctx context.Context, cfg server.Config, instances int, dataDir strin
 	}
 	var srvErr error
 	select {
-	case <-sigCtx.Done():
+	case <-ctx.Done():
+	case sig := <-sigs:
+		if run != nil && len(agents.agents) > 0 {
+			fmt.Fprintf(notes, "%v: stopping every task (SIGTERM, then SIGKILL after its stop timeout); interrupt again to kill them now.\n", sig)
+		}
 	case srvErr = <-srvDone:
 		srvDone = nil
 	case err := <-agents.errs:
 		log.Error("a local agent stopped", "err", err)
 	}
-	stop() // the next Ctrl-C ends the process at once
-	agents.stop(stopAgents, log)
+	kill, stopped := make(chan struct{}), make(chan struct{})
+	defer close(stopped)
+	go func() {
+		for {
+			select {
+			case sig := <-sigs:
+				if sig != syscall.SIGPIPE {
+					close(kill)
+					return
+				}
+			case <-stopped:
+				return
+			}
+		}
+	}()
+	agents.stop(stopAgents, kill, notes, log)
 	stopServer()
 	if srvDone != nil {
 		srvErr = <-srvDone
 	}
 	return srvErr
+}
+
+// sweepDevRuns removes what runs of dev that died without cleaning up left
+// on this host (package devrun). A failure is noted, never fatal: it is
+// tried again at the next start.
+func sweepDevRuns(ctx context.Context, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, devLeaveTimeout)
+	defer cancel()
+	docker := dockerdriver.New(dockerdriver.Config{Logger: log})
+	defer docker.Close()
+	if _, err := devrun.Sweep(ctx, "", devDocker{docker}, log); err != nil {
+		log.Warn("cannot remove everything earlier runs of trellis dev left behind", "err", err)
+	}
+}
+
+// devDocker is the engine for the sweep; an engine that is not there has
+// nothing to sweep.
+type devDocker struct{ d *dockerdriver.Driver }
+
+func (e devDocker) RemoveMarked(ctx context.Context, key string, dead func(string) bool) (int, error) {
+	n, err := e.d.RemoveMarked(ctx, key, dead)
+	if errors.Is(err, driver.ErrUnavailable) {
+		return n, nil
+	}
+	return n, err
 }
 
 // runServer assembles a server and runs it until ctx ends or SIGINT or

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -13,24 +13,34 @@ import (
 	"trellis.dev/trellis/internal/agent"
 	"trellis.dev/trellis/internal/agent/taskrunner"
 	"trellis.dev/trellis/internal/cli"
+	"trellis.dev/trellis/internal/devrun"
+	"trellis.dev/trellis/internal/driver"
 	"trellis.dev/trellis/internal/server"
 	"trellis.dev/trellis/internal/tasknet"
 )
 
 // devLeaveTimeout bounds how long `trellis dev` waits, on Ctrl-C, for its
-// agents to stop their tasks.
+// agents to stop their tasks: past it, their tasks are killed.
 const devLeaveTimeout = 45 * time.Second
+
+// devKillTimeout bounds the wait for tasks killed with SIGKILL (a second
+// Ctrl-C) to be reported stopped.
+const devKillTimeout = 15 * time.Second
+
+// devWaitNote is how long a task may take to stop before dev says which
+// one it waits for.
+const devWaitNote = 2 * time.Second
 
 // devAgents are the local agents of `trellis dev`: instances dev-1 ...
 // dev-N, each with its own data dir and a distinct zone attribute, all in
 // this process and all talking to the dev server over its gRPC API.
 type devAgents struct {
-	agents []*agent.Agent
-	// tempDir is removed at the end when the agents keep nothing.
-	tempDir string
-	// keep: the dev server keeps its data (-data-dir), so tasks keep
-	// running across a restart of dev; otherwise they are stopped.
-	keep bool
+	agents  []*agent.Agent
+	drivers []map[string]driver.Driver
+	// run holds the agents' data dirs when they keep nothing (no
+	// -data-dir): it is removed at the end, and their tasks are tied to
+	// this process (package devrun).
+	run  *devrun.Run
 	wg   sync.WaitGroup
 	errs chan error
 }
@@ -38,15 +48,13 @@ type devAgents struct {
 // devInstanceName names the i-th (from 1) local instance.
 func devInstanceName(i int) string { return fmt.Sprintf("dev-%d", i) }
 
-func newDevAgents(n int, s *server.Server, dataDir string, network *agent.NetworkConfig, log *slog.Logger) (*devAgents, error) {
-	d := &devAgents{keep: dataDir != "", errs: make(chan error, n)}
+// newDevAgents makes the agents, their data under dataDir/agents, or in
+// run (in memory: dataDir is empty).
+func newDevAgents(n int, s *server.Server, dataDir string, run *devrun.Run, network *agent.NetworkConfig, log *slog.Logger) (*devAgents, error) {
+	d := &devAgents{run: run, errs: make(chan error, n)}
 	base := filepath.Join(dataDir, "agents")
-	if dataDir == "" {
-		dir, err := os.MkdirTemp("", "trellis-dev-*")
-		if err != nil {
-			return nil, fmt.Errorf("agent data dirs: %w", err)
-		}
-		d.tempDir, base = dir, dir
+	if run != nil {
+		base = run.Dir()
 	}
 	for i := 1; i <= n; i++ {
 		name := devInstanceName(i)
@@ -67,18 +75,26 @@ func newDevAgents(n int, s *server.Server, dataDir string, network *agent.Networ
 			c := *network
 			var err error
 			if c.RangeStart, c.RangeEnd, err = tasknet.SplitRange(c.Subnet, i-1, n); err != nil {
-				d.cleanup()
 				return nil, cli.Usage(err)
 			}
 			cfg.Network = &c
 		}
-		cfg.Drivers = agentDrivers(name, cfg.Logger)
-		a, err := agent.New(cfg)
+		drivers, err := agentDrivers(cfg, run)
 		if err != nil {
-			d.cleanup()
 			return nil, fmt.Errorf("agent %s: %w", name, err)
 		}
+		cfg.Drivers = drivers
+		a, err := agent.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("agent %s: %w", name, err)
+		}
+		if c, ok := a.Network(); ok && run != nil {
+			if err := run.RecordNetwork(name, c); err != nil {
+				return nil, fmt.Errorf("agent %s: %w", name, err)
+			}
+		}
 		d.agents = append(d.agents, a)
+		d.drivers = append(d.drivers, drivers)
 	}
 	return d, nil
 }
@@ -96,32 +112,95 @@ func (d *devAgents) start(ctx context.Context) {
 	}
 }
 
-// stop ends the agents: in memory, they first leave (their tasks are
-// stopped, since nothing will remember them); with a data dir they just
-// stop, and the next `trellis dev` re-attaches to their tasks.
-func (d *devAgents) stop(cancel context.CancelFunc, log *slog.Logger) {
-	if !d.keep {
-		ctx, done := context.WithTimeout(context.Background(), devLeaveTimeout)
+// stop ends the agents. In memory they first leave: their tasks are
+// stopped, since nothing will remember them, and dev says which task it
+// waits for; kill (a second Ctrl-C) or devLeaveTimeout kills what still
+// runs. With a data dir they just stop, and the next `trellis dev`
+// re-attaches to their tasks.
+func (d *devAgents) stop(cancel context.CancelFunc, kill <-chan struct{}, out io.Writer, log *slog.Logger) {
+	if d.run != nil {
+		d.leave(kill, out, log)
+	}
+	cancel()
+	d.wg.Wait()
+}
+
+// leave has every agent leave; see stop.
+func (d *devAgents) leave(kill <-chan struct{}, out io.Writer, log *slog.Logger) {
+	left := make(chan struct{})
+	go func() {
+		defer close(left)
 		var wg sync.WaitGroup
 		for _, a := range d.agents {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				// Its own bound: after a kill the leave still ends.
+				ctx, done := context.WithTimeout(context.Background(), devLeaveTimeout+devKillTimeout)
+				defer done()
 				if err := a.Leave(ctx); err != nil {
-					log.Warn("agent did not leave cleanly; its tasks may still run", "err", err)
+					log.Warn("agent did not leave cleanly", "err", err)
 				}
 			}()
 		}
 		wg.Wait()
-		done()
+	}()
+	tick := time.NewTicker(devWaitNote / 2)
+	defer tick.Stop()
+	deadline := time.NewTimer(devLeaveTimeout)
+	defer deadline.Stop()
+	noted := map[string]bool{}
+	for {
+		select {
+		case <-left:
+			return
+		case <-tick.C:
+			d.noteWaits(out, noted)
+			continue
+		case <-kill:
+			fmt.Fprintln(out, "Second interrupt: killing the tasks that still run (SIGKILL), then exiting.")
+		case <-deadline.C:
+			fmt.Fprintf(out, "Tasks still run after %v: killing them (SIGKILL).\n", devLeaveTimeout)
+		}
+		break
 	}
-	cancel()
-	d.wg.Wait()
-	d.cleanup()
+	d.killAll(log)
+	<-left
 }
 
-func (d *devAgents) cleanup() {
-	if d.tempDir != "" {
-		_ = os.RemoveAll(d.tempDir)
+// noteWaits says, once per task, which task dev waits for and for how long
+// at most, when it takes longer than devWaitNote to stop.
+func (d *devAgents) noteWaits(out io.Writer, noted map[string]bool) {
+	now := time.Now()
+	for _, a := range d.agents {
+		for _, t := range a.Stopping() {
+			if noted[t.Task] || t.Since.IsZero() || now.Sub(t.Since) < devWaitNote {
+				continue
+			}
+			noted[t.Task] = true
+			fmt.Fprintf(out, "Waiting for task %s to stop (containers %v): up to %v after its SIGTERM (its stop timeout), %v left. Press Ctrl-C again to kill it now.\n",
+				t.Task, t.Containers, t.Timeout, max(0, t.Timeout-now.Sub(t.Since)).Round(time.Second))
+		}
+	}
+}
+
+// killer is a driver that can kill everything it runs (exec, docker).
+type killer interface {
+	KillAll(ctx context.Context) error
+}
+
+// killAll kills every task container of every agent; the agents see them
+// exit and finish their leave.
+func (d *devAgents) killAll(log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), devKillTimeout)
+	defer cancel()
+	for _, drivers := range d.drivers {
+		for name, drv := range drivers {
+			if k, ok := drv.(killer); ok {
+				if err := k.KillAll(ctx); err != nil && !errors.Is(err, driver.ErrUnavailable) {
+					log.Warn("cannot kill the tasks of a driver", "driver", name, "err", err)
+				}
+			}
+		}
 	}
 }

@@ -3,6 +3,9 @@ package agent
 import (
 	"context"
 	"errors"
+
+	"trellis.dev/trellis/internal/agent/tasks"
+	"trellis.dev/trellis/internal/tasknet"
 )
 
 // Leave takes the instance out of the cluster gracefully: it stops every
@@ -40,4 +43,17 @@ func (a *Agent) leave() {
 	// longer needed.
 	a.tasks.ForgetDone()
 	close(a.left)
+}
+
+// Stopping lists the tasks the agent has asked to stop and that have not
+// stopped yet (during a Leave: what it waits for).
+func (a *Agent) Stopping() []tasks.StoppingTask { return a.tasks.Stopping() }
+
+// Network is the agent's bridge task network configuration as it uses it
+// (its state under the data dir), false when it runs no bridge tasks.
+func (a *Agent) Network() (tasknet.Config, bool) {
+	if a.network == nil || a.network.net == nil {
+		return tasknet.Config{}, false
+	}
+	return a.network.net.Config(), true
 }

@@ -93,3 +93,27 @@ func (d *Driver) RemoveMarked(ctx context.Context, key string, dead func(value s
 	}
 	return removed, errors.Join(errs...)
 }
+
+// KillAll sends SIGKILL to every running container of this agent (its
+// cluster and identity): trellis dev's second Ctrl-C. The agent's
+// lifecycle sees them exit and removes them as usual.
+func (d *Driver) KillAll(ctx context.Context) error {
+	found, err := d.List(ctx)
+	if err != nil {
+		return err
+	}
+	cli, err := d.client()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, c := range found {
+		if !c.Running || c.Container == "" {
+			continue // a holder is removed once its task has stopped
+		}
+		if err := cli.ContainerKill(ctx, c.Handle.ID, "KILL"); err != nil && !isGone(err) {
+			errs = append(errs, engineErr("kill container "+shortID(c.Handle.ID), err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -196,3 +196,29 @@ func removeCgroup(ctx context.Context, dir string) error {
 		}
 	}
 }
+
+// RemoveCgroupTree kills every process in the group root/parent and in the
+// containers' groups below it, and removes them all: what trellis dev does
+// with the parent group of one of its runs (its own at the end, a dead
+// run's at the next start). A missing group is not an error.
+func RemoveCgroupTree(ctx context.Context, root, parent string) error {
+	if err := checkCgroupParent(parent); err != nil {
+		return err
+	}
+	dir := filepath.Join(root, parent)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		if e.IsDir() {
+			errs = append(errs, removeCgroup(ctx, filepath.Join(dir, e.Name())))
+		}
+	}
+	errs = append(errs, removeCgroup(ctx, dir))
+	return errors.Join(errs...)
+}

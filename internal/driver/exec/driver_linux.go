@@ -404,3 +404,31 @@ func (d *Driver) cgroupParentDir() string {
 func (d *Driver) ownCgroup(dir string) bool {
 	return within(d.cgroupParentDir(), dir)
 }
+
+// KillAll sends SIGKILL to every container of this Driver that still
+// runs, its process group and its cgroup: what trellis dev does on a
+// second Ctrl-C, when waiting out the stop timeouts is not wanted.
+func (d *Driver) KillAll(ctx context.Context) error {
+	d.mu.Lock()
+	var live []*container
+	for _, c := range d.containers {
+		select {
+		case <-c.done:
+		default:
+			live = append(live, c)
+		}
+	}
+	d.mu.Unlock()
+	var errs []error
+	for _, c := range live {
+		if err := unix.Kill(-c.pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("kill process group %d: %w", c.pid, err))
+		}
+		if c.st.Cgroup != "" && d.ownCgroup(c.st.Cgroup) {
+			if err := killCgroup(c.st.Cgroup); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -44,3 +44,9 @@ func (d *Driver) Destroy(ctx context.Context, h driver.Handle) error { return un
 
 // forker has nothing to fork off Linux.
 type forker struct{}
+
+// RemoveCgroupTree has no cgroups to remove off Linux.
+func RemoveCgroupTree(ctx context.Context, root, parent string) error { return nil }
+
+// KillAll has nothing to kill off Linux.
+func (d *Driver) KillAll(ctx context.Context) error { return nil }
