@@ -62,6 +62,18 @@ type devHost struct {
 	bridge, subnet string
 }
 
+// devTemp is a TMPDIR for a dev: short, since an agent's control socket
+// lies below it and a socket's path has at most 107 bytes.
+func devTemp(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "tdev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
 func newDevHost(t *testing.T) *devHost {
 	t.Helper()
 	if testing.Short() {
@@ -162,23 +174,30 @@ func (d *devProc) output() string {
 func (d *devProc) waitOutput(what string, re *regexp.Regexp) []string {
 	d.t.Helper()
 	var m []string
+	exited := false
 	if pollUntil(d.t.Context(), waitLimit, func() bool {
 		m = re.FindStringSubmatch(d.output())
-		return m != nil
-	}) != nil {
-		d.t.Fatalf("dev never printed %s (%s)", what, re)
+		select {
+		case <-d.exited:
+			exited = true
+		default:
+		}
+		return m != nil || exited
+	}) != nil || m == nil {
+		d.t.Fatalf("dev never printed %s (%s); exited: %v", what, re, exited)
 	}
 	return m
 }
 
-// runID is the id of dev's run: its directory's name under its TMPDIR.
-func (d *devProc) runID() string {
+// runDir is dev's run directory under its TMPDIR, the value of its
+// containers' trellis.dev_run label.
+func (d *devProc) runDir() string {
 	d.t.Helper()
 	dirs, _ := filepath.Glob(filepath.Join(d.tmp, "trellis-dev-*"))
 	if len(dirs) != 1 {
 		d.t.Fatalf("dev's run directories: %v, want one", dirs)
 	}
-	return filepath.Base(dirs[0])
+	return dirs[0]
 }
 
 // devLeft is what a dev's tasks hold on the host, to be counted gone.
@@ -194,7 +213,7 @@ type devLeft struct {
 func (d *devProc) runTasks(stubborn bool) devLeft {
 	d.t.Helper()
 	e := d.e
-	left := devLeft{runs: []string{d.runID()}}
+	left := devLeft{runs: []string{d.runDir()}}
 	specs := map[string]string{"sleeper": devSleeper}
 	if stubborn {
 		specs["stubborn"] = devStubborn
@@ -240,20 +259,22 @@ func (d *devProc) waitExit() {
 }
 
 // checkGone counts what is left of the tasks and the runs: nothing may be.
-func (h *devHost) checkGone(t *testing.T, tmp string, left devLeft) {
+func (h *devHost) checkGone(t *testing.T, left devLeft) {
 	t.Helper()
 	for _, p := range left.procs {
 		if err := pollUntil(t.Context(), waitLimit, func() bool { return !p.alive() && groupGone(p.pid) }); err != nil {
 			t.Errorf("process %d (%s) or its group still runs", p.pid, p.what)
 		}
 	}
-	if dirs, _ := filepath.Glob(filepath.Join(tmp, "trellis-dev-*")); len(dirs) > 0 {
-		t.Errorf("run directories left: %v", dirs)
-	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
-	for line := range strings.SplitSeq(string(mounts), "\n") {
-		if strings.Contains(line, tmp+"/") {
-			t.Errorf("mount left: %s", line)
+	for _, run := range left.runs {
+		if _, err := os.Stat(run); err == nil {
+			t.Errorf("run directory left: %s", run)
+		}
+		for line := range strings.SplitSeq(string(mounts), "\n") {
+			if strings.Contains(line, run+"/") {
+				t.Errorf("mount left: %s", line)
+			}
 		}
 	}
 	if h.docker != nil {
@@ -293,15 +314,16 @@ func (h *devHost) checkGone(t *testing.T, tmp string, left devLeft) {
 func TestDevLeavesNothingBehind(t *testing.T) {
 	h := newDevHost(t)
 	t.Run("SIGHUP", func(t *testing.T) {
-		tmp := t.TempDir()
+		tmp := devTemp(t)
 		d := h.startDev(t, tmp)
 		left := d.runTasks(false)
 		d.signal(syscall.SIGHUP)
 		d.waitExit()
-		h.checkGone(t, tmp, left)
+		h.checkGone(t, left)
+		noRunDirs(t, tmp)
 	})
 	t.Run("SIGPIPE", func(t *testing.T) {
-		tmp := t.TempDir()
+		tmp := devTemp(t)
 		d := h.startDev(t, tmp)
 		left := d.runTasks(false)
 		// The reader goes; dev's next write (its logs, as it stops) fails
@@ -309,20 +331,22 @@ func TestDevLeavesNothingBehind(t *testing.T) {
 		d.out.Close()
 		d.signal(syscall.SIGPIPE)
 		d.waitExit()
-		h.checkGone(t, tmp, left)
+		h.checkGone(t, left)
+		noRunDirs(t, tmp)
 	})
 	t.Run("double SIGINT", func(t *testing.T) {
-		tmp := t.TempDir()
+		tmp := devTemp(t)
 		d := h.startDev(t, tmp)
 		left := d.runTasks(true)
 		d.signal(syscall.SIGINT)
 		// The stubborn task holds the stop for its 10m stop timeout, and
 		// dev says so.
-		d.waitOutput("which task it waits for", regexp.MustCompile(`Waiting for task default/stubborn-\S+ to stop .*up to 10m0s`))
+		d.waitOutput("which task it waits for", regexp.MustCompile(`Waiting for task default/\S+ to stop .*up to 10m0s`))
 		d.signal(syscall.SIGINT)
 		d.waitOutput("that it kills the tasks", regexp.MustCompile(`Second interrupt: killing the tasks`))
 		d.waitExit()
-		h.checkGone(t, tmp, left)
+		h.checkGone(t, left)
+		noRunDirs(t, tmp)
 	})
 }
 
@@ -331,7 +355,7 @@ func TestDevLeavesNothingBehind(t *testing.T) {
 // until the next dev removes them as it starts.
 func TestDevKilledIsSweptByTheNext(t *testing.T) {
 	h := newDevHost(t)
-	tmp := t.TempDir()
+	tmp := devTemp(t)
 	d := h.startDev(t, tmp)
 	left := d.runTasks(false)
 	d.signal(syscall.SIGKILL)
@@ -349,7 +373,7 @@ func TestDevKilledIsSweptByTheNext(t *testing.T) {
 	}
 	// The next dev sweeps what the killed one left, before its banner.
 	next := h.startDev(t, tmp)
-	h.checkGone(t, tmp, devLeft{networks: left.networks, uids: left.uids, runs: left.runs})
+	h.checkGone(t, devLeft{networks: left.networks, uids: left.uids, runs: left.runs})
 	if !strings.Contains(next.output(), "removed what earlier runs of trellis dev left behind") {
 		t.Errorf("the next dev did not say it removed the killed one's leftovers")
 	}
@@ -367,12 +391,12 @@ func TestTwoDevsShareADockerEngine(t *testing.T) {
 		t.Skip("needs a Docker engine")
 	}
 	h.bridge = "" // this is about containers only
-	first := h.startDev(t, t.TempDir())
+	first := h.startDev(t, devTemp(t))
 	first.e.register("boxed.yaml", fmt.Sprintf(devDocker, h.image))
 	firstTask := first.e.run("boxed", "dev-1")
 	firstID := first.e.waitRunning(firstTask).Data.Containers[0].RuntimeID
 
-	second := h.startDev(t, t.TempDir())
+	second := h.startDev(t, devTemp(t))
 	// A task that runs on the second dev-1 means its agent's start-up
 	// sweep is over: it runs before any task starts.
 	second.e.register("boxed.yaml", fmt.Sprintf(devDocker, h.image))
@@ -397,6 +421,14 @@ func TestTwoDevsShareADockerEngine(t *testing.T) {
 	first.waitExit()
 	if running, err := h.docker.Running(t.Context(), firstID); err != nil || running {
 		t.Errorf("the first dev's container after it stopped: running %v, %v", running, err)
+	}
+}
+
+// noRunDirs checks that no run directory is left in tmp.
+func noRunDirs(t *testing.T, tmp string) {
+	t.Helper()
+	if dirs, _ := filepath.Glob(filepath.Join(tmp, "trellis-dev-*")); len(dirs) > 0 {
+		t.Errorf("run directories left: %v", dirs)
 	}
 }
 

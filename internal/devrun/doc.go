@@ -10,7 +10,7 @@
 // ends. Everything the run puts elsewhere on the host names the run:
 //
 //   - docker containers and network namespace holders carry the label
-//     trellis.dev_run=<id>;
+//     trellis.dev_run=<the run's directory>;
 //   - exec tasks run in cgroups under trellis/<id>, and get a parent-death
 //     signal, so they die with dev (the cgroup catches what they started);
 //   - bridge tasks' namespaces, veths, iptables rules and IP leases are

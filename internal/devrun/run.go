@@ -19,7 +19,8 @@ import (
 )
 
 // LabelRun is the docker label of a run's containers; its value is the
-// run's id.
+// run's directory (an absolute path: devs of other users or TMPDIRs share
+// the engine, and a sweep looks for the run's lock there).
 const LabelRun = "trellis.dev_run"
 
 const (
@@ -82,7 +83,7 @@ func (r *Run) CgroupParent() string { return cgroupParentOf(r.ID()) }
 func cgroupParentOf(id string) string { return cgroupParent + "/" + id }
 
 // Labels are the docker labels of the run's containers.
-func (r *Run) Labels() map[string]string { return map[string]string{LabelRun: r.ID()} }
+func (r *Run) Labels() map[string]string { return map[string]string{LabelRun: r.dir} }
 
 // RecordNetwork notes an agent's network configuration, for the sweep
 // should this run die with bridge tasks.
@@ -106,10 +107,10 @@ func (r *Run) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// validID: a run id as found in a label is trusted only when it is a
-// plain directory name of a run.
-func validID(id string) bool {
-	return strings.HasPrefix(id, dirPrefix) && !strings.ContainsAny(id, `/\`) && id != "." && id != ".."
+// validDir: a run directory as found in a label is trusted only when it
+// is a clean absolute path whose last element names a run.
+func validDir(dir string) bool {
+	return filepath.IsAbs(dir) && filepath.Clean(dir) == dir && strings.HasPrefix(filepath.Base(dir), dirPrefix)
 }
 
 // tryLock takes the lock of the run in dir: held, the run's dev is gone.

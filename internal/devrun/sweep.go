@@ -55,7 +55,7 @@ func Sweep(ctx context.Context, tempDir string, docker Marked, log *slog.Logger)
 		out.Runs = append(out.Runs, filepath.Base(dir))
 	}
 	if docker != nil {
-		n, err := docker.RemoveMarked(ctx, LabelRun, func(id string) bool { return runGone(tempDir, id) })
+		n, err := docker.RemoveMarked(ctx, LabelRun, runGone)
 		out.Containers = n
 		if err != nil {
 			errs = append(errs, err)
@@ -100,13 +100,12 @@ func sweepRun(ctx context.Context, dir string) (int, error) {
 	return torn, os.RemoveAll(dir)
 }
 
-// runGone reports whether the run id names no live run: its directory is
-// gone, or its lock can be taken.
-func runGone(tempDir, id string) bool {
-	if !validID(id) {
+// runGone reports whether the run directory dir (a container's label) is
+// no live run's: it is gone, or its lock can be taken.
+func runGone(dir string) bool {
+	if !validDir(dir) {
 		return false
 	}
-	dir := filepath.Join(tempDir, id)
 	if _, err := os.Stat(dir); os.IsNotExist(err) {
 		return true
 	}
