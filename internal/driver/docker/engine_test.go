@@ -103,15 +103,16 @@ func newTestDriver(t *testing.T, cfg Config) *Driver {
 		cfg.Agent = "test-" + randomHex(t)
 	}
 	d := New(cfg)
-	t.Cleanup(func() { removeAgentContainers(t, cfg.Agent) })
+	t.Cleanup(func() { removeAgentContainers(t, Config{Agent: cfg.Agent, Cluster: cfg.Cluster, AgentID: cfg.AgentID}) })
 	t.Cleanup(func() { d.Close() })
 	return d
 }
 
 // removeAgentContainers removes whatever the agent's drivers created,
 // through a driver of its own (the test's may be closed by then).
-func removeAgentContainers(t *testing.T, agent string) {
-	d := New(Config{Agent: agent})
+func removeAgentContainers(t *testing.T, cfg Config) {
+	agent := cfg.Agent
+	d := New(cfg)
 	defer d.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -62,7 +62,7 @@ func TestCreateConfig(t *testing.T) {
 	spec.CPUMillis = 250
 	spec.MemoryBytes = 128 << 20
 
-	cfg, host, err := createConfig(spec, owner{agent: "agent-1"}, "")
+	cfg, host, err := createConfig(spec, ownerOf(Config{Cluster: "c1", AgentID: "id1", Labels: map[string]string{"trellis.dev_run": "/tmp/trellis-dev-1"}}, "agent-1"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,8 @@ func TestCreateConfig(t *testing.T) {
 	if !slices.Equal(cfg.Env, []string{"A=1=one", "B=2", "EMPTY="}) {
 		t.Errorf("env %q", cfg.Env)
 	}
-	wantLabels := map[string]string{LabelTask: "ns/web", LabelTaskUID: "u1", LabelContainer: "app", LabelAgent: "agent-1"}
+	wantLabels := map[string]string{LabelTask: "ns/web", LabelTaskUID: "u1", LabelContainer: "app", LabelAgent: "agent-1",
+		LabelCluster: "c1", LabelAgentID: "id1", "trellis.dev_run": "/tmp/trellis-dev-1"}
 	if len(cfg.Labels) != len(wantLabels) {
 		t.Errorf("labels %v", cfg.Labels)
 	}
