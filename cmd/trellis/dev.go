@@ -73,8 +73,13 @@ func newDevCmd(e *cli.Env) *cobra.Command {
 dev-1, dev-2, ... each with its own data directory and a distinct zone
 attribute (zone-1, zone-2, ...), so a small cluster can be tried on one box.
 
-Without -data-dir everything is kept in memory and gone when it stops: on
-Ctrl-C the agents stop their tasks first. With -data-dir the server is a
+Without -data-dir everything is kept in memory and gone when it stops, its
+tasks too, however it ends: on Ctrl-C, SIGTERM, SIGHUP (the terminal closed)
+or SIGPIPE (its output piped to a reader that went away) the agents stop their
+tasks first, and say which task they wait for when one takes long; a second
+Ctrl-C kills the tasks still stopping. Killed outright, its exec tasks die with
+it, and the next trellis dev removes the containers and bridge networks it left
+(docs/orchestrator.md, "What survives what"). With -data-dir the server is a
 single-server Raft cluster that keeps its data there, the agents keep theirs in
 DIR/agents, and tasks keep running across a restart of trellis dev.
 

@@ -3,9 +3,13 @@ package main
 import (
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"trellis.dev/trellis/internal/agent/tasks"
 )
 
 // trellis dev with -data-dir secures its server-to-server port with
@@ -48,5 +52,44 @@ func TestHTTPAddrDefaultsToLoopback(t *testing.T) {
 		if ip, perr := netip.ParseAddr(host); err != nil || perr != nil || !ip.IsLoopback() {
 			t.Errorf("trellis %s -http-addr defaults to %q; want a loopback address", cmd.Name(), f.DefValue)
 		}
+	}
+}
+
+// Dev waits for its tasks as long as their stop timeouts say, at least
+// devLeaveTimeout, before it kills them.
+func TestLeaveDeadline(t *testing.T) {
+	began := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name     string
+		stopping []tasks.StoppingTask
+		want     time.Time
+	}{
+		{"nothing stopping", nil, began.Add(devLeaveTimeout)},
+		{"short stop timeouts", []tasks.StoppingTask{{Task: "a", Since: began, Timeout: 5 * time.Second}}, began.Add(devLeaveTimeout)},
+		{"a long stop timeout", []tasks.StoppingTask{{Task: "a", Since: began.Add(time.Second), Timeout: 10 * time.Minute}},
+			began.Add(time.Second + 10*time.Minute + devKillTimeout)},
+		{"not stopping yet", []tasks.StoppingTask{{Task: "a", Timeout: time.Hour}}, began.Add(devLeaveTimeout)},
+	} {
+		if got := leaveDeadline(began, tc.stopping); !got.Equal(tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Dev names a task that takes long to stop once, with its stop timeout
+// and what is left of it.
+func TestNoteWaits(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 1, 0, 0, time.UTC)
+	stopping := []tasks.StoppingTask{
+		{Task: "default/slow", Since: now.Add(-time.Minute), Timeout: 10 * time.Minute, Containers: []string{"main"}},
+		{Task: "default/quick", Since: now.Add(-500 * time.Millisecond), Timeout: 30 * time.Second},
+	}
+	var b strings.Builder
+	noted := map[string]bool{}
+	noteWaits(&b, stopping, noted, now)
+	noteWaits(&b, stopping, noted, now.Add(time.Second))
+	want := "Waiting for task default/slow to stop (containers [main]): up to 10m0s after its SIGTERM (its stop timeout), 9m0s left. Press Ctrl-C again to kill it now.\n"
+	if b.String() != want {
+		t.Errorf("notes:\n%s\nwant:\n%s", b.String(), want)
 	}
 }

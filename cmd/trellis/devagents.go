@@ -12,6 +12,7 @@ import (
 
 	"trellis.dev/trellis/internal/agent"
 	"trellis.dev/trellis/internal/agent/taskrunner"
+	"trellis.dev/trellis/internal/agent/tasks"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/devrun"
 	"trellis.dev/trellis/internal/driver"
@@ -19,12 +20,14 @@ import (
 	"trellis.dev/trellis/internal/tasknet"
 )
 
-// devLeaveTimeout bounds how long `trellis dev` waits, on Ctrl-C, for its
-// agents to stop their tasks: past it, their tasks are killed.
+// devLeaveTimeout is how long `trellis dev` waits at least, on Ctrl-C, for
+// its agents to stop their tasks before it kills them; longer when a
+// task's stop timeout is (leaveDeadline).
 const devLeaveTimeout = 45 * time.Second
 
 // devKillTimeout bounds the wait for tasks killed with SIGKILL (a second
-// Ctrl-C) to be reported stopped.
+// Ctrl-C) to be reported stopped, and is the grace past a task's stop
+// timeout for its runner's own SIGKILL and report.
 const devKillTimeout = 15 * time.Second
 
 // devWaitNote is how long a task may take to stop before dev says which
@@ -125,8 +128,12 @@ func (d *devAgents) stop(cancel context.CancelFunc, kill <-chan struct{}, out io
 	d.wg.Wait()
 }
 
-// leave has every agent leave; see stop.
+// leave has every agent leave; see stop. It waits as long as the tasks'
+// stop timeouts say (at least devLeaveTimeout), then kills what still
+// runs; so does a second signal (kill).
 func (d *devAgents) leave(kill <-chan struct{}, out io.Writer, log *slog.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	left := make(chan struct{})
 	go func() {
 		defer close(left)
@@ -135,9 +142,6 @@ func (d *devAgents) leave(kill <-chan struct{}, out io.Writer, log *slog.Logger)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				// Its own bound: after a kill the leave still ends.
-				ctx, done := context.WithTimeout(context.Background(), devLeaveTimeout+devKillTimeout)
-				defer done()
 				if err := a.Leave(ctx); err != nil {
 					log.Warn("agent did not leave cleanly", "err", err)
 				}
@@ -145,42 +149,71 @@ func (d *devAgents) leave(kill <-chan struct{}, out io.Writer, log *slog.Logger)
 		}
 		wg.Wait()
 	}()
+	began := time.Now()
 	tick := time.NewTicker(devWaitNote / 2)
 	defer tick.Stop()
-	deadline := time.NewTimer(devLeaveTimeout)
-	defer deadline.Stop()
 	noted := map[string]bool{}
+wait:
 	for {
 		select {
 		case <-left:
 			return
-		case <-tick.C:
-			d.noteWaits(out, noted)
-			continue
 		case <-kill:
 			fmt.Fprintln(out, "Second interrupt: killing the tasks that still run (SIGKILL), then exiting.")
-		case <-deadline.C:
-			fmt.Fprintf(out, "Tasks still run after %v: killing them (SIGKILL).\n", devLeaveTimeout)
+			break wait
+		case now := <-tick.C:
+			stopping := d.stopping()
+			noteWaits(out, stopping, noted, now)
+			if now.After(leaveDeadline(began, stopping)) {
+				fmt.Fprintln(out, "Tasks still run past their stop timeouts: killing them (SIGKILL).")
+				break wait
+			}
 		}
-		break
 	}
 	d.killAll(log)
-	<-left
+	select {
+	case <-left:
+	case <-time.After(devKillTimeout):
+		log.Warn("the agents did not finish leaving; what they ran is killed as dev exits, and the next trellis dev removes what is left")
+	}
+}
+
+// stopping lists the tasks every agent waits for.
+func (d *devAgents) stopping() []tasks.StoppingTask {
+	var out []tasks.StoppingTask
+	for _, a := range d.agents {
+		out = append(out, a.Stopping()...)
+	}
+	return out
+}
+
+// leaveDeadline is when dev stops waiting for its tasks to stop and kills
+// them: devLeaveTimeout after it began, or later if a task's stop timeout
+// says so (the runner's own SIGKILL then ends it, and its report needs a
+// moment).
+func leaveDeadline(began time.Time, stopping []tasks.StoppingTask) time.Time {
+	limit := began.Add(devLeaveTimeout)
+	for _, t := range stopping {
+		if t.Since.IsZero() {
+			continue
+		}
+		if end := t.Since.Add(t.Timeout + devKillTimeout); end.After(limit) {
+			limit = end
+		}
+	}
+	return limit
 }
 
 // noteWaits says, once per task, which task dev waits for and for how long
 // at most, when it takes longer than devWaitNote to stop.
-func (d *devAgents) noteWaits(out io.Writer, noted map[string]bool) {
-	now := time.Now()
-	for _, a := range d.agents {
-		for _, t := range a.Stopping() {
-			if noted[t.Task] || t.Since.IsZero() || now.Sub(t.Since) < devWaitNote {
-				continue
-			}
-			noted[t.Task] = true
-			fmt.Fprintf(out, "Waiting for task %s to stop (containers %v): up to %v after its SIGTERM (its stop timeout), %v left. Press Ctrl-C again to kill it now.\n",
-				t.Task, t.Containers, t.Timeout, max(0, t.Timeout-now.Sub(t.Since)).Round(time.Second))
+func noteWaits(out io.Writer, stopping []tasks.StoppingTask, noted map[string]bool, now time.Time) {
+	for _, t := range stopping {
+		if noted[t.Task] || t.Since.IsZero() || now.Sub(t.Since) < devWaitNote {
+			continue
 		}
+		noted[t.Task] = true
+		fmt.Fprintf(out, "Waiting for task %s to stop (containers %v): up to %v after its SIGTERM (its stop timeout), %v left. Press Ctrl-C again to kill it now.\n",
+			t.Task, t.Containers, t.Timeout, max(0, t.Timeout-now.Sub(t.Since)).Round(time.Second))
 	}
 }
 

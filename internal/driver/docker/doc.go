@@ -20,9 +20,11 @@
 //
 // # Identity and adoption
 //
-// Every container carries four labels: trellis.task (Spec.TaskID),
-// trellis.task_uid (Spec.TaskUID), trellis.container (Spec.Container) and
-// trellis.agent (Config.Agent). Its name, trellis-<task>-<container>-<hash>,
+// Every container carries these labels: trellis.task (Spec.TaskID),
+// trellis.task_uid (Spec.TaskUID), trellis.container (Spec.Container),
+// trellis.agent (Config.Agent, for people), trellis.cluster and
+// trellis.agent_id (Config.Cluster and AgentID, which decide ownership:
+// owner.go), and Config.Labels. Its name, trellis-<task>-<container>-<hash>,
 // holds the task and container names (cleaned to what docker allows) and a
 // hash of the exact task id, task uid and container name, so it is readable
 // in `docker ps` and unique per task incarnation. Starting the same
@@ -32,12 +34,15 @@
 //
 // An agent that restarts re-attaches with Recover, given the Handle it
 // stored (the container id). List finds every container labelled with this
-// agent's name, running or not, so that the agent can re-adopt the ones its
-// state knows and Destroy the orphans it does not (a container whose task
-// was removed while the agent was down, or one created by a Start whose
-// result the agent never recorded). The agent name must therefore be stable
-// across restarts and distinct between agents that share an engine
-// (`trellis dev -instances N`).
+// agent's cluster and identity, running or not, so that the agent can
+// re-adopt the ones its state knows and Destroy the orphans it does not (a
+// container whose task was removed while the agent was down, or one
+// created by a Start whose result the agent never recorded). The identity
+// must therefore be stable across restarts and distinct between agents
+// that share an engine, whatever their names: two `trellis dev` each have
+// a dev-1, and two clusters may share an instance name. RemoveMarked is
+// trellis dev's sweep of its dead runs' containers, by their
+// trellis.dev_run label.
 //
 // # What a container gets
 //

@@ -199,7 +199,7 @@ func (d *Driver) HoldNetns(ctx context.Context, taskID, taskUID string) (driver.
 			l = info.Config.Labels
 		}
 		switch {
-		case l[LabelTaskUID] != taskUID || !d.owner.owns(l):
+		case l[LabelTaskUID] != taskUID || !(d.owner.owns(l) || d.owner.ownedBefore(l)):
 			return driver.Handle{}, 0, fmt.Errorf("docker: container name %s is taken by container %s, which is not this task's", name, shortID(info.ID))
 		case info.State != nil && info.State.Running && info.State.Pid > 0:
 			return driver.Handle{Driver: d.Name(), ID: info.ID}, info.State.Pid, nil

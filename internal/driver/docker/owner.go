@@ -64,6 +64,15 @@ func (o owner) owns(l map[string]string) bool {
 	return l[LabelCluster] == o.cluster && l[LabelAgentID] == o.id
 }
 
+// ownedBefore reports whether labels l are this agent's from before
+// containers carried a cluster and identity: only the agent's name. Such
+// a holder of a task the agent resumes is still its own; List and the
+// orphan sweep never take them, since the name alone proves nothing.
+func (o owner) ownedBefore(l map[string]string) bool {
+	_, hasID := l[LabelAgentID]
+	return !hasID && l[LabelAgent] == o.agent
+}
+
 // RemoveMarked removes, killing them first, the containers (holders too)
 // that carry label key with a value for which dead reports true, whoever
 // their agent: trellis dev's sweep of the containers of its earlier

@@ -40,6 +40,15 @@
 // with a different start time is another process that reuses the number:
 // Recover refuses it with driver.ErrGone, and Signal leaves it alone.
 //
+// An agent whose tasks nothing would adopt (trellis dev in memory) sets
+// Config.DieWithAgent instead: each process gets SIGKILL as its
+// parent-death signal, so it dies with the agent's process however that
+// ends. The kernel sends it when the thread that forked the process ends,
+// and Go ends threads (a goroutine that exits locked to one), so those
+// processes are forked from one thread kept for the life of the process
+// (forker_linux.go). KillAll kills every container at once (a second
+// Ctrl-C of trellis dev).
+//
 // Wait uses the os.Process wait for a container the Driver started, so it
 // reports the exit status (128+signal for a signal, as shells and Docker
 // do). A recovered process is not the agent's child, and its status goes to
