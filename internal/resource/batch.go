@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/acl"
 	"trellis.dev/trellis/internal/ids"
 )
 
@@ -20,17 +21,21 @@ import (
 // are checked in the same atomic step (a failed one is named:
 // "compares[1]: ..."), each authorized as a read of what it looks at. A
 // member may name as its owner another member, without the uid, which the
-// batch gives it: an owner and what it owns are created together.
+// batch gives it: an owner and what it owns are created together. Its
+// status entries are written in the same atomic step, each checked and
+// allowed as WriteStatus would (batchStatuses).
 func (s *Service) WriteBatch(ctx context.Context, req *pbresource.WriteBatchRequest) (*pbresource.WriteBatchResponse, error) {
 	return answers{s, true}.WriteBatch(ctx, req)
 }
 
+// writeBatch returns the resources as the batch left them: its members',
+// then its status entries'.
 func (s *Service) writeBatch(ctx context.Context, req *pbresource.WriteBatchRequest) ([]*pbresource.Resource, error) {
 	a, err := s.authorizer(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkBatchSize(req.GetResources()); err != nil {
+	if err := checkBatchSize(req.GetResources(), req.GetStatuses()); err != nil {
 		return nil, err
 	}
 	compares, err := s.prepareCompares(a, fromOperations(ctx), req.GetCompares())
@@ -64,10 +69,56 @@ func (s *Service) writeBatch(ctx context.Context, req *pbresource.WriteBatchRequ
 	if err := linkOwners(cands, first); err != nil {
 		return nil, err
 	}
+	statuses, err := s.batchStatuses(ctx, a, req.GetStatuses(), first)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.checkNamespaces(ctx, outsideCreatedNamespaces(idList), memberField); err != nil {
 		return nil, err
 	}
-	return s.applyWrites(ctx, cands, true, compares)
+	return s.applyWrites(ctx, cands, true, compares, statuses)
+}
+
+// batchStatuses checks a batch's status entries as WriteStatuses checks
+// its members (a field, the key and its payload, a sealed type), and
+// refuses one that names a resource the batch writes or another entry
+// names: a resource is written once. Who writes, and whether the key is
+// theirs, is checked against the stored resource when the entry is
+// planned (planStatusWithRead), before anything is written.
+func (s *Service) batchStatuses(ctx context.Context, a acl.Authorizer, reqs []*pbresource.WriteStatusRequest, first map[slotKey]int) (*batchStatusEntries, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	out := &batchStatusEntries{a: a, entries: make([]*statusEntry, len(reqs))}
+	writer := StatusWriterOf(ctx)
+	named := make(map[slotKey]int, len(reqs))
+	for i, m := range reqs {
+		if err := s.registry.checkSealedType(ctx, m.GetId().GetType()); err != nil {
+			return nil, withPrefix(statusMemberField(i), err)
+		}
+		e, err := s.registry.prepareStatus(i, m)
+		if err != nil {
+			return nil, err
+		}
+		e.writer = writer
+		key := nameKey(e.id)
+		if j, dup := first[key]; dup {
+			return nil, NewFieldError(statusMemberField(i)+".id", "names the resource %s writes: a batch writes each resource once", memberField(j))
+		}
+		if j, dup := named[key]; dup {
+			return nil, NewFieldError(statusMemberField(i)+".id", "names the same resource as %s: a batch writes each resource once", statusMemberField(j))
+		}
+		named[key] = i
+		out.entries[i] = e
+	}
+	return out, nil
+}
+
+// batchStatusEntries are a batch's status entries, checked, with the
+// authorizer they are allowed by.
+type batchStatusEntries struct {
+	a       acl.Authorizer
+	entries []*statusEntry
 }
 
 func memberField(i int) string { return "resources[" + strconv.Itoa(i) + "]" }
@@ -84,15 +135,18 @@ func nameKey(id *pbresource.ID) slotKey {
 
 // checkBatchSize refuses an empty batch and one over the member or size
 // limits, before any member is looked at.
-func checkBatchSize(members []*pbresource.Resource) error {
+func checkBatchSize(members []*pbresource.Resource, statuses []*pbresource.WriteStatusRequest) error {
 	if len(members) == 0 {
 		return NewFieldError("resources", "is empty: a batch needs at least one resource")
 	}
-	if len(members) > MaxBatchMembers {
-		return status.Errorf(codes.ResourceExhausted, "resources: the batch has %d members, over the limit of %d; split it", len(members), MaxBatchMembers)
+	if n := len(members) + len(statuses); n > MaxBatchMembers {
+		return status.Errorf(codes.ResourceExhausted, "resources: the batch has %d members, over the limit of %d; split it", n, MaxBatchMembers)
 	}
 	total := 0
 	for _, m := range members {
+		total += proto.Size(m)
+	}
+	for _, m := range statuses {
 		total += proto.Size(m)
 	}
 	if total > MaxBatchSize {

@@ -72,7 +72,12 @@
 // the batch itself. A member identical to its stored copy is confirmed by
 // a strong read and left out of the writes; when the batch writes
 // anything, a compare that the member is still at the version read goes
-// with it, so the whole answer is of one state.
+// with it, so the whole answer is of one state. A batch may carry status
+// entries too, each checked and allowed as WriteStatus would (its key's
+// owner alone) and written in the same step, any refusal failing the
+// batch: a controller stores a plan and the status that follows from it
+// in one commit (the daemon scheduler's tasks, its deployments' progress
+// and its environment's status).
 //
 // A batch may carry compares (pbresource.Compare, etcd's Txn compares):
 // a resource is at a version, a name is free, a resource exists, nothing

@@ -55,7 +55,12 @@ func (a answers) WriteBatch(ctx context.Context, req *pbresource.WriteBatchReque
 	if err != nil {
 		return nil, a.errs.toStatus("write batch", err)
 	}
-	return &pbresource.WriteBatchResponse{Resources: a.all(out)}, nil
+	n := len(req.GetResources())
+	resp := &pbresource.WriteBatchResponse{Resources: a.all(out[:n])}
+	if n < len(out) {
+		resp.Statuses = a.all(out[n:])
+	}
+	return resp, nil
 }
 
 func (a answers) Read(ctx context.Context, req *pbresource.ReadRequest) (*pbresource.ReadResponse, error) {

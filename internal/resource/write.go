@@ -356,7 +356,7 @@ func (s *Service) write(ctx context.Context, req *pbresource.WriteRequest) (*pbr
 	if err := s.checkNamespaces(ctx, []*pbresource.ID{c.res.GetId()}, func(int) string { return "" }); err != nil {
 		return nil, err
 	}
-	out, err := s.applyWrites(ctx, []*candidate{c}, false, nil)
+	out, err := s.applyWrites(ctx, []*candidate{c}, false, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +380,14 @@ func (s *Service) write(ctx context.Context, req *pbresource.WriteRequest) (*pbr
 // one that did not is retried, at most maxWriteAttempts times. A compare
 // that failed is looked at again: the caller's fails the write, naming
 // it; a namespace that is gone fails it as the first check would have.
-func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch bool, compares []*pbresource.Compare) ([]*pbresource.Resource, error) {
+//
+// A batch's status entries (statuses, nil for none) are planned after its
+// members, in each attempt, as WriteStatus plans them (allowed once, on
+// the first read), and written in the same step; any refusal fails the
+// batch, and an entry that would not change its status is compared
+// instead, like an unchanged member. The resources come back in the
+// order of cands, then of the entries.
+func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch bool, compares []*pbresource.Compare, statuses *batchStatusEntries) ([]*pbresource.Resource, error) {
 	order, err := planOrder(cands)
 	if err != nil {
 		return nil, err
@@ -390,7 +397,11 @@ func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch boo
 		idList[i] = c.res.GetId()
 	}
 	nsChecks := namespaceCompares(idList)
-	results := make([]*pbresource.Resource, len(cands))
+	var entries []*statusEntry
+	if statuses != nil {
+		entries = statuses.entries
+	}
+	results := make([]*pbresource.Resource, len(cands)+len(entries))
 	consistency := storage.EventualConsistency
 	for attempt := range maxWriteAttempts {
 		plans := make([]writePlan, len(cands))
@@ -420,6 +431,22 @@ func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch boo
 			}
 			writes = append(writes, p.write)
 			members = append(members, i)
+		}
+		for j, e := range entries {
+			p, err := s.planStatusWithRead(ctx, consistency, statuses.a, e)
+			if err != nil {
+				return nil, withPrefix(statusMemberField(j), err)
+			}
+			switch {
+			case p.refusal != nil:
+				return nil, withPrefix(statusMemberField(j), p.refusal)
+			case p.write == nil:
+				results[len(cands)+j] = p.stored
+				checks = append(checks, &pbresource.Compare{Op: pbresource.Compare_OP_VERSION, Id: p.stored.GetId(), Version: p.stored.GetVersion()})
+			default:
+				writes = append(writes, p.write)
+				members = append(members, len(cands)+j)
+			}
 		}
 		switch {
 		case len(writes) == 0 && len(compares) == 0:

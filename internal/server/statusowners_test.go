@@ -29,7 +29,8 @@ import (
 // TestForgedStatusKeysAreRefused walks the registry of a server with every
 // module: for every type and every status key it declares, a write of
 // that key over the public port by anyone but its owner is refused, one
-// write or a batch, and writes nothing: a plain client with no identity,
+// write, a batch of statuses or a status entry of a WriteBatch, and writes
+// nothing: a plain client with no identity,
 // the agent of another instance (by its own, valid, session), a claim to
 // be the owning agent with a wrong session or another agent's. A PUT over
 // HTTP carrying the key does not write it either. The owning agent, by
@@ -136,6 +137,17 @@ func TestForgedStatusKeysAreRefused(t *testing.T) {
 					_, err = resource.StatusResult(resp.GetResults()[0])
 				}
 				requirePermissionDenied(t, what+" (WriteStatuses)", err, `status key "`+key+`"`, "only by its owner")
+				// As a status entry of a batch that writes a task too:
+				// the batch is refused whole.
+				taskData, _ := anypb.New(&pborch.Task{TaskDefinition: "web:1", Instance: owner.name, StartedBy: "test"})
+				_, err = c.WriteBatch(f.ctx, &pbresource.WriteBatchRequest{
+					Resources: []*pbresource.Resource{{Id: orchestrator.TaskID("default", "forged-batch"), Data: taskData}},
+					Statuses:  []*pbresource.WriteStatusRequest{req},
+				})
+				requirePermissionDenied(t, what+" (WriteBatch)", err, `status key "`+key+`"`, "only by its owner")
+				if _, err := srv.API().Read(resource.FromOperations(ctx), &pbresource.ReadRequest{Id: orchestrator.TaskID("default", "forged-batch")}); status.Code(err) != codes.NotFound {
+					t.Fatalf("%s: the refused batch wrote its task: %v", what, err)
+				}
 				if hasForged(id, key) {
 					t.Fatalf("%s: written", what)
 				}

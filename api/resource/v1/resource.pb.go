@@ -861,9 +861,17 @@ func (x *WriteResponse) GetResource() *Resource {
 // Its compares are checked in the same atomic step, on the state before the
 // writes: when one does not hold, nothing is written (etcd's Txn compares).
 type WriteBatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Resources     []*Resource            `protobuf:"bytes,1,rep,name=resources,proto3" json:"resources,omitempty"`
-	Compares      []*Compare             `protobuf:"bytes,2,rep,name=compares,proto3" json:"compares,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Resources []*Resource            `protobuf:"bytes,1,rep,name=resources,proto3" json:"resources,omitempty"`
+	Compares  []*Compare             `protobuf:"bytes,2,rep,name=compares,proto3" json:"compares,omitempty"`
+	// statuses are status entries written in the same atomic step, each
+	// checked and allowed as WriteStatus would (a declared key by its owner
+	// alone; a version makes it a CAS). Any refusal, or a version that does
+	// not hold, fails the whole batch. A resource the batch writes cannot
+	// take a status entry too. A controller writes the plan it applies and
+	// the status that follows from it in one commit this way. The HTTP
+	// API's /v1/batch carries none.
+	Statuses      []*WriteStatusRequest `protobuf:"bytes,3,rep,name=statuses,proto3" json:"statuses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -908,6 +916,13 @@ func (x *WriteBatchRequest) GetResources() []*Resource {
 func (x *WriteBatchRequest) GetCompares() []*Compare {
 	if x != nil {
 		return x.Compares
+	}
+	return nil
+}
+
+func (x *WriteBatchRequest) GetStatuses() []*WriteStatusRequest {
+	if x != nil {
+		return x.Statuses
 	}
 	return nil
 }
@@ -975,8 +990,11 @@ func (x *Compare) GetVersion() string {
 }
 
 type WriteBatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Resources     []*Resource            `protobuf:"bytes,1,rep,name=resources,proto3" json:"resources,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Resources []*Resource            `protobuf:"bytes,1,rep,name=resources,proto3" json:"resources,omitempty"`
+	// statuses has, for each of the request's statuses in its order, the
+	// resource as the entry left it.
+	Statuses      []*Resource `protobuf:"bytes,2,rep,name=statuses,proto3" json:"statuses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1014,6 +1032,13 @@ func (*WriteBatchResponse) Descriptor() ([]byte, []int) {
 func (x *WriteBatchResponse) GetResources() []*Resource {
 	if x != nil {
 		return x.Resources
+	}
+	return nil
+}
+
+func (x *WriteBatchResponse) GetStatuses() []*Resource {
+	if x != nil {
+		return x.Statuses
 	}
 	return nil
 }
@@ -1773,10 +1798,11 @@ const file_api_resource_v1_resource_proto_rawDesc = "" +
 	"\fWriteRequest\x129\n" +
 	"\bresource\x18\x01 \x01(\v2\x1d.trellis.resource.v1.ResourceR\bresource\"J\n" +
 	"\rWriteResponse\x129\n" +
-	"\bresource\x18\x01 \x01(\v2\x1d.trellis.resource.v1.ResourceR\bresource\"\x8a\x01\n" +
+	"\bresource\x18\x01 \x01(\v2\x1d.trellis.resource.v1.ResourceR\bresource\"\xcf\x01\n" +
 	"\x11WriteBatchRequest\x12;\n" +
 	"\tresources\x18\x01 \x03(\v2\x1d.trellis.resource.v1.ResourceR\tresources\x128\n" +
-	"\bcompares\x18\x02 \x03(\v2\x1c.trellis.resource.v1.CompareR\bcompares\"\xdb\x01\n" +
+	"\bcompares\x18\x02 \x03(\v2\x1c.trellis.resource.v1.CompareR\bcompares\x12C\n" +
+	"\bstatuses\x18\x03 \x03(\v2'.trellis.resource.v1.WriteStatusRequestR\bstatuses\"\xdb\x01\n" +
 	"\aCompare\x12/\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x1f.trellis.resource.v1.Compare.OpR\x02op\x12'\n" +
 	"\x02id\x18\x02 \x01(\v2\x17.trellis.resource.v1.IDR\x02id\x12\x18\n" +
@@ -1787,9 +1813,10 @@ const file_api_resource_v1_resource_proto_rawDesc = "" +
 	"OP_VERSION\x10\x01\x12\r\n" +
 	"\tOP_ABSENT\x10\x02\x12\r\n" +
 	"\tOP_EXISTS\x10\x03\x12\x14\n" +
-	"\x10OP_NOTHING_NEWER\x10\x04\"Q\n" +
+	"\x10OP_NOTHING_NEWER\x10\x04\"\x8c\x01\n" +
 	"\x12WriteBatchResponse\x12;\n" +
-	"\tresources\x18\x01 \x03(\v2\x1d.trellis.resource.v1.ResourceR\tresources\"\x9e\x01\n" +
+	"\tresources\x18\x01 \x03(\v2\x1d.trellis.resource.v1.ResourceR\tresources\x129\n" +
+	"\bstatuses\x18\x02 \x03(\v2\x1d.trellis.resource.v1.ResourceR\bstatuses\"\x9e\x01\n" +
 	"\x12WriteStatusRequest\x12'\n" +
 	"\x02id\x18\x01 \x01(\v2\x17.trellis.resource.v1.IDR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x10\n" +
@@ -1923,49 +1950,51 @@ var file_api_resource_v1_resource_proto_depIdxs = []int32{
 	6,  // 16: trellis.resource.v1.WriteResponse.resource:type_name -> trellis.resource.v1.Resource
 	6,  // 17: trellis.resource.v1.WriteBatchRequest.resources:type_name -> trellis.resource.v1.Resource
 	15, // 18: trellis.resource.v1.WriteBatchRequest.compares:type_name -> trellis.resource.v1.Compare
-	2,  // 19: trellis.resource.v1.Compare.op:type_name -> trellis.resource.v1.Compare.Op
-	5,  // 20: trellis.resource.v1.Compare.id:type_name -> trellis.resource.v1.ID
-	6,  // 21: trellis.resource.v1.WriteBatchResponse.resources:type_name -> trellis.resource.v1.Resource
-	5,  // 22: trellis.resource.v1.WriteStatusRequest.id:type_name -> trellis.resource.v1.ID
-	7,  // 23: trellis.resource.v1.WriteStatusRequest.status:type_name -> trellis.resource.v1.Status
-	6,  // 24: trellis.resource.v1.WriteStatusResponse.resource:type_name -> trellis.resource.v1.Resource
-	17, // 25: trellis.resource.v1.WriteStatusesRequest.statuses:type_name -> trellis.resource.v1.WriteStatusRequest
-	32, // 26: trellis.resource.v1.WriteStatusesRequest.follows:type_name -> trellis.resource.v1.WriteStatusesRequest.FollowsEntry
-	21, // 27: trellis.resource.v1.WriteStatusesResponse.results:type_name -> trellis.resource.v1.WriteStatusResult
-	6,  // 28: trellis.resource.v1.WriteStatusResult.resource:type_name -> trellis.resource.v1.Resource
-	22, // 29: trellis.resource.v1.WriteStatusResult.error:type_name -> trellis.resource.v1.MemberError
-	3,  // 30: trellis.resource.v1.ListRequest.type:type_name -> trellis.resource.v1.Type
-	4,  // 31: trellis.resource.v1.ListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
-	6,  // 32: trellis.resource.v1.ListResponse.resources:type_name -> trellis.resource.v1.Resource
-	5,  // 33: trellis.resource.v1.ListByOwnerRequest.owner:type_name -> trellis.resource.v1.ID
-	6,  // 34: trellis.resource.v1.ListByOwnerResponse.resources:type_name -> trellis.resource.v1.Resource
-	5,  // 35: trellis.resource.v1.DeleteRequest.id:type_name -> trellis.resource.v1.ID
-	3,  // 36: trellis.resource.v1.WatchListRequest.type:type_name -> trellis.resource.v1.Type
-	4,  // 37: trellis.resource.v1.WatchListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
-	7,  // 38: trellis.resource.v1.Resource.StatusEntry.value:type_name -> trellis.resource.v1.Status
-	10, // 39: trellis.resource.v1.ResourceService.Read:input_type -> trellis.resource.v1.ReadRequest
-	12, // 40: trellis.resource.v1.ResourceService.Write:input_type -> trellis.resource.v1.WriteRequest
-	14, // 41: trellis.resource.v1.ResourceService.WriteBatch:input_type -> trellis.resource.v1.WriteBatchRequest
-	17, // 42: trellis.resource.v1.ResourceService.WriteStatus:input_type -> trellis.resource.v1.WriteStatusRequest
-	19, // 43: trellis.resource.v1.ResourceService.WriteStatuses:input_type -> trellis.resource.v1.WriteStatusesRequest
-	23, // 44: trellis.resource.v1.ResourceService.List:input_type -> trellis.resource.v1.ListRequest
-	25, // 45: trellis.resource.v1.ResourceService.ListByOwner:input_type -> trellis.resource.v1.ListByOwnerRequest
-	27, // 46: trellis.resource.v1.ResourceService.Delete:input_type -> trellis.resource.v1.DeleteRequest
-	29, // 47: trellis.resource.v1.ResourceService.WatchList:input_type -> trellis.resource.v1.WatchListRequest
-	11, // 48: trellis.resource.v1.ResourceService.Read:output_type -> trellis.resource.v1.ReadResponse
-	13, // 49: trellis.resource.v1.ResourceService.Write:output_type -> trellis.resource.v1.WriteResponse
-	16, // 50: trellis.resource.v1.ResourceService.WriteBatch:output_type -> trellis.resource.v1.WriteBatchResponse
-	18, // 51: trellis.resource.v1.ResourceService.WriteStatus:output_type -> trellis.resource.v1.WriteStatusResponse
-	20, // 52: trellis.resource.v1.ResourceService.WriteStatuses:output_type -> trellis.resource.v1.WriteStatusesResponse
-	24, // 53: trellis.resource.v1.ResourceService.List:output_type -> trellis.resource.v1.ListResponse
-	26, // 54: trellis.resource.v1.ResourceService.ListByOwner:output_type -> trellis.resource.v1.ListByOwnerResponse
-	28, // 55: trellis.resource.v1.ResourceService.Delete:output_type -> trellis.resource.v1.DeleteResponse
-	9,  // 56: trellis.resource.v1.ResourceService.WatchList:output_type -> trellis.resource.v1.WatchEvent
-	48, // [48:57] is the sub-list for method output_type
-	39, // [39:48] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	17, // 19: trellis.resource.v1.WriteBatchRequest.statuses:type_name -> trellis.resource.v1.WriteStatusRequest
+	2,  // 20: trellis.resource.v1.Compare.op:type_name -> trellis.resource.v1.Compare.Op
+	5,  // 21: trellis.resource.v1.Compare.id:type_name -> trellis.resource.v1.ID
+	6,  // 22: trellis.resource.v1.WriteBatchResponse.resources:type_name -> trellis.resource.v1.Resource
+	6,  // 23: trellis.resource.v1.WriteBatchResponse.statuses:type_name -> trellis.resource.v1.Resource
+	5,  // 24: trellis.resource.v1.WriteStatusRequest.id:type_name -> trellis.resource.v1.ID
+	7,  // 25: trellis.resource.v1.WriteStatusRequest.status:type_name -> trellis.resource.v1.Status
+	6,  // 26: trellis.resource.v1.WriteStatusResponse.resource:type_name -> trellis.resource.v1.Resource
+	17, // 27: trellis.resource.v1.WriteStatusesRequest.statuses:type_name -> trellis.resource.v1.WriteStatusRequest
+	32, // 28: trellis.resource.v1.WriteStatusesRequest.follows:type_name -> trellis.resource.v1.WriteStatusesRequest.FollowsEntry
+	21, // 29: trellis.resource.v1.WriteStatusesResponse.results:type_name -> trellis.resource.v1.WriteStatusResult
+	6,  // 30: trellis.resource.v1.WriteStatusResult.resource:type_name -> trellis.resource.v1.Resource
+	22, // 31: trellis.resource.v1.WriteStatusResult.error:type_name -> trellis.resource.v1.MemberError
+	3,  // 32: trellis.resource.v1.ListRequest.type:type_name -> trellis.resource.v1.Type
+	4,  // 33: trellis.resource.v1.ListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
+	6,  // 34: trellis.resource.v1.ListResponse.resources:type_name -> trellis.resource.v1.Resource
+	5,  // 35: trellis.resource.v1.ListByOwnerRequest.owner:type_name -> trellis.resource.v1.ID
+	6,  // 36: trellis.resource.v1.ListByOwnerResponse.resources:type_name -> trellis.resource.v1.Resource
+	5,  // 37: trellis.resource.v1.DeleteRequest.id:type_name -> trellis.resource.v1.ID
+	3,  // 38: trellis.resource.v1.WatchListRequest.type:type_name -> trellis.resource.v1.Type
+	4,  // 39: trellis.resource.v1.WatchListRequest.tenancy:type_name -> trellis.resource.v1.Tenancy
+	7,  // 40: trellis.resource.v1.Resource.StatusEntry.value:type_name -> trellis.resource.v1.Status
+	10, // 41: trellis.resource.v1.ResourceService.Read:input_type -> trellis.resource.v1.ReadRequest
+	12, // 42: trellis.resource.v1.ResourceService.Write:input_type -> trellis.resource.v1.WriteRequest
+	14, // 43: trellis.resource.v1.ResourceService.WriteBatch:input_type -> trellis.resource.v1.WriteBatchRequest
+	17, // 44: trellis.resource.v1.ResourceService.WriteStatus:input_type -> trellis.resource.v1.WriteStatusRequest
+	19, // 45: trellis.resource.v1.ResourceService.WriteStatuses:input_type -> trellis.resource.v1.WriteStatusesRequest
+	23, // 46: trellis.resource.v1.ResourceService.List:input_type -> trellis.resource.v1.ListRequest
+	25, // 47: trellis.resource.v1.ResourceService.ListByOwner:input_type -> trellis.resource.v1.ListByOwnerRequest
+	27, // 48: trellis.resource.v1.ResourceService.Delete:input_type -> trellis.resource.v1.DeleteRequest
+	29, // 49: trellis.resource.v1.ResourceService.WatchList:input_type -> trellis.resource.v1.WatchListRequest
+	11, // 50: trellis.resource.v1.ResourceService.Read:output_type -> trellis.resource.v1.ReadResponse
+	13, // 51: trellis.resource.v1.ResourceService.Write:output_type -> trellis.resource.v1.WriteResponse
+	16, // 52: trellis.resource.v1.ResourceService.WriteBatch:output_type -> trellis.resource.v1.WriteBatchResponse
+	18, // 53: trellis.resource.v1.ResourceService.WriteStatus:output_type -> trellis.resource.v1.WriteStatusResponse
+	20, // 54: trellis.resource.v1.ResourceService.WriteStatuses:output_type -> trellis.resource.v1.WriteStatusesResponse
+	24, // 55: trellis.resource.v1.ResourceService.List:output_type -> trellis.resource.v1.ListResponse
+	26, // 56: trellis.resource.v1.ResourceService.ListByOwner:output_type -> trellis.resource.v1.ListByOwnerResponse
+	28, // 57: trellis.resource.v1.ResourceService.Delete:output_type -> trellis.resource.v1.DeleteResponse
+	9,  // 58: trellis.resource.v1.ResourceService.WatchList:output_type -> trellis.resource.v1.WatchEvent
+	50, // [50:59] is the sub-list for method output_type
+	41, // [41:50] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_api_resource_v1_resource_proto_init() }

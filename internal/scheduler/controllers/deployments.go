@@ -69,13 +69,13 @@ func (r *reconciler) promote(ctx context.Context, st *envState, now time.Time) (
 // planWrites are the writes of a plan: the stops (CAS on the task read)
 // and the placements (create-only, under names keyed by environment and
 // instance), with the monitor deployments that account for placements
-// made while no user deployment runs, and the first progress reports of
-// those, written once they are.
-func (r *reconciler) planWrites(st *envState, plan scheduler.Plan, target scheduler.Target, active *scheduler.StoredDeployment, number int64, now time.Time) ([]*pbresource.Resource, []*pbresource.WriteStatusRequest, error) {
+// made while no user deployment runs. A monitor is created in progress
+// (scheduler.MergeDeployment); the next run, which its tasks bring,
+// reports how far it is.
+func (r *reconciler) planWrites(st *envState, plan scheduler.Plan, target scheduler.Target, active *scheduler.StoredDeployment, number int64, now time.Time) ([]*pbresource.Resource, error) {
 	if len(plan.Places) == 0 && len(plan.Stops) == 0 {
-		return nil, nil, nil
+		return nil, nil
 	}
-	var reports []*pbresource.WriteStatusRequest
 	ns, env := st.res.GetId().GetTenancy().GetNamespace(), st.res.GetId().GetName()
 	var writes []*pbresource.Resource
 	byName := map[string]*storedTask{}
@@ -91,7 +91,7 @@ func (r *reconciler) planWrites(st *envState, plan scheduler.Plan, target schedu
 		}
 		w, err := scheduler.WithData(t.res, next)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		writes = append(writes, w)
 	}
@@ -113,28 +113,19 @@ func (r *reconciler) planWrites(st *envState, plan scheduler.Plan, target schedu
 			}
 			id, err := scheduler.NewDeploymentID(now)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
-			// Created in progress (scheduler.MergeDeployment), with its
-			// count reported once its tasks are written.
 			d := &pbscheduler.Deployment{
 				Environment: env, Version: target.Version, VersionNumber: number, TaskDefinition: target.TaskDefinition,
 				Type: typ, CreatedAt: timestamppb.New(now),
 			}
 			res, err := scheduler.NewResource(scheduler.DeploymentID(ns, id), st.res.GetId(), d)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			res.Version = resource.CreateOnly
 			writes = append(writes, res)
 			depOf[repair] = id
-			started := scheduler.MergeDeployment(d, nil)
-			started.Total, started.BatchSize = int32(counts[repair]), int32(plan.BatchSize)
-			report, err := scheduler.ReportProgress(&pbresource.Resource{Id: res.GetId(), Generation: 1}, started)
-			if err != nil {
-				return nil, nil, err
-			}
-			reports = append(reports, report)
 		}
 	}
 	for _, p := range plan.Places {
@@ -151,12 +142,12 @@ func (r *reconciler) planWrites(st *envState, plan scheduler.Plan, target schedu
 		}
 		res, err := scheduler.NewResource(orchestrator.TaskID(ns, scheduler.TaskName(env, p.Instance, p.Seq)), st.res.GetId(), t)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		res.Version = resource.CreateOnly
 		writes = append(writes, res)
 	}
-	return writes, reports, nil
+	return writes, nil
 }
 
 // progress returns the progress reports that update the in-progress
@@ -198,7 +189,8 @@ func (r *reconciler) progress(st *envState, plan scheduler.Plan, views []schedul
 			next.LastProgressAt = timestamppb.New(now)
 		}
 		next.Total, next.Complete, next.Failed, next.Blocked, next.Instances = int32(pr.Total), int32(pr.Complete), int32(pr.Failed), int32(pr.Blocked), pr.Instances
-		if d.Data.GetType() == scheduler.DeploymentUser {
+		if d.Data.GetType() == scheduler.DeploymentUser || next.BatchSize == 0 {
+			// A monitor's is the batch size of the run that created it.
 			next.BatchSize = int32(plan.BatchSize)
 		}
 		if pr.Status != "" {

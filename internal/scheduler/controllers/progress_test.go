@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
+	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/scheduler"
 	"trellis.dev/trellis/internal/scheduler/controllers"
@@ -288,4 +290,81 @@ func TestProgressLeavesTheDeploymentsGenerationAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("stopped", id, 2, scheduler.StatusStopped)
+}
+
+// countingAPI counts the writes that reach the store, and the status
+// entries that ride in a WriteBatch.
+type countingAPI struct {
+	resource.API
+	mu                   sync.Mutex
+	writes, batchReports int
+}
+
+func (c *countingAPI) count(reports int) {
+	c.mu.Lock()
+	c.writes++
+	c.batchReports += reports
+	c.mu.Unlock()
+}
+
+func (c *countingAPI) Write(ctx context.Context, req *pbresource.WriteRequest) (*pbresource.WriteResponse, error) {
+	c.count(0)
+	return c.API.Write(ctx, req)
+}
+
+func (c *countingAPI) WriteBatch(ctx context.Context, req *pbresource.WriteBatchRequest) (*pbresource.WriteBatchResponse, error) {
+	c.count(len(req.GetStatuses()))
+	return c.API.WriteBatch(ctx, req)
+}
+
+func (c *countingAPI) WriteStatus(ctx context.Context, req *pbresource.WriteStatusRequest) (*pbresource.WriteStatusResponse, error) {
+	c.count(0)
+	return c.API.WriteStatus(ctx, req)
+}
+
+func (c *countingAPI) WriteStatuses(ctx context.Context, req *pbresource.WriteStatusesRequest) (*pbresource.WriteStatusesResponse, error) {
+	c.count(0)
+	return c.API.WriteStatuses(ctx, req)
+}
+
+// TestARunWritesOnce: through a rolling deployment, a run that places or
+// stops tasks writes them, the deployment's progress and the
+// environment's status in one write (the reports ride in the plan's
+// batch), as when the progress was the deployment's data; only the run
+// that starts the deployment writes twice (the start, then the plan).
+func TestARunWritesOnce(t *testing.T) {
+	h := schedulertest.New(t)
+	h.Fleet()
+	h.CreateLoggers("ls", 1)
+	h.Deploy("ls", "")
+	h.Settle("ls")
+	if _, err := h.Ops.UpdateEnvironment(h.Ctx, "default", "ls", operations.Spec{TaskDefinition: h.TaskDefinition("ls", 2)}); err != nil {
+		t.Fatal(err)
+	}
+	id := h.Deploy("ls", "")
+	api := &countingAPI{API: h.API}
+	ctl, err := controllers.Controller(controllers.Config{API: api, Now: h.Clock.Now, Cache: h.Cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for run := 0; ; run++ {
+		if run == 50 {
+			t.Fatal("the deployment does not complete")
+		}
+		api.writes = 0
+		var requeue *controller.RequeueAfterError
+		if err := ctl.Reconciler.Reconcile(h.Ctx, controller.Request{ID: scheduler.EnvironmentID("default", "ls")}); err != nil && !errors.As(err, &requeue) {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		if want := map[bool]int{true: 2, false: 1}[run == 0]; api.writes > want {
+			t.Fatalf("run %d wrote %d times, want at most %d", run, api.writes, want)
+		}
+		if h.Deployment("ls", id).GetStatus() == scheduler.StatusCompleted {
+			break
+		}
+		h.Agents()
+	}
+	if api.batchReports == 0 {
+		t.Fatal("no report rode in a plan's batch")
+	}
 }

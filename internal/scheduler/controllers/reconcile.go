@@ -98,7 +98,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 	matching := r.instances.matching(envKey(st.res.GetId()), st.status.GetDesiredVersion(), group)
 	unlock := r.lockPorts(target.Needs)
 	plan := scheduler.ComputePlan(target, matching.Relevant(views), views, now)
-	writes, started, err := r.planWrites(st, plan, target, active, ver.GetNumber(), now)
+	writes, err := r.planWrites(st, plan, target, active, ver.GetNumber(), now)
 	if err != nil {
 		unlock()
 		return err
@@ -108,24 +108,29 @@ func (r *reconciler) Reconcile(ctx context.Context, req controller.Request) erro
 		unlock()
 		return err
 	}
-	// The plan (and the deployments it creates) go first, the progress it
-	// makes and the environment's status after, in one batch of status
-	// writes: a run costs two commits, as when the progress was data and
-	// the status a write of its own, and progress is never reported for
-	// placements that failed.
-	err = r.writeAll(ctx, append(writes, rollbacks...))
+	// The status follows from the deployments as this run leaves them.
+	// The plan (with the deployments it creates), the progress it makes
+	// and the status go in one write, the reports as the status entries of
+	// the plan's last batch: a run costs one commit, not two, a batch of a
+	// rollout starts a round trip sooner, and the status is never stored
+	// without the progress it follows from.
+	next := scheduler.ReportStatus(st.status, after, st.versions)
+	next.Blocked = scheduler.BlockedOf(plan)
+	envReport, err := r.statusReport(st, next)
+	if err != nil {
+		unlock()
+		return err
+	}
+	if envReport != nil {
+		reports = append(reports, envReport)
+	}
+	out, err := r.writeAll(ctx, append(writes, rollbacks...), reports)
 	unlock()
 	if err != nil {
 		return err
 	}
-	// The status follows from the deployments as this run left them, and
-	// is written after their progress, in the same batch: a run that
-	// ends before leaves the status behind the deployments, and the next
-	// run's read catches up.
-	next := scheduler.ReportStatus(st.status, after, st.versions)
-	next.Blocked = scheduler.BlockedOf(plan)
-	if err := r.report(ctx, st, next, append(started, reports...)...); err != nil {
-		return err
+	if envReport != nil {
+		r.reported(st, next, out[len(out)-1])
 	}
 	if len(plan.Places) > 0 || len(plan.Stops) > 0 {
 		r.log.Debug("plan applied", "environment", st.res.GetId().GetName(), "places", len(plan.Places), "stops", len(plan.Stops))
@@ -223,45 +228,46 @@ func viewsOf(tasks []*storedTask) []scheduler.TaskView {
 }
 
 // report writes the environment's status when next differs from what is
-// stored, or the generation it acted on moved, after the deployments'
-// progress reports (scheduler.ReportProgress), all in one WriteStatuses
-// (writeStatuses). The environment's is not a compare-and-swap: the
-// controller alone writes its key, so a user's change of the environment
-// meanwhile is no reason to fail; the uid keeps it from reporting on a
-// re-created environment. A deployment's is, on the deployment read: a
-// user's stop since fails it, and with it the environment's, and the next
-// run decides on the stop.
-func (r *reconciler) report(ctx context.Context, st *envState, next *pbscheduler.EnvironmentStatus, progress ...*pbresource.WriteStatusRequest) error {
-	gen := st.res.GetGeneration()
-	reports := progress
-	stored := st.res.GetStatus()[scheduler.StatusKey]
-	changed := stored == nil || stored.GetObservedGeneration() != gen || !proto.Equal(next, st.reported)
-	if changed {
-		data, err := anypb.New(next)
-		if err != nil {
-			return err
-		}
-		reports = append(reports, &pbresource.WriteStatusRequest{
-			Id: st.res.GetId(), Key: scheduler.StatusKey,
-			Status: &pbresource.Status{ObservedGeneration: gen, Data: data},
-		})
+// stored, or the generation it acted on moved (statusReport).
+func (r *reconciler) report(ctx context.Context, st *envState, next *pbscheduler.EnvironmentStatus) error {
+	req, err := r.statusReport(st, next)
+	if req == nil || err != nil {
+		return err
 	}
-	if len(reports) == 0 {
-		return nil
-	}
-	out, err := r.writeStatuses(ctx, reports)
+	out, err := r.writeStatuses(ctx, []*pbresource.WriteStatusRequest{req})
 	if err != nil {
 		return fmt.Errorf("reporting the status of environment %s: %w", st.res.GetId().GetName(), err)
 	}
-	if !changed {
-		return nil
+	r.reported(st, next, out[0])
+	return nil
+}
+
+// statusReport is the write of the environment's status next, nil when
+// it is what is stored for the generation read. It is not a
+// compare-and-swap: the controller alone writes its key, so a user's
+// change of the environment meanwhile is no reason to fail; the uid keeps
+// it from reporting on a re-created environment.
+func (r *reconciler) statusReport(st *envState, next *pbscheduler.EnvironmentStatus) (*pbresource.WriteStatusRequest, error) {
+	gen := st.res.GetGeneration()
+	if stored := st.res.GetStatus()[scheduler.StatusKey]; stored != nil && stored.GetObservedGeneration() == gen && proto.Equal(next, st.reported) {
+		return nil, nil
 	}
+	data, err := anypb.New(next)
+	if err != nil {
+		return nil, err
+	}
+	return &pbresource.WriteStatusRequest{Id: st.res.GetId(), Key: scheduler.StatusKey,
+		Status: &pbresource.Status{ObservedGeneration: gen, Data: data}}, nil
+}
+
+// reported follows a status report that was stored: out is the
+// environment as it left it.
+func (r *reconciler) reported(st *envState, next *pbscheduler.EnvironmentStatus, out *pbresource.Resource) {
 	// The instances it is blocked on are filed at once (blockedOn), not
 	// when the watch brings the status: a task freeing a port there
 	// meanwhile runs the environment again.
-	r.cache.Apply(controller.Event{Resource: out[len(out)-1]})
+	r.cache.Apply(controller.Event{Resource: out})
 	if next.GetStatus() != st.reported.GetStatus() || next.GetActiveDeployment() != st.reported.GetActiveDeployment() || next.GetHealth() != st.reported.GetHealth() {
 		r.log.Debug("environment status", "environment", st.res.GetId().GetName(), "status", next.GetStatus(), "health", next.GetHealth(), "active_deployment", next.GetActiveDeployment())
 	}
-	return nil
 }

@@ -62,10 +62,7 @@ func (r *reconciler) teardown(ctx context.Context, st *envState) error {
 		writes = append(writes, w)
 	}
 	if len(writes) > 0 || len(reports) > 0 {
-		if err := r.writeAll(ctx, writes); err != nil {
-			return err
-		}
-		_, err := r.writeStatuses(ctx, reports)
+		_, err := r.writeAll(ctx, writes, reports)
 		return err
 	}
 	if waiting > 0 {
