@@ -35,6 +35,7 @@ type tryIt struct {
 
 var tryIts = map[string]tryIt{
 	"orchestrator.md: Try it on one machine": {},
+	"ca.md: Try it":                          {tools: []string{"openssl", "jq", "curl", "grpcurl"}},
 	"networking.md: Try it": {
 		cni: true, docker: true, tools: []string{"go", "nsenter", "curl", "sed", "cut", "tee"},
 		cleanup: "docker rmi -f netdemo:1 >/dev/null 2>&1; rm -rf /tmp/netdemo",
@@ -51,7 +52,10 @@ var tryIts = map[string]tryIt{
 // ...`) is the reader's first terminal: the test starts the freshly built
 // binary with those flags, on free ports and a bridge of its own, waits
 // for its instances to be ready (as a reader switching terminals does),
-// and points the rest at it with TRELLIS_ADDR. The other blocks are the
+// and points the rest at it: TRELLIS_ADDR for the CLI, and the defaults
+// the docs name for curl and grpcurl (localhost:7700, 127.0.0.1:7701) are
+// replaced by its addresses, so that a dev a reader runs on this machine
+// is never in the way. The other blocks are the
 // second terminal: one shell, so that a variable set in one block is there
 // in the next, run from a directory that stands for the repository's root
 // (bin/trellis is the binary built here). One dev serves every section of
@@ -83,11 +87,13 @@ func TestDocsTryIt(t *testing.T) {
 		if len(sections) == 0 {
 			continue
 		}
+		for _, sec := range sections {
+			seen[name+": "+sec.Title] = true
+		}
 		t.Run(name, func(t *testing.T) {
 			devs := map[string]*docDev{}
 			for _, sec := range sections {
 				key := name + ": " + sec.Title
-				seen[key] = true
 				spec, ok := tryIts[key]
 				if !ok {
 					t.Errorf("docs/%s:%d: %q is not in tryIts: say there what it needs", name, sec.Line, sec.Title)
@@ -129,6 +135,7 @@ func runTryIt(t *testing.T, bin, doc string, sec markdown.Section, spec tryIt, d
 		fmt.Fprintf(&script, "# docs/%s:%d\n%s", doc, sec.Line+b.Line, b.Body)
 	}
 	env := os.Environ()
+	run := script.String()
 	if isDev {
 		key := strings.Join(devFlags, " ")
 		d := devs[key]
@@ -137,6 +144,9 @@ func runTryIt(t *testing.T, bin, doc string, sec markdown.Section, spec tryIt, d
 			devs[key] = d
 		}
 		env = append(env, "TRELLIS_ADDR="+d.addr)
+		httpHost := strings.TrimPrefix(d.addr, "http://")
+		run = strings.NewReplacer("localhost:7700", httpHost, "127.0.0.1:7700", httpHost,
+			"localhost:7701", d.grpcAddr, "127.0.0.1:7701", d.grpcAddr).Replace(run)
 	}
 	if spec.cleanup != "" {
 		runCleanup(t, spec.cleanup)
@@ -151,7 +161,7 @@ func runTryIt(t *testing.T, bin, doc string, sec markdown.Section, spec tryIt, d
 		t.Fatal(err)
 	}
 	env = append(env, "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
-	out, err := runShell(t.Context(), root, env, script.String(), 5*time.Minute)
+	out, err := runShell(t.Context(), root, env, run, 5*time.Minute)
 	if testing.Verbose() && err == nil {
 		t.Logf("docs/%s, %q:\n%s", doc, sec.Title, out)
 	}
@@ -185,7 +195,7 @@ func requireTryIt(t *testing.T, spec tryIt) {
 	}
 	for _, tool := range spec.tools {
 		if _, err := exec.LookPath(tool); err != nil {
-			missing(ci, fmt.Sprintf("needs %s, which is not on PATH", tool))
+			missing(ci, fmt.Sprintf("needs %s, which is not on PATH (.ci/run installs what the sections call)", tool))
 		}
 	}
 	if spec.docker {
@@ -237,8 +247,9 @@ func devCommand(body string) (flags []string, ok bool, err error) {
 
 // docDev is a trellis dev started for the docs.
 type docDev struct {
-	addr    string
-	logPath string
+	addr     string // the HTTP API's URL
+	grpcAddr string // the gRPC API's host:port
+	logPath  string
 }
 
 // startDocDev starts trellis dev with flags, on free ports and a bridge
@@ -283,13 +294,14 @@ func startDocDev(t *testing.T, bin string, flags []string) *docDev {
 			_ = exec.Command("ip", "link", "del", bridge).Run()
 		}
 	})
-	// The banner names the HTTP API's address: "  HTTP API:  http://...".
+	// The banner names the addresses: "  HTTP API:  http://..." and
+	// "  gRPC API:  host:port".
 	d := &docDev{logPath: logPath}
-	banner := regexp.MustCompile(`(?m)^\s*HTTP API:\s+(http://\S+)$`)
+	banner := regexp.MustCompile(`(?m)^\s*HTTP API:\s+(http://\S+)\n\s*gRPC API:\s+(\S+)$`)
 	err = testcluster.WaitFor(t.Context(), 2*time.Minute, func() bool {
 		log, _ := os.ReadFile(logPath)
 		if m := banner.FindSubmatch(log); m != nil {
-			d.addr = string(m[1])
+			d.addr, d.grpcAddr = string(m[1]), string(m[2])
 			return true
 		}
 		select {
