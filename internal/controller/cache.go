@@ -35,8 +35,9 @@ import (
 //     the cache holds part of the list; while this server does not lead it
 //     is empty (the Manager empties it when a term ends, to free it).
 //   - It lags the store: a reconciler's own write is not in it until the
-//     watch brings it back, and a request mapped by a resync (a list from
-//     the store) may name a change the cache has not seen yet. Writes must
+//     watch brings it back, unless the reconciler writes through
+//     SeeingWrites, and a request mapped by a resync (a list from the
+//     store) may name a change the cache has not seen yet. Writes must
 //     therefore stay compare-and-swap on the version read: a stale read
 //     fails its write, and the retry reads again.
 //
@@ -474,13 +475,13 @@ func (c *Cache) MarkSynced(typ *pbresource.Type) {
 // replaces what is cached under its name, a delete removes it when it is
 // the same incarnation. An upsert of the same incarnation at an older
 // version than the cached one is ignored, so that the cache never goes
-// back. The Manager's watches call it for every event before mapping it; a
-// test harness that drives a controller's mappers by hand calls it the
-// same way. A reconciler may also Apply the store's answer to its own
-// write, so that its next run sees the write before the watch brings it
-// back: an upsert is never rolled back by an older one still on its way,
-// but a deletion applied by hand may be, for a moment, until the watch
-// brings the deletion too.
+// back, and so is one at the same version: it is a repeat (the store
+// gives every write a new version), such as the watch bringing back a
+// write the cache already has from SeeingWrites, and it is neither
+// decoded, filed nor derived again, nor moves the revision. The Manager's
+// watches call it for every event before mapping it; a test harness that
+// drives a controller's mappers by hand calls it the same way. A
+// controller's own writes reach it through SeeingWrites.
 func (c *Cache) Apply(ev Event) {
 	id := ev.Resource.GetId()
 	if id == nil {
@@ -575,6 +576,10 @@ func (tc *typeCache) indexOf(name string) int {
 
 func (tc *typeCache) apply(ev Event) {
 	k := slotOf(ev.Resource.GetId())
+	if !ev.Deleted && tc.hasCurrent(k, ev.Resource) {
+		// Nothing new: not worth decoding and deriving to throw away.
+		return
+	}
 	var o *Object
 	if !ev.Deleted {
 		// Decoded, filed and derived outside the lock: readers are not
@@ -601,7 +606,7 @@ func (tc *typeCache) apply(ev Event) {
 		if !sameIncarnation {
 			return
 		}
-	} else if sameIncarnation && olderVersion(ev.Resource.GetVersion(), old.Resource.GetVersion()) {
+	} else if sameIncarnation && !newerVersion(ev.Resource.GetVersion(), old.Resource.GetVersion()) {
 		return
 	}
 	if old != nil && tc.checkReadOnly {
@@ -684,12 +689,25 @@ func newObject(res *pbresource.Resource) *Object {
 	return o
 }
 
-// olderVersion reports whether version a is older than b. Versions are
-// the store's decimal indexes; anything else is taken as not older.
-func olderVersion(a, b string) bool {
+// hasCurrent reports whether the cache holds res's incarnation at res's
+// version or a newer one, under the read lock: an upsert of res would
+// change nothing.
+func (tc *typeCache) hasCurrent(k slot, res *pbresource.Resource) bool {
+	tc.mu.RLock()
+	defer tc.mu.RUnlock()
+	old := tc.all.members[k]
+	return old != nil && old.Resource.GetId().GetUid() == res.GetId().GetUid() &&
+		!newerVersion(res.GetVersion(), old.Resource.GetVersion())
+}
+
+// newerVersion reports whether version a is newer than b. Versions are
+// the store's decimal indexes, a new one for every write; a version that
+// is not one is taken as newer, so that what cannot be compared is
+// applied.
+func newerVersion(a, b string) bool {
 	va, err1 := strconv.ParseUint(a, 10, 64)
 	vb, err2 := strconv.ParseUint(b, 10, 64)
-	return err1 == nil && err2 == nil && va < vb
+	return err1 != nil || err2 != nil || va > vb
 }
 
 // Cache implements Lookup: the Manager's cache, for the controller's

@@ -68,7 +68,9 @@ func TestCacheMatchesAModel(t *testing.T) {
 				value := rapid.SampledFrom([]string{"x", "y", ""}).Draw(rt, "value")
 				owner := rapid.SampledFrom([]string{"", "d1", "d2"}).Draw(rt, "owner")
 				c.Apply(controller.Event{Resource: stored(t, taskType, name, uid, version, value, owners[owner])})
-				if m, ok := model[name]; !ok || m.uid != uid || m.version <= version {
+				// The same version of the same incarnation is a repeat
+				// (the store never writes two things under one version).
+				if m, ok := model[name]; !ok || m.uid != uid || m.version < version {
 					model[name] = modelEntry{uid: uid, version: version, value: value, owner: owner}
 					applied = true
 				}
