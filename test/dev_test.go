@@ -118,8 +118,8 @@ type devProc struct {
 }
 
 // startDev starts dev with TMPDIR tmp and one instance, and waits for its
-// banner.
-func (h *devHost) startDev(t *testing.T, tmp string) *devProc {
+// banner; through the shell command wrap ("$@" is dev) when set.
+func (h *devHost) startDev(t *testing.T, tmp string, wrap ...string) *devProc {
 	t.Helper()
 	args := []string{"dev", "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-raft-addr", "127.0.0.1:0", "-log-level", "info"}
 	if h.bridge != "" {
@@ -130,6 +130,9 @@ func (h *devHost) startDev(t *testing.T, tmp string) *devProc {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(h.bin, args...)
+	if len(wrap) > 0 {
+		cmd = exec.Command("/bin/sh", append([]string{"-c", wrap[0], "sh", h.bin}, args...)...)
+	}
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
@@ -330,6 +333,24 @@ func TestDevLeavesNothingBehind(t *testing.T) {
 		// with EPIPE and raises SIGPIPE again.
 		d.out.Close()
 		d.signal(syscall.SIGPIPE)
+		d.waitExit()
+		h.checkGone(t, left)
+		noRunDirs(t, tmp)
+	})
+	t.Run("nohup", func(t *testing.T) {
+		// Started with SIGHUP ignored, as nohup does, dev outlives its
+		// terminal: the SIGHUP is dropped, the SIGINT after it stops dev.
+		tmp := devTemp(t)
+		d := h.startDev(t, tmp, `trap '' HUP; exec "$@"`)
+		e := d.e
+		e.register("sleeper.yaml", devSleeper)
+		left := devLeft{runs: []string{d.runDir()}, procs: e.trackPIDs(e.waitRunning(e.run("sleeper", "dev-1")))}
+		d.signal(syscall.SIGHUP)
+		d.signal(syscall.SIGINT)
+		d.waitOutput("that an interrupt stops it", regexp.MustCompile(`(hangup|interrupt): stopping every task`))
+		if strings.Contains(d.output(), "hangup: stopping") {
+			t.Errorf("dev started with SIGHUP ignored stopped on a SIGHUP")
+		}
 		d.waitExit()
 		h.checkGone(t, left)
 		noRunDirs(t, tmp)

@@ -164,6 +164,20 @@ func devConfig(f serverFlags) (server.Config, error) {
 // returns EPIPE instead, which nothing here treats as fatal.
 var devSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE}
 
+// notIgnored are the signals of sigs this process was not started with
+// ignored: `nohup trellis dev` must outlive its terminal, and a dev started
+// in the background by a script ignores SIGINT, yet Notify would undo
+// both.
+func notIgnored(sigs []os.Signal) []os.Signal {
+	var out []os.Signal
+	for _, s := range sigs {
+		if !signal.Ignored(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // runDev runs the dev server and its agents until ctx ends or one of
 // devSignals arrives. The agents stop before the server, so that their
 // last reports are stored. Without dataDir, before it starts it removes
@@ -172,7 +186,9 @@ var devSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sy
 // stopping rather than waiting out their stop timeouts; notes says so.
 func runDev(ctx context.Context, cfg server.Config, instances int, dataDir string, network *agent.NetworkConfig, log *slog.Logger, notes io.Writer, started func(s *server.Server, agentSockets []string)) error {
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, devSignals...)
+	if handled := notIgnored(devSignals); len(handled) > 0 { // none would mean all
+		signal.Notify(sigs, handled...)
+	}
 	defer signal.Stop(sigs)
 	s, err := server.New(cfg)
 	if err != nil {
