@@ -26,12 +26,23 @@
 //   - The watch gets a server-sized buffer (storage.ServerWatchBuffer): a
 //     burst of writes must not cut it off, which would end every
 //     subscriber's stream at once.
-//   - Streams never resume. A subscriber that falls behind (its buffer of
+//   - A subscription never resumes from an index; a stream resumes by
+//     difference. A subscriber that falls behind (its buffer of
 //     Config.Buffer events is full) is ended with ErrFellBehind, and every
 //     subscriber when the Fanout's own watch fails and lists again is ended
 //     with ErrRestarting; both are OutOfRange, and the subscriber opens a
-//     new stream, which starts with a fresh snapshot. One key's snapshot is
-//     small; resumable streams would need a per-key history.
+//     new stream, which starts from a fresh snapshot. A subscriber that
+//     says what it holds (the uid and version of each resource: Held) is
+//     sent only the Difference between that and the snapshot, which brings
+//     it to the snapshot exactly. Replaying from an index would need a
+//     per-key history the Fanout does not keep (and a server restarted or
+//     new to the subscriber never has); the difference needs only the
+//     snapshot, and is exact whatever happened meanwhile: a resource
+//     changed many times is sent once, one deleted and created again under
+//     the same name is a delete and an upsert (uids differ). At 5,000
+//     instances a burst of reconnects that each took a whole snapshot, and
+//     every task definition again, was load that made more agents fall
+//     behind.
 //   - Config.Suppress drops an update its subscribers already have (the
 //     agent's own task reports, which it knows from its write): echoing
 //     them would double what every subscriber receives. The index still

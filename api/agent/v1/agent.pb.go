@@ -46,7 +46,14 @@ type WatchTasksRequest struct {
 	// view of the tasks is older waits until it has caught up to it, for a
 	// short while, and otherwise fails the stream with UNAVAILABLE: the
 	// agent moves to another server rather than act on an older view.
-	MinIndex      uint64 `protobuf:"varint,3,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
+	MinIndex uint64 `protobuf:"varint,3,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
+	// resume, when set, is what the agent holds of the instance's tasks as
+	// of min_index: the stream then starts with only what differs from it
+	// (see WatchTasks). Unset: a whole snapshot. An agent that has not
+	// taken in a whole snapshot since it started holds nothing it can vouch
+	// for and leaves it unset. INVALID_ARGUMENT names the entry at fault: a
+	// task without a name or uid, more than 10,000 tasks or definitions.
+	Resume        *WatchTasksResume `protobuf:"bytes,4,opt,name=resume,proto3" json:"resume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -102,6 +109,127 @@ func (x *WatchTasksRequest) GetMinIndex() uint64 {
 	return 0
 }
 
+func (x *WatchTasksRequest) GetResume() *WatchTasksResume {
+	if x != nil {
+		return x.Resume
+	}
+	return nil
+}
+
+// WatchTasksResume is what an agent holds of its instance's tasks from
+// its earlier task streams (and its own reports' writes).
+type WatchTasksResume struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tasks are every task the agent holds, with the version it holds;
+	// their id's type is ignored (they are orchestrator/v1/Task).
+	Tasks []*HeldResource `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// definitions are task definitions (orchestrator/v1/TaskDefinition:
+	// tenancy and name) the agent holds; with with_definitions, the stream
+	// does not carry these. Any subset may be sent: a definition left out is
+	// carried again.
+	Definitions   []*v1.ID `protobuf:"bytes,2,rep,name=definitions,proto3" json:"definitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTasksResume) Reset() {
+	*x = WatchTasksResume{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTasksResume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTasksResume) ProtoMessage() {}
+
+func (x *WatchTasksResume) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTasksResume.ProtoReflect.Descriptor instead.
+func (*WatchTasksResume) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WatchTasksResume) GetTasks() []*HeldResource {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *WatchTasksResume) GetDefinitions() []*v1.ID {
+	if x != nil {
+		return x.Definitions
+	}
+	return nil
+}
+
+// HeldResource is one resource a subscriber holds: its id (tenancy, name
+// and uid) and the version it holds.
+type HeldResource struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *v1.ID                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeldResource) Reset() {
+	*x = HeldResource{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldResource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldResource) ProtoMessage() {}
+
+func (x *HeldResource) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldResource.ProtoReflect.Descriptor instead.
+func (*HeldResource) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *HeldResource) GetId() *v1.ID {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *HeldResource) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 type HeartbeatRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// instance is the Instance's name.
@@ -114,7 +242,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -126,7 +254,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -139,7 +267,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *HeartbeatRequest) GetInstance() string {
@@ -172,7 +300,7 @@ type ForwardHeartbeatsRequest struct {
 
 func (x *ForwardHeartbeatsRequest) Reset() {
 	*x = ForwardHeartbeatsRequest{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -184,7 +312,7 @@ func (x *ForwardHeartbeatsRequest) String() string {
 func (*ForwardHeartbeatsRequest) ProtoMessage() {}
 
 func (x *ForwardHeartbeatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -197,7 +325,7 @@ func (x *ForwardHeartbeatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardHeartbeatsRequest.ProtoReflect.Descriptor instead.
 func (*ForwardHeartbeatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ForwardHeartbeatsRequest) GetHeartbeats() []*HeartbeatRequest {
@@ -224,7 +352,7 @@ type ForwardHeartbeatsResponse struct {
 
 func (x *ForwardHeartbeatsResponse) Reset() {
 	*x = ForwardHeartbeatsResponse{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -236,7 +364,7 @@ func (x *ForwardHeartbeatsResponse) String() string {
 func (*ForwardHeartbeatsResponse) ProtoMessage() {}
 
 func (x *ForwardHeartbeatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -249,7 +377,7 @@ func (x *ForwardHeartbeatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardHeartbeatsResponse.ProtoReflect.Descriptor instead.
 func (*ForwardHeartbeatsResponse) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ForwardHeartbeatsResponse) GetResults() []*HeartbeatResult {
@@ -274,7 +402,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -286,7 +414,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -299,7 +427,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeartbeatResult) GetStatus() []byte {
@@ -329,7 +457,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +469,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +482,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HeartbeatResponse) GetTtl() *durationpb.Duration {
@@ -375,11 +503,18 @@ var File_api_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18api/agent/v1/agent.proto\x12\x10trellis.agent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1eapi/resource/v1/resource.proto\"w\n" +
+	"\x18api/agent/v1/agent.proto\x12\x10trellis.agent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1eapi/resource/v1/resource.proto\"\xb3\x01\n" +
 	"\x11WatchTasksRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12)\n" +
 	"\x10with_definitions\x18\x02 \x01(\bR\x0fwithDefinitions\x12\x1b\n" +
-	"\tmin_index\x18\x03 \x01(\x04R\bminIndex\"H\n" +
+	"\tmin_index\x18\x03 \x01(\x04R\bminIndex\x12:\n" +
+	"\x06resume\x18\x04 \x01(\v2\".trellis.agent.v1.WatchTasksResumeR\x06resume\"\x83\x01\n" +
+	"\x10WatchTasksResume\x124\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x1e.trellis.agent.v1.HeldResourceR\x05tasks\x129\n" +
+	"\vdefinitions\x18\x02 \x03(\v2\x17.trellis.resource.v1.IDR\vdefinitions\"Q\n" +
+	"\fHeldResource\x12'\n" +
+	"\x02id\x18\x01 \x01(\v2\x17.trellis.resource.v1.IDR\x02id\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"H\n" +
 	"\x10HeartbeatRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\"\x91\x01\n" +
@@ -416,36 +551,43 @@ func file_api_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_agent_v1_agent_proto_rawDescData
 }
 
-var file_api_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_api_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_api_agent_v1_agent_proto_goTypes = []any{
 	(*WatchTasksRequest)(nil),         // 0: trellis.agent.v1.WatchTasksRequest
-	(*HeartbeatRequest)(nil),          // 1: trellis.agent.v1.HeartbeatRequest
-	(*ForwardHeartbeatsRequest)(nil),  // 2: trellis.agent.v1.ForwardHeartbeatsRequest
-	(*ForwardHeartbeatsResponse)(nil), // 3: trellis.agent.v1.ForwardHeartbeatsResponse
-	(*HeartbeatResult)(nil),           // 4: trellis.agent.v1.HeartbeatResult
-	(*HeartbeatResponse)(nil),         // 5: trellis.agent.v1.HeartbeatResponse
-	(*durationpb.Duration)(nil),       // 6: google.protobuf.Duration
-	(*v1.WatchEvent)(nil),             // 7: trellis.resource.v1.WatchEvent
+	(*WatchTasksResume)(nil),          // 1: trellis.agent.v1.WatchTasksResume
+	(*HeldResource)(nil),              // 2: trellis.agent.v1.HeldResource
+	(*HeartbeatRequest)(nil),          // 3: trellis.agent.v1.HeartbeatRequest
+	(*ForwardHeartbeatsRequest)(nil),  // 4: trellis.agent.v1.ForwardHeartbeatsRequest
+	(*ForwardHeartbeatsResponse)(nil), // 5: trellis.agent.v1.ForwardHeartbeatsResponse
+	(*HeartbeatResult)(nil),           // 6: trellis.agent.v1.HeartbeatResult
+	(*HeartbeatResponse)(nil),         // 7: trellis.agent.v1.HeartbeatResponse
+	(*v1.ID)(nil),                     // 8: trellis.resource.v1.ID
+	(*durationpb.Duration)(nil),       // 9: google.protobuf.Duration
+	(*v1.WatchEvent)(nil),             // 10: trellis.resource.v1.WatchEvent
 }
 var file_api_agent_v1_agent_proto_depIdxs = []int32{
-	1, // 0: trellis.agent.v1.ForwardHeartbeatsRequest.heartbeats:type_name -> trellis.agent.v1.HeartbeatRequest
-	6, // 1: trellis.agent.v1.ForwardHeartbeatsRequest.waited:type_name -> google.protobuf.Duration
-	4, // 2: trellis.agent.v1.ForwardHeartbeatsResponse.results:type_name -> trellis.agent.v1.HeartbeatResult
-	5, // 3: trellis.agent.v1.HeartbeatResult.response:type_name -> trellis.agent.v1.HeartbeatResponse
-	6, // 4: trellis.agent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	1, // 5: trellis.agent.v1.AgentService.Heartbeat:input_type -> trellis.agent.v1.HeartbeatRequest
-	1, // 6: trellis.agent.v1.AgentService.HeartbeatStream:input_type -> trellis.agent.v1.HeartbeatRequest
-	0, // 7: trellis.agent.v1.AgentService.WatchTasks:input_type -> trellis.agent.v1.WatchTasksRequest
-	2, // 8: trellis.agent.v1.HeartbeatForwarding.ForwardHeartbeats:input_type -> trellis.agent.v1.ForwardHeartbeatsRequest
-	5, // 9: trellis.agent.v1.AgentService.Heartbeat:output_type -> trellis.agent.v1.HeartbeatResponse
-	5, // 10: trellis.agent.v1.AgentService.HeartbeatStream:output_type -> trellis.agent.v1.HeartbeatResponse
-	7, // 11: trellis.agent.v1.AgentService.WatchTasks:output_type -> trellis.resource.v1.WatchEvent
-	3, // 12: trellis.agent.v1.HeartbeatForwarding.ForwardHeartbeats:output_type -> trellis.agent.v1.ForwardHeartbeatsResponse
-	9, // [9:13] is the sub-list for method output_type
-	5, // [5:9] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	1,  // 0: trellis.agent.v1.WatchTasksRequest.resume:type_name -> trellis.agent.v1.WatchTasksResume
+	2,  // 1: trellis.agent.v1.WatchTasksResume.tasks:type_name -> trellis.agent.v1.HeldResource
+	8,  // 2: trellis.agent.v1.WatchTasksResume.definitions:type_name -> trellis.resource.v1.ID
+	8,  // 3: trellis.agent.v1.HeldResource.id:type_name -> trellis.resource.v1.ID
+	3,  // 4: trellis.agent.v1.ForwardHeartbeatsRequest.heartbeats:type_name -> trellis.agent.v1.HeartbeatRequest
+	9,  // 5: trellis.agent.v1.ForwardHeartbeatsRequest.waited:type_name -> google.protobuf.Duration
+	6,  // 6: trellis.agent.v1.ForwardHeartbeatsResponse.results:type_name -> trellis.agent.v1.HeartbeatResult
+	7,  // 7: trellis.agent.v1.HeartbeatResult.response:type_name -> trellis.agent.v1.HeartbeatResponse
+	9,  // 8: trellis.agent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	3,  // 9: trellis.agent.v1.AgentService.Heartbeat:input_type -> trellis.agent.v1.HeartbeatRequest
+	3,  // 10: trellis.agent.v1.AgentService.HeartbeatStream:input_type -> trellis.agent.v1.HeartbeatRequest
+	0,  // 11: trellis.agent.v1.AgentService.WatchTasks:input_type -> trellis.agent.v1.WatchTasksRequest
+	4,  // 12: trellis.agent.v1.HeartbeatForwarding.ForwardHeartbeats:input_type -> trellis.agent.v1.ForwardHeartbeatsRequest
+	7,  // 13: trellis.agent.v1.AgentService.Heartbeat:output_type -> trellis.agent.v1.HeartbeatResponse
+	7,  // 14: trellis.agent.v1.AgentService.HeartbeatStream:output_type -> trellis.agent.v1.HeartbeatResponse
+	10, // 15: trellis.agent.v1.AgentService.WatchTasks:output_type -> trellis.resource.v1.WatchEvent
+	5,  // 16: trellis.agent.v1.HeartbeatForwarding.ForwardHeartbeats:output_type -> trellis.agent.v1.ForwardHeartbeatsResponse
+	13, // [13:17] is the sub-list for method output_type
+	9,  // [9:13] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_api_agent_v1_agent_proto_init() }
@@ -459,7 +601,7 @@ func file_api_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_agent_v1_agent_proto_rawDesc), len(file_api_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -64,11 +64,23 @@ type AgentServiceClient interface {
 	// (a task placed there, changed, or deleted), as a WatchList on
 	// orchestrator/v1/Task would, but filtered by data.instance on the
 	// server. Each server answers from one shared watch of the tasks, so a
-	// fleet of agents costs the servers one watch, not one per agent. It
-	// never resumes: every stream starts with a snapshot. OUT_OF_RANGE ends a
-	// stream whose reader fell behind, or whose server had to list the tasks
-	// again: open it again. With with_definitions, the stream also carries
-	// the task definitions its tasks use (see WatchTasksRequest).
+	// fleet of agents costs the servers one watch, not one per agent.
+	// OUT_OF_RANGE ends a stream whose reader fell behind, or whose server
+	// had to list the tasks again: open it again. With with_definitions, the
+	// stream also carries the task definitions its tasks use (see
+	// WatchTasksRequest).
+	//
+	// A stream opened with resume (what the agent holds from its earlier
+	// streams) starts with only what differs from that instead of a whole
+	// snapshot: an UPSERT of each task the agent does not hold at its
+	// current version, a DELETE of each task it holds that is gone (a task
+	// deleted and created again under the same name is another uid: a
+	// DELETE and an UPSERT), no definition it holds, then END_OF_SNAPSHOT
+	// with resumed set; the agent keeps what it held and applies these. What
+	// it holds after that END_OF_SNAPSHOT is what a fresh snapshot would
+	// have shown. A server that does not know resume sends a whole snapshot,
+	// and an END_OF_SNAPSHOT without resumed: the agent tells the two apart
+	// by that mark alone.
 	WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.WatchEvent], error)
 }
 
@@ -155,11 +167,23 @@ type AgentServiceServer interface {
 	// (a task placed there, changed, or deleted), as a WatchList on
 	// orchestrator/v1/Task would, but filtered by data.instance on the
 	// server. Each server answers from one shared watch of the tasks, so a
-	// fleet of agents costs the servers one watch, not one per agent. It
-	// never resumes: every stream starts with a snapshot. OUT_OF_RANGE ends a
-	// stream whose reader fell behind, or whose server had to list the tasks
-	// again: open it again. With with_definitions, the stream also carries
-	// the task definitions its tasks use (see WatchTasksRequest).
+	// fleet of agents costs the servers one watch, not one per agent.
+	// OUT_OF_RANGE ends a stream whose reader fell behind, or whose server
+	// had to list the tasks again: open it again. With with_definitions, the
+	// stream also carries the task definitions its tasks use (see
+	// WatchTasksRequest).
+	//
+	// A stream opened with resume (what the agent holds from its earlier
+	// streams) starts with only what differs from that instead of a whole
+	// snapshot: an UPSERT of each task the agent does not hold at its
+	// current version, a DELETE of each task it holds that is gone (a task
+	// deleted and created again under the same name is another uid: a
+	// DELETE and an UPSERT), no definition it holds, then END_OF_SNAPSHOT
+	// with resumed set; the agent keeps what it held and applies these. What
+	// it holds after that END_OF_SNAPSHOT is what a fresh snapshot would
+	// have shown. A server that does not know resume sends a whole snapshot,
+	// and an END_OF_SNAPSHOT without resumed: the agent tells the two apart
+	// by that mark alone.
 	WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[v1.WatchEvent]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }

@@ -616,7 +616,13 @@ type WatchEvent struct {
 	Resource *Resource              `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
 	// index is the store index of the change; pass it as since_index to
 	// resume a watch after it.
-	Index         uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Index uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	// resumed is set on the END_OF_SNAPSHOT of a stream that resumed from
+	// what its subscriber said it holds (AgentService.WatchTasks with
+	// resume): the events before it were only what differs from that, and
+	// the subscriber keeps what it held. Unset, the events before it were a
+	// whole snapshot. WatchList never sets it.
+	Resumed       bool `protobuf:"varint,4,opt,name=resumed,proto3" json:"resumed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -670,6 +676,13 @@ func (x *WatchEvent) GetIndex() uint64 {
 		return x.Index
 	}
 	return 0
+}
+
+func (x *WatchEvent) GetResumed() bool {
+	if x != nil {
+		return x.Resumed
+	}
+	return false
 }
 
 type ReadRequest struct {
@@ -1777,12 +1790,13 @@ const file_api_resource_v1_resource_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\x0e2\x1a.trellis.resource.v1.StateR\x05state\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x123\n" +
-	"\bresource\x18\x05 \x01(\v2\x17.trellis.resource.v1.IDR\bresource\"\xe1\x01\n" +
+	"\bresource\x18\x05 \x01(\v2\x17.trellis.resource.v1.IDR\bresource\"\xfb\x01\n" +
 	"\n" +
 	"WatchEvent\x122\n" +
 	"\x02op\x18\x01 \x01(\x0e2\".trellis.resource.v1.WatchEvent.OpR\x02op\x129\n" +
 	"\bresource\x18\x02 \x01(\v2\x1d.trellis.resource.v1.ResourceR\bresource\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x04R\x05index\"N\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x18\n" +
+	"\aresumed\x18\x04 \x01(\bR\aresumed\"N\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_UPSERT\x10\x01\x12\r\n" +

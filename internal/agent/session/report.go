@@ -209,11 +209,11 @@ func (c *conn) reread(ctx context.Context, reports []Report) error {
 			c.s.sawVersion(got)
 			if got.GetId().GetUid() != uidOf(p) {
 				// Deleted and created again: a different task.
-				c.s.tasks.Observe(gone, true)
+				c.s.observe(gone, true)
 			}
-			c.s.tasks.Observe(got, false)
+			c.s.observe(got, false)
 		case codes.NotFound:
-			c.s.tasks.Observe(gone, true)
+			c.s.observe(gone, true)
 		default:
 			return err
 		}
@@ -228,6 +228,7 @@ func (s *Session) written(r Report, stored *pbresource.Resource) {
 		// The task stream does not echo the agent's own reports: the
 		// agent's view includes them from here.
 		s.sawVersion(stored)
+		s.held.stored(stored)
 	}
 	s.tasks.Written(r, stored)
 }

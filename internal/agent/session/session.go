@@ -128,8 +128,12 @@ type Session struct {
 	// long stopped, and not those placed since). Sent as
 	// WatchTasksRequest.min_index; kept across connections.
 	viewIndex atomic.Uint64
-	ttl       atomic.Int64 // time.Duration, from the last heartbeat
-	server    atomic.Value // string: the current server's address
+	// held is what the agent holds of its tasks, as of viewIndex: what a
+	// reconnecting agent resumes its task stream from. Kept across
+	// connections.
+	held   *held
+	ttl    atomic.Int64 // time.Duration, from the last heartbeat
+	server atomic.Value // string: the current server's address
 }
 
 // New makes the session of an agent; Run connects it.
@@ -137,7 +141,7 @@ func New(cfg Config, tasks Tasks) *Session {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Session{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, tasks: tasks, id: cfg.ID, changed: make(chan struct{})}
+	s := &Session{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, tasks: tasks, id: cfg.ID, changed: make(chan struct{}), held: newHeld()}
 	s.ttl.Store(int64(DefaultTTL))
 	s.server.Store("")
 	return s

@@ -17,8 +17,9 @@ import (
 
 // watchLoop learns the tasks placed on this instance through the server's
 // per-instance task stream (WatchTasks), which starts with a snapshot of
-// this instance's tasks every time. OutOfRange (the stream fell behind, or
-// the server lists its tasks again) means open it again.
+// this instance's tasks, or, once the agent holds a whole view, with only
+// what differs from it. OutOfRange (the stream fell behind, or the server
+// lists its tasks again) means open it again.
 func (c *conn) watchLoop(ctx context.Context) error {
 	s := c.s
 	for {
@@ -35,6 +36,7 @@ func (c *conn) watchLoop(ctx context.Context) error {
 			// servers lost their state. Their view is all there is.
 			s.log.Error("the servers' state is older than what this agent has seen; taking their view", "server", c.addr, "seen_index", s.viewIndex.Load(), "reason", status.Convert(err).Message())
 			s.viewIndex.Store(0)
+			s.held.forget()
 			continue
 		}
 		return fmt.Errorf("task watch: %w", err)
@@ -44,10 +46,14 @@ func (c *conn) watchLoop(ctx context.Context) error {
 // watchOnce runs one task stream until it fails. The server shows no
 // view older than min_index (the newest the agent has taken in): it waits
 // to catch up, or refuses (Unavailable: it is behind, the agent moves to
-// another; DataLoss: the cluster lost its state).
+// another; DataLoss: the cluster lost its state). The agent resumes from
+// what it holds, as of that index: the server sends only what differs.
 func (c *conn) watchOnce(ctx context.Context) error {
 	s := c.s
-	stream, err := c.hb.WatchTasks(ctx, &pbagent.WatchTasksRequest{Instance: s.cfg.Name, WithDefinitions: true, MinIndex: s.viewIndex.Load()})
+	// Everything held is at or below the view index, but for a report
+	// stored after it was read: a difference that brings an older version
+	// of that task is not taken (held.take keeps the newer).
+	stream, err := c.hb.WatchTasks(ctx, &pbagent.WatchTasksRequest{Instance: s.cfg.Name, WithDefinitions: true, MinIndex: s.viewIndex.Load(), Resume: s.held.resume()})
 	if err != nil {
 		return err
 	}
@@ -61,13 +67,15 @@ type eventStream interface {
 }
 
 // consume hands a task stream's events to the task manager until the
-// stream fails. The stream starts with a full listing of the instance's
-// tasks, handed over whole once it has ended (a listing cut short is
-// never acted on: the next stream lists again); the tasks the manager
-// knows that it does not show were deleted meanwhile.
+// stream fails. The stream starts with a listing of the instance's
+// tasks, whole or (resumed: its END_OF_SNAPSHOT says so) only what
+// differs from what the agent holds; either is handed over as one whole
+// listing once it has ended (a start cut short is never acted on: the
+// next stream starts again from what the agent held), and the tasks the
+// manager knows that it does not show were deleted meanwhile.
 func (s *Session) consume(stream eventStream) error {
 	inSnapshot := true
-	var listing []*pbresource.Resource
+	var start []*pbresource.WatchEvent
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
@@ -77,27 +85,60 @@ func (s *Session) consume(stream eventStream) error {
 		case isDefinition(ev):
 			// Carried ahead of the first task that uses it: no event of a
 			// task, and no index of its own.
+			s.held.learnDefinition(ev.GetResource())
 			s.tasks.LearnDefinition(ev.GetResource())
 			continue
 		case inSnapshot && ev.GetIndex() < s.viewIndex.Load():
 			// Never taken in, even from a server that failed to honour
 			// min_index: it would undo what the agent has seen.
 			return fmt.Errorf("%w: the server's listing is as of index %d, older than index %d already seen", errStaleView, ev.GetIndex(), s.viewIndex.Load())
-		case ev.GetOp() == pbresource.WatchEvent_OP_UPSERT && inSnapshot:
-			listing = append(listing, ev.GetResource())
+		case inSnapshot && ev.GetOp() != pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
+			start = append(start, ev)
 		case ev.GetOp() == pbresource.WatchEvent_OP_UPSERT:
-			s.tasks.Observe(ev.GetResource(), false)
+			s.observe(ev.GetResource(), false)
 		case ev.GetOp() == pbresource.WatchEvent_OP_DELETE:
-			s.tasks.Observe(ev.GetResource(), true)
-		case ev.GetOp() == pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
-			if inSnapshot {
-				s.tasks.ObserveListing(listing)
-				listing = nil
+			s.observe(ev.GetResource(), true)
+		case ev.GetOp() == pbresource.WatchEvent_OP_END_OF_SNAPSHOT && inSnapshot:
+			listing, err := s.startListing(start, ev.GetResumed())
+			if err != nil {
+				return err
 			}
-			inSnapshot = false
+			s.tasks.ObserveListing(listing)
+			start, inSnapshot = nil, false
 		}
 		s.sawIndex(ev.GetIndex())
 	}
+}
+
+// startListing is what a stream's start (its events before
+// END_OF_SNAPSHOT) leaves the agent holding, and takes it in as held: a
+// whole snapshot's tasks, or, resumed, what the agent held with the
+// start's changes applied. The two are the same listing; the resumed one
+// cost the server and the stream only the changes.
+func (s *Session) startListing(start []*pbresource.WatchEvent, resumed bool) ([]*pbresource.Resource, error) {
+	if resumed {
+		if !s.held.isWhole() {
+			// The agent holds no whole view, so it asked for none: a
+			// difference from it cannot be taken in.
+			return nil, errUnaskedResume
+		}
+		return s.held.resumed(start), nil
+	}
+	listing := make([]*pbresource.Resource, 0, len(start))
+	for _, ev := range start {
+		if ev.GetOp() == pbresource.WatchEvent_OP_UPSERT {
+			listing = append(listing, ev.GetResource())
+		}
+	}
+	s.held.replace(listing)
+	return listing, nil
+}
+
+// observe hands the task manager one change the servers showed, and
+// holds it.
+func (s *Session) observe(res *pbresource.Resource, deleted bool) {
+	s.held.observe(res, deleted)
+	s.tasks.Observe(res, deleted)
 }
 
 // sawIndex records that the agent's view of its tasks is as of idx at
@@ -122,6 +163,10 @@ func (s *Session) sawVersion(res *pbresource.Resource) {
 // agent has already taken in: the connection ends, and the agent moves to
 // another server.
 var errStaleView = status.Error(codes.Unavailable, "stale task listing")
+
+// errUnaskedResume ends a task stream that says it resumed when the agent
+// did not ask it to: the agent moves to another server.
+var errUnaskedResume = status.Error(codes.Unavailable, "the task stream resumed from a view the agent did not send")
 
 // isDefinition: ev carries a task definition (WatchTasksRequest.
 // with_definitions), not a task.

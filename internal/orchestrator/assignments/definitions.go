@@ -20,8 +20,34 @@ import (
 // only reads some of them again.
 const maxCachedDefinitions = 1024
 
-// defKey names a task definition revision: namespace and family:revision.
-type defKey struct{ namespace, ref string }
+// defKey names a task definition revision: its namespace and its
+// resource's name (orchestrator.TaskDefinitionName), which is how an agent
+// names the definitions it holds (WatchTasksResume.definitions).
+type defKey struct{ namespace, name string }
+
+// carriedBy is the definition a stream carries ahead of ev: the one its
+// task uses, when ev is an UPSERT of a task that is not stopped and names
+// a revision. false otherwise (a stopped task is never started, so its
+// definition is not needed).
+func carriedBy(ev *pbresource.WatchEvent) (defKey, bool) {
+	if ev.GetOp() != pbresource.WatchEvent_OP_UPSERT {
+		return defKey{}, false
+	}
+	return definitionOf(ev.GetResource())
+}
+
+// definitionOf is the definition a task that is not stopped uses.
+func definitionOf(res *pbresource.Resource) (defKey, bool) {
+	task := taskOf(res)
+	if task.GetTaskDefinition() == "" || orchestrator.TaskStatusOf(res).GetLastStatus() == orchestrator.StatusStopped {
+		return defKey{}, false
+	}
+	family, rev, err := orchestrator.ParseTaskDefinitionRef(task.GetTaskDefinition())
+	if err != nil || rev <= 0 {
+		return defKey{}, false
+	}
+	return defKey{res.GetId().GetTenancy().GetNamespace(), orchestrator.TaskDefinitionName(family, rev)}, true
+}
 
 // definitionCache holds the definitions the hub has read. Definitions are
 // immutable once registered, so a cached one is never stale.
@@ -42,11 +68,8 @@ func (h *Hub) definition(ctx context.Context, k defKey) *pbresource.Resource {
 	if ok {
 		return res
 	}
-	family, rev, err := orchestrator.ParseTaskDefinitionRef(k.ref)
-	if err != nil || rev <= 0 {
-		return nil
-	}
-	resp, err := h.api.Read(ctx, &pbresource.ReadRequest{Id: orchestrator.TaskDefinitionID(k.namespace, family, rev)})
+	id := &pbresource.ID{Type: orchestrator.TaskDefinitionType, Tenancy: &pbresource.Tenancy{Namespace: k.namespace}, Name: k.name}
+	resp, err := h.api.Read(ctx, &pbresource.ReadRequest{Id: id})
 	if err != nil {
 		return nil
 	}
@@ -61,29 +84,28 @@ func (h *Hub) definition(ctx context.Context, k defKey) *pbresource.Resource {
 }
 
 // definitionCarrier is one stream's side of with_definitions: which
-// definitions the stream has carried.
+// definitions the stream has carried, or the agent said it holds.
 type definitionCarrier struct {
 	hub  *Hub
 	sent map[defKey]bool
 }
 
-func newDefinitionCarrier(h *Hub) *definitionCarrier {
-	return &definitionCarrier{hub: h, sent: make(map[defKey]bool)}
+// newDefinitionCarrier starts a stream's carrier; held are the
+// definitions the agent holds (a resumed stream's), never carried.
+func newDefinitionCarrier(h *Hub, held map[defKey]bool) *definitionCarrier {
+	sent := make(map[defKey]bool, len(held))
+	for k := range held {
+		sent[k] = true
+	}
+	return &definitionCarrier{hub: h, sent: sent}
 }
 
 // before is the event that must precede ev on the stream: the UPSERT of
 // the definition of ev's task, the first time the stream carries a task of
 // it; nil otherwise.
 func (c *definitionCarrier) before(ctx context.Context, ev *pbresource.WatchEvent) *pbresource.WatchEvent {
-	if ev.GetOp() != pbresource.WatchEvent_OP_UPSERT {
-		return nil
-	}
-	task := taskOf(ev.GetResource())
-	if task.GetTaskDefinition() == "" || orchestrator.TaskStatusOf(ev.GetResource()).GetLastStatus() == orchestrator.StatusStopped {
-		return nil
-	}
-	k := defKey{ev.GetResource().GetId().GetTenancy().GetNamespace(), task.GetTaskDefinition()}
-	if c.sent[k] {
+	k, ok := carriedBy(ev)
+	if !ok || c.sent[k] {
 		return nil
 	}
 	def := c.hub.definition(ctx, k)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/fanout"
@@ -16,16 +18,22 @@ import (
 // watch of every Task, keyed by data.instance, that keeps the agents' own
 // reports from them.
 type Hub struct {
-	api resource.API
-	fan *fanout.Fanout[string]
+	api     resource.API
+	fan     *fanout.Fanout[string]
+	metrics *metrics
 
 	definitions definitionCache
 }
 
 // NewHub returns a hub reading tasks through api (an in-process resource
-// service). Start runs it.
-func NewHub(api resource.API, log *slog.Logger) *Hub {
-	h := &Hub{api: api}
+// service), its metrics registered with reg (none when nil). Start runs
+// it.
+func NewHub(api resource.API, reg prometheus.Registerer, log *slog.Logger) (*Hub, error) {
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	h := &Hub{api: api, metrics: m}
 	h.fan = fanout.New(fanout.Config[string]{
 		Watcher:  api,
 		Request:  &pbresource.WatchListRequest{Type: orchestrator.TaskType, Tenancy: &pbresource.Tenancy{Namespace: ids.WildcardNamespace}},
@@ -33,7 +41,7 @@ func NewHub(api resource.API, log *slog.Logger) *Hub {
 		Suppress: h.isAgentReport,
 		Logger:   log,
 	})
-	return h
+	return h, nil
 }
 
 // SetClusterIndex tells the hub how to learn the cluster's commit index

@@ -37,7 +37,10 @@ func newHarness(t *testing.T) *harness {
 	if err := core.Bootstrap(context.Background(), svc); err != nil {
 		t.Fatal(err)
 	}
-	hub := NewHub(svc, testlog.Logger(t))
+	hub, err := NewHub(svc, nil, testlog.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- hub.Start(ctx) }()

@@ -10,11 +10,17 @@ import (
 )
 
 // WatchTasks serves AgentService.WatchTasks from the hub: the instance's
-// tasks, END_OF_SNAPSHOT, then their changes; with with_definitions, each
-// task definition they use before the first of its tasks. The snapshot is
-// never older than min_index (see fanout.Fanout.Subscribe).
+// tasks (or, resumed, only what differs from what the agent holds),
+// END_OF_SNAPSHOT, then their changes; with with_definitions, each task
+// definition they use before the first of its tasks, but for those the
+// agent holds. The snapshot is never older than min_index (see
+// fanout.Fanout.Subscribe).
 func (h *Hub) WatchTasks(req *pbagent.WatchTasksRequest, stream pbagent.AgentService_WatchTasksServer) error {
 	if err := resource.ValidateName("instance", req.GetInstance()); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	resume, err := resumptionOf(req)
+	if err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	ctx := stream.Context()
@@ -25,26 +31,35 @@ func (h *Hub) WatchTasks(req *pbagent.WatchTasksRequest, stream pbagent.AgentSer
 	defer sub.Close()
 	var defs *definitionCarrier
 	if req.GetWithDefinitions() {
-		defs = newDefinitionCarrier(h)
+		var held map[defKey]bool
+		if resume != nil {
+			held = resume.definitions
+		}
+		defs = newDefinitionCarrier(h, held)
 	}
+	sent := 0
 	send := func(ev *pbresource.WatchEvent) error {
 		if defs != nil {
 			if def := defs.before(ctx, ev); def != nil {
 				if err := stream.Send(def); err != nil {
 					return err
 				}
+				sent++
 			}
 		}
+		sent++
 		return stream.Send(ev)
 	}
-	for _, res := range snap {
-		if err := send(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_UPSERT, Resource: res, Index: index}); err != nil {
+	start := streamStart(snap, index, resume)
+	for _, ev := range start {
+		if err := send(ev); err != nil {
 			return err
 		}
 	}
-	if err := stream.Send(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_END_OF_SNAPSHOT, Index: index}); err != nil {
+	if err := stream.Send(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_END_OF_SNAPSHOT, Index: index, Resumed: resume != nil}); err != nil {
 		return err
 	}
+	h.metrics.started(resume != nil, sent, savedBy(snap, start, resume, defs != nil))
 	for {
 		ev, err := sub.Next(ctx)
 		if err != nil {

@@ -82,7 +82,10 @@ func (m orchestratorModule) Setup(d module.Deps) (module.Parts, error) {
 	if err != nil {
 		return module.Parts{}, err
 	}
-	hub := assignments.NewHub(d.API, d.Logger.With("component", "assignments"))
+	hub, err := assignments.NewHub(d.API, d.Metrics, d.Logger.With("component", "assignments"))
+	if err != nil {
+		return module.Parts{}, err
+	}
 	if d.Cluster.LeaderIndex != nil {
 		hub.SetClusterIndex(d.Cluster.LeaderIndex)
 	}
