@@ -56,10 +56,10 @@ func (h *Hub) WatchTasks(req *pbagent.WatchTasksRequest, stream pbagent.AgentSer
 			return err
 		}
 	}
+	h.metrics.started(resume != nil, sent, savedBy(snap, start, resume, defs != nil))
 	if err := stream.Send(&pbresource.WatchEvent{Op: pbresource.WatchEvent_OP_END_OF_SNAPSHOT, Index: index, Resumed: resume != nil}); err != nil {
 		return err
 	}
-	h.metrics.started(resume != nil, sent, savedBy(snap, start, resume, defs != nil))
 	for {
 		ev, err := sub.Next(ctx)
 		if err != nil {
