@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -99,7 +100,8 @@ func startRaftCluster(t *testing.T, n int) (servers []*testServer, leader int) {
 
 // The agent uses one server at a time; when it goes away the agent moves
 // to another, keeps its session and tasks, and goes on receiving
-// assignments (the new server's task stream starts with a fresh listing).
+// assignments (the new server's task stream resumes from what the agent
+// holds).
 func TestFailoverToAnotherServer(t *testing.T) {
 	servers, leader := startRaftCluster(t, 3)
 	// A follower first, so that stopping it leaves the cluster its leader,
@@ -148,6 +150,12 @@ func TestFailoverToAnotherServer(t *testing.T) {
 	}
 	if n := counts.count("WatchTasks"); n != 2 {
 		t.Errorf("task watches opened %d times, want 2 (one per server)", n)
+	}
+	// The new server never served this agent, and still resumes its
+	// stream from what the agent holds: no definition again, no whole
+	// snapshot.
+	if req, start, resumed, ok := counts.taskStreamStart(1); !ok || req.GetResume() == nil || !resumed || slices.Contains(start, "def sleeper-1") {
+		t.Errorf("the stream on the next server started with %q (resume sent: %v, resumed: %v); want it resumed, without sleeper-1", start, req.GetResume() != nil, resumed)
 	}
 	// Heartbeats go on through the remaining servers: the leader takes
 	// them, from the agent or forwarded by the follower it uses now. Only

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	pbagent "trellis.dev/trellis/api/agent/v1"
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/client"
@@ -278,11 +279,12 @@ func shDefinition(family string, script string) *pborch.TaskDefinition {
 	}
 }
 
-// rpcs counts the agent's RPCs by method and can hold its report writes
-// (WriteStatuses calls).
+// rpcs counts the agent's RPCs by method, records its task streams, and
+// can hold its report writes (WriteStatuses calls).
 type rpcs struct {
-	mu     sync.Mutex
-	counts map[string]int
+	mu      sync.Mutex
+	counts  map[string]int
+	streams []*taskStream
 	// gate, when set, holds every WriteStatuses until it is closed; held
 	// counts the calls waiting at it.
 	gate chan struct{}
@@ -334,9 +336,105 @@ func (r *rpcs) dialOptions() []grpc.DialOption {
 			r.mu.Lock()
 			r.counts[short(method)]++
 			r.mu.Unlock()
-			return streamer(ctx, desc, cc, method, opts...)
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil || short(method) != "WatchTasks" {
+				return cs, err
+			}
+			ts := &taskStream{ClientStream: cs, r: r}
+			r.mu.Lock()
+			r.streams = append(r.streams, ts)
+			r.mu.Unlock()
+			return ts, nil
 		}),
 	}
+}
+
+// taskStream records one WatchTasks stream of the agent: its request, and
+// the start the server sent (up to END_OF_SNAPSHOT).
+type taskStream struct {
+	grpc.ClientStream
+	r *rpcs
+	// Under r.mu:
+	req     *pbagent.WatchTasksRequest
+	start   []string // "upsert NAME", "delete NAME", "def NAME"
+	ended   bool
+	resumed bool
+}
+
+func (s *taskStream) SendMsg(m any) error {
+	if req, ok := m.(*pbagent.WatchTasksRequest); ok {
+		s.r.mu.Lock()
+		s.req = proto.Clone(req).(*pbagent.WatchTasksRequest)
+		s.r.mu.Unlock()
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
+func (s *taskStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	ev, ok := m.(*pbresource.WatchEvent)
+	if err != nil || !ok {
+		return err
+	}
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	switch {
+	case s.ended:
+	case ev.GetOp() == pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
+		s.ended, s.resumed = true, ev.GetResumed()
+	case ev.GetResource().GetId().GetType().GetKind() == orchestrator.TaskDefinitionType.GetKind():
+		s.start = append(s.start, "def "+ev.GetResource().GetId().GetName())
+	case ev.GetOp() == pbresource.WatchEvent_OP_DELETE:
+		s.start = append(s.start, "delete "+ev.GetResource().GetId().GetName())
+	default:
+		s.start = append(s.start, "upsert "+ev.GetResource().GetId().GetName())
+	}
+	return nil
+}
+
+// taskStreamStart is what the agent's n-th task stream (from 0) asked
+// and was sent before its END_OF_SNAPSHOT; ok once that has come.
+func (r *rpcs) taskStreamStart(n int) (req *pbagent.WatchTasksRequest, start []string, resumed, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n >= len(r.streams) || !r.streams[n].ended {
+		return nil, nil, false, false
+	}
+	s := r.streams[n]
+	return s.req, append([]string(nil), s.start...), s.resumed, true
+}
+
+// taskStreams is how many task streams the agent opened.
+func (r *rpcs) taskStreams() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.streams)
+}
+
+// metric is the value of the server's counter name with label
+// label=value ("" for a counter without labels).
+func (ts *testServer) metric(t testing.TB, name, label, value string) float64 {
+	t.Helper()
+	families, err := ts.srv.Metrics().Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if label == "" || l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+			if label == "" {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 // testDriver stands for a driver in fingerprints only: the runner under

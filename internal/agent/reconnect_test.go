@@ -3,13 +3,16 @@ package agent
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
 
+	pbagent "trellis.dev/trellis/api/agent/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/orchestrator"
 )
@@ -66,9 +69,9 @@ func (c *cutter) restore() {
 }
 
 // An agent cut off from its server takes in what changed meanwhile once
-// it is back: its new task stream starts with a fresh listing of the
-// instance's tasks, which lacks the task deleted while it was away (the
-// agent stops it) and has the one placed meanwhile (the agent starts it).
+// it is back: its new task stream resumes from what it holds, with the
+// deletion of the task deleted while it was away (the agent stops it) and
+// the one placed meanwhile (the agent starts it).
 // The agent keeps its session and its other state throughout.
 func TestReconnectedAgentTakesInWhatChangedMeanwhile(t *testing.T) {
 	srv := startServer(t)
@@ -117,5 +120,86 @@ func TestReconnectedAgentTakesInWhatChangedMeanwhile(t *testing.T) {
 	}
 	if n := pt.starts.Load(); n != 2 {
 		t.Errorf("%d tasks started, want 2", n)
+	}
+}
+
+// An agent that lost its stream resumes it from what it holds: its new
+// task stream names every task it holds at the version it holds (and the
+// view index, as min_index), and the server sends only the task placed
+// meanwhile, no definition the agent has, and an END_OF_SNAPSHOT marked
+// resumed. The tasks it ran go on running: none is started again.
+func TestReconnectedAgentResumesItsTaskStream(t *testing.T) {
+	srv := startServer(t)
+	pt := newProcTable(t)
+	counts := newRPCs()
+	var link cutter
+	cfg := config(t, "i-1", pt, srv)
+	cfg.DialOptions = append(counts.dialOptions(), link.dialOption())
+	a := startAgent(t, cfg)
+	registered(t, srv, a)
+	srv.registerDefinition(t, "default", shDefinition("sleeper", "exec sleep 1000"))
+	srv.place(t, "default", "t1", "sleeper:1", "i-1")
+	srv.place(t, "default", "t2", "sleeper:1", "i-1")
+	var pids []int
+	for _, name := range []string{"t1", "t2"} {
+		tk := srv.waitTask(t, "default", name, "runs", lastStatus(orchestrator.StatusRunning))
+		pid, _ := strconv.Atoi(tk.GetContainers()[0].GetRuntimeId())
+		pids = append(pids, pid)
+	}
+	// What the store has now, reports included, is what the agent holds.
+	want := map[string]string{}
+	for _, name := range []string{"t1", "t2"} {
+		res, _ := srv.task(t, "default", name)
+		want[name] = res.GetId().GetUid() + "@" + res.GetVersion()
+	}
+	streams := counts.taskStreams()
+
+	link.cut()
+	eventually(t, "the agent notices", func() bool { return a.Server() == "" })
+	srv.place(t, "default", "t3", "sleeper:1", "i-1")
+	link.restore()
+	srv.waitTask(t, "default", "t3", "runs after the agent is back", lastStatus(orchestrator.StatusRunning))
+
+	var (
+		req     *pbagent.WatchTasksRequest
+		start   []string
+		resumed bool
+	)
+	eventually(t, "the new stream has started", func() bool {
+		var ok bool
+		req, start, resumed, ok = counts.taskStreamStart(streams)
+		return ok
+	})
+	held := map[string]string{}
+	for _, h := range req.GetResume().GetTasks() {
+		held[h.GetId().GetName()] = h.GetId().GetUid() + "@" + h.GetVersion()
+	}
+	if req.GetResume() == nil || !maps.Equal(held, want) {
+		t.Fatalf("the agent resumed from %v; want the tasks it holds, %v", held, want)
+	}
+	if req.GetMinIndex() == 0 {
+		t.Errorf("the resumed stream asked for min_index 0; want the index of the view the agent holds")
+	}
+	if defs := req.GetResume().GetDefinitions(); len(defs) != 1 || defs[0].GetName() != "sleeper-1" {
+		t.Errorf("the agent said it holds the definitions %v; want sleeper-1", defs)
+	}
+	if !resumed || !slices.Equal(start, []string{"upsert t3"}) {
+		t.Fatalf("the stream started with %q (resumed: %v); want only t3, resumed", start, resumed)
+	}
+	if got := srv.metric(t, "trellis_watch_tasks_streams_total", "start", "resumed"); got < 1 {
+		t.Errorf("the server counted %v resumed task streams", got)
+	}
+	if got := srv.metric(t, "trellis_watch_tasks_events_saved_total", "", ""); got < 3 {
+		t.Errorf("the server counted %v events saved; want t1, t2 and sleeper-1 at least", got)
+	}
+	for _, pid := range pids {
+		select {
+		case <-pt.find(pid).done:
+			t.Errorf("process %d ended across the reconnect", pid)
+		default:
+		}
+	}
+	if n := pt.starts.Load(); n != 3 {
+		t.Errorf("%d tasks started, want 3 (t1 and t2 once, t3)", n)
 	}
 }
