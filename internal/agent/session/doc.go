@@ -11,10 +11,10 @@
 // fails), it closes the connection and tries the next one after an
 // exponential backoff with jitter. Everything about tasks lives in the
 // task manager, outside the connection, so a failover loses nothing: the
-// next server's task stream starts with a fresh listing of the instance's
-// tasks, never older than the newest view the agent has taken in (it
-// sends that index as min_index, and refuses a listing older than it),
-// and unwritten reports are written on the next connection.
+// next server's task stream resumes from what the agent holds (below),
+// never older than the newest view the agent has taken in (it sends that
+// index as min_index, and refuses a listing older than it), and unwritten
+// reports are written on the next connection.
 //
 // # Registration and heartbeats
 //
@@ -35,6 +35,19 @@
 // handed to the task manager only once it has ended (Tasks.ObserveListing),
 // never cut short, then every change as it comes. Task definitions come
 // ahead of the tasks that use them.
+//
+// The session keeps what it holds of the tasks (held.go): each task as the
+// servers last showed it (the stream, its own reports' answers, a task
+// read again) and the definitions the stream carried. Once it has taken
+// in one whole listing, every new stream resumes from it
+// (WatchTasksRequest.resume): the server sends only what differs, and
+// marks the END_OF_SNAPSHOT resumed; the session applies that to what it
+// held and hands the task manager the result, whole, as the listing a
+// fresh snapshot would have been. So the task manager sees no difference
+// between the two, and a reconnect costs the server and the stream only
+// what changed. A start without the mark (an older server) is a whole
+// listing and replaces what was held; after DataLoss the agent holds
+// nothing and takes a whole snapshot.
 //
 // # Reports
 //

@@ -24,7 +24,22 @@
 // fan-out again.
 //
 // A subscriber that falls behind, and every subscriber when the hub's own
-// watch must start over, is ended with OutOfRange: it opens a new stream,
-// which starts with a fresh snapshot. Streams never resume; a snapshot of
-// one instance's tasks is small.
+// watch must start over, is ended with OutOfRange: it opens a new stream.
+//
+// A new stream resumes (resume.go): the agent names what it holds (each
+// task's uid and version, the definitions it has), and the stream starts
+// with only the difference between that and the fan-out's snapshot of its
+// instance (fanout.Difference), then an END_OF_SNAPSHOT marked resumed.
+// At 5,000 instances, agents that lost their streams each took a whole
+// snapshot and every definition again on reconnecting, which was load
+// that made more of them fall behind; a snapshot of one instance's tasks
+// is small, but 5,000 of them at once, each decoded by its agent, are
+// not. The difference is computed from the snapshot alone, not replayed
+// from a history, so any server resumes any agent, and it is exact
+// whatever happened meanwhile: the agent holds what a fresh snapshot
+// shows (the property test, TestResumedStreamEqualsAFreshSnapshot). A
+// request without resume (an older agent, or one that holds nothing it
+// can vouch for) gets the whole snapshot, unmarked. Both are counted
+// (trellis_watch_tasks_streams_total{start}, and the events resuming
+// saved).
 package assignments
