@@ -313,7 +313,9 @@ func (h *devHost) checkGone(t *testing.T, left devLeft) {
 // Dev ended by SIGHUP (its terminal closed), by SIGPIPE (the reader of its
 // output gone, as `trellis dev | tee` after Ctrl-C), and by Ctrl-C twice
 // while a task that ignores SIGTERM holds the stop: each time every task
-// is stopped and nothing is left.
+// is stopped and nothing is left. Started with SIGHUP ignored (nohup), it
+// stays. Killed, it leaves nothing the next dev does not remove. Two devs
+// share a Docker engine.
 func TestDevLeavesNothingBehind(t *testing.T) {
 	h := newDevHost(t)
 	t.Run("SIGHUP", func(t *testing.T) {
@@ -369,13 +371,15 @@ func TestDevLeavesNothingBehind(t *testing.T) {
 		h.checkGone(t, left)
 		noRunDirs(t, tmp)
 	})
+	// One binary, one probe image, one bridge for all the ways to end.
+	t.Run("SIGKILL, then the next dev", func(t *testing.T) { testDevKilledIsSweptByTheNext(t, h) })
+	t.Run("two devs on one Docker engine", func(t *testing.T) { testTwoDevsShareADockerEngine(t, h) })
 }
 
 // Dev killed with SIGKILL: its exec tasks die with it (a parent-death
 // signal); its containers and bridge networks stay, marked with its run,
 // until the next dev removes them as it starts.
-func TestDevKilledIsSweptByTheNext(t *testing.T) {
-	h := newDevHost(t)
+func testDevKilledIsSweptByTheNext(t *testing.T, h *devHost) {
 	tmp := devTemp(t)
 	d := h.startDev(t, tmp)
 	left := d.runTasks(false)
@@ -406,11 +410,12 @@ func TestDevKilledIsSweptByTheNext(t *testing.T) {
 // one's agent, sweeping the containers of dev-1 it does not know as it
 // starts, leaves the first one's alone, and each dev's end removes only
 // its own.
-func TestTwoDevsShareADockerEngine(t *testing.T) {
-	h := newDevHost(t)
+func testTwoDevsShareADockerEngine(t *testing.T, h *devHost) {
 	if h.docker == nil {
 		t.Skip("needs a Docker engine")
 	}
+	hc := *h
+	h = &hc
 	h.bridge = "" // this is about containers only
 	first := h.startDev(t, devTemp(t))
 	first.e.register("boxed.yaml", fmt.Sprintf(devDocker, h.image))
