@@ -20,8 +20,9 @@ import (
 // What is applied is what the store answered, filed and derived like a
 // watched event (types not cached are passed over):
 //
-//   - the resources a Write, WriteBatch, WriteStatus or WriteStatuses
-//     answered (each member of WriteStatuses that was not refused);
+//   - the resources a Write, WriteBatch (its resources and those its
+//     status entries left), WriteStatus or WriteStatuses answered (each
+//     member of WriteStatuses that was not refused);
 //   - the deletion of the incarnation a Delete named by its uid, when it
 //     succeeded or found nothing there. A Delete refused as stale
 //     (Aborted) is not applied: the store holds a newer version than the
@@ -55,6 +56,9 @@ func (s seeingWrites) WriteBatch(ctx context.Context, req *pbresource.WriteBatch
 	out, err := s.API.WriteBatch(ctx, req)
 	if err == nil {
 		for _, res := range out.GetResources() {
+			s.cache.Apply(Event{Resource: res})
+		}
+		for _, res := range out.GetStatuses() {
 			s.cache.Apply(Event{Resource: res})
 		}
 	}

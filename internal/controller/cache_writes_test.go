@@ -70,6 +70,21 @@ func TestSeeingWrites(t *testing.T) {
 	if v, _ := controller.DerivedOf[string](c.Get(id(taskType, "b")), tagged); v != "y@"+batch.GetResources()[0].GetVersion() {
 		t.Fatalf("after a WriteBatch the derived value is %q", v)
 	}
+	// A batch's status entries: what they left is in the cache too.
+	withStatus, err := w.WriteBatch(ctx, &pbresource.WriteBatchRequest{
+		Resources: []*pbresource.Resource{{Id: id(taskType, "c"), Data: stringData(t, "z")}},
+		Statuses:  []*pbresource.WriteStatusRequest{{Id: batch.GetResources()[0].GetId(), Key: "test", Status: &pbresource.Status{}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cachedVersion("b"), withStatus.GetStatuses()[0].GetVersion(); got != want {
+		t.Fatalf("after a WriteBatch's status entry the cache holds b@%s, want @%s", got, want)
+	}
+	if _, ok := c.Get(id(taskType, "b")).Resource.GetStatus()["test"]; !ok {
+		t.Fatal("the cached b has no status entry test")
+	}
+	batch.GetResources()[0] = withStatus.GetStatuses()[0] // b as it is now
 
 	// A refused write (a stale version) changes nothing.
 	if _, err := w.Write(ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: id(taskType, "a"), Version: "999999", Data: stringData(t, "y")}}); status.Code(err) != codes.Aborted {
