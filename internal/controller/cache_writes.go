@@ -12,10 +12,10 @@ import (
 
 // SeeingWrites returns api with its writes applied to the cache as soon
 // as the store answers them, before the watch brings them back: a
-// controller whose next run must see what this one wrote (the scheduler's
-// placements, which the next run of an environment publishing the same
-// host port must not take again) writes through it, and reads its own
-// writes from the cache without keeping them, or applying them, by hand.
+// controller whose next run must see what this one wrote (placements,
+// which the next run of another environment publishing the same host
+// port must not take again) writes through it, and reads its own writes
+// from the cache without keeping them, or applying them, by hand.
 //
 // What is applied is what the store answered, filed and derived like a
 // watched event (types not cached are passed over):
