@@ -41,6 +41,10 @@ containers:
 containers:
   - {name: main, driver: exec, command: [/bin/sh, -c, "trap '' TERM; while :; do sleep 1; done"], stop_timeout: 10m}
 `
+	devForked = `family: forked
+containers:
+  - {name: main, driver: exec, command: [/bin/sh, -c, "sleep 1000 & wait"], stop_timeout: 5s}
+`
 	devBridge = `family: bridged
 network: bridge
 containers:
@@ -383,12 +387,20 @@ func testDevKilledIsSweptByTheNext(t *testing.T, h *devHost) {
 	tmp := devTemp(t)
 	d := h.startDev(t, tmp)
 	left := d.runTasks(false)
+	// A task whose shell leaves a job in the background: the parent-death
+	// signal reaches the shell only.
+	d.e.register("forked.yaml", devForked)
+	forked := d.e.trackPIDs(d.e.waitRunning(d.e.run("forked", "dev-1")))
+	left.procs = append(left.procs, forked...)
 	d.signal(syscall.SIGKILL)
 	d.waitExit()
 	for _, p := range left.procs {
-		if err := pollUntil(t.Context(), waitLimit, func() bool { return !p.alive() && groupGone(p.pid) }); err != nil {
+		if err := pollUntil(t.Context(), waitLimit, func() bool { return !p.alive() }); err != nil {
 			t.Errorf("process %d (%s) survives its dev's SIGKILL", p.pid, p.what)
 		}
+	}
+	if groupGone(forked[0].pid) {
+		t.Fatalf("the forked task's background job died with dev: the sweep of process groups proves nothing")
 	}
 	if h.docker != nil {
 		ids, err := h.docker.Containers(t.Context(), "trellis.dev_run="+left.runs[0])
@@ -396,9 +408,10 @@ func testDevKilledIsSweptByTheNext(t *testing.T, h *devHost) {
 			t.Fatalf("the killed dev's containers: %v, %v; want them still there for the sweep to prove itself", ids, err)
 		}
 	}
-	// The next dev sweeps what the killed one left, before its banner.
+	// The next dev sweeps what the killed one left, before its banner:
+	// containers, networks, the background job.
 	next := h.startDev(t, tmp)
-	h.checkGone(t, devLeft{networks: left.networks, uids: left.uids, runs: left.runs})
+	h.checkGone(t, left)
 	if !strings.Contains(next.output(), "removed what earlier runs of trellis dev left behind") {
 		t.Errorf("the next dev did not say it removed the killed one's leftovers")
 	}

@@ -43,7 +43,7 @@ func agentDrivers(cfg agent.Config, run *devrun.Run) (map[string]driver.Driver, 
 	execCfg := execdriver.Config{Logger: cfg.Logger}
 	dockerCfg := dockerdriver.Config{Logger: cfg.Logger, Agent: cfg.Name, Cluster: cfg.Cluster, AgentID: id, Network: "host"}
 	if run != nil {
-		execCfg.DieWithAgent, execCfg.CgroupParent = true, run.CgroupParent()
+		execCfg.DieWithAgent, execCfg.CgroupParent, execCfg.GroupLog = true, run.CgroupParent(), run.GroupLog()
 		dockerCfg.Labels = run.Labels()
 	}
 	return map[string]driver.Driver{

@@ -11,8 +11,10 @@
 //
 //   - docker containers and network namespace holders carry the label
 //     trellis.dev_run=<the run's directory>;
-//   - exec tasks run in cgroups under trellis/<id>, and get a parent-death
-//     signal, so they die with dev (the cgroup catches what they started);
+//   - exec tasks get a parent-death signal, so they die with dev; what
+//     they started in the background is in their process groups, which the
+//     run logs in exec-groups, and in cgroups under trellis/<id> where
+//     cgroup v2 allows: the sweep kills both;
 //   - bridge tasks' namespaces, veths, iptables rules and IP leases are
 //     recorded by each agent's CNI state in its data dir, and the run
 //     records each agent's network configuration in network.json, so that

@@ -29,6 +29,8 @@ const (
 	lockFile  = "run.lock"
 	// networkFile records the agents' network configurations.
 	networkFile = "network.json"
+	// groupLog lists the exec containers' process groups (exec.KillGroups).
+	groupLog = "exec-groups"
 	// cgroupParent is the group under which each run's exec tasks have
 	// their run's group.
 	cgroupParent = "trellis"
@@ -82,6 +84,10 @@ func (r *Run) CgroupParent() string { return cgroupParentOf(r.ID()) }
 
 func cgroupParentOf(id string) string { return cgroupParent + "/" + id }
 
+// GroupLog is the file where the run's exec drivers log their containers'
+// process groups (exec.Config.GroupLog).
+func (r *Run) GroupLog() string { return filepath.Join(r.dir, groupLog) }
+
 // Labels are the docker labels of the run's containers.
 func (r *Run) Labels() map[string]string { return map[string]string{LabelRun: r.dir} }
 
@@ -98,10 +104,12 @@ func (r *Run) RecordNetwork(agent string, c tasknet.Config) error {
 	return atomicfile.Write(filepath.Join(r.dir, networkFile), b)
 }
 
-// Close removes the run: its cgroups (killing what is left in them) and
-// its directory, then drops the lock. The agents have stopped by then.
+// Close removes the run: what its exec tasks started and left running, its
+// cgroups and its directory, then drops the lock. The agents have stopped
+// by then.
 func (r *Run) Close(ctx context.Context) error {
-	errs := []error{execdriver.RemoveCgroupTree(ctx, execdriver.DefaultCgroupRoot, r.CgroupParent())}
+	_, err := execdriver.KillGroups(r.GroupLog())
+	errs := []error{err, execdriver.RemoveCgroupTree(ctx, execdriver.DefaultCgroupRoot, r.CgroupParent())}
 	errs = append(errs, os.RemoveAll(r.dir))
 	errs = append(errs, r.lock.Close())
 	return errors.Join(errs...)

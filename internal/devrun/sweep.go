@@ -68,8 +68,8 @@ func Sweep(ctx context.Context, tempDir string, docker Marked, log *slog.Logger)
 }
 
 // sweepRun removes a dead run, whose lock the caller holds: the networks
-// first (their DEL reads the state in the directory), then the cgroups,
-// then the directory.
+// first (their DEL reads the state in the directory), then what its exec
+// tasks started (their process groups and cgroups), then the directory.
 func sweepRun(ctx context.Context, dir string) (int, error) {
 	nets, err := readNetworks(dir)
 	if err != nil {
@@ -91,6 +91,9 @@ func sweepRun(ctx context.Context, dir string) (int, error) {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("agent %s's bridge networks: %w", agent, err))
 		}
+	}
+	if _, err := execdriver.KillGroups(filepath.Join(dir, groupLog)); err != nil {
+		errs = append(errs, err)
 	}
 	errs = append(errs, execdriver.RemoveCgroupTree(ctx, execdriver.DefaultCgroupRoot, cgroupParentOf(filepath.Base(dir))))
 	if err := errors.Join(errs...); err != nil {

@@ -53,6 +53,12 @@ type Config struct {
 	// would ever adopt. Without it, processes outlive the agent, which
 	// adopts them when it restarts. Linux only.
 	DieWithAgent bool
+	// GroupLog, when set, is a file to which Start appends each
+	// container's process group (its pid and start time) before it
+	// returns: what KillGroups kills after the agent died, for processes
+	// a container started that a parent-death signal does not reach
+	// (they are not the agent's children) where no cgroup holds them.
+	GroupLog string
 }
 
 func (c Config) withDefaults() Config {

@@ -46,8 +46,10 @@
 // ends. The kernel sends it when the thread that forked the process ends,
 // and Go ends threads (a goroutine that exits locked to one), so those
 // processes are forked from one thread kept for the life of the process
-// (forker_linux.go). KillAll kills every container at once (a second
-// Ctrl-C of trellis dev).
+// (forker_linux.go). The signal reaches the container's process only, not
+// what it started; Config.GroupLog logs each container's process group so
+// that KillGroups can end them once the agent is gone (grouplog_linux.go).
+// KillAll kills every container at once (a second Ctrl-C of trellis dev).
 //
 // Wait uses the os.Process wait for a container the Driver started, so it
 // reports the exit status (128+signal for a signal, as shells and Docker

@@ -145,6 +145,13 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Handle, er
 		return driver.Handle{}, fmt.Errorf("command: watch pid %d: %w", pid, err)
 	}
 	st.StartTicks = ps.StartTicks
+	if err := d.logGroup(pid, ps.StartTicks); err != nil {
+		unix.Close(pidfd)
+		_ = unix.Kill(-pid, unix.SIGKILL)
+		_ = cmd.Wait()
+		d.dropCgroup(st.Cgroup)
+		return driver.Handle{}, err
+	}
 	h, err := encodeHandle(pid, started, st)
 	if err != nil {
 		unix.Close(pidfd)

@@ -50,3 +50,6 @@ func RemoveCgroupTree(ctx context.Context, root, parent string) error { return n
 
 // KillAll has nothing to kill off Linux.
 func (d *Driver) KillAll(ctx context.Context) error { return nil }
+
+// KillGroups has no groups to kill off Linux.
+func KillGroups(path string) (int, error) { return 0, nil }

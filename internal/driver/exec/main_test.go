@@ -120,6 +120,7 @@ type agentInput struct {
 	CgroupRoot   string
 	CgroupParent string
 	DieWithAgent bool
+	GroupLog     string
 }
 
 func fakeAgent() int {
@@ -128,7 +129,7 @@ func fakeAgent() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	d := exec.New(exec.Config{CgroupRoot: in.CgroupRoot, CgroupParent: in.CgroupParent, DieWithAgent: in.DieWithAgent})
+	d := exec.New(exec.Config{CgroupRoot: in.CgroupRoot, CgroupParent: in.CgroupParent, DieWithAgent: in.DieWithAgent, GroupLog: in.GroupLog})
 	h, err := d.Start(ctxFor(nil), in.Spec)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
