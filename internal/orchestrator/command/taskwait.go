@@ -137,9 +137,6 @@ func TaskWaitVerdict(want TaskWant, t *pborch.Task, st *pborch.TaskStatus) (done
 	return false, nil
 }
 
-// errTaskGone is a task deleted while it was waited for.
-var errTaskGone = errors.New("it was deleted")
-
 // waitForTask follows one task with a watch until TaskWaitVerdict says
 // the wait is over, and returns the task as it then is. A watch the
 // server ends is opened again from where it stopped.
@@ -188,7 +185,7 @@ func waitForTask(ctx context.Context, c *client.Client, namespace, name string, 
 				switch {
 				case ev.Op == wire.OpEndOfSnapshot && !seen,
 					ev.Op == wire.OpDelete && ev.Resource.ID.Name == name:
-					return nil, fail(errTaskGone)
+					return nil, fmt.Errorf("task %s was deleted before it was %s", name, want)
 				case ev.Op != wire.OpUpsert || ev.Resource.ID.Name != name:
 					continue
 				}

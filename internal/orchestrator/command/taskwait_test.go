@@ -1,11 +1,13 @@
 package command
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/orchestrator"
 )
 
@@ -132,5 +134,20 @@ func TestTaskWaitCommand(t *testing.T) {
 	report(t, api, task, &pborch.TaskStatus{LastStatus: orchestrator.StatusStopped, StopReason: "essential container app exited with 1"})
 	if r := <-waiting; r.err == nil || r.err.Error() != "task 01jweb will never be LOST: it is STOPPED (essential container app exited with 1): a stopped task never becomes LOST (trellis task show 01jweb)" {
 		t.Fatalf("task wait --status lost on a task that stops: %q, %v", r.out, r.err)
+	}
+
+	// A task deleted while it is waited for.
+	gone := store(t, api, orchestrator.TaskID("default", "01jgone"), &pborch.Task{TaskDefinition: "web:1", Instance: "i1", DesiredStatus: orchestrator.StatusRunning})
+	waiting = make(chan result, 1)
+	go func() {
+		out, err := runCLI(addr, "wait", "01jgone")
+		waiting <- result{out, err}
+	}()
+	<-watches
+	if _, err := api.Delete(context.Background(), &pbresource.DeleteRequest{Id: gone.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-waiting; r.err == nil || r.err.Error() != "task 01jgone was deleted before it was RUNNING" {
+		t.Fatalf("task wait on a task deleted meanwhile: %q, %v", r.out, r.err)
 	}
 }
