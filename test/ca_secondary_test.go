@@ -32,12 +32,10 @@ func TestSecondaryDatacenterSurvivesLeaderFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
+	t.Parallel() // a cluster test without a short TTL: see the package doc
 	ctx := context.Background()
 	dir := t.TempDir()
-	bin, err := testcluster.Build(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := trellisBinary(t)
 	pki := filepath.Join(dir, "pki")
 	if err := os.Mkdir(pki, 0o700); err != nil {
 		t.Fatal(err)

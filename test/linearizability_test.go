@@ -23,12 +23,10 @@ func TestLeaderKilledUnderWrites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
+	t.Parallel() // a cluster test without a short TTL: see the package doc
 	ctx := context.Background()
 	dir := t.TempDir()
-	bin, err := testcluster.Build(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := trellisBinary(t)
 	c, err := testcluster.Start(ctx, testcluster.Options{Bin: bin, Dir: dir, Servers: 3})
 	if err != nil {
 		t.Fatal(err)

@@ -83,10 +83,7 @@ func TestOrchestratorEndToEnd(t *testing.T) {
 	becomeSubreaper(t)
 	ctx := t.Context()
 	dir := t.TempDir()
-	bin, err := testcluster.Build(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := trellisBinary(t)
 	docker, image := probeDocker(t)
 
 	c, err := testcluster.Start(ctx, testcluster.Options{Bin: bin, Dir: dir, Servers: 1, Extra: []string{"-heartbeat-ttl", orchTTL.String()}})

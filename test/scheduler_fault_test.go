@@ -86,10 +86,7 @@ func TestSchedulerFaults(t *testing.T) {
 	}
 	ctx := t.Context()
 	dir := t.TempDir()
-	bin, err := testcluster.Build(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := trellisBinary(t)
 	began := time.Now()
 	c, err := testcluster.Start(ctx, testcluster.Options{Bin: bin, Dir: dir, Servers: 3, Extra: []string{"-heartbeat-ttl", faultTTL.String()}})
 	if err != nil {

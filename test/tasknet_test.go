@@ -104,10 +104,7 @@ func TestBridgeTaskEndToEnd(t *testing.T) {
 	becomeSubreaper(t)
 	ctx := t.Context()
 	dir := t.TempDir()
-	bin, err := testcluster.Build(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := trellisBinary(t)
 	probe := filepath.Join(dir, "driverprobe")
 	if out, err := exec.Command("go", "build", "-o", probe, "../internal/driver/docker/testdata/driverprobe").CombinedOutput(); err != nil {
 		t.Fatalf("build driverprobe: %v: %s", err, out)
