@@ -84,11 +84,7 @@ func newDevHost(t *testing.T) *devHost {
 		t.Skip("multi-process test")
 	}
 	dir := t.TempDir()
-	bin, err := testcluster.Build(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &devHost{bin: bin, dir: dir}
+	h := &devHost{bin: trellisBinary(t), dir: dir}
 	h.docker, h.image = probeDocker(t)
 	if h.docker != nil {
 		t.Cleanup(func() { h.docker.Close() })

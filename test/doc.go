@@ -11,10 +11,11 @@
 // check's, TLS's, the trust attacks'), run in parallel, each on its own
 // random ports and temp dirs: they spend most of their time waiting on
 // elections and on the processes they start, so together they take little
-// more than the longest of them. The tests with a 2-second heartbeat TTL
-// (the orchestrator's, the scheduler's faults, the bridge task's) run
-// alone, before them: they check that a live agent keeps its session
+// more than the longest of them. The others run alone, before them: the
+// tests with a 2-second heartbeat TTL (the orchestrator's, the scheduler's
+// faults, the bridge task's) check that a live agent keeps its session
 // across a server restart, which a machine loaded with other clusters
-// could make miss a TTL, and they make the test process the reaper of
-// orphans, which is process-wide.
+// could make miss a TTL, and make the test process the reaper of orphans,
+// which is process-wide; trellis dev's tests count what is left on the
+// host and in the Docker engine.
 package test

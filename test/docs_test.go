@@ -67,11 +67,7 @@ func TestDocsTryIt(t *testing.T) {
 		t.Skip("multi-process test")
 	}
 	becomeSubreaper(t)
-	dir := t.TempDir()
-	bin, err := testcluster.Build(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := trellisBinary(t)
 	docs, err := filepath.Glob("../docs/*.md")
 	if err != nil || len(docs) == 0 {
 		t.Fatalf("no docs: %v", err)
