@@ -226,6 +226,8 @@ func runDev(ctx context.Context, cfg server.Config, instances int, dataDir strin
 		started(s, sockets)
 	}
 	var srvErr error
+	kill, stopped := make(chan string, 1), make(chan struct{})
+	defer close(stopped)
 	select {
 	case <-ctx.Done():
 	case sig := <-sigs:
@@ -234,17 +236,20 @@ func runDev(ctx context.Context, cfg server.Config, instances int, dataDir strin
 		}
 	case srvErr = <-srvDone:
 		srvDone = nil
+		// No leave can finish without the server: kill at once.
+		kill <- "The server stopped: killing the tasks (SIGKILL)."
 	case err := <-agents.errs:
 		log.Error("a local agent stopped", "err", err)
 	}
-	kill, stopped := make(chan struct{}), make(chan struct{})
-	defer close(stopped)
 	go func() {
 		for {
 			select {
 			case sig := <-sigs:
 				if sig != syscall.SIGPIPE {
-					close(kill)
+					select {
+					case kill <- "Second interrupt: killing the tasks that still run (SIGKILL), then exiting.":
+					default:
+					}
 					return
 				}
 			case <-stopped:

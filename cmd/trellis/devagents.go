@@ -117,10 +117,10 @@ func (d *devAgents) start(ctx context.Context) {
 
 // stop ends the agents. In memory they first leave: their tasks are
 // stopped, since nothing will remember them, and dev says which task it
-// waits for; kill (a second Ctrl-C) or devLeaveTimeout kills what still
-// runs. With a data dir they just stop, and the next `trellis dev`
+// waits for; kill (a second Ctrl-C) or the tasks' stop timeouts passing
+// kill what still runs. With a data dir they just stop, and the next `trellis dev`
 // re-attaches to their tasks.
-func (d *devAgents) stop(cancel context.CancelFunc, kill <-chan struct{}, out io.Writer, log *slog.Logger) {
+func (d *devAgents) stop(cancel context.CancelFunc, kill <-chan string, out io.Writer, log *slog.Logger) {
 	if d.run != nil {
 		d.leave(kill, out, log)
 	}
@@ -130,8 +130,8 @@ func (d *devAgents) stop(cancel context.CancelFunc, kill <-chan struct{}, out io
 
 // leave has every agent leave; see stop. It waits as long as the tasks'
 // stop timeouts say (at least devLeaveTimeout), then kills what still
-// runs; so does a second signal (kill).
-func (d *devAgents) leave(kill <-chan struct{}, out io.Writer, log *slog.Logger) {
+// runs; so does a second signal: kill brings what to say about it.
+func (d *devAgents) leave(kill <-chan string, out io.Writer, log *slog.Logger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	left := make(chan struct{})
@@ -158,8 +158,8 @@ wait:
 		select {
 		case <-left:
 			return
-		case <-kill:
-			fmt.Fprintln(out, "Second interrupt: killing the tasks that still run (SIGKILL), then exiting.")
+		case note := <-kill:
+			fmt.Fprintln(out, note)
 			break wait
 		case now := <-tick.C:
 			stopping := d.stopping()
