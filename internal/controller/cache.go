@@ -211,6 +211,31 @@ type typeCache struct {
 	// synced is closed once a term's watch has listed the type whole.
 	synced     chan struct{}
 	syncedOnce *sync.Once
+
+	// events counts what the cache did with each event, by where it came
+	// from and whether it changed the cache (trellis_controller_cache_events_total).
+	events [numSources][2]atomic.Uint64
+}
+
+// source is where an event the cache applies comes from.
+type source int
+
+const (
+	fromWatch source = iota // the Manager's watches
+	fromWrite               // a controller's write, through SeeingWrites
+	fromApply               // Cache.Apply, by hand
+	numSources
+)
+
+func (s source) String() string {
+	switch s {
+	case fromWatch:
+		return "watch"
+	case fromWrite:
+		return "write"
+	default:
+		return "apply"
+	}
 }
 
 // validateCached checks a controller's Cached declarations; bad names the
@@ -482,7 +507,9 @@ func (c *Cache) MarkSynced(typ *pbresource.Type) {
 // watches call it for every event before mapping it; a test harness that
 // drives a controller's mappers by hand calls it the same way. A
 // controller's own writes reach it through SeeingWrites.
-func (c *Cache) Apply(ev Event) {
+func (c *Cache) Apply(ev Event) { c.applyFrom(ev, fromApply) }
+
+func (c *Cache) applyFrom(ev Event, from source) {
 	id := ev.Resource.GetId()
 	if id == nil {
 		return
@@ -492,7 +519,14 @@ func (c *Cache) Apply(ev Event) {
 		return
 	}
 	c.markFed()
-	tc.apply(ev)
+	tc.events[from][b2i(tc.apply(ev))].Add(1)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Verify checks, under CheckReadOnly, that no cached object has been
@@ -574,11 +608,12 @@ func (tc *typeCache) indexOf(name string) int {
 	return -1
 }
 
-func (tc *typeCache) apply(ev Event) {
+// apply records ev and reports whether it changed the cache.
+func (tc *typeCache) apply(ev Event) bool {
 	k := slotOf(ev.Resource.GetId())
 	if !ev.Deleted && tc.hasCurrent(k, ev.Resource) {
 		// Nothing new: not worth decoding and deriving to throw away.
-		return
+		return false
 	}
 	var o *Object
 	if !ev.Deleted {
@@ -604,10 +639,10 @@ func (tc *typeCache) apply(ev Event) {
 	sameIncarnation := old != nil && old.Resource.GetId().GetUid() == ev.Resource.GetId().GetUid()
 	if ev.Deleted {
 		if !sameIncarnation {
-			return
+			return false
 		}
 	} else if sameIncarnation && !newerVersion(ev.Resource.GetVersion(), old.Resource.GetVersion()) {
-		return
+		return false
 	}
 	if old != nil && tc.checkReadOnly {
 		if err := tc.checkFrozenLocked(k, old); err != nil {
@@ -649,7 +684,7 @@ func (tc *typeCache) apply(ev Event) {
 	}
 	if o == nil {
 		tc.all.remove(k)
-		return
+		return true
 	}
 	tc.all.put(k, o)
 	if tc.checkReadOnly {
@@ -662,6 +697,7 @@ func (tc *typeCache) apply(ev Event) {
 		}
 		tc.frozen[k] = f
 	}
+	return true
 }
 
 // errModified is what CheckReadOnly reports.

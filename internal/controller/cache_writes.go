@@ -47,7 +47,7 @@ type seeingWrites struct {
 func (s seeingWrites) Write(ctx context.Context, req *pbresource.WriteRequest) (*pbresource.WriteResponse, error) {
 	out, err := s.API.Write(ctx, req)
 	if err == nil {
-		s.cache.Apply(Event{Resource: out.GetResource()})
+		s.cache.applyFrom(Event{Resource: out.GetResource()}, fromWrite)
 	}
 	return out, err
 }
@@ -56,10 +56,10 @@ func (s seeingWrites) WriteBatch(ctx context.Context, req *pbresource.WriteBatch
 	out, err := s.API.WriteBatch(ctx, req)
 	if err == nil {
 		for _, res := range out.GetResources() {
-			s.cache.Apply(Event{Resource: res})
+			s.cache.applyFrom(Event{Resource: res}, fromWrite)
 		}
 		for _, res := range out.GetStatuses() {
-			s.cache.Apply(Event{Resource: res})
+			s.cache.applyFrom(Event{Resource: res}, fromWrite)
 		}
 	}
 	return out, err
@@ -68,7 +68,7 @@ func (s seeingWrites) WriteBatch(ctx context.Context, req *pbresource.WriteBatch
 func (s seeingWrites) WriteStatus(ctx context.Context, req *pbresource.WriteStatusRequest) (*pbresource.WriteStatusResponse, error) {
 	out, err := s.API.WriteStatus(ctx, req)
 	if err == nil {
-		s.cache.Apply(Event{Resource: out.GetResource()})
+		s.cache.applyFrom(Event{Resource: out.GetResource()}, fromWrite)
 	}
 	return out, err
 }
@@ -78,7 +78,7 @@ func (s seeingWrites) WriteStatuses(ctx context.Context, req *pbresource.WriteSt
 	if err == nil {
 		for _, r := range out.GetResults() {
 			if r.GetError() == nil {
-				s.cache.Apply(Event{Resource: r.GetResource()})
+				s.cache.applyFrom(Event{Resource: r.GetResource()}, fromWrite)
 			}
 		}
 	}
@@ -88,7 +88,7 @@ func (s seeingWrites) WriteStatuses(ctx context.Context, req *pbresource.WriteSt
 func (s seeingWrites) Delete(ctx context.Context, req *pbresource.DeleteRequest) (*pbresource.DeleteResponse, error) {
 	out, err := s.API.Delete(ctx, req)
 	if (err == nil || status.Code(err) == codes.NotFound) && req.GetId().GetUid() != "" {
-		s.cache.Apply(Event{Resource: &pbresource.Resource{Id: req.GetId()}, Deleted: true})
+		s.cache.applyFrom(Event{Resource: &pbresource.Resource{Id: req.GetId()}, Deleted: true}, fromWrite)
 	}
 	return out, err
 }

@@ -242,5 +242,15 @@ func TestSeeingWritesDerivesEachWriteOnce(t *testing.T) {
 		if keys := slices.Sorted(maps.Keys(made)); len(keys) != 6 {
 			t.Errorf("derived %q, want the five placements and the status", keys)
 		}
+		// The counts say the same: seven changes from the controller's
+		// writes, their seven echoes from the watch taken as repeats.
+		for _, c := range []struct {
+			source, result string
+			want           float64
+		}{{"write", "changed", 7}, {"write", "repeat", 0}, {"watch", "changed", 0}, {"watch", "repeat", 7}, {"apply", "changed", 0}} {
+			if got := h.metric("trellis_controller_cache_events_total", map[string]string{"type": "test/v1/Task", "source": c.source, "result": c.result}); got != c.want {
+				t.Errorf("cache_events_total{source=%s,result=%s} = %v, want %v", c.source, c.result, got, c.want)
+			}
+		}
 	})
 }
