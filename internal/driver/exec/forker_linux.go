@@ -18,8 +18,8 @@ import (
 // once. So every such fork happens on one thread kept for the life of the
 // process: a goroutine locked to it that never returns. Should that
 // thread ever be left in a task's namespace (it could not go back), it is
-// parked for good, still the parent of what it forked, and a new forker
-// takes over.
+// parked for good, still the parent of what it forked, and a new thread
+// takes the requests over.
 
 type forkRequest struct {
 	netns string
@@ -29,22 +29,19 @@ type forkRequest struct {
 
 // forker forks on its own thread; see above.
 type forker struct {
-	mu   sync.Mutex
+	once sync.Once
 	reqs chan forkRequest
 }
 
 // start runs cmd.Start on the forker's thread, in the network namespace
 // at netnsPath when set.
 func (f *forker) start(netnsPath string, cmd *osexec.Cmd) error {
-	f.mu.Lock()
-	if f.reqs == nil {
+	f.once.Do(func() {
 		f.reqs = make(chan forkRequest)
 		go f.loop(f.reqs)
-	}
-	reqs := f.reqs
-	f.mu.Unlock()
+	})
 	r := forkRequest{netns: netnsPath, cmd: cmd, done: make(chan error, 1)}
-	reqs <- r
+	f.reqs <- r
 	return <-r.done
 }
 
@@ -55,35 +52,33 @@ func (f *forker) loop(reqs chan forkRequest) {
 			r.done <- wrapStart(r.cmd, r.cmd.Start())
 			continue
 		}
-		err, stuck := startInNetnsHere(r.netns, r.cmd)
+		stuck, err := startInNetnsHere(r.netns, r.cmd)
 		r.done <- err
 		if stuck {
-			f.mu.Lock()
-			f.reqs = nil // the next start makes a new forker
-			f.mu.Unlock()
-			select {} // keep the thread, and what it forked, alive
+			go f.loop(reqs) // a new thread takes the requests over
+			select {}       // keep this one, parent of what it forked, alive
 		}
 	}
 }
 
 // startInNetnsHere starts cmd from this (locked) thread inside the
 // namespace at path, and goes back; stuck when it could not go back.
-func startInNetnsHere(path string, cmd *osexec.Cmd) (err error, stuck bool) {
+func startInNetnsHere(path string, cmd *osexec.Cmd) (stuck bool, err error) {
 	own, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("netns: this thread's network namespace: %w", err), false
+		return false, fmt.Errorf("netns: this thread's network namespace: %w", err)
 	}
 	defer unix.Close(own)
 	target, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("netns: the task's network namespace: %w", err), false
+		return false, fmt.Errorf("netns: the task's network namespace: %w", err)
 	}
 	defer unix.Close(target)
 	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("netns: the task's network namespace: entering %s: %w", path, err), false
+		return false, fmt.Errorf("netns: the task's network namespace: entering %s: %w", path, err)
 	}
 	err = wrapStart(cmd, cmd.Start())
-	return err, unix.Setns(own, unix.CLONE_NEWNET) != nil
+	return unix.Setns(own, unix.CLONE_NEWNET) != nil, err
 }
 
 func wrapStart(cmd *osexec.Cmd, err error) error {
