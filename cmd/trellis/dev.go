@@ -278,11 +278,20 @@ func sweepDevRuns(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// devDocker is the engine for the sweep; an engine that is not there has
-// nothing to sweep.
+// devDocker is the engine for the sweep; an engine that is not there, or
+// does not answer within devDockerProbe, has nothing to sweep (dev must not
+// wait on a DOCKER_HOST that is down).
 type devDocker struct{ d *dockerdriver.Driver }
 
+// devDockerProbe bounds the sweep's first look at the engine.
+const devDockerProbe = 3 * time.Second
+
 func (e devDocker) RemoveMarked(ctx context.Context, key string, dead func(string) bool) (int, error) {
+	probe, cancel := context.WithTimeout(ctx, devDockerProbe)
+	defer cancel()
+	if !e.d.Fingerprint(probe).Available {
+		return 0, nil
+	}
 	n, err := e.d.RemoveMarked(ctx, key, dead)
 	if errors.Is(err, driver.ErrUnavailable) {
 		return n, nil
