@@ -208,6 +208,11 @@ type typeCache struct {
 	byIndex []map[string]*objectSet
 	// frozen holds the private copies of CheckReadOnly.
 	frozen map[slot]*Object
+	// deleted holds, by slot, the uid of an incarnation a controller
+	// deleted through SeeingWrites, until the watch brings that deletion:
+	// an upsert of it the watch brings meanwhile is older than the
+	// deletion and is ignored (a uid is never written again once deleted).
+	deleted map[slot]string
 	// synced is closed once a term's watch has listed the type whole.
 	synced     chan struct{}
 	syncedOnce *sync.Once
@@ -519,7 +524,7 @@ func (c *Cache) applyFrom(ev Event, from source) {
 		return
 	}
 	c.markFed()
-	tc.events[from][b2i(tc.apply(ev))].Add(1)
+	tc.events[from][b2i(tc.apply(ev, from))].Add(1)
 }
 
 func b2i(b bool) int {
@@ -581,6 +586,7 @@ func (tc *typeCache) resetLocked() {
 		tc.byIndex[i] = make(map[string]*objectSet)
 	}
 	tc.frozen = nil
+	tc.deleted = nil
 	tc.synced = make(chan struct{})
 	tc.syncedOnce = new(sync.Once)
 }
@@ -608,8 +614,9 @@ func (tc *typeCache) indexOf(name string) int {
 	return -1
 }
 
-// apply records ev and reports whether it changed the cache.
-func (tc *typeCache) apply(ev Event) bool {
+// apply records ev, which came from from, and reports whether it changed
+// the cache.
+func (tc *typeCache) apply(ev Event, from source) bool {
 	k := slotOf(ev.Resource.GetId())
 	if !ev.Deleted && tc.hasCurrent(k, ev.Resource) {
 		// Nothing new: not worth decoding and deriving to throw away.
@@ -635,8 +642,23 @@ func (tc *typeCache) apply(ev Event) bool {
 	}
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
+	uid := ev.Resource.GetId().GetUid()
+	if gone, ok := tc.deleted[k]; ok && gone == uid {
+		if !ev.Deleted {
+			return false
+		}
+		if from == fromWatch {
+			delete(tc.deleted, k)
+		}
+	}
+	if ev.Deleted && from == fromWrite && uid != "" {
+		if tc.deleted == nil {
+			tc.deleted = make(map[slot]string)
+		}
+		tc.deleted[k] = uid
+	}
 	old := tc.all.members[k]
-	sameIncarnation := old != nil && old.Resource.GetId().GetUid() == ev.Resource.GetId().GetUid()
+	sameIncarnation := old != nil && old.Resource.GetId().GetUid() == uid
 	if ev.Deleted {
 		if !sameIncarnation {
 			return false
@@ -726,11 +748,14 @@ func newObject(res *pbresource.Resource) *Object {
 }
 
 // hasCurrent reports whether the cache holds res's incarnation at res's
-// version or a newer one, under the read lock: an upsert of res would
-// change nothing.
+// version or a newer one, or has it deleted, under the read lock: an
+// upsert of res would change nothing.
 func (tc *typeCache) hasCurrent(k slot, res *pbresource.Resource) bool {
 	tc.mu.RLock()
 	defer tc.mu.RUnlock()
+	if gone, ok := tc.deleted[k]; ok && gone == res.GetId().GetUid() {
+		return true
+	}
 	old := tc.all.members[k]
 	return old != nil && old.Resource.GetId().GetUid() == res.GetId().GetUid() &&
 		!newerVersion(res.GetVersion(), old.Resource.GetVersion())

@@ -32,9 +32,11 @@ import (
 //
 // The watch then brings the same writes back: the cache takes each as the
 // repeat it is (the same version) and only the controller's mappers see
-// it, as they see every change. As with Cache.Apply, an upsert is never
-// rolled back by an older event still on its way, but a deletion may be,
-// for a moment, until the watch brings it too.
+// it, as they see every change. Nothing applied is rolled back by an
+// older event still on its way: not an upsert (an older version is
+// ignored), nor a deletion (the cache remembers the deleted incarnation
+// until the watch brings its deletion, and ignores an upsert of it
+// meanwhile: a uid is never written again once deleted).
 func (c *Cache) SeeingWrites(api resource.API) resource.API {
 	return seeingWrites{API: api, cache: c}
 }

@@ -284,7 +284,7 @@ func (in *informer) replace(fresh map[slot]*pbresource.Resource) {
 
 func (in *informer) dispatch(ev Event) {
 	if in.cache != nil {
-		in.cache.events[fromWatch][b2i(in.cache.apply(ev))].Add(1)
+		in.cache.events[fromWatch][b2i(in.cache.apply(ev, fromWatch))].Add(1)
 	}
 	for _, h := range in.handlers {
 		h(ev)
