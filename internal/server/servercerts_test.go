@@ -146,6 +146,15 @@ func TestServerLinksMoveToConnectLeaves(t *testing.T) {
 		// The server RPCs' links move to Connect leaves when the gRPC
 		// server ends them, at this age.
 		c.ServerLinkMaxAge = 2 * time.Second
+		// After the rotation each server signs itself a leaf of the new
+		// root at a random moment of this window: a second, not the
+		// default's ten, which the test would wait out.
+		c.Modules = server.DefaultModules()
+		for i, m := range c.Modules {
+			if m.Name() == "ca" {
+				c.Modules[i] = camodule.New(camodule.Config{ServerResignWindow: time.Second})
+			}
+		}
 	})
 	leader := leaderOf(t, servers)
 	var roots camodule.RootsBody
@@ -184,7 +193,7 @@ func TestServerLinksMoveToConnectLeaves(t *testing.T) {
 		return rotated.ActiveRootID != "" && rotated.ActiveRootID != roots.ActiveRootID
 	})
 	for i, tc := range tcs {
-		// Within the re-signing window (DefaultServerResignWindow).
+		// Within the re-signing window (a second).
 		eventually(t, 60*time.Second, fmt.Sprintf("server %d's leaf of the new root", i), func() bool { return signedUnder(t, tc, rotated.Roots[0].RootCert) })
 	}
 	writeThrough(t, follower, "after-rotation", b, servers)
