@@ -219,6 +219,9 @@ func runDev(ctx context.Context, cfg server.Config, instances int, dataDir strin
 	agentCtx, stopAgents := context.WithCancel(context.Background())
 	agents.start(agentCtx)
 	if started != nil {
+		// The banner says the instances are there: a command typed at
+		// once must find them registered.
+		waitDevAgents(ctx, agents, sigs, srvDone, log)
 		var sockets []string
 		for _, a := range agents.agents {
 			sockets = append(sockets, a.ControlSocket())
@@ -263,6 +266,36 @@ func runDev(ctx context.Context, cfg server.Config, instances int, dataDir strin
 		srvErr = <-srvDone
 	}
 	return srvErr
+}
+
+// devReadyWait bounds how long dev waits for its agents to connect before
+// it prints its banner anyway.
+const devReadyWait = 30 * time.Second
+
+// waitDevAgents waits until every local agent is registered and heard,
+// at most devReadyWait, or until something the caller must act on comes
+// first: ctx ending, a signal or the server stopping, which it leaves in
+// their channels for the caller (each is buffered and was just emptied).
+func waitDevAgents(ctx context.Context, agents *devAgents, sigs chan os.Signal, srvDone chan error, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, devReadyWait)
+	defer cancel()
+	waiting := make(chan []string, 1)
+	go func() { waiting <- agents.waitConnected(ctx) }()
+	select {
+	case names := <-waiting:
+		if len(names) > 0 && ctx.Err() == context.DeadlineExceeded {
+			log.Warn("local agents not connected yet; they go on trying", "agents", names, "waited", devReadyWait)
+		}
+		return
+	case sig := <-sigs:
+		sigs <- sig
+	case err := <-srvDone:
+		srvDone <- err
+	case err := <-agents.errs:
+		agents.errs <- err
+	}
+	cancel()
+	<-waiting
 }
 
 // sweepDevRuns removes what runs of dev that died without cleaning up left

@@ -115,6 +115,17 @@ func (d *devAgents) start(ctx context.Context) {
 	}
 }
 
+// waitConnected waits until every agent is registered and heard by the
+// server, or ctx ends; it returns the names of those that are not.
+func (d *devAgents) waitConnected(ctx context.Context) (waiting []string) {
+	for i, a := range d.agents {
+		if a.WaitConnected(ctx) != nil {
+			waiting = append(waiting, devInstanceName(i+1))
+		}
+	}
+	return waiting
+}
+
 // stop ends the agents. In memory they first leave: their tasks are
 // stopped, since nothing will remember them, and dev says which task it
 // waits for; kill (a second Ctrl-C) or the tasks' stop timeouts passing

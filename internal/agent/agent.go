@@ -239,6 +239,11 @@ func (a *Agent) Session() string { return a.session.ID() }
 // between connections.
 func (a *Agent) Server() string { return a.session.Server() }
 
+// WaitConnected waits until the agent's Instance is registered and a
+// server has answered its heartbeat (the servers place tasks on it from
+// then on), or ctx ends (its error).
+func (a *Agent) WaitConnected(ctx context.Context) error { return a.session.WaitConnected(ctx) }
+
 // Start runs the agent until ctx ends or it has left the cluster. Ending
 // ctx leaves the tasks running (see the package comment); it returns nil
 // then, and after a Leave.

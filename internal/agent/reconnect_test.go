@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -201,5 +202,36 @@ func TestReconnectedAgentResumesItsTaskStream(t *testing.T) {
 	}
 	if n := pt.starts.Load(); n != 3 {
 		t.Errorf("%d tasks started, want 3 (t1 and t2 once, t3)", n)
+	}
+}
+
+// WaitConnected returns once the agent is registered and heard (what
+// trellis dev waits for before its banner), and waits again while the
+// agent is cut off from its server, until ctx ends.
+func TestWaitConnectedFollowsTheConnection(t *testing.T) {
+	srv := startServer(t)
+	var link cutter
+	cfg := config(t, "i-1", newProcTable(t), srv)
+	cfg.DialOptions = append(cfg.DialOptions, link.dialOption())
+	a := startAgent(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.WaitConnected(ctx); err != nil {
+		t.Fatalf("WaitConnected: %v", err)
+	}
+	if _, in := srv.instance(t, "i-1"); in.GetSession() != a.Session() {
+		t.Fatalf("WaitConnected returned before the instance was registered: %v", in)
+	}
+
+	link.cut()
+	eventually(t, "the agent notices", func() bool { return a.Server() == "" })
+	gone, stop := context.WithCancel(context.Background())
+	stop()
+	if err := a.WaitConnected(gone); err == nil {
+		t.Fatal("WaitConnected answered nil while the agent had no server")
+	}
+	link.restore()
+	if err := a.WaitConnected(ctx); err != nil {
+		t.Fatalf("WaitConnected after the link is back: %v", err)
 	}
 }

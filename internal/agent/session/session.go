@@ -318,6 +318,25 @@ func runAll(ctx context.Context, fns ...func(context.Context) error) error {
 	return err
 }
 
+// WaitConnected waits until the session has a live connection: its
+// Instance is registered and a server answered its heartbeat, so that the
+// servers place tasks on it. It returns ctx's error if ctx ends first.
+func (s *Session) WaitConnected(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		c, ch := s.current, s.changed
+		s.mu.Unlock()
+		if c != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
 // withConn calls fn with the live connection, waiting for one and trying
 // again (after a backoff) until fn succeeds or ctx ends.
 func (s *Session) withConn(ctx context.Context, fn func(*conn) error) error {
