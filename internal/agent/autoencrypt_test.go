@@ -203,11 +203,21 @@ func TestAutoEncrypt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// After the rotation each server signs itself a leaf of the new
+		// root at a random moment of this window: a second, not the
+		// default's ten, which the test would wait out.
+		modules := server.DefaultModules()
+		for k, m := range modules {
+			if m.Name() == "ca" {
+				modules[k] = camodule.New(camodule.Config{ServerResignWindow: time.Second})
+			}
+		}
 		srv, err := server.New(server.Config{
 			TLS: tc, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", ServerAddr: addrs[i], RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
 			Raft:              &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: 3, RetryJoin: join},
 			PublicGRPCOptions: seen.options(fmt.Sprint(i)),
 			Logger:            testlog.Logger(t).With("server", i), ShutdownTimeout: 20 * time.Second,
+			Modules: modules,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -333,7 +343,7 @@ func TestAutoEncrypt(t *testing.T) {
 	})
 
 	// Every server signs itself a leaf of the new root (within its
-	// window).
+	// window, a second).
 	newRoots := parseRoots(t, rotated)
 	for i, s := range servers {
 		eventually(t, fmt.Sprintf("server %d's leaf of the new root", i), func() bool {
