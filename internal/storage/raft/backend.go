@@ -35,6 +35,7 @@ type Backend struct {
 
 	raft     *hraft.Raft
 	trans    *hraft.NetworkTransport
+	pipes    *pipelineTransport // trans, as raft uses it
 	fsm      *fsm
 	store    *inmem.Store
 	wal      *wal.WAL // nil in memory
@@ -165,7 +166,8 @@ func Open(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 
-	b.raft, err = hraft.NewRaft(rc, b.fsm, logs, stable, snaps, b.trans)
+	b.pipes = newPipelineTransport(b.trans)
+	b.raft, err = hraft.NewRaft(rc, b.fsm, logs, stable, snaps, b.pipes)
 	if err != nil {
 		_ = b.trans.Close()
 		b.closeStores()
@@ -335,7 +337,11 @@ func (b *Backend) ready() bool {
 func (b *Backend) Shutdown() error {
 	b.shutOnce.Do(func() {
 		b.logger.Info("raft storage shutting down", "id", b.cfg.ID)
-		b.shutErr = b.raft.Shutdown().Error()
+		shut := b.raft.Shutdown()
+		// A replication goroutine blocked in a pipeline nobody reads
+		// would hold the shutdown forever (pipelines.go).
+		b.pipes.closePipelines()
+		b.shutErr = shut.Error()
 		b.raft.DeregisterObserver(b.observer)
 		close(b.stop)
 		b.lead.close()
