@@ -40,15 +40,6 @@ var provesAgents = map[string]bool{
 	pbresource.ResourceService_WriteStatus_FullMethodName:   true,
 	pbresource.ResourceService_WriteStatuses_FullMethodName: true,
 	pbagent.LogService_Attach_FullMethodName:                true,
-	// Register: only a Connect leaf counts (leafOnly), which must name
-	// the instance registered; a session is what it registers.
-	pbagent.AgentService_Register_FullMethodName: true,
-}
-
-// leafOnly lists the methods of provesAgents for which only a Connect
-// leaf proves an agent, never a session.
-var leafOnly = map[string]bool{
-	pbagent.AgentService_Register_FullMethodName: true,
 }
 
 // agentIdentity is the public port's interceptor that marks a proven
@@ -56,7 +47,7 @@ var leafOnly = map[string]bool{
 func (s *Server) agentIdentity() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if provesAgents[info.FullMethod] {
-			if instance := s.provenAgent(ctx, leafOnly[info.FullMethod]); instance != "" {
+			if instance := s.provenAgent(ctx); instance != "" {
 				ctx = resource.AsAgent(ctx, instance)
 			}
 		}
@@ -68,7 +59,7 @@ func (s *Server) agentIdentity() grpc.UnaryServerInterceptor {
 func (s *Server) agentIdentityStream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if provesAgents[info.FullMethod] {
-			if instance := s.provenAgent(ss.Context(), leafOnly[info.FullMethod]); instance != "" {
+			if instance := s.provenAgent(ss.Context()); instance != "" {
 				ss = agentStream{ServerStream: ss, ctx: resource.AsAgent(ss.Context(), instance)}
 			}
 		}
@@ -85,8 +76,8 @@ type agentStream struct {
 func (a agentStream) Context() context.Context { return a.ctx }
 
 // provenAgent is the instance whose agent the call is proven to come
-// from; "" when none. leaf: only by its Connect leaf.
-func (s *Server) provenAgent(ctx context.Context, leaf bool) string {
+// from; "" when none.
+func (s *Server) provenAgent(ctx context.Context) string {
 	if p, ok := peer.FromContext(ctx); ok && s.cfg.TLS != nil {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
 			if instance, err := s.cfg.TLS.ConnectAgent(ti.State.PeerCertificates); err == nil {
@@ -94,7 +85,7 @@ func (s *Server) provenAgent(ctx context.Context, leaf bool) string {
 			}
 		}
 	}
-	if leaf || s.agentSessions == nil {
+	if s.agentSessions == nil {
 		return ""
 	}
 	md, _ := metadata.FromIncomingContext(ctx)

@@ -8,9 +8,10 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	"trellis.dev/trellis/internal/orchestrator"
 )
 
-func TestRegisterRequest(t *testing.T) {
+func TestMergeInstance(t *testing.T) {
 	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	r := registration{
 		cluster: "prod", address: "10.0.0.5:7710", session: "s2", version: "v1",
@@ -18,13 +19,16 @@ func TestRegisterRequest(t *testing.T) {
 			{Name: "exec", Available: true, Detail: "cgroups v2"},
 			{Name: "docker", Available: false, Detail: "no engine"},
 		}},
-		attributes: map[string]string{"zone": "a", "os": "plan9"},
+		attributes: map[string]string{"zone": "a"},
 	}
 	r.facts.BridgeNetwork = true
-	req := registerRequest("i-1", r, at)
-	got := req.GetRegistration()
+	stored := &pborch.Instance{
+		Cluster: "default", Status: orchestrator.InstanceDown, Drain: true, Session: "s1",
+		Attributes: map[string]string{"rack": "r1", "zone": "b", "os": "plan9", "driver.docker": "27", "kernel": "5.0", "network.bridge": "false"},
+	}
+	got := mergeInstance(stored, r, at)
 	want := map[string]string{
-		"zone": "a", "os": runtime.GOOS, "arch": got.GetAttributes()["arch"], "hostname": "box",
+		"rack": "r1", "zone": "a", "os": runtime.GOOS, "arch": got.GetAttributes()["arch"], "hostname": "box",
 		"cpu.count": "4", "memory.bytes": "8589934592", "kernel": "6.1.0", "driver.exec": "cgroups v2",
 		"network.bridge": "true",
 	}
@@ -36,16 +40,15 @@ func TestRegisterRequest(t *testing.T) {
 			t.Errorf("attribute %s = %q, want %q", k, got.GetAttributes()[k], v)
 		}
 	}
-	if req.GetInstance() != "i-1" || req.GetCluster() != "prod" || got.GetSession() != "s2" || got.GetLeft() {
-		t.Errorf("request %v", req)
+	if got.GetStatus() != orchestrator.InstanceDraining || !got.GetDrain() || got.GetSession() != "s2" || got.GetCluster() != "prod" {
+		t.Errorf("instance %v", got)
 	}
 	if got.GetResources().GetCpuMillis() != 4000 || !got.GetRegisteredAt().AsTime().Equal(at) || len(got.GetDrivers()) != 2 {
-		t.Errorf("registration %v", got)
+		t.Errorf("instance %v", got)
 	}
-	// Leaving is a registration with left set.
-	r.left = true
-	if !registerRequest("i-1", r, at).GetRegistration().GetLeft() {
-		t.Error("left not set")
+	// A first registration.
+	if got := mergeInstance(nil, r, at); got.GetStatus() != orchestrator.InstanceReady || got.GetDrain() {
+		t.Errorf("new instance %v", got)
 	}
 }
 

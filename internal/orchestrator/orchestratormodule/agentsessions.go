@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
@@ -27,7 +28,7 @@ func agentSessions(api resource.API) func(ctx context.Context, instance, session
 			case err != nil:
 				return false, err
 			}
-			in, err := orchestrator.DecodeInstance(resp.GetResource()) // the session registered, in status["agent"] or (old stores) the data
+			in, err := resource.DecodeData[*pborch.Instance](resp.GetResource())
 			if err != nil {
 				return false, err
 			}
