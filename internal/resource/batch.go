@@ -93,14 +93,10 @@ func (s *Service) batchStatuses(ctx context.Context, a acl.Authorizer, reqs []*p
 	writer := StatusWriterOf(ctx)
 	named := make(map[slotKey]int, len(reqs))
 	for i, m := range reqs {
-		if err := s.registry.checkSealedType(ctx, m.GetId().GetType()); err != nil {
-			return nil, withPrefix(statusMemberField(i), err)
-		}
-		e, err := s.registry.prepareStatus(i, m)
+		e, err := s.prepareStatusMember(ctx, i, m, writer)
 		if err != nil {
 			return nil, err
 		}
-		e.writer = writer
 		key := nameKey(e.id)
 		if j, dup := first[key]; dup {
 			return nil, NewFieldError(statusMemberField(i)+".id", "names the resource %s writes: a batch writes each resource once", memberField(j))

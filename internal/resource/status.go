@@ -100,6 +100,21 @@ type statusEntry struct {
 	authorized bool
 }
 
+// prepareStatusMember checks member i of a request that writes several
+// statuses (WriteStatuses, a batch's status entries): its type is not
+// sealed, the entry is well formed; writer is who asks to write it.
+func (s *Service) prepareStatusMember(ctx context.Context, i int, m *pbresource.WriteStatusRequest, writer StatusWriter) (*statusEntry, error) {
+	if err := s.registry.checkSealedType(ctx, m.GetId().GetType()); err != nil {
+		return nil, withPrefix(statusMemberField(i), err)
+	}
+	e, err := s.registry.prepareStatus(i, m)
+	if err != nil {
+		return nil, err
+	}
+	e.writer = writer
+	return e, nil
+}
+
 // prepareStatus checks everything of a status request that needs no read:
 // the id, the key, the conditions and the payload. member is the index of
 // a WriteStatuses member, -1 for WriteStatus; a refusal names its field

@@ -68,14 +68,10 @@ func (s *Service) writeStatuses(ctx context.Context, req *pbresource.WriteStatus
 	entries := make([]*statusEntry, len(members))
 	first := make(map[slotKey]int, len(members))
 	for i, m := range members {
-		if err := s.registry.checkSealedType(ctx, m.GetId().GetType()); err != nil {
-			return nil, withPrefix(statusMemberField(i), err)
-		}
-		e, err := s.registry.prepareStatus(i, m)
+		e, err := s.prepareStatusMember(ctx, i, m, writer)
 		if err != nil {
 			return nil, err
 		}
-		e.writer = writer
 		key := nameKey(e.id)
 		if j, dup := first[key]; dup {
 			return nil, NewFieldError(statusMemberField(i)+".id", "names the same resource as %s: a request writes each resource's status once", statusMemberField(j))
