@@ -100,7 +100,9 @@ func TestLogsThroughTheServers(t *testing.T) {
 	}
 
 	// Following: the output keeps coming, and the read ends on the agent
-	// when the reader goes away.
+	// when the reader goes away. The reads above end on the agent a moment
+	// after their callers have their bodies, so wait for them first.
+	eventually(t, "the earlier reads end on the agent", func() bool { return a.LogReads() == 0 })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rc, err := c.Open(ctx, c.URL("/v1/tasks/t1/logs/app", map[string][]string{"follow": {"1"}}))
