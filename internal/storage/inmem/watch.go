@@ -34,12 +34,14 @@ func (s *Store) publish(ev *pbresource.WatchEvent) {
 
 // markProgress tells the watchers that asked for progress marks that
 // every change up to idx has been handed to them: an END_OF_SNAPSHOT event
-// at idx, after the changes of the update that reached it. Marks never cut
+// at idx, after the changes of the update that reached it, those of its
+// own type included (the events of one update share its last index, so
+// only the mark tells the watcher that it has them all). Marks never cut
 // a watcher off: a full watcher gets its mark once it has read its buffer.
 // Called with s.mu held.
 func (s *Store) markProgress(idx uint64) {
 	for w := range s.marked {
-		if idx <= w.marked || idx <= w.snapshotIndex {
+		if idx < w.marked || idx <= w.snapshotIndex {
 			continue
 		}
 		select {

@@ -145,8 +145,8 @@ func TestWatchBufferAskedThroughTheContext(t *testing.T) {
 }
 
 // TestProgressMarks: a watcher that asked for progress marks learns, after
-// each change its own events do not reach, the store's new index (an
-// END_OF_SNAPSHOT event); others never see one.
+// each change, the store's new index (an END_OF_SNAPSHOT event, after the
+// change's own events when it has any); others never see one.
 func TestProgressMarks(t *testing.T) {
 	b := NewBackend()
 	other := &pbresource.Type{Group: "test", GroupVersion: "v1", Kind: "Other"}
@@ -164,6 +164,9 @@ func TestProgressMarks(t *testing.T) {
 	if ev := mustNext(t, marked); ev.GetResource() != mine {
 		t.Fatalf("got %s, want the upsert of a", evString(ev))
 	}
+	if ev := mustNext(t, marked); ev.GetOp() != pbresource.WatchEvent_OP_END_OF_SNAPSHOT || fmt.Sprint(ev.GetIndex()) != mine.GetVersion() {
+		t.Fatalf("after its own change: %s; want a progress mark at %s", evString(ev), mine.GetVersion())
+	}
 	theirs := write(t, b, &pbresource.Resource{Id: &pbresource.ID{Type: other, Tenancy: &pbresource.Tenancy{Namespace: "default"}, Name: "o"}})
 	ev := mustNext(t, marked)
 	if ev.GetOp() != pbresource.WatchEvent_OP_END_OF_SNAPSHOT || fmt.Sprint(ev.GetIndex()) != theirs.GetVersion() {
@@ -171,7 +174,10 @@ func TestProgressMarks(t *testing.T) {
 	}
 	last := write(t, b, newRes("default", "b", "u"))
 	if ev := mustNext(t, marked); ev.GetResource() != last {
-		t.Fatalf("got %s, want the upsert of b (no mark for a change it saw)", evString(ev))
+		t.Fatalf("got %s, want the upsert of b", evString(ev))
+	}
+	if ev := mustNext(t, marked); ev.GetOp() != pbresource.WatchEvent_OP_END_OF_SNAPSHOT || fmt.Sprint(ev.GetIndex()) != last.GetVersion() {
+		t.Fatalf("after its own change: %s; want a progress mark at %s, which says the update's events are all in", evString(ev), last.GetVersion())
 	}
 	for _, want := range []*pbresource.Resource{mine, last} {
 		if ev := mustNext(t, plain); ev.GetResource() != want {
@@ -184,7 +190,7 @@ func TestProgressMarks(t *testing.T) {
 // could not take is handed over once it has read the buffer, so that an
 // idle store does not leave its view looking older than it is.
 func TestDroppedProgressMarkArrivesLate(t *testing.T) {
-	b := NewBackend(WithWatcherBuffer(2))
+	b := NewBackend(WithWatcherBuffer(3))
 	other := &pbresource.Type{Group: "test", GroupVersion: "v1", Kind: "Other"}
 	ctx := storage.WithProgressMarks(t.Context())
 	w, err := b.WatchList(ctx, newRes("default", "x", "u").GetId().GetType(), &pbresource.Tenancy{Namespace: "default"}, "", 0)
@@ -193,13 +199,17 @@ func TestDroppedProgressMarkArrivesLate(t *testing.T) {
 	}
 	defer w.Close()
 	skipSnapshot(t, w)
-	a := write(t, b, newRes("default", "a", "u"))
-	c := write(t, b, newRes("default", "c", "u")) // the buffer is full
+	a := write(t, b, newRes("default", "a", "u")) // its event and its mark
+	c := write(t, b, newRes("default", "c", "u")) // its event; the buffer is full
 	theirs := write(t, b, &pbresource.Resource{Id: &pbresource.ID{Type: other, Tenancy: &pbresource.Tenancy{Namespace: "default"}, Name: "o"}})
-	for _, want := range []*pbresource.Resource{a, c} {
-		if ev := mustNext(t, w); ev.GetResource() != want {
-			t.Fatalf("got %s, want the upsert of %s", evString(ev), want.GetId().GetName())
-		}
+	if ev := mustNext(t, w); ev.GetResource() != a {
+		t.Fatalf("got %s, want the upsert of a", evString(ev))
+	}
+	if ev := mustNext(t, w); ev.GetOp() != pbresource.WatchEvent_OP_END_OF_SNAPSHOT || fmt.Sprint(ev.GetIndex()) != a.GetVersion() {
+		t.Fatalf("got %s, want the mark at %s", evString(ev), a.GetVersion())
+	}
+	if ev := mustNext(t, w); ev.GetResource() != c {
+		t.Fatalf("got %s, want the upsert of c", evString(ev))
 	}
 	ev := mustNext(t, w)
 	if ev.GetOp() != pbresource.WatchEvent_OP_END_OF_SNAPSHOT || fmt.Sprint(ev.GetIndex()) != theirs.GetVersion() {
