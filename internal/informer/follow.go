@@ -1,0 +1,294 @@
+package informer
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/backoff"
+	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/ids"
+	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/storage"
+)
+
+// typeState is what an informer keeps of one type beside the cache: its
+// subscribers and how far its watch has got.
+type typeState struct {
+	in  *Informer
+	typ *pbresource.Type
+	log *slog.Logger
+
+	// mu serialises the cache's changes of the type with its subscribers:
+	// held while a change is applied and handed on, and while a
+	// subscriber joins.
+	mu   sync.Mutex
+	subs map[*Subscription]struct{}
+	// complete mirrors progress's, for a joining subscriber's deltas.
+	complete uint64
+
+	// pmu guards the progress, which readers ask while a subscriber runs.
+	pmu        sync.Mutex
+	prog       progress
+	progressed chan struct{} // closed and replaced whenever prog moves
+}
+
+// progress is how far a type's watch has got.
+type progress struct {
+	// complete: every change up to it has been applied to the cache.
+	complete uint64
+	// synced: a whole listing has been applied.
+	synced bool
+	// lastChange is the index of the last change the cache took.
+	lastChange uint64
+}
+
+func newTypeState(in *Informer, typ *pbresource.Type) *typeState {
+	return &typeState{
+		in: in, typ: typ,
+		log:        in.log.With("type", ids.TypeString(typ)),
+		subs:       make(map[*Subscription]struct{}),
+		progressed: make(chan struct{}),
+	}
+}
+
+func (ts *typeState) progress() (complete uint64, synced bool, lastChange uint64) {
+	ts.pmu.Lock()
+	defer ts.pmu.Unlock()
+	return ts.prog.complete, ts.prog.synced, ts.prog.lastChange
+}
+
+// watchProgress returns the progress and a channel closed when it moves.
+func (ts *typeState) watchProgress() (progress, <-chan struct{}) {
+	ts.pmu.Lock()
+	defer ts.pmu.Unlock()
+	return ts.prog, ts.progressed
+}
+
+// advance records the watch's progress: complete, and synced once a
+// whole listing is in; changed is the index of a change the cache took (0:
+// none).
+func (ts *typeState) advance(complete uint64, synced bool, changed uint64) {
+	ts.pmu.Lock()
+	defer ts.pmu.Unlock()
+	p := ts.prog
+	p.complete = max(p.complete, complete)
+	p.synced = p.synced || synced
+	p.lastChange = max(p.lastChange, changed)
+	if p != ts.prog {
+		ts.prog = p
+		close(ts.progressed)
+		ts.progressed = make(chan struct{})
+	}
+}
+
+// run follows the type until ctx ends.
+func (ts *typeState) run(ctx context.Context) {
+	cfg := ts.in.cfg
+	wait := backoff.Waiter{Policy: cfg.Retry, Rand: cfg.Rand}
+	var complete uint64 // every change up to it has been applied
+	for ctx.Err() == nil {
+		wctx := ctx
+		if cfg.Local {
+			// The store's progress marks carry the index forward while
+			// the type does not change; a burst of writes must not cut
+			// the watch off.
+			wctx = storage.WithProgressMarks(storage.WithWatchBuffer(ctx, storage.ServerWatchBuffer))
+		}
+		w, err := cfg.Source.Watch(wctx, &pbresource.WatchListRequest{
+			Type:       ts.typ,
+			Tenancy:    &pbresource.Tenancy{Namespace: ids.WildcardNamespace},
+			SinceIndex: complete,
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if complete > 0 && resource.NeedsRelist(err) {
+				ts.log.Info("informer watch cannot resume, listing again", "after_index", complete, "err", err)
+				complete = 0
+				continue
+			}
+			ts.sleep(ctx, wait.Next(), "informer watch failed to open", err, complete)
+			continue
+		}
+		before := complete
+		complete, err = ts.consume(ctx, w, complete)
+		w.Close()
+		if ctx.Err() != nil {
+			return
+		}
+		if complete > before {
+			wait.Reset()
+			ts.log.Info("informer watch ended, resuming", "after_index", complete, "err", err)
+			continue
+		}
+		ts.sleep(ctx, wait.Next(), "informer watch ended without progress", err, complete)
+	}
+}
+
+func (ts *typeState) sleep(ctx context.Context, d time.Duration, msg string, err error, complete uint64) {
+	ts.log.Warn(msg, "after_index", complete, "err", err, "retry_in", d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// consume applies w's events until it fails, and returns the index up to
+// which every change has been applied. since is the index w was opened
+// after (0: w starts with a whole listing).
+func (ts *typeState) consume(ctx context.Context, w storage.Watch, since uint64) (uint64, error) {
+	var (
+		complete = since
+		lastSeen = since
+		listing  = since == 0
+		fresh    []*pbresource.Resource
+	)
+	for {
+		ev, err := w.Next(ctx)
+		if err != nil {
+			return complete, err
+		}
+		idx := ev.GetIndex()
+		switch ev.GetOp() {
+		case pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
+			// Every change up to its index has been handed over: the end
+			// of a listing or of a resumed watch's replay, or a progress
+			// mark.
+			changed := uint64(0)
+			if listing {
+				changed = ts.replace(fresh, idx)
+				listing, fresh = false, nil
+			}
+			lastSeen = max(lastSeen, idx)
+			complete = lastSeen
+			ts.advance(complete, true, changed)
+			continue
+		case pbresource.WatchEvent_OP_UPSERT, pbresource.WatchEvent_OP_DELETE:
+		default:
+			continue
+		}
+		if listing {
+			if ev.GetOp() == pbresource.WatchEvent_OP_UPSERT {
+				fresh = append(fresh, ev.GetResource())
+			}
+			continue
+		}
+		if idx > lastSeen {
+			// The store hands changes over in index order: an event at
+			// idx proves every change before it. Events of one batch
+			// share an index, so idx itself is complete only once a
+			// later index (or a mark) comes.
+			lastSeen = idx
+			complete = max(complete, idx-1)
+		}
+		var changed uint64
+		if ev.GetOp() == pbresource.WatchEvent_OP_UPSERT {
+			changed = ts.upsert(ev.GetResource(), idx)
+		} else {
+			changed = ts.remove(ev.GetResource(), idx)
+		}
+		ts.advance(complete, false, changed)
+	}
+}
+
+// nameOnly is id without its uid: whatever incarnation is cached.
+func nameOnly(id *pbresource.ID) *pbresource.ID {
+	return &pbresource.ID{Type: id.GetType(), Tenancy: id.GetTenancy(), Name: id.GetName()}
+}
+
+// upsert applies an upsert seen at idx and hands on what it changed; it
+// returns idx when the cache changed, 0 for a repeat or an older version.
+func (ts *typeState) upsert(res *pbresource.Resource, idx uint64) uint64 {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.upsertLocked(res, idx)
+}
+
+func (ts *typeState) upsertLocked(res *pbresource.Resource, idx uint64) uint64 {
+	cache := ts.in.cache
+	key := nameOnly(res.GetId())
+	old := cache.Get(key)
+	cache.Apply(controller.Event{Resource: res})
+	now := cache.Get(key)
+	switch {
+	case now == old:
+		return 0
+	case old == nil:
+		ts.dispatchLocked(Delta{Op: Added, New: now, Index: idx})
+	case old.Resource.GetId().GetUid() != now.Resource.GetId().GetUid():
+		// A new incarnation: the old one was deleted in between.
+		ts.dispatchLocked(Delta{Op: Removed, Old: old, Index: idx})
+		ts.dispatchLocked(Delta{Op: Added, New: now, Index: idx})
+	default:
+		ts.dispatchLocked(Delta{Op: Changed, Old: old, New: now, Index: idx})
+	}
+	return idx
+}
+
+// remove applies a deletion seen at idx and hands it on when the cache
+// held that incarnation; it returns idx then, 0 otherwise.
+func (ts *typeState) remove(res *pbresource.Resource, idx uint64) uint64 {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.removeLocked(res, idx)
+}
+
+func (ts *typeState) removeLocked(res *pbresource.Resource, idx uint64) uint64 {
+	cache := ts.in.cache
+	key := nameOnly(res.GetId())
+	old := cache.Get(key)
+	if old == nil {
+		return 0
+	}
+	cache.Apply(controller.Event{Resource: res, Deleted: true})
+	if cache.Get(key) == old {
+		return 0 // another incarnation's deletion
+	}
+	ts.dispatchLocked(Delta{Op: Removed, Old: old, Index: idx})
+	return idx
+}
+
+// replace makes a whole listing at idx what the cache holds, handing on
+// what differs: what it lacks is removed, what is new or newer added or
+// changed. It returns idx when the cache changed (or the type had never
+// been listed: the listing is its first state), 0 otherwise.
+func (ts *typeState) replace(fresh []*pbresource.Resource, idx uint64) uint64 {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	listed := make(map[[2]string]bool, len(fresh))
+	for _, res := range fresh {
+		listed[nsName(res.GetId())] = true
+	}
+	var changed uint64
+	if _, synced, _ := ts.progress(); !synced {
+		changed = idx
+	}
+	for _, o := range ts.in.cache.List(ts.typ) {
+		if !listed[nsName(o.Resource.GetId())] {
+			changed = max(changed, ts.removeLocked(o.Resource, idx))
+		}
+	}
+	for _, res := range fresh {
+		changed = max(changed, ts.upsertLocked(res, idx))
+	}
+	ts.in.cache.MarkSynced(ts.typ)
+	ts.complete = idx
+	return changed
+}
+
+func nsName(id *pbresource.ID) [2]string {
+	return [2]string{id.GetTenancy().GetNamespace(), id.GetName()}
+}
+
+func (ts *typeState) dispatchLocked(d Delta) {
+	ts.complete = max(ts.complete, d.Index)
+	for s := range ts.subs {
+		s.fn(d)
+	}
+}

@@ -1,0 +1,200 @@
+package informer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/backoff"
+	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/ids"
+	"trellis.dev/trellis/internal/resource"
+)
+
+// DefaultRetry paces the watches opened again after a failure.
+var DefaultRetry = backoff.Policy{Base: 100 * time.Millisecond, Max: 30 * time.Second}
+
+// Config says where an informer's watches come from.
+type Config struct {
+	// Source opens the watches: the resource service in process (a
+	// server's own store), or an agent's link to the servers.
+	Source resource.Watcher
+	// Local says Source is this process's own store (a server's resource
+	// service): its watches then ask for progress marks, so that the
+	// informer's index follows the store's, and a server-sized buffer.
+	Local bool
+	// ReadIndex, when set, returns the cluster's read index (the leader's
+	// applied index, at or above every write it acknowledged), for
+	// WaitConsistent. Nil where this process's store is the cluster's (a
+	// server in memory): its own index is then the read index.
+	ReadIndex func(ctx context.Context) (uint64, error)
+	// LocalIndex returns this store's index, for WaitConsistent when
+	// ReadIndex is nil.
+	LocalIndex func() uint64
+	// Retry paces the watches opened again after a failure (DefaultRetry
+	// when zero); Rand draws its jitter (math/rand/v2's Float64; nil waits
+	// the full backoff.Policy.Ceiling).
+	Retry  backoff.Policy
+	Rand   func() float64
+	Logger *slog.Logger // discards when nil
+}
+
+// Informer is an indexed local cache of the declared types, fed by one
+// watch per type; see the package comment.
+type Informer struct {
+	cfg   Config
+	log   *slog.Logger
+	cache *controller.Cache
+
+	mu      sync.Mutex
+	types   map[string]*typeState // by ids.TypeString
+	started bool
+}
+
+// ErrStarted is returned by Declare once the informer has started.
+var ErrStarted = errors.New("informer: types are declared before Start")
+
+// ErrNotDeclared names a read of a type no consumer declared.
+var ErrNotDeclared = errors.New("informer: type not declared")
+
+// New returns an informer over cfg.Source with no types; consumers
+// Declare theirs before Start.
+func New(cfg Config) (*Informer, error) {
+	if cfg.Source == nil {
+		return nil, errors.New("informer: source: missing")
+	}
+	if cfg.Retry == (backoff.Policy{}) {
+		cfg.Retry = DefaultRetry
+	}
+	if cfg.Retry.Base <= 0 || cfg.Retry.Max < cfg.Retry.Base {
+		return nil, fmt.Errorf("informer: retry: base %v and max %v: want 0 < base <= max", cfg.Retry.Base, cfg.Retry.Max)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Informer{cfg: cfg, log: log, cache: controller.NewCache(), types: make(map[string]*typeState)}, nil
+}
+
+// Declare adds the types a consumer follows, with the indexes it looks
+// them up by, all or none. Consumers that declare the same type share its
+// watch; an index is declared by its pointer, as in controller.Cache.
+// Declaring is refused once the informer has started (ErrStarted).
+func (in *Informer) Declare(types ...controller.CachedType) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.started {
+		return ErrStarted
+	}
+	if err := in.cache.Declare(types...); err != nil {
+		return fmt.Errorf("informer: %w", err)
+	}
+	for _, ct := range types {
+		k := ids.TypeString(ct.Type)
+		if in.types[k] == nil {
+			in.types[k] = newTypeState(in, ct.Type)
+		}
+	}
+	return nil
+}
+
+// Start follows every declared type until ctx ends, then returns nil.
+func (in *Informer) Start(ctx context.Context) error {
+	in.mu.Lock()
+	in.started = true
+	states := make([]*typeState, 0, len(in.types))
+	for _, ts := range in.types {
+		states = append(states, ts)
+	}
+	in.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, ts := range states {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ts.run(ctx)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (in *Informer) state(typ *pbresource.Type) (*typeState, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ts := in.types[ids.TypeString(typ)]
+	if ts == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotDeclared, ids.TypeString(typ))
+	}
+	return ts, nil
+}
+
+func (in *Informer) mustState(typ *pbresource.Type) *typeState {
+	ts, err := in.state(typ)
+	if err != nil {
+		panic(err.Error())
+	}
+	return ts
+}
+
+// Get returns the cached resource of id's type, namespace and name (and
+// uid, when id has one); nil when there is none. The object is shared:
+// never modify it. It panics when the type is not declared.
+func (in *Informer) Get(id *pbresource.ID) *controller.Object {
+	in.mustState(id.GetType())
+	return in.cache.Get(id)
+}
+
+// List returns every cached resource of typ, ordered by namespace and
+// name; shared like controller.Cache.List's. It panics when the type is
+// not declared.
+func (in *Informer) List(typ *pbresource.Type) []*controller.Object {
+	in.mustState(typ)
+	return in.cache.List(typ)
+}
+
+// ByIndex returns the cached resources of typ filed under key in the
+// named index, ordered by namespace and name; shared like
+// controller.Cache.ByIndex's. It panics when the type or the index is not
+// declared.
+func (in *Informer) ByIndex(typ *pbresource.Type, index, key string) []*controller.Object {
+	in.mustState(typ)
+	return in.cache.ByIndex(typ, index, key)
+}
+
+// Synced reports whether typ has been listed whole into the cache.
+func (in *Informer) Synced(typ *pbresource.Type) bool {
+	ts, err := in.state(typ)
+	if err != nil {
+		return false
+	}
+	_, synced, _ := ts.progress()
+	return synced
+}
+
+// Index returns the index up to which every change of typ has been
+// applied (0 before its first listing is in).
+func (in *Informer) Index(typ *pbresource.Type) uint64 {
+	ts, err := in.state(typ)
+	if err != nil {
+		return 0
+	}
+	idx, _, _ := ts.progress()
+	return idx
+}
+
+// LastChange returns the index of typ's last change the cache took (an
+// addition, change or removal), which a blocking query answers with
+// (Consul's X-Consul-Index) and waits past (WaitChange).
+func (in *Informer) LastChange(typ *pbresource.Type) uint64 {
+	ts, err := in.state(typ)
+	if err != nil {
+		return 0
+	}
+	_, _, last := ts.progress()
+	return last
+}
