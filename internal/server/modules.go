@@ -11,6 +11,7 @@ import (
 	"trellis.dev/trellis/internal/ca/camodule"
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/httpapi"
+	"trellis.dev/trellis/internal/mesh/meshmodule"
 	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/orchestrator/orchestratormodule"
 	"trellis.dev/trellis/internal/resource"
@@ -19,7 +20,8 @@ import (
 
 // DefaultModules are the domains a server serves unless its Config names
 // others: the core (namespaces), the orchestrator, the daemon
-// scheduler and the Connect CA. This list is the one place a domain is added.
+// scheduler, the Connect CA and the mesh's policy (intentions). This list
+// is the one place a domain is added.
 func DefaultModules() []module.Module { return defaultModules(Config{}) }
 
 // defaultModules is DefaultModules configured by cfg: the orchestrator's
@@ -31,6 +33,7 @@ func defaultModules(cfg Config) []module.Module {
 		orchestratormodule.New(orchestratormodule.Config{HeartbeatTTL: cfg.HeartbeatTTL}),
 		schedulermodule.New(),
 		camodule.New(camodule.Config{PrimaryDatacenter: cfg.PrimaryDatacenter, PrimaryAddrs: cfg.PrimaryAddrs}),
+		meshmodule.New(meshmodule.Config{}),
 	}
 }
 
