@@ -25,11 +25,13 @@ const (
 )
 
 // MutateTaskDefinition fills the defaults: essential containers (true
-// unless set, as in ECS), a dependency condition of START and a port
-// protocol of tcp.
+// unless set, as in ECS), a dependency condition of START, a port
+// protocol of tcp, and a mesh block's service (the family) and protocol
+// (tcp).
 func MutateTaskDefinition(res *pbresource.Resource) error {
 	return resource.MutateData(res, func(td *pborch.TaskDefinition) {
 		mutateNetwork(td)
+		mutateMesh(td)
 		for _, c := range td.Containers {
 			if c.Essential == nil {
 				essential := true
@@ -48,7 +50,7 @@ func MutateTaskDefinition(res *pbresource.Resource) error {
 // orchestrator/v1/TaskDefinition. It refuses everything that would only
 // fail later on an agent: unknown drivers, missing images or commands,
 // port clashes, dependency cycles, unparsable health checks, ports out of
-// range or published twice.
+// range or published twice, and a mesh block the proxy could not serve.
 func ValidateTaskDefinition(res *pbresource.Resource) error {
 	td, err := resource.DecodeData[*pborch.TaskDefinition](res)
 	if err != nil {
@@ -63,7 +65,10 @@ func ValidateTaskDefinition(res *pbresource.Resource) error {
 	if want := TaskDefinitionName(td.GetFamily(), td.GetRevision()); res.GetId().GetName() != want {
 		return resource.NewFieldError("id.name", "%q does not match the definition: %s is stored as %q", res.GetId().GetName(), TaskDefinitionRef(td.GetFamily(), td.GetRevision()), want)
 	}
-	return ValidateContainers(td)
+	if err := ValidateContainers(td); err != nil {
+		return err
+	}
+	return validateMesh(td)
 }
 
 // ValidateContainers checks a task definition's containers, network and

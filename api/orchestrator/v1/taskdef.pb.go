@@ -35,7 +35,11 @@ type TaskDefinition struct {
 	// (one network namespace for the task, shared by all its containers).
 	Network string `protobuf:"bytes,5,opt,name=network,proto3" json:"network,omitempty"`
 	// ports the task publishes on its instance (bridge only).
-	Ports         []*PortMapping `protobuf:"bytes,6,rep,name=ports,proto3" json:"ports,omitempty"`
+	Ports []*PortMapping `protobuf:"bytes,6,rep,name=ports,proto3" json:"ports,omitempty"`
+	// mesh puts the task in the service mesh: each task of the definition is
+	// an instance of a service, reached through its sidecar proxy, calling
+	// its upstreams through it. Absent: the task is not in the mesh.
+	Mesh          *TaskMesh `protobuf:"bytes,7,opt,name=mesh,proto3" json:"mesh,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -112,6 +116,184 @@ func (x *TaskDefinition) GetPorts() []*PortMapping {
 	return nil
 }
 
+func (x *TaskDefinition) GetMesh() *TaskMesh {
+	if x != nil {
+		return x.Mesh
+	}
+	return nil
+}
+
+// TaskMesh is the mesh block of a task definition: what the agent's
+// mesh-init registers in the catalog for each of its tasks, and what the
+// task's proxy is configured with.
+type TaskMesh struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service: the catalog service the task is an instance of, a DNS label;
+	// the family when empty.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// port: 1-65535, the port the app listens on inside the task; the
+	// proxy's inbound listener sends accepted connections there.
+	Port uint32 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	// protocol: "tcp" (the default), "http" or "grpc"; http and grpc allow
+	// L7 intentions.
+	Protocol string `protobuf:"bytes,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// upstreams: the services the app calls through the proxy, each on its
+	// own loopback port.
+	Upstreams []*MeshUpstream `protobuf:"bytes,4,rep,name=upstreams,proto3" json:"upstreams,omitempty"`
+	// transparent: redirect all the task's outbound TCP through the proxy
+	// (iptables in the task's namespace); needs network "bridge".
+	Transparent bool `protobuf:"varint,5,opt,name=transparent,proto3" json:"transparent,omitempty"`
+	// tags and meta of the service instance, as Consul's.
+	Tags          []string          `protobuf:"bytes,6,rep,name=tags,proto3" json:"tags,omitempty"`
+	Meta          map[string]string `protobuf:"bytes,7,rep,name=meta,proto3" json:"meta,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskMesh) Reset() {
+	*x = TaskMesh{}
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskMesh) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskMesh) ProtoMessage() {}
+
+func (x *TaskMesh) ProtoReflect() protoreflect.Message {
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskMesh.ProtoReflect.Descriptor instead.
+func (*TaskMesh) Descriptor() ([]byte, []int) {
+	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TaskMesh) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *TaskMesh) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *TaskMesh) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *TaskMesh) GetUpstreams() []*MeshUpstream {
+	if x != nil {
+		return x.Upstreams
+	}
+	return nil
+}
+
+func (x *TaskMesh) GetTransparent() bool {
+	if x != nil {
+		return x.Transparent
+	}
+	return false
+}
+
+func (x *TaskMesh) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *TaskMesh) GetMeta() map[string]string {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+// MeshUpstream is one service the app calls through its proxy, which
+// listens for it on 127.0.0.1:local_port inside the task.
+type MeshUpstream struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service: the destination service, a DNS label.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// namespace: the destination's namespace; the task's when empty.
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// local_port: 1-65535, where the app connects to reach the service.
+	LocalPort     uint32 `protobuf:"varint,3,opt,name=local_port,json=localPort,proto3" json:"local_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MeshUpstream) Reset() {
+	*x = MeshUpstream{}
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MeshUpstream) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MeshUpstream) ProtoMessage() {}
+
+func (x *MeshUpstream) ProtoReflect() protoreflect.Message {
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MeshUpstream.ProtoReflect.Descriptor instead.
+func (*MeshUpstream) Descriptor() ([]byte, []int) {
+	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *MeshUpstream) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *MeshUpstream) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *MeshUpstream) GetLocalPort() uint32 {
+	if x != nil {
+		return x.LocalPort
+	}
+	return 0
+}
+
 // PortMapping is one port a bridge task publishes on its instance.
 type PortMapping struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -129,7 +311,7 @@ type PortMapping struct {
 
 func (x *PortMapping) Reset() {
 	*x = PortMapping{}
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[1]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -141,7 +323,7 @@ func (x *PortMapping) String() string {
 func (*PortMapping) ProtoMessage() {}
 
 func (x *PortMapping) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[1]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -154,7 +336,7 @@ func (x *PortMapping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortMapping.ProtoReflect.Descriptor instead.
 func (*PortMapping) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{1}
+	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PortMapping) GetName() string {
@@ -219,7 +401,7 @@ type ContainerDefinition struct {
 
 func (x *ContainerDefinition) Reset() {
 	*x = ContainerDefinition{}
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[2]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +413,7 @@ func (x *ContainerDefinition) String() string {
 func (*ContainerDefinition) ProtoMessage() {}
 
 func (x *ContainerDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[2]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +426,7 @@ func (x *ContainerDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerDefinition.ProtoReflect.Descriptor instead.
 func (*ContainerDefinition) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{2}
+	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ContainerDefinition) GetName() string {
@@ -351,7 +533,7 @@ type Dependency struct {
 
 func (x *Dependency) Reset() {
 	*x = Dependency{}
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[3]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -363,7 +545,7 @@ func (x *Dependency) String() string {
 func (*Dependency) ProtoMessage() {}
 
 func (x *Dependency) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[3]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -376,7 +558,7 @@ func (x *Dependency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dependency.ProtoReflect.Descriptor instead.
 func (*Dependency) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{3}
+	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Dependency) GetContainer() string {
@@ -415,7 +597,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[4]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -427,7 +609,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[4]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -440,7 +622,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{4}
+	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HealthCheck) GetCommand() []string {
@@ -505,7 +687,7 @@ type RestartPolicy struct {
 
 func (x *RestartPolicy) Reset() {
 	*x = RestartPolicy{}
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[5]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -517,7 +699,7 @@ func (x *RestartPolicy) String() string {
 func (*RestartPolicy) ProtoMessage() {}
 
 func (x *RestartPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[5]
+	mi := &file_api_orchestrator_v1_taskdef_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -530,7 +712,7 @@ func (x *RestartPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartPolicy.ProtoReflect.Descriptor instead.
 func (*RestartPolicy) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{5}
+	return file_api_orchestrator_v1_taskdef_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RestartPolicy) GetAttempts() int32 {
@@ -558,7 +740,7 @@ var File_api_orchestrator_v1_taskdef_proto protoreflect.FileDescriptor
 
 const file_api_orchestrator_v1_taskdef_proto_rawDesc = "" +
 	"\n" +
-	"!api/orchestrator/v1/taskdef.proto\x12\x17trellis.orchestrator.v1\x1a\"api/orchestrator/v1/instance.proto\"\xb7\x02\n" +
+	"!api/orchestrator/v1/taskdef.proto\x12\x17trellis.orchestrator.v1\x1a\"api/orchestrator/v1/instance.proto\"\xee\x02\n" +
 	"\x0eTaskDefinition\x12\x16\n" +
 	"\x06family\x18\x01 \x01(\tR\x06family\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12L\n" +
@@ -567,7 +749,24 @@ const file_api_orchestrator_v1_taskdef_proto_rawDesc = "" +
 	"containers\x12M\n" +
 	"\x0erestart_policy\x18\x04 \x01(\v2&.trellis.orchestrator.v1.RestartPolicyR\rrestartPolicy\x12\x18\n" +
 	"\anetwork\x18\x05 \x01(\tR\anetwork\x12:\n" +
-	"\x05ports\x18\x06 \x03(\v2$.trellis.orchestrator.v1.PortMappingR\x05ports\"\x81\x01\n" +
+	"\x05ports\x18\x06 \x03(\v2$.trellis.orchestrator.v1.PortMappingR\x05ports\x125\n" +
+	"\x04mesh\x18\a \x01(\v2!.trellis.orchestrator.v1.TaskMeshR\x04mesh\"\xc9\x02\n" +
+	"\bTaskMesh\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\rR\x04port\x12\x1a\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\x12C\n" +
+	"\tupstreams\x18\x04 \x03(\v2%.trellis.orchestrator.v1.MeshUpstreamR\tupstreams\x12 \n" +
+	"\vtransparent\x18\x05 \x01(\bR\vtransparent\x12\x12\n" +
+	"\x04tags\x18\x06 \x03(\tR\x04tags\x12?\n" +
+	"\x04meta\x18\a \x03(\v2+.trellis.orchestrator.v1.TaskMesh.MetaEntryR\x04meta\x1a7\n" +
+	"\tMetaEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"e\n" +
+	"\fMeshUpstream\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1d\n" +
+	"\n" +
+	"local_port\x18\x03 \x01(\rR\tlocalPort\"\x81\x01\n" +
 	"\vPortMapping\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
 	"\x0econtainer_port\x18\x02 \x01(\rR\rcontainerPort\x12\x1b\n" +
@@ -624,30 +823,36 @@ func file_api_orchestrator_v1_taskdef_proto_rawDescGZIP() []byte {
 	return file_api_orchestrator_v1_taskdef_proto_rawDescData
 }
 
-var file_api_orchestrator_v1_taskdef_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_api_orchestrator_v1_taskdef_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_api_orchestrator_v1_taskdef_proto_goTypes = []any{
 	(*TaskDefinition)(nil),      // 0: trellis.orchestrator.v1.TaskDefinition
-	(*PortMapping)(nil),         // 1: trellis.orchestrator.v1.PortMapping
-	(*ContainerDefinition)(nil), // 2: trellis.orchestrator.v1.ContainerDefinition
-	(*Dependency)(nil),          // 3: trellis.orchestrator.v1.Dependency
-	(*HealthCheck)(nil),         // 4: trellis.orchestrator.v1.HealthCheck
-	(*RestartPolicy)(nil),       // 5: trellis.orchestrator.v1.RestartPolicy
-	nil,                         // 6: trellis.orchestrator.v1.ContainerDefinition.EnvEntry
-	(*Resources)(nil),           // 7: trellis.orchestrator.v1.Resources
+	(*TaskMesh)(nil),            // 1: trellis.orchestrator.v1.TaskMesh
+	(*MeshUpstream)(nil),        // 2: trellis.orchestrator.v1.MeshUpstream
+	(*PortMapping)(nil),         // 3: trellis.orchestrator.v1.PortMapping
+	(*ContainerDefinition)(nil), // 4: trellis.orchestrator.v1.ContainerDefinition
+	(*Dependency)(nil),          // 5: trellis.orchestrator.v1.Dependency
+	(*HealthCheck)(nil),         // 6: trellis.orchestrator.v1.HealthCheck
+	(*RestartPolicy)(nil),       // 7: trellis.orchestrator.v1.RestartPolicy
+	nil,                         // 8: trellis.orchestrator.v1.TaskMesh.MetaEntry
+	nil,                         // 9: trellis.orchestrator.v1.ContainerDefinition.EnvEntry
+	(*Resources)(nil),           // 10: trellis.orchestrator.v1.Resources
 }
 var file_api_orchestrator_v1_taskdef_proto_depIdxs = []int32{
-	2, // 0: trellis.orchestrator.v1.TaskDefinition.containers:type_name -> trellis.orchestrator.v1.ContainerDefinition
-	5, // 1: trellis.orchestrator.v1.TaskDefinition.restart_policy:type_name -> trellis.orchestrator.v1.RestartPolicy
-	1, // 2: trellis.orchestrator.v1.TaskDefinition.ports:type_name -> trellis.orchestrator.v1.PortMapping
-	6, // 3: trellis.orchestrator.v1.ContainerDefinition.env:type_name -> trellis.orchestrator.v1.ContainerDefinition.EnvEntry
-	3, // 4: trellis.orchestrator.v1.ContainerDefinition.depends_on:type_name -> trellis.orchestrator.v1.Dependency
-	4, // 5: trellis.orchestrator.v1.ContainerDefinition.health_check:type_name -> trellis.orchestrator.v1.HealthCheck
-	7, // 6: trellis.orchestrator.v1.ContainerDefinition.resources:type_name -> trellis.orchestrator.v1.Resources
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	4,  // 0: trellis.orchestrator.v1.TaskDefinition.containers:type_name -> trellis.orchestrator.v1.ContainerDefinition
+	7,  // 1: trellis.orchestrator.v1.TaskDefinition.restart_policy:type_name -> trellis.orchestrator.v1.RestartPolicy
+	3,  // 2: trellis.orchestrator.v1.TaskDefinition.ports:type_name -> trellis.orchestrator.v1.PortMapping
+	1,  // 3: trellis.orchestrator.v1.TaskDefinition.mesh:type_name -> trellis.orchestrator.v1.TaskMesh
+	2,  // 4: trellis.orchestrator.v1.TaskMesh.upstreams:type_name -> trellis.orchestrator.v1.MeshUpstream
+	8,  // 5: trellis.orchestrator.v1.TaskMesh.meta:type_name -> trellis.orchestrator.v1.TaskMesh.MetaEntry
+	9,  // 6: trellis.orchestrator.v1.ContainerDefinition.env:type_name -> trellis.orchestrator.v1.ContainerDefinition.EnvEntry
+	5,  // 7: trellis.orchestrator.v1.ContainerDefinition.depends_on:type_name -> trellis.orchestrator.v1.Dependency
+	6,  // 8: trellis.orchestrator.v1.ContainerDefinition.health_check:type_name -> trellis.orchestrator.v1.HealthCheck
+	10, // 9: trellis.orchestrator.v1.ContainerDefinition.resources:type_name -> trellis.orchestrator.v1.Resources
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_api_orchestrator_v1_taskdef_proto_init() }
@@ -656,14 +861,14 @@ func file_api_orchestrator_v1_taskdef_proto_init() {
 		return
 	}
 	file_api_orchestrator_v1_instance_proto_init()
-	file_api_orchestrator_v1_taskdef_proto_msgTypes[2].OneofWrappers = []any{}
+	file_api_orchestrator_v1_taskdef_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_orchestrator_v1_taskdef_proto_rawDesc), len(file_api_orchestrator_v1_taskdef_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

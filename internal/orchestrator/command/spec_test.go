@@ -140,7 +140,7 @@ func TestParseTaskDefinitionErrors(t *testing.T) {
 		{"a bad duration", head + cmd + "    stop_timeout: soon\n", `web.yaml:6: containers[0].stop_timeout: "soon" is not a duration such as 30s or 5m`},
 		{"not a mapping", "- a\n- b\n", "web.yaml:1: a task definition is a mapping with family and containers, not a list"},
 		{"two documents", "family: a\n---\nfamily: b\n", "web.yaml:3: one task definition per file: this is a second document"},
-		{"empty", "# nothing\n", "web.yaml: empty: a task definition has family, revision, containers, restart_policy, network, ports"},
+		{"empty", "# nothing\n", "web.yaml: empty: a task definition has family, revision, containers, restart_policy, network, ports, mesh"},
 		{"malformed", "family: web\ncontainers: [\n", "web.yaml:2: malformed YAML: did not find expected node content: the file ends first; is a bracket or a quote left open?"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,7 +24,8 @@ func newTaskDefCmd(e *cli.Env, types *resource.Registry) *cobra.Command {
 		Short: "Register, list and show task definitions (family:revision)",
 		Long: `A task definition says what a task runs: its containers, their driver (exec or
 docker), command or image, env, ports, dependencies, health checks, stop
-timeout and limits, and the task's restart policy. Definitions are versioned
+timeout and limits, the task's restart policy, and its mesh block (the
+service its tasks are instances of, and their upstreams). Definitions are versioned
 as in ECS: registering a family again makes its next revision, family:N, and a
 registered revision never changes.`,
 		Example: `  trellis taskdef register -f web.yaml
@@ -57,6 +58,18 @@ const specHelp = `FILE is YAML or JSON ("-" reads standard input):
       command: ["/bin/sh", "-c", "exec sleep infinity"]
       sidecar: true                # on stop, runs until the other containers have exited
   restart_policy: {attempts: 3, interval: 5m, delay: 5s}
+  mesh:                            # optional: the task is an instance of a mesh service
+    service: web                   # default: the family
+    port: 8080                     # the app's port inside the task
+    protocol: http                 # tcp (the default), http or grpc
+    upstreams:
+      - {service: api, local_port: 9191}   # the app reaches api on 127.0.0.1:9191
+    transparent: false             # true: all outbound TCP through the proxy (network: bridge only)
+    tags: [v1]
+    meta: {team: payments}
+
+The mesh block is validated and stored; nothing acts on it yet (the agent's
+mesh-init, which registers the task in the catalog, comes next).
 
 The revision is assigned: one more than the family's latest. Registering the
 same definition as the latest revision again changes nothing and says so.
@@ -185,6 +198,7 @@ func writeTaskDefinition(w io.Writer, r *wire.Resource, td *pborch.TaskDefinitio
 	}
 	tw.Flush()
 	writeTaskDefinitionNetwork(w, td)
+	writeTaskDefinitionMesh(w, td)
 	if p := td.GetRestartPolicy(); p != nil {
 		s := orchestrator.RestartPolicySettings(p)
 		fmt.Fprintf(w, "\nRestart policy: %d attempts within %s, %s apart\n", s.Attempts, s.Interval, s.Delay)

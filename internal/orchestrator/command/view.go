@@ -140,3 +140,38 @@ func writeTaskDefinitionNetwork(w io.Writer, td *pborch.TaskDefinition) {
 	}
 	tw.Flush()
 }
+
+// writeTaskDefinitionMesh is taskdef show's mesh block: the service its
+// tasks are instances of, the app's port and protocol, how outbound
+// traffic reaches the proxy, the tags and meta, and the upstreams;
+// nothing for a definition without one.
+func writeTaskDefinitionMesh(w io.Writer, td *pborch.TaskDefinition) {
+	m := td.GetMesh()
+	if m == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nMesh: service %s, app port %d, protocol %s\n", orchestrator.MeshService(td), m.GetPort(), orchestrator.MeshProtocol(m))
+	tw := cli.NewTable(w)
+	if m.GetTransparent() {
+		fmt.Fprintln(tw, "  Outbound:\ttransparent (all outbound TCP through the proxy)")
+	} else {
+		fmt.Fprintln(tw, "  Outbound:\tthe upstreams' local ports only")
+	}
+	fmt.Fprintf(tw, "  Tags:\t%s\n", cli.Dash(strings.Join(m.GetTags(), ",")))
+	fmt.Fprintf(tw, "  Meta:\t%s\n", cli.Dash(joinSorted(m.GetMeta())))
+	tw.Flush()
+	if len(m.GetUpstreams()) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw = cli.NewTable(w)
+	fmt.Fprintln(tw, "UPSTREAM\tNAMESPACE\tLOCAL ADDRESS")
+	for _, u := range m.GetUpstreams() {
+		ns := u.GetNamespace()
+		if ns == "" {
+			ns = "(the task's)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t127.0.0.1:%d\n", u.GetService(), ns, u.GetLocalPort())
+	}
+	tw.Flush()
+}
