@@ -14,6 +14,7 @@ import (
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/cli"
+	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/orchestrator"
 )
@@ -203,5 +204,52 @@ func TestMeshRoundTrip(t *testing.T) {
 		if !strings.Contains(out, s) {
 			t.Errorf("-o yaml lacks %q:\n%s", s, out)
 		}
+	}
+}
+
+// The mesh example of docs/tasks.md registers as it is written.
+func TestMeshDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/tasks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```yaml\n# web-mesh.yaml\n")
+	example, _, closed := strings.Cut(rest, "```")
+	if !ok || !closed {
+		t.Fatal("docs/tasks.md has no web-mesh.yaml example")
+	}
+	spec, err := ParseTaskDefinition([]byte(example), "web-mesh.yaml", testTypes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := spec.Definition.GetMesh()
+	if m.GetPort() != 8080 || len(m.GetUpstreams()) != 1 || !m.GetTransparent() {
+		t.Fatalf("read %v", m)
+	}
+}
+
+// A write through the generic HTTP API, which skips the CLI's reading of
+// the file, meets the same checks on the server: a bad mesh block is
+// refused naming its field, and nothing is stored.
+func TestMeshRefusedThroughTheGenericAPI(t *testing.T) {
+	api, addr := testServer(t)
+	c, err := client.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := client.Ref{Type: taskDefWire, Namespace: "default", Name: "web-1"}
+	for _, data := range []string{
+		`{"family": "web", "revision": 1, "containers": [{"name": "app", "driver": "exec", "command": ["x"]}], "mesh": {"port": 8080, "transparent": true}}`,
+		`{"family": "web", "revision": 1, "network": "bridge", "containers": [{"name": "app", "driver": "exec", "command": ["x"]}], "mesh": {"port": 8080, "upstreams": [{"service": "api", "local_port": 15000}]}}`,
+		`{"family": "web", "revision": 1, "containers": [{"name": "app", "driver": "exec", "command": ["x"]}], "mesh": {"port": 8080, "prots": "http"}}`,
+	} {
+		_, err := c.Write(t.Context(), ref, wire.WriteRequest{Data: json.RawMessage(data)})
+		if !client.IsCode(err, wire.CodeInvalidArgument) || !strings.Contains(err.Error(), "data.mesh") {
+			t.Errorf("write %s: %v", data, err)
+		}
+	}
+	list, err := api.List(t.Context(), &pbresource.ListRequest{Type: orchestrator.TaskDefinitionType, Tenancy: &pbresource.Tenancy{Namespace: "default"}})
+	if err != nil || len(list.GetResources()) != 0 {
+		t.Fatalf("stored after refusals: %v %v", list.GetResources(), err)
 	}
 }
