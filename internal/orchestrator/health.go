@@ -54,3 +54,42 @@ func TaskHasChecks(t *pborch.TaskStatus) bool {
 	}
 	return false
 }
+
+// ContainerHealth is the health of one container of a task, by the rule
+// of TaskHealth and in its words: what the task's health is built from,
+// for whoever judges a container alone (the catalog's check of it,
+// catalog.CheckStatusOf). While the task runs, a running container is
+// healthy when its check passes or it has none, unhealthy when its check
+// fails, unknown while its check has not decided; a container that has
+// stopped is unhealthy, one not started yet (or not reported) unknown. A
+// LOST task's containers are unknown, and those of a task that does not
+// run have no health: "".
+func ContainerHealth(t *pborch.TaskStatus, container string) string {
+	switch t.GetLastStatus() {
+	case StatusLost:
+		return TaskHealthUnknown
+	case StatusRunning:
+	default:
+		return ""
+	}
+	for _, c := range t.GetContainers() {
+		if c.GetName() != container {
+			continue
+		}
+		switch c.GetStatus() {
+		case StatusRunning:
+		case StatusStopped:
+			return TaskUnhealthy
+		default:
+			return TaskHealthUnknown
+		}
+		switch c.GetHealth() {
+		case HealthHealthy, "":
+			return TaskHealthy
+		case HealthUnhealthy:
+			return TaskUnhealthy
+		}
+		return TaskHealthUnknown
+	}
+	return TaskHealthUnknown
+}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"trellis.dev/trellis/internal/ca/camodule"
+	"trellis.dev/trellis/internal/catalog/catalogmodule"
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/httpapi"
 	"trellis.dev/trellis/internal/mesh/meshmodule"
@@ -20,8 +21,8 @@ import (
 
 // DefaultModules are the domains a server serves unless its Config names
 // others: the core (namespaces), the orchestrator, the daemon
-// scheduler, the Connect CA and the mesh's policy (intentions). This list
-// is the one place a domain is added.
+// scheduler, the Connect CA, the service catalog and the mesh's policy
+// (intentions). This list is the one place a domain is added.
 func DefaultModules() []module.Module { return defaultModules(Config{}) }
 
 // defaultModules is DefaultModules configured by cfg: the orchestrator's
@@ -33,6 +34,7 @@ func defaultModules(cfg Config) []module.Module {
 		orchestratormodule.New(orchestratormodule.Config{HeartbeatTTL: cfg.HeartbeatTTL}),
 		schedulermodule.New(),
 		camodule.New(camodule.Config{PrimaryDatacenter: cfg.PrimaryDatacenter, PrimaryAddrs: cfg.PrimaryAddrs}),
+		catalogmodule.New(catalogmodule.Config{}),
 		meshmodule.New(meshmodule.Config{}),
 	}
 }

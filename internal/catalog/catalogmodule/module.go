@@ -1,0 +1,39 @@
+// Package catalogmodule is the service catalog as a module of the server
+// (internal/module): its types (catalog/v1/Service, ServiceInstance), served
+// by the generic resource API, and the health controller that owns the
+// servers' status key of an instance's checks.
+package catalogmodule
+
+import (
+	"errors"
+	"time"
+
+	"trellis.dev/trellis/internal/catalog"
+	"trellis.dev/trellis/internal/module"
+	"trellis.dev/trellis/internal/resource"
+)
+
+// Config tunes the catalog's module. Its zero value is the production
+// setting.
+type Config struct {
+	// Now is the clock TTL checks expire by (time.Now when nil).
+	Now func() time.Time
+}
+
+// New returns the catalog's module.
+func New(cfg Config) module.Module { return catalogModule{cfg: cfg} }
+
+type catalogModule struct{ cfg Config }
+
+func (catalogModule) Name() string { return "catalog" }
+
+func (catalogModule) Register(r *resource.Registry) { catalog.Register(r) }
+
+// Setup builds the health controller, run on the leader.
+func (m catalogModule) Setup(d module.Deps) (module.Parts, error) {
+	if d.API == nil {
+		return module.Parts{}, errors.New("needs the resource API")
+	}
+	hc := HealthController(d.API, m.cfg.Now, d.Logger)
+	return module.Parts{Controllers: hc}, nil
+}
