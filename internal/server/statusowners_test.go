@@ -13,11 +13,14 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	pbcatalog "trellis.dev/trellis/api/catalog/v1"
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	pbscheduler "trellis.dev/trellis/api/scheduler/v1"
 	"trellis.dev/trellis/internal/ca"
+	"trellis.dev/trellis/internal/catalog"
 	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
@@ -83,6 +86,9 @@ func TestForgedStatusKeysAreRefused(t *testing.T) {
 			return out.GetResource().GetId()
 		},
 		ids.TypeString(orchestrator.InstanceType): func() *pbresource.ID { return orchestrator.InstanceID(owner.name) },
+		// An instance of a task on i-1: its "agent" key is i-1's agent's,
+		// its "catalog-health" key the servers'.
+		ids.TypeString(catalog.ServiceInstanceType): func() *pbresource.ID { return writeServiceInstance(t, srv, owner.name, "si-task") },
 		ids.TypeString(orchestrator.TaskType): func() *pbresource.ID {
 			data, _ := anypb.New(&pborch.Task{TaskDefinition: "web:1", Instance: owner.name, StartedBy: "test"})
 			out, err := c.Write(ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: orchestrator.TaskID("default", "t1"), Data: data}})
@@ -159,8 +165,8 @@ func TestForgedStatusKeysAreRefused(t *testing.T) {
 			walked++
 		}
 	}
-	if walked < 6 {
-		t.Fatalf("walked %d status keys; the registry declares at least 6", walked)
+	if walked < 8 {
+		t.Fatalf("walked %d status keys; the registry declares at least 8", walked)
 	}
 
 	// The owner, proven by its session, writes its task's report.
@@ -172,6 +178,44 @@ func TestForgedStatusKeysAreRefused(t *testing.T) {
 	if got := readTask(t, c, "t1"); got.GetLastStatus() != orchestrator.StatusRunning {
 		t.Fatalf("the agent's report: %v", got)
 	}
+
+	// And its service instance's checks; the other agent, by its own
+	// valid session, is refused them with a well-formed payload too.
+	checks := &pbcatalog.ChecksStatus{Checks: []*pbcatalog.CheckStatus{{Name: "si-task", Status: catalog.CheckPassing}}, Health: catalog.CheckPassing, ReportedAt: timestamppb.Now()}
+	payload, _ = anypb.New(checks)
+	req := &pbresource.WriteStatusRequest{Id: catalog.ServiceInstanceID("default", "si-task"), Key: catalog.AgentChecksStatusKey, Status: &pbresource.Status{Data: payload}}
+	_, err = c.WriteStatus(as(other.name, other.session), req)
+	requirePermissionDenied(t, "i-2's agent reporting i-1's service instance", err, "only by its owner, the agent of instance i-1")
+	if _, err := c.WriteStatus(as(owner.name, owner.session), req); err != nil {
+		t.Fatalf("the agent of i-1 reporting its service instance: %v", err)
+	}
+	resp, err := c.Read(ctx, &pbresource.ReadRequest{Id: catalog.ServiceInstanceID("default", "si-task")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := catalog.HealthOf(resp.GetResource()); h.GetHealth() != catalog.CheckPassing {
+		t.Fatalf("the service instance's health after its agent's report: %v", h)
+	}
+}
+
+// writeServiceInstance writes, in process, a task on instance and a
+// ServiceInstance of it owned by it, both called name, and returns the
+// instance's id.
+func writeServiceInstance(t *testing.T, srv *server.Server, instance, name string) *pbresource.ID {
+	t.Helper()
+	ctx := resource.FromOperations(context.Background())
+	taskData, _ := anypb.New(&pborch.Task{TaskDefinition: "web:1", Instance: instance, StartedBy: "test"})
+	task, err := srv.API().Write(ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: orchestrator.TaskID("default", name), Data: taskData}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := anypb.New(&pbcatalog.ServiceInstance{Service: "web", Address: "10.0.0.1", Port: 8080, Instance: instance, Task: name,
+		Checks: []*pbcatalog.CheckDefinition{{Name: name}}})
+	out, err := srv.API().Write(ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: catalog.ServiceInstanceID("default", name), Owner: task.GetResource().GetId(), Data: data}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.GetResource().GetId()
 }
 
 func requirePermissionDenied(t *testing.T, what string, err error, want ...string) {
