@@ -1,4 +1,4 @@
-package informer
+package informer_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"trellis.dev/trellis/internal/backoff"
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/core"
+	"trellis.dev/trellis/internal/informer"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
@@ -41,7 +42,7 @@ type harness struct {
 	backend *inmem.Backend
 	api     resource.API
 	src     *breakable
-	in      *Informer
+	in      *informer.Informer
 }
 
 // tb is what the harness needs of a test: *testing.T's or rapid's.
@@ -65,7 +66,7 @@ func newHarness(t tb, log testing.TB, local bool) *harness {
 		t.Fatal(err)
 	}
 	src := &breakable{inner: svc}
-	in, err := New(Config{
+	in, err := informer.New(informer.Config{
 		Source:     src,
 		Local:      local,
 		LocalIndex: backend.Store().Index,
@@ -192,14 +193,14 @@ type model struct {
 
 func newModel() *model { return &model{held: map[string]string{}} }
 
-func (m *model) take(d Delta) {
+func (m *model) take(d informer.Delta) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.deltas++
 	name := d.Resource().GetId().GetName()
 	have, ok := m.held[name]
 	switch d.Op {
-	case Added:
+	case informer.Added:
 		if ok {
 			m.problems = append(m.problems, fmt.Sprintf("added %s, which it holds as %s", name, have))
 		}
@@ -207,7 +208,7 @@ func (m *model) take(d Delta) {
 			m.problems = append(m.problems, fmt.Sprintf("added %s with old %v new %v", name, d.Old != nil, d.New != nil))
 		}
 		m.held[name] = stamp(d.New.Resource)
-	case Changed:
+	case informer.Changed:
 		switch {
 		case !ok:
 			m.problems = append(m.problems, fmt.Sprintf("changed %s, which it does not hold", name))
@@ -219,7 +220,7 @@ func (m *model) take(d Delta) {
 			m.problems = append(m.problems, fmt.Sprintf("changed %s to what it holds: a repeat", name))
 		}
 		m.held[name] = stamp(d.New.Resource)
-	case Removed:
+	case informer.Removed:
 		switch {
 		case !ok:
 			m.problems = append(m.problems, fmt.Sprintf("removed %s, which it does not hold", name))

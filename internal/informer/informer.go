@@ -120,6 +120,7 @@ func (in *Informer) Start(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	<-ctx.Done() // with no types, nothing else holds Start until ctx ends
 	return nil
 }
 

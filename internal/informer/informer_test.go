@@ -1,4 +1,4 @@
-package informer
+package informer_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/core"
+	"trellis.dev/trellis/internal/informer"
 )
 
 var (
@@ -188,13 +189,13 @@ func TestDeclare(t *testing.T) {
 	if err := h.in.WaitIndex(ctx, itemType, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.in.Declare(controller.CachedType{Type: itemType}); !errors.Is(err, ErrStarted) {
+	if err := h.in.Declare(controller.CachedType{Type: itemType}); !errors.Is(err, informer.ErrStarted) {
 		t.Errorf("declare after start: %v; want ErrStarted", err)
 	}
-	if _, err := h.in.Subscribe(core.NamespaceType, func(Delta) {}); !errors.Is(err, ErrNotDeclared) {
+	if _, err := h.in.Subscribe(core.NamespaceType, func(informer.Delta) {}); !errors.Is(err, informer.ErrNotDeclared) {
 		t.Errorf("subscribe to an undeclared type: %v; want ErrNotDeclared", err)
 	}
-	if err := h.in.WaitIndex(ctx, core.NamespaceType, 1); !errors.Is(err, ErrNotDeclared) {
+	if err := h.in.WaitIndex(ctx, core.NamespaceType, 1); !errors.Is(err, informer.ErrNotDeclared) {
 		t.Errorf("wait on an undeclared type: %v; want ErrNotDeclared", err)
 	}
 }
