@@ -200,3 +200,26 @@ func (b *Backend) awaitCaughtUp(ctx context.Context) error {
 		return ErrShutdown
 	}
 }
+
+// StoreReadIndex is the index a read of this server's store must reach to
+// see every write the cluster acknowledged before the call: it asks the
+// leader for its read index (LeaderIndex), waits, as long as ctx lets it,
+// until this server's state machine has applied it, and returns it, or
+// the store's own index when that is lower (the entries after the store's
+// last change changed nothing in it: a refused CAS, a membership change).
+// A reader that follows the store (a server's informer) waits for the
+// returned index: Consul's consistent mode, answered on any server.
+func (b *Backend) StoreReadIndex(ctx context.Context) (uint64, error) {
+	idx, err := b.LeaderIndex(ctx)
+	if err != nil {
+		return 0, err
+	}
+	switch err := b.pollUntil(func() bool { return b.fsm.applied.Load() >= idx }, nil, ctx.Done()); err {
+	case nil:
+	case errPollDone:
+		return 0, fmt.Errorf("%w: waiting to apply index %d (applied %d): %w", storage.ErrUnavailable, idx, b.fsm.applied.Load(), ctx.Err())
+	default:
+		return 0, err
+	}
+	return min(idx, b.store.Index()), nil
+}
