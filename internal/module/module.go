@@ -12,6 +12,7 @@ import (
 	"trellis.dev/trellis/internal/acl"
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/httpapi"
+	"trellis.dev/trellis/internal/informer"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 )
@@ -43,6 +44,13 @@ type Deps struct {
 	// manager's informers keep: a controller that declares
 	// controller.Controller.Cached reads it (see controller.Cache).
 	Cache *controller.Cache
+	// Informer is this server's indexed cache of its own store, kept on
+	// every server, followers too (the controllers' Cache lives on the
+	// leader only): a module declares the types it reads in Setup
+	// (Informer.Declare), and its routes read them on whichever server
+	// is asked, bounded by an index when a read must see a write
+	// (Informer.WaitIndex, WaitConsistent; see package informer).
+	Informer *informer.Informer
 	// Logger is the server's logger; a module names its components.
 	Logger *slog.Logger
 	// Metrics is the process's Prometheus registry, served at /v1/metrics.

@@ -121,6 +121,7 @@ func (s *Server) moduleDeps() module.Deps {
 		API:      s.api,
 		Registry: s.registry,
 		Cache:    s.ControllerCache(),
+		Informer: s.informer,
 		Logger:   s.log,
 		Metrics:  s.metrics,
 		Cluster:  module.Cluster{Datacenter: s.cfg.Datacenter, ServerID: s.serverID, GRPCAddr: s.GRPCAddr(), ServerAddr: s.ServerAddr()},

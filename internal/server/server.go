@@ -24,6 +24,7 @@ import (
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/httpapi"
 	"trellis.dev/trellis/internal/ids"
+	"trellis.dev/trellis/internal/informer"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
@@ -77,6 +78,9 @@ type Server struct {
 	extra           []namedRunnable
 	controllers     []controller.Controller
 	controllerCache *controller.Cache // made by ControllerCache
+	// informer is the indexed cache of this server's store that the
+	// modules' routes read, on every server (module.Deps.Informer).
+	informer *informer.Informer
 	// agentSessions checks an agent's claimed session (a module's
 	// AgentSessions); nil when no module registers agents.
 	agentSessions func(ctx context.Context, instance, session string) (bool, error)
@@ -224,10 +228,14 @@ func New(cfg Config) (_ *Server, err error) {
 		s.leadership = newLeadershipHub(l)
 		s.bootstrap = newBootstrapper(s.api, s.leadership.Subscribe(), s.log.With("component", "bootstrap"))
 	}
+	if s.informer, err = s.newInformer(); err != nil {
+		return nil, err
+	}
 	routes, err := s.setupModules(mods)
 	if err != nil {
 		return nil, err
 	}
+	s.Add("informer", s.informer)
 	if _, ok := s.registry.Resolve(ca.RootType); ok && cfg.TLS != nil {
 		s.Add("connect-roots", connectRoots{api: s.api, tls: cfg.TLS, datacenter: cfg.Datacenter, log: s.log.With("component", "connect-roots")})
 		log := s.log.With("component", "tls")
