@@ -6,7 +6,9 @@ import pborch "trellis.dev/trellis/api/orchestrator/v1"
 // status) and as the schedulers judge it. The words are lower case, like
 // an environment's health and a deployment's status: they are judgements
 // made over the reports, where the upper-case words (RUNNING, HEALTHY) are
-// what an agent reports.
+// what an agent reports (agent/health's Status is those words too). A
+// service instance's catalog check (passing, warning, critical) is judged
+// from the lower-case words by catalog.CheckStatusOf, nowhere else.
 const (
 	TaskHealthy       = "healthy"
 	TaskUnhealthy     = "unhealthy"

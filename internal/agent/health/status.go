@@ -1,16 +1,24 @@
 package health
 
-import "time"
+import (
+	"time"
 
-// Status is a container's health.
+	"trellis.dev/trellis/internal/orchestrator"
+)
+
+// Status is a container's health, in the words the agent reports it in
+// (orchestrator.HealthHealthy, ...): the same words, not a second
+// vocabulary, so a status goes into a TaskStatus as it is. What a view
+// shows, and what the catalog's checks say, is judged from them by
+// orchestrator.TaskHealth and ContainerHealth (catalog.CheckStatusOf).
 type Status string
 
 const (
 	// Unknown: no check has decided yet, the container has none, or it is
 	// not running.
-	Unknown   Status = "UNKNOWN"
-	Healthy   Status = "HEALTHY"
-	Unhealthy Status = "UNHEALTHY"
+	Unknown   Status = orchestrator.HealthUnknown
+	Healthy   Status = orchestrator.HealthHealthy
+	Unhealthy Status = orchestrator.HealthUnhealthy
 )
 
 // maxOutput bounds the probe output a Tracker keeps, since it travels in

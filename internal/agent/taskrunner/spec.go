@@ -1,8 +1,6 @@
 package taskrunner
 
 import (
-	"strings"
-
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	"trellis.dev/trellis/internal/agent/health"
 	"trellis.dev/trellis/internal/agent/lifecycle"
@@ -88,7 +86,7 @@ func containerHealth(hasCheck bool, s health.Status) string {
 	if s == "" {
 		return orchestrator.HealthUnknown
 	}
-	return strings.ToUpper(string(s))
+	return string(s) // health.Status is the report's vocabulary
 }
 
 func oomReason(c lifecycle.ContainerState) string {
