@@ -2,12 +2,14 @@ package orchestrator_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
+	"trellis.dev/trellis/internal/catalog"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/redirect"
 )
@@ -217,5 +219,40 @@ func TestMeshBlockIsPartOfTheDefinition(t *testing.T) {
 	}
 	if proto.Equal(plain, meshed) {
 		t.Fatal("a mesh block changes nothing in the stored definition")
+	}
+}
+
+// What a mesh block may say, mesh-init writes into the catalog: its
+// protocols are the catalog's, its limits within the catalog's, and the
+// most it accepts passes the catalog's own checks of tags and meta. (The
+// catalog imports this package, so the two vocabularies are held equal
+// here rather than shared.)
+func TestMeshBlockFitsTheCatalog(t *testing.T) {
+	if !slices.Equal(orchestrator.MeshProtocols, catalog.Protocols) {
+		t.Fatalf("mesh block protocols %v, the catalog's %v", orchestrator.MeshProtocols, catalog.Protocols)
+	}
+	if orchestrator.MaxMeshTags > catalog.MaxTags || orchestrator.MaxMeshTagLength > catalog.MaxTagLength ||
+		orchestrator.MaxMeshMeta > catalog.MaxMetaEntries || orchestrator.MaxMeshMetaKey > catalog.MaxMetaKeyLength ||
+		orchestrator.MaxMeshMetaValue > catalog.MaxMetaValueLength {
+		t.Fatal("a mesh block's limits exceed the catalog's")
+	}
+	m := meshDefinition().Mesh
+	m.Tags, m.Meta = nil, map[string]string{}
+	for i := range orchestrator.MaxMeshTags {
+		m.Tags = append(m.Tags, fmt.Sprintf("%s%d", strings.Repeat("t", orchestrator.MaxMeshTagLength-2), i))
+	}
+	for i := range orchestrator.MaxMeshMeta {
+		m.Meta[fmt.Sprintf("%s%02d", strings.Repeat("K_-", (orchestrator.MaxMeshMetaKey-2)/3), i)] = strings.Repeat("é", orchestrator.MaxMeshMetaValue/2)
+	}
+	td := meshDefinition()
+	td.Mesh = m
+	if _, err := validated(t, td); err != nil {
+		t.Fatalf("the mesh block refuses its own most: %v", err)
+	}
+	if err := catalog.ValidateTags("tags", m.GetTags()); err != nil {
+		t.Fatalf("the catalog refuses a mesh block's tags: %v", err)
+	}
+	if err := catalog.ValidateMeta("meta", m.GetMeta()); err != nil {
+		t.Fatalf("the catalog refuses a mesh block's meta: %v", err)
 	}
 }
