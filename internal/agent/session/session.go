@@ -322,19 +322,8 @@ func runAll(ctx context.Context, fns ...func(context.Context) error) error {
 // Instance is registered and a server answered its heartbeat, so that the
 // servers place tasks on it. It returns ctx's error if ctx ends first.
 func (s *Session) WaitConnected(ctx context.Context) error {
-	for {
-		s.mu.Lock()
-		c, ch := s.current, s.changed
-		s.mu.Unlock()
-		if c != nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-ch:
-		}
-	}
+	_, err := s.waitConn(ctx)
+	return err
 }
 
 // withConn calls fn with the live connection, waiting for one and trying
