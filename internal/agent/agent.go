@@ -16,6 +16,7 @@ import (
 	"trellis.dev/trellis/internal/agent/leaves"
 	"trellis.dev/trellis/internal/agent/session"
 	"trellis.dev/trellis/internal/agent/tasks"
+	"trellis.dev/trellis/internal/informer"
 )
 
 // Agent is one `trellis agent` process: see the package comment. It
@@ -38,6 +39,9 @@ type Agent struct {
 
 	tasks   *tasks.Manager
 	session *session.Session
+	// informer is the cache of what the components follow, over the
+	// session's link (Informer).
+	informer *informer.Informer
 	// network is the bridge task networking; nil without Config.Network.
 	network *taskNetwork
 
@@ -163,6 +167,10 @@ func New(cfg Config) (*Agent, error) {
 		Left:        a.left,
 		OnServer:    a.onServer(),
 	}, taskSink{a.tasks})
+	if a.informer, err = a.newInformer(); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	if err := tasks.WriteAgentFile(cfg.DataDir, a.localAddr, cfg.Name); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("-data-dir: %w", err)
@@ -281,9 +289,13 @@ func (a *Agent) Start(ctx context.Context) error {
 			a.log.Info("auto-encrypt: the agent's leaf is signed; talking to the servers over mutual TLS with it")
 		}
 	}
+	informerCtx, stopInformer := context.WithCancel(ctx)
+	waitInformer := a.runInformer(informerCtx)
 	if ctx.Err() == nil {
 		a.session.Run(ctx, facts)
 	}
+	stopInformer()
+	waitInformer()
 
 	stopHTTP()
 	a.tasks.Wait()
