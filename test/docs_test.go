@@ -36,6 +36,7 @@ type tryIt struct {
 var tryIts = map[string]tryIt{
 	"orchestrator.md: Try it on one machine": {},
 	"ca.md: Try it":                          {tools: []string{"openssl", "jq", "curl", "grpcurl"}},
+	"intentions.md: Try it":                  {tools: []string{"cat"}},
 	"networking.md: Try it": {
 		cni: true, docker: true, tools: []string{"go", "nsenter", "curl", "sed", "cut", "tee"},
 		cleanup: "docker rmi -f netdemo:1 >/dev/null 2>&1; rm -rf /tmp/netdemo",

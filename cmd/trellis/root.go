@@ -11,6 +11,7 @@ import (
 
 	cacommand "trellis.dev/trellis/internal/ca/command"
 	"trellis.dev/trellis/internal/cli"
+	meshcommand "trellis.dev/trellis/internal/mesh/command"
 	orchcommand "trellis.dev/trellis/internal/orchestrator/command"
 	schedcommand "trellis.dev/trellis/internal/scheduler/command"
 	"trellis.dev/trellis/internal/server"
@@ -84,6 +85,7 @@ Flags take one dash or two: -addr and --addr are the same.`,
 	clients = append(clients, orchcommand.Commands(e, server.Types())...)
 	clients = append(clients, schedcommand.Commands(e)...)
 	clients = append(clients, cacommand.Commands(e)...)
+	clients = append(clients, meshcommand.Commands(e)...)
 	for _, c := range clients {
 		e.ClientFlags.Register(c.PersistentFlags())
 	}
