@@ -254,7 +254,7 @@ func TestBlankArgumentsAreRefusedBeforeAnyRequest(t *testing.T) {
 // API. The agent and sim take -token to present to the servers they reach
 // at -server; `agent leave` talks to the agent's control socket.
 func TestClientFlagsOnlyOnClientCommands(t *testing.T) {
-	clients := []string{"resource", "operator", "snapshot", "instance", "taskdef", "task", "env", "deploy", "deployment", "rollback", "ca"}
+	clients := []string{"resource", "operator", "snapshot", "instance", "taskdef", "task", "env", "deploy", "deployment", "rollback", "ca", "intention"}
 	walkCommands(func(c *cobra.Command) {
 		path := pathArgs(c)
 		if len(path) == 0 {

@@ -157,7 +157,7 @@ func checkL7Destination(ctx context.Context, c *client.Client, ns, dest string) 
 	if err := json.Unmarshal(r.Data, &svc); err != nil {
 		return fmt.Errorf("%s: the server returned data this CLI cannot read: %w", cli.Describe(r), err)
 	}
-	if strings.EqualFold(svc.Protocol, "tcp") {
+	if svc.Protocol == "" || strings.EqualFold(svc.Protocol, "tcp") { // tcp is the catalog's default
 		return fmt.Errorf("-f: %s/%s speaks protocol tcp (its catalog/v1/Service says so): L7 permissions need a destination that speaks HTTP (protocol http or grpc); give --action allow|deny for a tcp service", ns, dest)
 	}
 	return nil
