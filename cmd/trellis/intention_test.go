@@ -52,6 +52,10 @@ func TestIntentionCommands(t *testing.T) {
 	expect(2, "", `--action: "perhaps" is not an action`, "intention", "create", "x", "api", "--action", "perhaps")
 	expect(1, "permissions:\n  - {action: allow, http: {path_regex: \"(\"}}\n", `stdin: permissions[0].http.path_regex: "(" is not an RE2 regular expression`, "intention", "create", "x", "api", "-f", "-")
 	expect(1, "permissions:\n  - {action: allow, http: {methods: [FETCH]}}\n", `permissions[0].http.methods[0]: "FETCH" is not an HTTP method`, "intention", "create", "x", "api", "-f", "-")
+	// L7 permissions need a destination that speaks HTTP: db's catalog
+	// Service says tcp; web's says http.
+	expect(0, "{type: catalog/v1/Service, name: db, data: {protocol: tcp}}", "applied", "resource", "apply", "-f", "-")
+	expect(1, permissionsSpec, "default/db speaks protocol tcp (its catalog/v1/Service says so): L7 permissions need a destination that speaks HTTP", "intention", "create", "admin", "db", "-f", "-")
 	// A write that skips the CLI meets the same checks in the servers.
 	expect(1, `{type: mesh/v1/Intentions, name: api, data: {sources: [{name: web, action: allow, permissions: [{action: allow, http: {path_prefix: /}}]}]}}`,
 		"data.sources[0].action: is given with permissions", "resource", "apply", "-f", "-")
