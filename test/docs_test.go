@@ -37,6 +37,7 @@ var tryIts = map[string]tryIt{
 	"orchestrator.md: Try it on one machine": {},
 	"ca.md: Try it":                          {tools: []string{"openssl", "jq", "curl", "grpcurl"}},
 	"intentions.md: Try it":                  {tools: []string{"cat"}},
+	"catalog.md: Try it":                     {tools: []string{"curl", "sed", "grep"}},
 	"networking.md: Try it": {
 		cni: true, docker: true, tools: []string{"go", "nsenter", "curl", "sed", "cut", "tee"},
 		cleanup: "docker rmi -f netdemo:1 >/dev/null 2>&1; rm -rf /tmp/netdemo",
