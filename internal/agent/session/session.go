@@ -222,6 +222,7 @@ func (s *Session) hasLeft() bool {
 type conn struct {
 	s    *Session
 	addr string
+	cc   grpc.ClientConnInterface
 	res  pbresource.ResourceServiceClient
 	hb   pbagent.AgentServiceClient
 	// beats is the open heartbeat stream (nil between streams). Only the
@@ -247,7 +248,7 @@ func (s *Session) runConn(ctx context.Context, addr string) (worked bool, err er
 		return false, err
 	}
 	defer cc.Close()
-	c := &conn{s: s, addr: addr, res: pbresource.NewResourceServiceClient(cc), hb: pbagent.NewAgentServiceClient(cc)}
+	c := &conn{s: s, addr: addr, cc: cc, res: pbresource.NewResourceServiceClient(cc), hb: pbagent.NewAgentServiceClient(cc)}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer c.closeBeatStream()
