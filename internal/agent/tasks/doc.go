@@ -31,6 +31,18 @@
 // is stored, or goes in the same batch ahead of it (Report.After): the
 // store never shows the two running.
 //
+// # Components' hooks
+//
+// A task's life here is one sequence (run.go's run): its network
+// namespace, the Prestart of each of the agent's components (Config.Hooks,
+// in order), its runner, then, once the runner has returned, the Poststop
+// of each component whose Prestart was called (in reverse), the
+// namespace's teardown, and the STOPPED report, held back until then.
+// hooks.go records each hook's progress in the task's record, so that a
+// restarted agent calls no completed Prestart again and every due
+// Poststop once; a Prestart's error fails the start (see package
+// component).
+//
 // # Local state
 //
 // For each task it runs, the manager keeps a JSON file in its data dir

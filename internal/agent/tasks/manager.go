@@ -29,6 +29,9 @@ type Config struct {
 	// Network gives bridge tasks their network namespaces; nil: bridge
 	// tasks cannot run here (they stop, saying so).
 	Network Networks
+	// Hooks are the agent's components' per-task hooks, in the order
+	// their Prestarts run (hooks.go).
+	Hooks []Hooks
 	// LocalAddr is the local API's address on this host: the metadata URI
 	// each task gets points there.
 	LocalAddr string

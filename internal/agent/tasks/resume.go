@@ -69,6 +69,9 @@ func (m *Manager) resume() {
 		}
 		e.stopReason, e.silent = r.StopReason, r.Silent
 		e.net = r.Network
+		if r.Hooks != nil {
+			e.hooks = *r.Hooks
+		}
 		e.snap = r.Snapshot
 		e.hasReport = r.Snapshot.Status != ""
 		e.seq = 1 // this session has reported nothing yet

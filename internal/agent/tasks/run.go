@@ -65,8 +65,12 @@ func (m *Manager) start(l *link, e *task) {
 	m.run(e, nil)
 }
 
-// run makes the task's runner and runs it with state (nil: from the
-// beginning).
+// run is a task's life on this instance, in order: its network namespace,
+// the components' Prestarts, its runner (with state; nil: from the
+// beginning), and once the runner has returned (runnerEnded, or
+// runnerFailed when it cannot run) the components' Poststops and the
+// namespace's teardown. A resumed task goes the same way: what is done
+// already (the namespace adopted, a Prestart completed) is not done again.
 func (m *Manager) run(e *task, state json.RawMessage) {
 	// A bridge task's namespace comes first: every container starts in it.
 	if err := m.setupNetwork(e); err != nil {
@@ -77,8 +81,17 @@ func (m *Manager) run(e *task, state json.RawMessage) {
 	rc := m.runnerConfigLocked(e)
 	runCtx := m.runCtx
 	m.mu.Unlock()
+	// The task's directory exists for the Prestarts too (a component
+	// writes there what the task's containers read).
 	if err := os.MkdirAll(rc.LogDir, 0o700); err != nil {
 		m.runnerFailed(e, fmt.Errorf("task directory: %w", err))
+		return
+	}
+	if err := m.prestart(e); err != nil {
+		if runCtx.Err() != nil {
+			return // the agent stops: its next start calls the Prestart again
+		}
+		m.runnerFailed(e, err)
 		return
 	}
 	runner, err := m.cfg.NewRunner(rc)
@@ -88,6 +101,7 @@ func (m *Manager) run(e *task, state json.RawMessage) {
 	}
 	m.mu.Lock()
 	e.runner = runner
+	e.hooks.Ran = true
 	stop := e.stopReason
 	m.mu.Unlock()
 	m.runners.Add(1)
@@ -106,6 +120,9 @@ func (m *Manager) run(e *task, state json.RawMessage) {
 
 func (m *Manager) runnerFailed(e *task, err error) {
 	m.log.Error("cannot run task", "task", e.key(), "err", err)
+	if !m.poststop(e) {
+		return // the agent stops: its next start calls the rest
+	}
 	m.teardownNetwork(e)
 	m.mu.Lock()
 	fx := m.finishLocked(e, fmt.Sprintf("cannot start: %v", err))
@@ -115,7 +132,11 @@ func (m *Manager) runnerFailed(e *task, err error) {
 
 // runnerEnded: Run returned; the task has stopped.
 func (m *Manager) runnerEnded(e *task, err error) {
-	// Every container has exited and been released: the namespace goes.
+	// Every container has exited and been released: the components clean
+	// up, then the namespace goes.
+	if !m.poststop(e) {
+		return // the agent stops: its next start calls the rest
+	}
 	m.teardownNetwork(e)
 	m.mu.Lock()
 	reason := e.stopReason
@@ -156,10 +177,11 @@ func (m *Manager) onSnapshot(e *task, s Snapshot) {
 		m.mu.Unlock()
 		return
 	}
-	if s.Status == orchestrator.StatusStopped && e.net != nil && !e.net.Released {
+	if s.Status == orchestrator.StatusStopped && (e.net != nil && !e.net.Released || len(poststopsDue(e.hooks)) > 0) {
 		// A bridge task is STOPPED once its network is released too:
 		// whoever then places a task on its address or its host ports
-		// finds them free. teardownNetwork reports it.
+		// finds them free. teardownNetwork reports it. So with the
+		// components' Poststops: poststop reports it.
 		e.snap = s
 		m.broadcastLocked()
 		m.mu.Unlock()

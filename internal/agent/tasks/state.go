@@ -53,6 +53,10 @@ type record struct {
 	// Network is a bridge task's network: its namespace, address and
 	// ports, adopted by a restarted agent.
 	Network *taskNetwork `json:"network,omitempty"`
+	// Hooks is where the task is with the agent's components' hooks:
+	// which Prestarts were called and completed, which Poststops have
+	// returned.
+	Hooks *hookProgress `json:"hooks,omitempty"`
 }
 
 func (r *record) definition() (*pborch.TaskDefinition, error) {

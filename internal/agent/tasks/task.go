@@ -6,6 +6,7 @@ import (
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/orchestrator"
 )
 
 // task is one task the agent knows: from the store (placed on this
@@ -37,7 +38,9 @@ type task struct {
 	def   *pborch.TaskDefinition
 	// net is a bridge task's network (nil before it is set up, and for
 	// host tasks).
-	net    *taskNetwork
+	net *taskNetwork
+	// hooks is where the task is with the components' hooks (hooks.go).
+	hooks  hookProgress
 	token  string
 	runner TaskRunner
 
@@ -71,7 +74,16 @@ func (t *task) key() string { return t.namespace + "/" + t.name }
 
 // dirty: a report is waiting to be written.
 func (t *task) dirty() bool {
-	return t.hasReport && !t.silent && t.written < t.seq && t.seen && !t.deleted
+	return t.hasReport && !t.silent && t.written < t.seq && t.seen && !t.deleted && !t.stopHeld()
+}
+
+// stopHeld: the runner has reported the task STOPPED, and the report
+// waits for the components' Poststops and the network's release
+// (onSnapshot). Nothing is written meanwhile: a report still pending from
+// before (the task stopping) would carry the STOPPED snapshot early.
+func (t *task) stopHeld() bool {
+	return t.snap.Status == orchestrator.StatusStopped && t.phase != phaseDone &&
+		(t.net != nil && !t.net.Released || len(poststopsDue(t.hooks)) > 0)
 }
 
 // changed records a new snapshot to report.
@@ -104,7 +116,18 @@ func (t *task) record() *record {
 		Silent:     t.silent,
 		Done:       t.phase == phaseDone,
 		Network:    t.net,
+		Hooks:      hooksRecord(t.hooks),
 	}
+}
+
+// hooksRecord is what a record keeps of p (a copy: records are encoded
+// outside the agent's lock); nil when there is nothing to keep.
+func hooksRecord(p hookProgress) *hookProgress {
+	if p.empty() {
+		return nil
+	}
+	c := p.clone()
+	return &c
 }
 
 // effects are what a change under m.mu asks to be done once it is
