@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc/credentials"
 
+	"trellis.dev/trellis/internal/agent/component"
 	"trellis.dev/trellis/internal/agent/leaves"
 	"trellis.dev/trellis/internal/agent/session"
 	"trellis.dev/trellis/internal/agent/tasks"
@@ -42,6 +43,8 @@ type Agent struct {
 	// informer is the cache of what the components follow, over the
 	// session's link (Informer).
 	informer *informer.Informer
+	// components are the agent's components, in order (components.go).
+	components []component.Component
 	// network is the bridge task networking; nil without Config.Network.
 	network *taskNetwork
 
@@ -130,8 +133,21 @@ func New(cfg Config) (*Agent, error) {
 		a.network.metadata, a.network.addr = a.metadataHandler(), a.localAddr
 		networks = a.network
 	}
+	// The informer and the components are made before the session they
+	// use (it needs the task manager, which needs the components' hooks);
+	// they reach it through agentServers once it is made.
+	if a.informer, err = a.newInformer(); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	hooks, err := a.makeComponents()
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
 	id := session.NewID(cfg.Clock.Now())
 	a.tasks, err = tasks.New(tasks.Config{
+		Hooks:     hooks,
 		Network:   networks,
 		Instance:  cfg.Name,
 		DataDir:   cfg.DataDir,
@@ -167,10 +183,6 @@ func New(cfg Config) (*Agent, error) {
 		Left:        a.left,
 		OnServer:    a.onServer(),
 	}, taskSink{a.tasks})
-	if a.informer, err = a.newInformer(); err != nil {
-		ln.Close()
-		return nil, err
-	}
 	if err := tasks.WriteAgentFile(cfg.DataDir, a.localAddr, cfg.Name); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("-data-dir: %w", err)
@@ -273,6 +285,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	if a.network != nil {
 		defer a.network.close()
 	}
+	// The components run before the tasks are resumed: a resumed task's
+	// due Poststop finds them running.
+	stopComponents := a.startComponents(ctx)
 	a.tasks.Resume(ctx)
 
 	stopHTTP := a.serveHTTP()
@@ -299,6 +314,7 @@ func (a *Agent) Start(ctx context.Context) error {
 
 	stopHTTP()
 	a.tasks.Wait()
+	stopComponents()
 	select {
 	case <-a.left:
 		a.log.Info("agent left the cluster")

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/agent/component"
 	"trellis.dev/trellis/internal/agent/session"
 	"trellis.dev/trellis/internal/agent/tasks"
 )
@@ -60,3 +61,9 @@ func RotateServers(servers []string, i int) []string { return session.RotateServ
 // ReadAgentFile reads the local API address a (running or last) agent
 // recorded in dataDir.
 func ReadAgentFile(dataDir string) (httpAddr string, err error) { return tasks.ReadAgentFile(dataDir) }
+
+// DefaultComponents are the agent's components (package component), in
+// the order their Prestarts run for a task (their Poststops run in
+// reverse). None yet: mesh-init, health-sync and the sidecar proxy are
+// the next.
+func DefaultComponents() []component.Maker { return nil }

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"trellis.dev/trellis/internal/agent/component"
 	"trellis.dev/trellis/internal/agent/session"
 	"trellis.dev/trellis/internal/driver"
 	"trellis.dev/trellis/internal/orchestrator"
@@ -54,6 +55,9 @@ type Config struct {
 	NewRunner NewRunnerFunc
 	// Admit, when set, is asked before a task starts; see AdmitFunc.
 	Admit AdmitFunc
+	// Components make the agent's components (package component), in the
+	// order their Prestarts run; nil means DefaultComponents().
+	Components []component.Maker
 
 	// HTTPAddr is where the tasks' metadata endpoint listens (host:port;
 	// port 0 picks one, and a restarted agent tries the port it had

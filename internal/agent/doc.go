@@ -16,6 +16,14 @@
 //     to do about each task, runs it through its runner, keeps its state
 //     on disk, resumes it after a restart, and builds its reports.
 //
+// Beside them are the agent's components (package component, made from
+// Config.Components, DefaultComponents in assemble.go): each has a
+// Start(ctx) that runs as long as the agent, and per-task hooks the task
+// manager calls around every task's runner (Prestart after its namespace
+// exists and before its first container, Poststop after its last has
+// exited), their progress kept in the task's record. They reach the
+// servers over the session (Session.Call) and nothing else of the agent.
+//
 // The session hands the task manager what the servers say (session.Tasks:
 // tasks, listings, definitions) and takes its reports back; the task
 // manager reads task definitions through the session it is attached to.

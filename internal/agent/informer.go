@@ -13,7 +13,7 @@ import (
 // every watch moves with the session when it fails over.
 func (a *Agent) newInformer() (*informer.Informer, error) {
 	return informer.New(informer.Config{
-		Source: a.session,
+		Source: agentServers{a}, // the session, made after the informer
 		Rand:   rand.Float64,
 		Logger: a.log.With("component", "informer"),
 	})
