@@ -21,7 +21,7 @@ import (
 	"trellis.dev/trellis/internal/devrun"
 	"trellis.dev/trellis/internal/driver"
 	dockerdriver "trellis.dev/trellis/internal/driver/docker"
-	"trellis.dev/trellis/internal/orchestrator/heartbeat"
+	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/server"
 	"trellis.dev/trellis/internal/tlsutil"
 )
@@ -33,10 +33,12 @@ type serverFlags struct {
 	dataDir                      string
 	logLevel                     string
 	enableDebug                  bool
-	heartbeatTTL                 time.Duration
 	// datacenter is -datacenter, which only trellis server takes: dev
 	// is dc1.
 	datacenter string
+	// modules are the domains the server serves, configured by their own
+	// flags (module.Flagged); nil in tests means server.DefaultModules.
+	modules []module.Module
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
@@ -47,8 +49,16 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.serverAddr, "server-addr", server.DefaultServerAddr,
 		"address of the server-to-server RPCs (write forwarding, joining, heartbeat forwarding), which other servers dial and -retry-join names (host:port); only a server with -data-dir listens on it")
 	addLogLevelFlag(fs, &f.logLevel, "info")
-	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", heartbeat.DefaultTTL, "how long an instance's agent may be silent before the instance is marked down and its tasks lost")
 	fs.BoolVar(&f.enableDebug, "enable-debug", false, "serve Go's profiling endpoints at /v1/debug/pprof/ on the HTTP API (for diagnosing a server; leave off otherwise)")
+}
+
+// registerModules adds the flags the modules declare for process p (the
+// orchestrator's -heartbeat-ttl, the CA's -primary-datacenter, ...),
+// refusing a flag that two of them, or one of them and the command,
+// declare.
+func (f *serverFlags) registerModules(fs *pflag.FlagSet, p module.Process, mods []module.Module) error {
+	f.modules = mods
+	return module.AddFlags(fs, p, mods)
 }
 
 func (f *serverFlags) logger(w io.Writer) (*slog.Logger, error) {
@@ -59,7 +69,9 @@ func (f *serverFlags) logger(w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), nil
 }
 
-func newDevCmd(e *cli.Env) *cobra.Command {
+// newDevCmd is trellis dev, serving mods (new values: their flags are
+// bound to them).
+func newDevCmd(e *cli.Env, mods []module.Module) (*cobra.Command, error) {
 	var (
 		f         serverFlags
 		instances int
@@ -116,19 +128,22 @@ It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "keep data in this directory (a single-server Raft cluster) instead of in memory")
 	cmd.Flags().IntVar(&instances, "instances", 1, "how many local agents (instances dev-1 ... dev-N) to run; 0 for none")
 	netFlags.register(cmd.Flags())
-	return cmd
+	if err := f.registerModules(cmd.Flags(), module.Dev, mods); err != nil {
+		return nil, fmt.Errorf("trellis dev: %w", err)
+	}
+	return cmd, nil
 }
 
 // config is the server Config of the flags dev and server share.
 func (f serverFlags) config() server.Config {
 	return server.Config{
-		HTTPAddr:     f.httpAddr,
-		GRPCAddr:     f.grpcAddr,
-		RaftAddr:     f.raftAddr,
-		ServerAddr:   f.serverAddr,
-		EnableDebug:  f.enableDebug,
-		HeartbeatTTL: f.heartbeatTTL,
-		Datacenter:   f.datacenter,
+		HTTPAddr:    f.httpAddr,
+		GRPCAddr:    f.grpcAddr,
+		RaftAddr:    f.raftAddr,
+		ServerAddr:  f.serverAddr,
+		EnableDebug: f.enableDebug,
+		Datacenter:  f.datacenter,
+		Modules:     f.modules,
 	}
 }
 

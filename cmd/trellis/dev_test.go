@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"trellis.dev/trellis/internal/agent/tasks"
+	"trellis.dev/trellis/internal/server"
 )
 
 // trellis dev with -data-dir secures its server-to-server port with
@@ -43,7 +44,7 @@ func TestDevConfigTLS(t *testing.T) {
 // too, remote callers use -https-addr. Dev needs nothing to configure.
 func TestHTTPAddrDefaultsToLoopback(t *testing.T) {
 	e := testEnv("", nil, nil, nil)
-	for _, cmd := range []*cobra.Command{newServerCmd(e), newDevCmd(e)} {
+	for _, cmd := range []*cobra.Command{mustCmd(newServerCmd(e, server.DefaultModules())), mustCmd(newDevCmd(e, server.DefaultModules()))} {
 		f := cmd.Flags().Lookup("http-addr")
 		if f == nil {
 			t.Fatalf("trellis %s has no -http-addr", cmd.Name())

@@ -9,18 +9,26 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	cacommand "trellis.dev/trellis/internal/ca/command"
 	"trellis.dev/trellis/internal/cli"
-	meshcommand "trellis.dev/trellis/internal/mesh/command"
-	orchcommand "trellis.dev/trellis/internal/orchestrator/command"
-	schedcommand "trellis.dev/trellis/internal/scheduler/command"
+	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/server"
 )
 
 // execute runs the command line and returns the exit status: 0, 1 when
 // the command failed, 2 when it was called wrongly.
 func execute(ctx context.Context, args []string, e *cli.Env) int {
-	root := newRootCmd(e)
+	return executeWith(ctx, args, e, server.DefaultModules)
+}
+
+// executeWith is execute with the server's modules: a module list whose
+// flags or commands clash (two owners of one name) fails every command
+// line, before anything runs.
+func executeWith(ctx context.Context, args []string, e *cli.Env, modules func() []module.Module) int {
+	root, err := buildRoot(e, modules)
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "Error: %v\n", err)
+		return 1
+	}
 	root.SetArgs(cli.NormalizeArgs(args, longFlags(root)))
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
@@ -47,7 +55,20 @@ func isCobraUsageError(err error) bool {
 		strings.HasPrefix(msg, "at least one of the flags in the group")
 }
 
+// newRootCmd is the command tree of the default modules.
 func newRootCmd(e *cli.Env) *cobra.Command {
+	root, err := buildRoot(e, server.DefaultModules)
+	if err != nil {
+		panic(err) // the default modules are server's own list
+	}
+	return root
+}
+
+// buildRoot builds the command tree: the CLI's own commands, and the
+// commands and server flags that the modules declare (cli.Commander,
+// module.Flagged). modules returns new module values at each call: the
+// server and dev commands each bind their own.
+func buildRoot(e *cli.Env, modules func() []module.Module) (*cobra.Command, error) {
 	build := cli.ReadBuild(readBuildInfo(), stamp())
 	root := &cobra.Command{
 		Use:   "trellis",
@@ -79,21 +100,40 @@ Flags take one dash or two: -addr and --addr are the same.`,
 	// to a server over HTTP, so that `trellis server -addr ...` is refused
 	// rather than ignored. The agent and sim take -token alone: they reach
 	// the servers over gRPC, at the addresses of -server.
-	// Each domain's commands live beside its client code; they are only
-	// added here.
+	// Each domain's commands live beside its client code and come from its
+	// module (cli.Commander); none is named here.
 	clients := []*cobra.Command{newResourceCmd(e), newOperatorCmd(e), newSnapshotCmd(e)}
-	clients = append(clients, orchcommand.Commands(e, server.Types())...)
-	clients = append(clients, schedcommand.Commands(e)...)
-	clients = append(clients, cacommand.Commands(e)...)
-	clients = append(clients, meshcommand.Commands(e)...)
+	serverCmd, err := newServerCmd(e, modules())
+	if err != nil {
+		return nil, err
+	}
+	devCmd, err := newDevCmd(e, modules())
+	if err != nil {
+		return nil, err
+	}
+	own := []*cobra.Command{devCmd, serverCmd, newAgentCmd(e), newSimCmd(e), newTLSCmd(e), newConnectCmd(e), newVersionCmd(e, build), newCompletionCmd(e)}
+	var taken []string
+	for _, c := range append(append([]*cobra.Command{}, clients...), own...) {
+		taken = append(taken, append([]string{c.Name()}, c.Aliases...)...)
+	}
+	mods := modules()
+	types, err := server.TypesOf(mods)
+	if err != nil {
+		return nil, err
+	}
+	domain, err := moduleCommands(mods, cli.CommandEnv{Env: e, Types: types}, append(taken, "help")...)
+	if err != nil {
+		return nil, err
+	}
+	clients = append(clients, domain...)
 	for _, c := range clients {
 		e.ClientFlags.Register(c.PersistentFlags())
 	}
 	root.AddCommand(clients...)
-	root.AddCommand(newDevCmd(e), newServerCmd(e), newAgentCmd(e), newSimCmd(e), newTLSCmd(e), newConnectCmd(e), newVersionCmd(e, build), newCompletionCmd(e))
+	root.AddCommand(own...)
 	root.InitDefaultVersionFlag() // now, so that longFlags sees -version
 	harden(root)
-	return root
+	return root, nil
 }
 
 // longFlags collects every long flag name in the command tree.
@@ -110,4 +150,32 @@ func longFlags(root *cobra.Command) map[string]bool {
 	}
 	walk(root)
 	return names
+}
+
+// moduleCommands returns the commands of every module of mods that has
+// some (cli.Commander), in the order of the list, refusing a name (or
+// alias) that two modules give, or that is in taken (the CLI's own
+// commands), naming both owners.
+func moduleCommands(mods []module.Module, c cli.CommandEnv, taken ...string) ([]*cobra.Command, error) {
+	owner := map[string]string{}
+	for _, name := range taken {
+		owner[name] = "the CLI itself"
+	}
+	var out []*cobra.Command
+	for _, m := range mods {
+		cm, ok := m.(cli.Commander)
+		if !ok {
+			continue
+		}
+		for _, cmd := range cm.Commands(c) {
+			for _, name := range append([]string{cmd.Name()}, cmd.Aliases...) {
+				if prev, ok := owner[name]; ok {
+					return nil, fmt.Errorf("module %s gives the command %q, which %s gives too: every command has one owner", m.Name(), name, prev)
+				}
+				owner[name] = "module " + m.Name()
+			}
+			out = append(out, cmd)
+		}
+	}
+	return out, nil
 }

@@ -6,12 +6,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"trellis.dev/trellis/internal/cli"
+	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/server"
 	raftstore "trellis.dev/trellis/internal/storage/raft"
 	"trellis.dev/trellis/internal/tlsutil"
 )
 
-func newServerCmd(e *cli.Env) *cobra.Command {
+// newServerCmd is trellis server, serving mods (new values: their flags
+// are bound to them).
+func newServerCmd(e *cli.Env, mods []module.Module) (*cobra.Command, error) {
 	var (
 		f               serverFlags
 		bootstrapExpect int
@@ -19,9 +22,6 @@ func newServerCmd(e *cli.Env) *cobra.Command {
 		raftMultiplier  int
 		tlsFiles        tlsutil.Config
 		httpsAddr       string
-		primaryDC       string
-		primaryAddrs    []string
-		connectCerts    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -97,8 +97,6 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 				}
 			}
 			cfg.HTTPSAddr = httpsAddr
-			cfg.DisableConnectServerCerts = !connectCerts
-			cfg.PrimaryDatacenter, cfg.PrimaryAddrs = primaryDC, primaryAddrs
 			if err := cfg.Validate(); err != nil {
 				return cli.Usage(err)
 			}
@@ -118,11 +116,6 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 	cmd.Flags().StringArrayVar(&retryJoin, "retry-join", nil, "server-to-server address (another server's -server-addr, host:port) to join through; repeatable, retried until one answers")
 	cmd.Flags().StringVar(&f.datacenter, "datacenter", tlsutil.DefaultDatacenter,
 		"the datacenter this server is part of, a lower-case DNS label: every server of a cluster gives the same one; the Connect CA signs certificates of this datacenter only")
-	cmd.Flags().StringVar(&primaryDC, "primary-datacenter", "",
-		"the datacenter whose Connect CA is the federation's (default: this server's -datacenter, which makes this cluster the primary); another name makes this cluster a secondary, which needs -primary-address")
-	cmd.Flags().StringSliceVar(&primaryAddrs, "primary-address", nil,
-		"server-to-server address (host:port, the primary servers' -server-addr) of a server of -primary-datacenter, which a secondary's CA gets its roots and intermediate from, presenting this server's certificate; repeatable or comma-separated, tried in turn")
-	cmd.Flags().BoolVar(&connectCerts, "connect-server-certs", true, "once the Connect CA has a root, sign this server a leaf of it and present it to the servers and agents that ask for it (false: present -tls-cert-file only)")
 	cmd.Flags().StringVar(&httpsAddr, "https-addr", "", "also serve the HTTP API over TLS on this address (host:port; needs the -tls-* files)")
 	cmd.Flags().StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "the cluster CA's certificate (PEM, from `trellis tls ca create`): with -tls-cert-file and -tls-key-file, servers talk to each other (Raft and -server-addr) only over mutual TLS")
 	cmd.Flags().StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "this server's certificate (PEM, from `trellis tls cert create -server`); reloaded on SIGHUP")
@@ -130,7 +123,10 @@ the same -raft-multiplier above 1 to wait longer before electing.`,
 	cmd.Flags().IntVar(&raftMultiplier, "raft-multiplier", DefaultRaftMultiplier,
 		"scale Raft's failure detection, 1 to 10: a follower calls an election after 0.5-1 s times this without the leader's heartbeats. "+
 			"1 (a LAN) replaces a dead leader in about a second; raise it for slow networks or busy, shared machines, where needless elections cost more")
-	return cmd
+	if err := f.registerModules(cmd.Flags(), module.Server, mods); err != nil {
+		return nil, fmt.Errorf("trellis server: %w", err)
+	}
+	return cmd, nil
 }
 
 // DefaultRaftMultiplier is -raft-multiplier's default: servers on a LAN,

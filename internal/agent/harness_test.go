@@ -73,9 +73,13 @@ func startServerTTL(t *testing.T, ttl time.Duration) *testServer {
 // tc's certificate (plaintext when tc is nil).
 func startServerTLS(t *testing.T, ttl time.Duration, tc *tlsutil.Configurator) *testServer {
 	t.Helper()
+	mods, err := server.DefaultModulesWith("-heartbeat-ttl", ttl.String())
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := server.New(server.Config{
 		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:7702", TLS: tc,
-		HeartbeatTTL: ttl, Logger: testlog.Logger(t), ShutdownTimeout: 10 * time.Second,
+		Modules: mods, Logger: testlog.Logger(t), ShutdownTimeout: 10 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

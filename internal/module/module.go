@@ -3,6 +3,7 @@ package module
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,10 +59,14 @@ type Deps struct {
 	// Cluster holds what a module may know of the cluster.
 	Cluster Cluster
 	// ServerCerts is the server's TLS, for the module that makes the
-	// server's own certificate (the CA's); nil when the server serves no
-	// TLS or takes its certificates from files alone
-	// (-connect-server-certs=false).
+	// server's own certificate (the CA's, unless its
+	// -connect-server-certs=false keeps the server on its files); nil
+	// when the server serves no TLS.
 	ServerCerts ServerCerts
+	// ConnectTrust is the server's TLS, for the module that follows the
+	// Connect CA's roots (the CA's), which the server's ports then accept
+	// agent and server leaves of; nil when the server serves no TLS.
+	ConnectTrust ConnectTrust
 	// DialServersOf returns the transport credentials to dial the
 	// server-to-server port of the servers of another datacenter (a
 	// secondary's CA asking the primary's): TLS presenting this server's
@@ -79,6 +84,18 @@ type ServerCerts interface {
 	// SetConnectServerCertificate hands over the certificate to present
 	// (its chain in Certificate, its key in PrivateKey); nil takes it back.
 	SetConnectServerCertificate(cert *tls.Certificate)
+}
+
+// ConnectTrust is a server's TLS as the follower of the Connect CA's roots
+// sees it (tlsutil.Configurator).
+type ConnectTrust interface {
+	// SetConnectRoots hands over the CA's roots of trust domain td, and
+	// the CAs that sign this datacenter's leaves; no roots accepts none.
+	SetConnectRoots(td string, roots, signers []*x509.Certificate)
+	// OnConnectReady calls f whenever the server becomes ready to speak
+	// Connect on its server ports, with how many Raft links it closed to
+	// open them again with its leaf.
+	OnConnectReady(f func(closed int))
 }
 
 // Cluster is what a module may know of the cluster the server is part of.

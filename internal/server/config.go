@@ -6,15 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 
 	"trellis.dev/trellis/internal/acl"
+	"trellis.dev/trellis/internal/hostport"
 	"trellis.dev/trellis/internal/module"
-	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 	"trellis.dev/trellis/internal/tlsutil"
 )
 
@@ -65,11 +63,6 @@ type Config struct {
 	// pick up renewed leaves. DefaultServerLinkMaxAge when zero; with TLS
 	// only.
 	ServerLinkMaxAge time.Duration
-	// DisableConnectServerCerts keeps the server on its certificate file
-	// (-connect-server-certs=false). Otherwise a server with TLS signs
-	// itself a leaf of the Connect CA once the CA is up, renews it, and
-	// presents it to the peers that ask for it (see tlsutil).
-	DisableConnectServerCerts bool
 	// PublicGRPCOptions are added to the options of the public gRPC
 	// server (tests look at each call's peer with an interceptor).
 	PublicGRPCOptions []grpc.ServerOption
@@ -81,20 +74,6 @@ type Config struct {
 	// (tlsutil.DefaultDatacenter when empty): the Connect CA signs leaves
 	// of this datacenter only. A DNS label in lower case.
 	Datacenter string
-	// PrimaryDatacenter is the datacenter whose CA is the federation's
-	// (-primary-datacenter): empty or Datacenter makes this cluster the
-	// primary, which makes its own root; another name makes it a
-	// secondary, whose CA gets its roots and an intermediate from the
-	// primary at PrimaryAddrs. It configures the CA of the default
-	// modules; a Config that names its Modules configures their CA itself.
-	PrimaryDatacenter string
-	// PrimaryAddrs are the server-to-server addresses (host:port, their
-	// -server-addr) of servers of the primary datacenter
-	// (-primary-address), tried in turn: a secondary's only. The
-	// federation's datacenters share one cluster CA (TLS): the secondary's
-	// leader presents its own server certificate (server.<dc>.trellis)
-	// there, and checks the primary's (server.<primary>.trellis).
-	PrimaryAddrs []string
 	// Raft, when set, makes the server a Raft voter with durable storage.
 	// Nil: everything in memory, this server the leader at once.
 	Raft *RaftConfig
@@ -102,7 +81,8 @@ type Config struct {
 	Logger          *slog.Logger
 	ShutdownTimeout time.Duration
 	// Modules are the domains the server serves, each its types and its
-	// parts (internal/module); nil means DefaultModules, with HeartbeatTTL.
+	// parts (internal/module), configured (module.Flagged: its flags)
+	// before they are given here; nil means DefaultModules, unconfigured.
 	Modules []module.Module
 	// Authorize turns the caller's token (resource.TokenFromContext) into
 	// an Authorizer, which every HTTP route's and gRPC method's declared
@@ -118,12 +98,6 @@ type Config struct {
 
 	// EnableDebug serves Go's pprof endpoints on the HTTP API.
 	EnableDebug bool
-
-	// HeartbeatTTL: an instance whose agent is silent this long is marked
-	// down (heartbeat.DefaultTTL, 10 s, when zero). It configures the
-	// orchestrator of the default modules; a Config that names its Modules
-	// configures their orchestrator itself.
-	HeartbeatTTL time.Duration
 }
 
 // RaftConfig is what `trellis server` (and `trellis dev -data-dir`) ask of
@@ -212,57 +186,19 @@ func (c Config) Validate() error {
 	if err := tlsutil.CheckDatacenter(c.Datacenter); err != nil {
 		return configError("-datacenter", "%v", err)
 	}
-	if err := c.validatePrimary(); err != nil {
-		return err
+	mods := c.Modules
+	if mods == nil {
+		mods = DefaultModules()
 	}
-	if c.HeartbeatTTL != 0 && c.HeartbeatTTL < heartbeat.MinTTL {
-		return configError("-heartbeat-ttl", "%s is below the minimum of %s", c.HeartbeatTTL, heartbeat.MinTTL)
+	for _, m := range mods {
+		if f, ok := m.(module.Flagged); ok {
+			if err := f.CheckFlags(module.Settings{Datacenter: c.Datacenter}); err != nil {
+				return fmt.Errorf("%w: %w", ErrConfig, err)
+			}
+		}
 	}
 	if c.Raft != nil {
 		return c.Raft.validate(c.RaftAddr)
-	}
-	return nil
-}
-
-// IsSecondary reports whether the configuration makes this cluster a
-// secondary datacenter: a primary datacenter other than its own.
-func (c Config) IsSecondary() bool {
-	c = c.withDefaults()
-	return c.PrimaryDatacenter != "" && c.PrimaryDatacenter != c.Datacenter
-}
-
-// validatePrimary checks -primary-datacenter and -primary-address: a
-// secondary needs at least one address of the primary, a primary takes
-// none, and each is a host:port another machine can dial.
-func (c Config) validatePrimary() error {
-	if c.PrimaryDatacenter != "" {
-		if err := tlsutil.CheckDatacenter(c.PrimaryDatacenter); err != nil {
-			return configError("-primary-datacenter", "%v", err)
-		}
-	}
-	if !c.IsSecondary() {
-		if len(c.PrimaryAddrs) > 0 {
-			return configError("-primary-address", "only a secondary datacenter takes it: give -primary-datacenter, the primary's datacenter, other than this server's -datacenter %q", c.Datacenter)
-		}
-		return nil
-	}
-	if len(c.PrimaryAddrs) == 0 {
-		return configError("-primary-address", "required: -primary-datacenter %q makes this cluster (%q) a secondary, which needs the server-to-server address (-server-addr) of a server of %q (for example %s)",
-			c.PrimaryDatacenter, c.Datacenter, c.PrimaryDatacenter, ExampleAddr("-primary-address"))
-	}
-	seen := map[string]bool{}
-	for _, a := range c.PrimaryAddrs {
-		if err := ValidateAddr("-primary-address", a); err != nil {
-			return err
-		}
-		host, port, _ := net.SplitHostPort(a)
-		if ip := net.ParseIP(host); host == "" || port == "0" || (ip != nil && ip.IsUnspecified()) {
-			return configError("-primary-address", "%q: give the host and server-to-server port (-server-addr) of a server of %q (for example %s)", a, c.PrimaryDatacenter, ExampleAddr("-primary-address"))
-		}
-		if seen[a] {
-			return configError("-primary-address", "%q given twice", a)
-		}
-		seen[a] = true
 	}
 	return nil
 }
@@ -297,16 +233,8 @@ func (r *RaftConfig) validate(raftAddr string) error {
 
 // ValidateAddr checks a host:port listen or dial address.
 func ValidateAddr(field, addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return configError(field, "%q is not host:port (for example %s)", addr, ExampleAddr(field))
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 0 || n > 65535 {
-		return configError(field, "%q: port %q is not a number from 0 to 65535", addr, port)
-	}
-	if host != "" && net.ParseIP(host) == nil && !validHostname(host) {
-		return configError(field, "%q: %q is neither an IP address nor a host name", addr, host)
+	if err := hostport.Check(addr, ExampleAddr(field)); err != nil {
+		return configError(field, "%v", err)
 	}
 	return nil
 }
@@ -319,30 +247,13 @@ func ExampleAddr(field string) string {
 	switch field {
 	case "-grpc-addr":
 		return DefaultGRPCAddr
-	case "-server-addr", "-retry-join", "-primary-address":
+	case "-server-addr", "-retry-join":
 		return DefaultServerAddr
 	case "-raft-addr":
 		return DefaultRaftAddr
 	default:
 		return DefaultHTTPAddr
 	}
-}
-
-func validHostname(h string) bool {
-	if len(h) > 253 {
-		return false
-	}
-	for _, label := range strings.Split(h, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for _, c := range label {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // sameListenAddr reports whether two addresses would collide: the same

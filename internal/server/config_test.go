@@ -4,7 +4,20 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"trellis.dev/trellis/internal/module"
 )
+
+// withFlags is cfg serving the default modules configured by the flags of
+// `trellis server` args: a module's flags are checked by Validate too.
+func withFlags(t *testing.T, cfg Config, args ...string) Config {
+	t.Helper()
+	cfg.Modules = DefaultModules()
+	if err := module.ParseFlags(cfg.Modules, module.Server, args...); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
 
 func TestConfigValidate(t *testing.T) {
 	raft := func(r RaftConfig) *RaftConfig { return &r }
@@ -31,16 +44,16 @@ func TestConfigValidate(t *testing.T) {
 		{"datacenter", Config{Datacenter: "eu-west-1"}, ""},
 		{"datacenter upper case", Config{Datacenter: "DC1"}, `-datacenter: "DC1" is not a datacenter name`},
 		{"datacenter with a dot", Config{Datacenter: "dc.1"}, `-datacenter: "dc.1" is not a datacenter name`},
-		{"a secondary", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"10.0.0.1:7703", "p2.example:7703"}}, ""},
-		{"primary named as itself", Config{Datacenter: "dc1", PrimaryDatacenter: "dc1"}, ""},
-		{"primary datacenter not a label", Config{PrimaryDatacenter: "DC_1"}, `-primary-datacenter: "DC_1" is not a datacenter name`},
-		{"secondary without an address", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1"}, `-primary-address: required: -primary-datacenter "dc1" makes this cluster ("dc2") a secondary`},
-		{"address on a primary", Config{PrimaryAddrs: []string{"10.0.0.1:7701"}}, `-primary-address: only a secondary datacenter takes it`},
-		{"address on a primary named as itself", Config{PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"10.0.0.1:7701"}}, `-primary-address: only a secondary`},
-		{"primary address not host:port", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"10.0.0.1"}}, `-primary-address: "10.0.0.1" is not host:port (for example 127.0.0.1:7703)`},
-		{"primary address without host", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{":7703"}}, `-primary-address: ":7703": give the host and server-to-server port (-server-addr) of a server of "dc1"`},
-		{"primary address port 0", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"10.0.0.1:0"}}, `-primary-address: "10.0.0.1:0": give the host`},
-		{"primary address twice", Config{Datacenter: "dc2", PrimaryDatacenter: "dc1", PrimaryAddrs: []string{"a:1", "a:1"}}, `-primary-address: "a:1" given twice`},
+		{"a secondary", withFlags(t, Config{Datacenter: "dc2"}, "-primary-datacenter", "dc1", "-primary-address", "10.0.0.1:7703", "-primary-address", "p2.example:7703"), ""},
+		{"primary named as itself", withFlags(t, Config{Datacenter: "dc1"}, "-primary-datacenter", "dc1"), ""},
+		{"primary datacenter not a label", withFlags(t, Config{}, "-primary-datacenter", "DC_1"), `-primary-datacenter: "DC_1" is not a datacenter name`},
+		{"secondary without an address", withFlags(t, Config{Datacenter: "dc2"}, "-primary-datacenter", "dc1"), `-primary-address: required: -primary-datacenter "dc1" makes this cluster ("dc2") a secondary`},
+		{"address on a primary", withFlags(t, Config{}, "-primary-address", "10.0.0.1:7701"), `-primary-address: only a secondary datacenter takes it`},
+		{"address on a primary named as itself", withFlags(t, Config{}, "-primary-datacenter", "dc1", "-primary-address", "10.0.0.1:7701"), `-primary-address: only a secondary`},
+		{"primary address not host:port", withFlags(t, Config{Datacenter: "dc2"}, "-primary-datacenter", "dc1", "-primary-address", "10.0.0.1"), `-primary-address: "10.0.0.1" is not host:port (for example 127.0.0.1:7703)`},
+		{"primary address without host", withFlags(t, Config{Datacenter: "dc2"}, "-primary-datacenter", "dc1", "-primary-address", ":7703"), `-primary-address: ":7703": give the host and server-to-server port (-server-addr) of a server of "dc1"`},
+		{"primary address port 0", withFlags(t, Config{Datacenter: "dc2"}, "-primary-datacenter", "dc1", "-primary-address", "10.0.0.1:0"), `-primary-address: "10.0.0.1:0": give the host`},
+		{"primary address twice", withFlags(t, Config{Datacenter: "dc2"}, "-primary-datacenter", "dc1", "-primary-address", "a:1", "-primary-address", "a:1"), `-primary-address: "a:1" given twice`},
 		{"raft ok", Config{Raft: raft(RaftConfig{DataDir: "/d", BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:7703", "s3.example:7703"}})}, ""},
 		{"raft joining", Config{Raft: raft(RaftConfig{DataDir: "/d", RetryJoin: []string{"10.0.0.2:7703"}})}, ""},
 		{"raft without data dir", Config{Raft: raft(RaftConfig{BootstrapExpect: 1})}, "-data-dir: required"},

@@ -20,35 +20,49 @@ import (
 )
 
 // DefaultModules are the domains a server serves unless its Config names
-// others: the core (namespaces), the orchestrator, the daemon
-// scheduler, the Connect CA, the service catalog and the mesh's policy
-// (intentions). This list is the one place a domain is added.
-func DefaultModules() []module.Module { return defaultModules(Config{}) }
-
-// defaultModules is DefaultModules configured by cfg: the orchestrator's
-// heartbeat TTL (Config.HeartbeatTTL), the CA's primary datacenter
-// (Config.PrimaryDatacenter, Config.PrimaryAddrs).
-func defaultModules(cfg Config) []module.Module {
+// others: the core (namespaces), the orchestrator, the daemon scheduler,
+// the Connect CA, the service catalog and the mesh's policy (intentions),
+// each new and unconfigured. This list is the one place a domain is
+// added: a module brings its types and parts (module.Module), its flags
+// (module.Flagged) and its CLI commands (cli.Commander), so that neither
+// this package nor cmd/trellis changes for it.
+func DefaultModules() []module.Module {
 	return []module.Module{
 		core.Module(),
-		orchestratormodule.New(orchestratormodule.Config{HeartbeatTTL: cfg.HeartbeatTTL}),
+		orchestratormodule.New(orchestratormodule.Config{}),
 		schedulermodule.New(),
-		camodule.New(camodule.Config{PrimaryDatacenter: cfg.PrimaryDatacenter, PrimaryAddrs: cfg.PrimaryAddrs}),
+		camodule.New(camodule.Config{}),
 		catalogmodule.New(catalogmodule.Config{}),
 		meshmodule.New(meshmodule.Config{}),
 	}
+}
+
+// DefaultModulesWith are DefaultModules configured as the flags args of
+// `trellis server` would (module.ParseFlags; for example "-heartbeat-ttl",
+// "2s"): for programs and tests that assemble a server without its command
+// line.
+func DefaultModulesWith(args ...string) ([]module.Module, error) {
+	mods := DefaultModules()
+	if err := module.ParseFlags(mods, module.Server, args...); err != nil {
+		return nil, err
+	}
+	return mods, nil
 }
 
 // Types returns a registry of the types of the default modules. The CLI
 // uses it to check a spec file against the same types and hooks as the
 // server before it sends anything.
 func Types() *resource.Registry {
-	r, err := registryOf(DefaultModules())
+	r, err := TypesOf(DefaultModules())
 	if err != nil {
 		panic(err) // the default modules are this package's own list
 	}
 	return r
 }
+
+// TypesOf returns a registry of the types of mods, refusing modules
+// without a name of their own and types registered twice.
+func TypesOf(mods []module.Module) (*resource.Registry, error) { return registryOf(mods) }
 
 // registryOf registers the types of every module in a new registry,
 // refusing modules without a name of their own and types registered twice
@@ -126,8 +140,8 @@ func (s *Server) moduleDeps() module.Deps {
 		Metrics:  s.metrics,
 		Cluster:  module.Cluster{Datacenter: s.cfg.Datacenter, ServerID: s.serverID, GRPCAddr: s.GRPCAddr(), ServerAddr: s.ServerAddr()},
 	}
-	if s.cfg.TLS != nil && !s.cfg.DisableConnectServerCerts {
-		d.ServerCerts = s.cfg.TLS
+	if s.cfg.TLS != nil {
+		d.ServerCerts, d.ConnectTrust = s.cfg.TLS, s.cfg.TLS
 	}
 	d.DialServersOf = func(string) credentials.TransportCredentials { return insecure.NewCredentials() }
 	if s.cfg.TLS != nil {

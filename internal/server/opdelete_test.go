@@ -37,7 +37,7 @@ func TestGenericDeleteOfOperationOnlyTypes(t *testing.T) {
 	const ttl = time.Second
 	srv, err := server.New(server.Config{
 		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:7702",
-		HeartbeatTTL: ttl, Logger: testlog.Logger(t), ShutdownTimeout: 10 * time.Second,
+		Modules: heartbeatTTL(t, ttl), Logger: testlog.Logger(t), ShutdownTimeout: 10 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

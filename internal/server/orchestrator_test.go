@@ -20,6 +20,7 @@ import (
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/core"
+	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 	"trellis.dev/trellis/internal/resource"
@@ -299,7 +300,7 @@ func TestSilentAgentIsMarkedDown(t *testing.T) {
 	const ttl = time.Second
 	srv, err := server.New(server.Config{
 		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:7702",
-		HeartbeatTTL: ttl, Logger: testlog.Logger(t), ShutdownTimeout: 10 * time.Second,
+		Modules: heartbeatTTL(t, ttl), Logger: testlog.Logger(t), ShutdownTimeout: 10 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -383,8 +384,8 @@ func raftClusterStops(t *testing.T, ttl time.Duration, tlsFor func(i int) *tlsut
 		cfg := server.Config{
 			TLS: tc, HTTPSAddr: httpsAddr,
 			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", ServerAddr: serverAddrs[i], RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
-			Raft:         &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: 3, RetryJoin: join},
-			HeartbeatTTL: ttl, Logger: testlog.Logger(t).With("server", i), ShutdownTimeout: 20 * time.Second,
+			Raft:    &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: 3, RetryJoin: join},
+			Modules: heartbeatTTL(t, ttl), Logger: testlog.Logger(t).With("server", i), ShutdownTimeout: 20 * time.Second,
 		}
 		if configure != nil {
 			configure(&cfg)
@@ -492,12 +493,23 @@ func TestHeartbeatsOnARaftCluster(t *testing.T) {
 
 func TestHeartbeatTTLConfig(t *testing.T) {
 	for _, ttl := range []time.Duration{-time.Second, time.Millisecond} {
-		err := server.Config{HeartbeatTTL: ttl}.Validate()
+		err := server.Config{Modules: heartbeatTTL(t, ttl)}.Validate()
 		if err == nil || !strings.Contains(err.Error(), "-heartbeat-ttl") {
-			t.Errorf("Validate with HeartbeatTTL %s = %v, want an error naming -heartbeat-ttl", ttl, err)
+			t.Errorf("Validate with -heartbeat-ttl %s = %v, want an error naming -heartbeat-ttl", ttl, err)
 		}
 	}
-	if err := (server.Config{HeartbeatTTL: time.Second}).Validate(); err != nil {
-		t.Errorf("Validate with HeartbeatTTL 1s = %v", err)
+	if err := (server.Config{Modules: heartbeatTTL(t, time.Second)}).Validate(); err != nil {
+		t.Errorf("Validate with -heartbeat-ttl 1s = %v", err)
 	}
+}
+
+// heartbeatTTL are the default modules with the orchestrator's
+// -heartbeat-ttl.
+func heartbeatTTL(t *testing.T, ttl time.Duration) []module.Module {
+	t.Helper()
+	mods, err := server.DefaultModulesWith("-heartbeat-ttl", ttl.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mods
 }

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
-	"trellis.dev/trellis/internal/ca"
 	"trellis.dev/trellis/internal/cluster"
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/httpapi"
@@ -104,7 +103,7 @@ func New(cfg Config) (_ *Server, err error) {
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mods := cfg.Modules
 	if mods == nil {
-		mods = defaultModules(cfg)
+		mods = DefaultModules()
 	}
 	if s.registry, err = registryOf(mods); err != nil {
 		return nil, err
@@ -236,13 +235,6 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.Add("informer", s.informer)
-	if _, ok := s.registry.Resolve(ca.RootType); ok && cfg.TLS != nil {
-		s.Add("connect-roots", connectRoots{api: s.api, tls: cfg.TLS, datacenter: cfg.Datacenter, log: s.log.With("component", "connect-roots")})
-		log := s.log.With("component", "tls")
-		cfg.TLS.OnConnectReady(func(closed int) {
-			log.Info("this server holds its Connect CA leaf and the CA's roots: it presents the leaf to the peers that ask for it; its Raft links are opened again to use it (Raft may log their closing), the server RPCs' links as they reach their age", "raft_links_closed", closed)
-		})
-	}
 
 	s.httpAPI, err = httpapi.New(httpapi.Config{
 		API:             s.api,

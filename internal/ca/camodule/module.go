@@ -6,8 +6,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/spf13/cobra"
 	pbca "trellis.dev/trellis/api/ca/v1"
+
 	"trellis.dev/trellis/internal/ca"
+	"trellis.dev/trellis/internal/ca/command"
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/module"
@@ -26,10 +30,11 @@ type Config struct {
 	// server wants; tests set it to pretend otherwise.
 	Datacenter string
 	// PrimaryDatacenter is the datacenter whose CA is the federation's
-	// (server.Config.PrimaryDatacenter): empty or the server's own makes
+	// (-primary-datacenter): empty or the server's own makes
 	// this cluster the primary; another makes it a secondary, which takes
 	// its roots and an intermediate from the primary's servers at
-	// PrimaryAddrs (their server-to-server addresses, -server-addr),
+	// PrimaryAddrs (-primary-address: their server-to-server addresses,
+	// -server-addr),
 	// over the TLS of the server ports: it presents its own server
 	// certificate (module.Deps.DialServersOf), and the primary signs it
 	// its own datacenter's intermediate only.
@@ -38,24 +43,33 @@ type Config struct {
 	// PrimaryPollInterval is how often a secondary reads the primary's
 	// roots (DefaultPrimaryPollInterval when zero).
 	PrimaryPollInterval time.Duration
+	// DisableServerCerts keeps the server on its certificate file
+	// (-connect-server-certs=false). Otherwise a server with TLS signs
+	// itself a leaf of the Connect CA once the CA is up, renews it, and
+	// presents it to the peers that ask for it (see tlsutil).
+	DisableServerCerts bool
 	// ServerResignWindow spreads the re-signing of the server's own leaf
 	// after the active root changes (DefaultServerResignWindow when zero).
 	ServerResignWindow time.Duration
 }
 
-// New returns the CA's module.
-func New(cfg Config) module.Module { return caModule{cfg: cfg} }
+// New returns the CA's module, configured by cfg and then by its flags
+// (module.Flagged), with its commands (`trellis ca`, cli.Commander).
+func New(cfg Config) module.Module { return &caModule{cfg: cfg} }
 
 type caModule struct{ cfg Config }
 
-func (caModule) Name() string { return "ca" }
+func (*caModule) Name() string { return "ca" }
 
-func (caModule) Register(r *resource.Registry) { ca.Register(r) }
+func (*caModule) Register(r *resource.Registry) { ca.Register(r) }
+
+// Commands are the CA's commands: trellis ca.
+func (*caModule) Commands(c cli.CommandEnv) []*cobra.Command { return command.Commands(c.Env) }
 
 // Setup builds the CA manager's controller (run on the leader), the
 // signer that every server runs (its follow of the stored CA, its gRPC
 // service and route, its metrics) and the read routes.
-func (m caModule) Setup(d module.Deps) (module.Parts, error) {
+func (m *caModule) Setup(d module.Deps) (module.Parts, error) {
 	if _, ok := d.Registry.Resolve(core.ClusterType); !ok {
 		return module.Parts{}, errors.New("needs the core's types (the cluster id names the trust domain): add the core's module to the server")
 	}
@@ -96,6 +110,9 @@ func (m caModule) Setup(d module.Deps) (module.Parts, error) {
 	}
 	// The server's own leaf, when it serves TLS: signed here, with the
 	// key the signer holds, never asked of the signing service.
+	if d.ServerCerts != nil && m.cfg.DisableServerCerts {
+		d.ServerCerts = nil
+	}
 	if leaf := newServerLeaf(d, signer, m.cfg.ServerResignWindow, log); leaf != nil {
 		if d.Metrics != nil {
 			if err := d.Metrics.Register(serverLeafCollector{m: leaf}); err != nil {
@@ -103,6 +120,15 @@ func (m caModule) Setup(d module.Deps) (module.Parts, error) {
 			}
 		}
 		runnables = append(runnables, module.Runnable{Name: "ca-server-leaf", Run: leaf})
+	}
+	// The server's TLS trusts the CA's roots: agents' leaves on the
+	// public port, servers' leaves on the server ports.
+	if d.ConnectTrust != nil {
+		runnables = append(runnables, module.Runnable{Name: "connect-roots", Run: connectRoots{api: d.API, tls: d.ConnectTrust, datacenter: dc, log: log.With("component", "connect-roots")}})
+		tlsLog := log.With("component", "tls")
+		d.ConnectTrust.OnConnectReady(func(closed int) {
+			tlsLog.Info("this server holds its Connect CA leaf and the CA's roots: it presents the leaf to the peers that ask for it; its Raft links are opened again to use it (Raft may log their closing), the server RPCs' links as they reach their age", "raft_links_closed", closed)
+		})
 	}
 	return module.Parts{
 		Controllers: []controller.Controller{mgr.Controller()},

@@ -1,7 +1,6 @@
 package camodule
 
 import (
-	"encoding/json"
 	"net/http"
 	"sort"
 	"strconv"
@@ -47,27 +46,6 @@ func (h routes) table() []httpapi.Route {
 		{Pattern: "PUT /v1/ca/config", Permission: acl.OperatorWrite, Handler: h.putConfig},
 		{Pattern: "/v1/ca/config", Permission: acl.Public, Handler: httpapi.MethodNotAllowed("GET, PUT")},
 	}
-}
-
-// RootsBody is the answer of GET /v1/ca/roots.
-type RootsBody struct {
-	TrustDomain string `json:"trust_domain"`
-	// Datacenter is the datacenter of the server that answered: the one
-	// its leaves are signed for, which a CSR's SPIFFE id must name.
-	Datacenter   string     `json:"datacenter"`
-	ActiveRootID string     `json:"active_root_id"`
-	Roots        []RootBody `json:"roots"`
-}
-
-// RootBody is one root in RootsBody: never a key, the CARoot holds none.
-type RootBody struct {
-	ID                string     `json:"id"`
-	Name              string     `json:"name"`
-	RootCert          string     `json:"root_cert"`
-	IntermediateCerts []string   `json:"intermediate_certs"`
-	Active            bool       `json:"active"`
-	RotatedOutAt      *time.Time `json:"rotated_out_at"`
-	NotAfter          *time.Time `json:"not_after"`
 }
 
 func (h routes) roots(w http.ResponseWriter, r *http.Request) error {
@@ -140,14 +118,6 @@ func timeOf(ok bool, t time.Time) *time.Time {
 	}
 	t = t.UTC()
 	return &t
-}
-
-// ConfigBody is the answer of GET /v1/ca/config: the stored settings
-// (never a private key) and the manager's report.
-type ConfigBody struct {
-	Version string          `json:"version"`
-	Config  json.RawMessage `json:"config"`
-	Manager json.RawMessage `json:"manager,omitempty"`
 }
 
 func (h routes) config(w http.ResponseWriter, r *http.Request) error {

@@ -1,7 +1,6 @@
 package camodule
 
 import (
-	"encoding/json"
 	"net/http"
 
 	"google.golang.org/grpc/codes"
@@ -14,17 +13,6 @@ import (
 	"trellis.dev/trellis/internal/httpapi"
 	"trellis.dev/trellis/internal/resource"
 )
-
-// ConfigRequest is the body of PUT /v1/ca/config: the shape GET answers,
-// so that an answer edited can be sent back. Config holds the settings to
-// change (the others keep their values); Version, when given, makes the
-// write a compare-and-swap on the version GET showed; Manager is the
-// manager's report, read-only, and ignored.
-type ConfigRequest struct {
-	Version string          `json:"version,omitempty"`
-	Config  json.RawMessage `json:"config"`
-	Manager json.RawMessage `json:"manager,omitempty"`
-}
 
 // putConfig changes the CA's configuration. A supplied root's private_key
 // is stored sealed, as the CASigningKey of that root, in the same batch as

@@ -57,7 +57,7 @@ func startDCWith(t *testing.T, dc, primaryDC string, serveTLS *tlsutil.Configura
 		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), ServerAddr: "127.0.0.1:0",
 		Raft:       &server.RaftConfig{DataDir: t.TempDir(), BootstrapExpect: 1, SingleServer: true},
 		Datacenter: dc, TLS: serveTLS,
-		PrimaryDatacenter: primaryDC, PrimaryAddrs: primaryAddrs, ShutdownTimeout: 10 * time.Second,
+		ShutdownTimeout: 10 * time.Second,
 		Modules: []module.Module{core.Module(), camodule.New(camodule.Config{
 			PrimaryDatacenter: primaryDC, PrimaryAddrs: primaryAddrs, PrimaryPollInterval: 100 * time.Millisecond,
 		})},

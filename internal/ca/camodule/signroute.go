@@ -3,7 +3,6 @@ package camodule
 import (
 	"errors"
 	"net/http"
-	"time"
 
 	"trellis.dev/trellis/internal/acl"
 	"trellis.dev/trellis/internal/ca"
@@ -12,20 +11,6 @@ import (
 )
 
 // The signing route, POST /v1/ca/sign; docs/ca.md is its contract.
-
-// SignRequestBody is the body of POST /v1/ca/sign.
-type SignRequestBody struct {
-	// CSR is a PEM CERTIFICATE REQUEST.
-	CSR string `json:"csr"`
-}
-
-// SignBody is the answer of POST /v1/ca/sign.
-type SignBody struct {
-	CertPEM  string    `json:"cert_pem"`
-	ChainPEM string    `json:"chain_pem"`
-	Serial   string    `json:"serial"`
-	NotAfter time.Time `json:"not_after"`
-}
 
 // RefusalBody is the answer to a refused CSR (400): the error and code
 // every refusal of the API has, and the refusal's reason and field.

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pbca "trellis.dev/trellis/api/ca/v1"
-	"trellis.dev/trellis/internal/ca/camodule"
+	"trellis.dev/trellis/internal/ca/caapi"
 	"trellis.dev/trellis/internal/cli"
 )
 
@@ -72,7 +72,7 @@ stored sealed in the servers.
 		Args:   cobra.NoArgs,
 		Output: true,
 		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
-			var body camodule.ConfigBody
+			var body caapi.ConfigBody
 			if err := call.Client.Do(ctx, http.MethodGet, call.Client.URL("/v1/ca/config", nil), nil, &body); err != nil {
 				return cli.Result{}, err
 			}
@@ -138,8 +138,8 @@ one; set root_cert to "" (and raise rotation) to go back to a generated root.`,
 			return err
 		},
 		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
-			var body camodule.ConfigBody
-			req := camodule.ConfigRequest{Version: version, Config: raw}
+			var body caapi.ConfigBody
+			req := caapi.ConfigRequest{Version: version, Config: raw}
 			if err := call.Client.Do(ctx, http.MethodPut, call.Client.URL("/v1/ca/config", nil), req, &body); err != nil {
 				return cli.Result{}, err
 			}
@@ -150,7 +150,7 @@ one; set root_cert to "" (and raise rotation) to go back to a generated root.`,
 
 // writeSettings prints the settings as the YAML file set -f takes, the
 // manager's report as comments.
-func writeSettings(w io.Writer, body camodule.ConfigBody) error {
+func writeSettings(w io.Writer, body caapi.ConfigBody) error {
 	var c pbca.CAConfig
 	if err := protojson.Unmarshal(body.Config, &c); err != nil {
 		return fmt.Errorf("the configuration does not decode: %w", err)

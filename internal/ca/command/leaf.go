@@ -20,7 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"trellis.dev/trellis/internal/ca"
-	"trellis.dev/trellis/internal/ca/camodule"
+	"trellis.dev/trellis/internal/ca/caapi"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/resource"
 )
@@ -88,7 +88,7 @@ operator:write for this route (agents sign over gRPC).`,
 			return nil
 		},
 		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
-			var roots camodule.RootsBody
+			var roots caapi.RootsBody
 			if err := call.Client.Do(ctx, http.MethodGet, call.Client.URL("/v1/ca/roots", nil), nil, &roots); err != nil {
 				return cli.Result{}, err
 			}
@@ -106,8 +106,8 @@ operator:write for this route (agents sign over gRPC).`,
 			if err != nil {
 				return cli.Result{}, fmt.Errorf("make the CSR: %w", err)
 			}
-			var signed camodule.SignBody
-			req := camodule.SignRequestBody{CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}))}
+			var signed caapi.SignBody
+			req := caapi.SignRequestBody{CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}))}
 			if err := call.Client.Do(ctx, http.MethodPost, call.Client.URL("/v1/ca/sign", nil), req, &signed); err != nil {
 				return cli.Result{}, err
 			}
@@ -160,7 +160,7 @@ func leafSubject(args []string, agent, namespace string) (string, error) {
 
 // leafID is the SPIFFE id asked for, in the trust domain and datacenter
 // the server answered with.
-func leafID(roots camodule.RootsBody, args []string, agent, namespace string) ca.Identity {
+func leafID(roots caapi.RootsBody, args []string, agent, namespace string) ca.Identity {
 	if agent != "" {
 		return ca.AgentID{TrustDomain: roots.TrustDomain, Datacenter: roots.Datacenter, Instance: agent}
 	}
@@ -179,7 +179,7 @@ func leafCommonName(id ca.Identity) string {
 
 // certChain is the leaf followed by its chain, one PEM block after the
 // other.
-func certChain(s camodule.SignBody) string {
+func certChain(s caapi.SignBody) string {
 	out := strings.TrimRight(s.CertPEM, "\n") + "\n"
 	if c := strings.TrimSpace(s.ChainPEM); c != "" {
 		out += c + "\n"

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"trellis.dev/trellis/internal/ca/camodule"
+	"trellis.dev/trellis/internal/ca/caapi"
 	"trellis.dev/trellis/internal/cli"
 )
 
@@ -33,7 +33,7 @@ a peer trusts (openssl verify -CAfile, a proxy's trust store).`,
 		Args:   cobra.NoArgs,
 		Output: true,
 		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
-			var body camodule.RootsBody
+			var body caapi.RootsBody
 			if err := call.Client.Do(ctx, http.MethodGet, call.Client.URL("/v1/ca/roots", nil), nil, &body); err != nil {
 				return cli.Result{}, err
 			}
@@ -49,7 +49,7 @@ a peer trusts (openssl verify -CAfile, a proxy's trust store).`,
 }
 
 // writeRoots prints the trust domain and a table of the roots.
-func writeRoots(w io.Writer, body camodule.RootsBody, now time.Time) error {
+func writeRoots(w io.Writer, body caapi.RootsBody, now time.Time) error {
 	fmt.Fprintf(w, "Trust domain: %s\n\n", body.TrustDomain)
 	if len(body.Roots) == 0 {
 		_, err := fmt.Fprintln(w, "No roots yet: the leader makes one when it starts (see GET /v1/ca/config for why it has not).")
@@ -76,7 +76,7 @@ func expires(at *time.Time, now time.Time) string {
 }
 
 // writeBundle prints every root, then the intermediates, as PEM.
-func writeBundle(w io.Writer, body camodule.RootsBody) error {
+func writeBundle(w io.Writer, body caapi.RootsBody) error {
 	var b strings.Builder
 	for _, r := range body.Roots {
 		b.WriteString(strings.TrimRight(r.RootCert, "\n") + "\n")

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pbca "trellis.dev/trellis/api/ca/v1"
-	"trellis.dev/trellis/internal/ca/camodule"
+	"trellis.dev/trellis/internal/ca/caapi"
 	"trellis.dev/trellis/internal/cli"
 )
 
@@ -48,7 +48,7 @@ trellis ca config set with root_cert and private_key.`,
 				}
 				return call.Client.URL("/v1/ca/roots", url.Values{"index": {strconv.FormatUint(index, 10)}, "wait": {"30s"}})
 			}
-			var roots camodule.RootsBody
+			var roots caapi.RootsBody
 			index, err := call.Client.DoIndexed(ctx, http.MethodGet, rootsURL(0), nil, &roots)
 			if err != nil {
 				return cli.Result{}, err
@@ -57,7 +57,7 @@ trellis ca config set with root_cert and private_key.`,
 			if old == "" {
 				return cli.Result{}, errors.New("the CA has no active root yet: see trellis ca config get for why")
 			}
-			var body camodule.ConfigBody
+			var body caapi.ConfigBody
 			if err := call.Client.Do(ctx, http.MethodGet, call.Client.URL("/v1/ca/config", nil), nil, &body); err != nil {
 				return cli.Result{}, err
 			}
@@ -65,7 +65,7 @@ trellis ca config set with root_cert and private_key.`,
 			if err := protojson.Unmarshal(body.Config, &c); err != nil {
 				return cli.Result{}, fmt.Errorf("the configuration does not decode: %w", err)
 			}
-			req := camodule.ConfigRequest{Version: body.Version, Config: fmt.Appendf(nil, `{"rotation": %d}`, c.GetRotation()+1)}
+			req := caapi.ConfigRequest{Version: body.Version, Config: fmt.Appendf(nil, `{"rotation": %d}`, c.GetRotation()+1)}
 			if err := call.Client.Do(ctx, http.MethodPut, call.Client.URL("/v1/ca/config", nil), req, nil); err != nil {
 				return cli.Result{}, err
 			}

@@ -8,15 +8,18 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	pbmesh "trellis.dev/trellis/api/mesh/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/mesh"
+	"trellis.dev/trellis/internal/mesh/command"
 	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/resource"
 )
@@ -43,6 +46,9 @@ type meshModule struct{ cfg Config }
 func (meshModule) Name() string { return "mesh" }
 
 func (meshModule) Register(r *resource.Registry) { mesh.Register(r) }
+
+// Commands are the mesh's commands: trellis intention (cli.Commander).
+func (meshModule) Commands(c cli.CommandEnv) []*cobra.Command { return command.Commands(c.Env) }
 
 // Setup builds the controller that creates the MeshConfig when it is
 // missing.

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
-	"trellis.dev/trellis/internal/agent"
+	"trellis.dev/trellis/internal/agent/session"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/httpapi/wire"
@@ -202,7 +202,7 @@ func parseAttributeArgs(args []string) (map[string]string, error) {
 		if err := orchestrator.ValidateAttributeKey("attribute", k); err != nil {
 			return nil, cli.Usage(err)
 		}
-		if agent.BuiltinAttribute(k) {
+		if session.BuiltinAttribute(k) {
 			return nil, cli.Usage(fmt.Errorf("attribute %q is set by the agent itself and cannot be changed", k))
 		}
 		attrs[k] = v
@@ -246,7 +246,7 @@ func newInstanceRemoveAttrCmd(e *cli.Env) *cobra.Command {
 		Args:    cobra.MinimumNArgs(2),
 		Check: func(call *cli.Call) error {
 			for _, k := range call.Args[1:] {
-				if agent.BuiltinAttribute(k) {
+				if session.BuiltinAttribute(k) {
 					return cli.Usage(fmt.Errorf("attribute %q is set by the agent itself and cannot be removed", k))
 				}
 			}

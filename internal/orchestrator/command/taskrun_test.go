@@ -22,7 +22,7 @@ import (
 	"trellis.dev/trellis/internal/httpapi"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/orchestrator"
-	"trellis.dev/trellis/internal/orchestrator/orchestratormodule"
+	"trellis.dev/trellis/internal/orchestrator/taskrun"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage/inmem"
 )
@@ -52,7 +52,7 @@ func testServerWrapped(t *testing.T, wrap func(http.Handler) http.Handler) (*res
 	// The orchestrator's task run operation, as a server that does not
 	// lead (no cache) serves it: the placement is checked from the store.
 	handler, err := httpapi.New(httpapi.Config{API: api, Registry: reg, Cluster: loneServer{},
-		Routes: []httpapi.Route{orchestratormodule.TaskRunRoute(api, reg, nil)}})
+		Routes: []httpapi.Route{taskrun.Route(api, reg, nil)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
-	"trellis.dev/trellis/internal/agent"
+	"trellis.dev/trellis/internal/agent/session"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/orchestrator"
@@ -40,7 +40,7 @@ func writeTaskTable(w io.Writer, rows []taskRow, indent string, now time.Time) e
 func operatorAttributes(attrs map[string]string) map[string]string {
 	out := make(map[string]string)
 	for k, v := range attrs {
-		if !agent.BuiltinAttribute(k) {
+		if !session.BuiltinAttribute(k) {
 			out[k] = v
 		}
 	}

@@ -7,16 +7,23 @@ package orchestratormodule
 
 import (
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	pbagent "trellis.dev/trellis/api/agent/v1"
 	"trellis.dev/trellis/internal/acl"
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/httpapi"
 	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/orchestrator/assignments"
+	"trellis.dev/trellis/internal/orchestrator/command"
 	"trellis.dev/trellis/internal/orchestrator/controllers"
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
+	"trellis.dev/trellis/internal/orchestrator/taskrun"
 	"trellis.dev/trellis/internal/resource"
 )
 
@@ -28,14 +35,39 @@ type Config struct {
 	HeartbeatTTL time.Duration
 }
 
-// New returns the orchestrator's module.
-func New(cfg Config) module.Module { return orchestratorModule{cfg: cfg} }
+// New returns the orchestrator's module, configured by cfg and then by
+// its flags (module.Flagged: -heartbeat-ttl), with its commands
+// (`trellis instance`, `taskdef`, `task`: cli.Commander).
+func New(cfg Config) module.Module { return &orchestratorModule{cfg: cfg} }
 
 type orchestratorModule struct{ cfg Config }
 
-func (orchestratorModule) Name() string { return "orchestrator" }
+func (*orchestratorModule) Name() string { return "orchestrator" }
 
-func (orchestratorModule) Register(r *resource.Registry) { orchestrator.Register(r) }
+func (*orchestratorModule) Register(r *resource.Registry) { orchestrator.Register(r) }
+
+// Flags declares the orchestrator's flags: -heartbeat-ttl, on trellis
+// server and trellis dev.
+func (m *orchestratorModule) Flags(fs *pflag.FlagSet, p module.Process) {
+	def := m.cfg.HeartbeatTTL
+	if def == 0 {
+		def = heartbeat.DefaultTTL
+	}
+	fs.DurationVar(&m.cfg.HeartbeatTTL, "heartbeat-ttl", def, "how long an instance's agent may be silent before the instance is marked down and its tasks lost")
+}
+
+// CheckFlags refuses a heartbeat TTL below heartbeat.MinTTL.
+func (m *orchestratorModule) CheckFlags(module.Settings) error {
+	if ttl := m.cfg.HeartbeatTTL; ttl != 0 && ttl < heartbeat.MinTTL {
+		return fmt.Errorf("-heartbeat-ttl: %s is below the minimum of %s", ttl, heartbeat.MinTTL)
+	}
+	return nil
+}
+
+// Commands are the orchestrator's commands: instance, taskdef, task.
+func (*orchestratorModule) Commands(c cli.CommandEnv) []*cobra.Command {
+	return command.Commands(c.Env, c.Types)
+}
 
 // agentPermissions is what each AgentService method needs: the agent's
 // own calls, agent.
@@ -56,7 +88,7 @@ var forwardingPermissions = map[string]acl.Permission{
 // public gRPC server, HeartbeatForwarding on the server-to-server one,
 // the heartbeat tracker (active while this server leads) and the instance
 // and task controllers.
-func (m orchestratorModule) Setup(d module.Deps) (module.Parts, error) {
+func (m *orchestratorModule) Setup(d module.Deps) (module.Parts, error) {
 	if d.Leadership == nil {
 		return module.Parts{}, errors.New("needs a backend that knows whether this server leads")
 	}
@@ -117,7 +149,7 @@ func (m orchestratorModule) Setup(d module.Deps) (module.Parts, error) {
 			Desc: &pbagent.HeartbeatForwarding_ServiceDesc, Impl: forwardedHeartbeats{heartbeats: svc},
 			Permissions: forwardingPermissions,
 		}, logsServer},
-		Routes: []httpapi.Route{logsRoute, TaskRunRoute(d.API, d.Registry, d.Cache)},
+		Routes: []httpapi.Route{logsRoute, taskrun.Route(d.API, d.Registry, d.Cache)},
 		Runnables: []module.Runnable{
 			{Name: "heartbeats", Run: tracker},
 			// The forwarder starts after the gRPC servers and stops before

@@ -7,12 +7,16 @@ package schedulermodule
 import (
 	"errors"
 
+	"github.com/spf13/cobra"
+
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/controller"
 	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/scheduler"
+	"trellis.dev/trellis/internal/scheduler/command"
 	"trellis.dev/trellis/internal/scheduler/controllers"
 	"trellis.dev/trellis/internal/scheduler/operations"
 )
@@ -27,6 +31,12 @@ type schedulerModule struct{}
 func (schedulerModule) Name() string { return "scheduler" }
 
 func (schedulerModule) Register(r *resource.Registry) { scheduler.Register(r) }
+
+// Commands are the scheduler's commands: env, deploy, deployment,
+// rollback.
+func (schedulerModule) Commands(c cli.CommandEnv) []*cobra.Command {
+	return command.Commands(c.Env)
+}
 
 // Setup builds the scheduler's controller (run on the leader) and its
 // operations (served by every server's HTTP API).

@@ -1,4 +1,7 @@
-package orchestratormodule
+// Package taskrun is the task run operation of the orchestrator's HTTP API
+// (POST /v1/tasks/run, `trellis task run`): its route, which the
+// orchestrator's module serves, and its body, which the CLI sends.
+package taskrun
 
 import (
 	"context"
@@ -30,19 +33,19 @@ import (
 // between the check and the write (the scheduler's, or another run's) is
 // the agent's to refuse, as before.
 
-// TaskRunPath is the operation's route.
-const TaskRunPath = "POST /v1/tasks/run"
+// Path is the operation's route.
+const Path = "POST /v1/tasks/run"
 
-// TaskRunRoute serves the task run operation over api. cache is the
+// Route serves the task run operation over api. cache is the
 // controllers' cache, which answers who holds host ports while this server
 // leads (nil: the store always answers); it must hold
 // orchestrator.HostPortsCached (the module declares them).
-func TaskRunRoute(api resource.API, reg *resource.Registry, cache *controller.Cache) httpapi.Route {
-	return httpapi.Route{Pattern: TaskRunPath, Permission: acl.NamespaceWrite, Handler: taskRun{api: api, reg: reg, cache: cache}.serve}
+func Route(api resource.API, reg *resource.Registry, cache *controller.Cache) httpapi.Route {
+	return httpapi.Route{Pattern: Path, Permission: acl.NamespaceWrite, Handler: taskRun{api: api, reg: reg, cache: cache}.serve}
 }
 
-// TaskRunRequest is the operation's body.
-type TaskRunRequest struct {
+// Request is the operation's body.
+type Request struct {
 	// TaskDefinition is the definition to run, FAMILY:REVISION.
 	TaskDefinition string `json:"task_definition"`
 	// Instance is the instance to place the task on.
@@ -67,7 +70,7 @@ func (h taskRun) serve(w http.ResponseWriter, r *http.Request) error {
 	if ns == "" {
 		ns = "default"
 	}
-	var req TaskRunRequest
+	var req Request
 	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
@@ -80,7 +83,7 @@ func (h taskRun) serve(w http.ResponseWriter, r *http.Request) error {
 }
 
 // run checks the placement and writes the task.
-func (h taskRun) run(ctx context.Context, ns string, req TaskRunRequest) (*pbresource.Resource, error) {
+func (h taskRun) run(ctx context.Context, ns string, req Request) (*pbresource.Resource, error) {
 	family, rev, err := orchestrator.ParseTaskDefinitionRef(req.TaskDefinition)
 	if err != nil {
 		return nil, httpapi.InputError("task_definition", "%v", err)

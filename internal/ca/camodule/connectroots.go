@@ -1,4 +1,4 @@
-package server
+package camodule
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/backoff"
 	"trellis.dev/trellis/internal/ca"
+	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/resource"
-	"trellis.dev/trellis/internal/tlsutil"
 )
 
 // connectRoots follows the Connect CA's roots in this server's state and
-// hands them to the server's TLS (tlsutil's SetConnectRoots), so that
+// hands them to the server's TLS (module.ConnectTrust, tlsutil's
+// SetConnectRoots), so that
 // agents presenting an agent leaf of the CA (auto-encrypt) are accepted on
 // the public ports, and servers presenting a server leaf on the server
 // ports, through rotations: every listed root, active or not, is trusted.
@@ -23,7 +24,7 @@ import (
 // (ca.DatacenterSigners): a server leaf is taken only from one of them.
 type connectRoots struct {
 	api resource.API
-	tls *tlsutil.Configurator
+	tls module.ConnectTrust
 	// datacenter is this server's.
 	datacenter string
 	log        *slog.Logger

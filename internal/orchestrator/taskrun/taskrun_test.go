@@ -1,4 +1,4 @@
-package orchestratormodule
+package taskrun
 
 import (
 	"bytes"
@@ -53,7 +53,7 @@ func newRunWorld(t *testing.T, cache *controller.Cache) *runWorld {
 		t.Fatal(err)
 	}
 	handler, err := httpapi.New(httpapi.Config{API: api, Registry: reg, Cluster: loneServer{},
-		Routes: []httpapi.Route{TaskRunRoute(api, reg, cache)}})
+		Routes: []httpapi.Route{Route(api, reg, cache)}})
 	if err != nil {
 		t.Fatal(err)
 	}
