@@ -23,7 +23,11 @@
 //     the servers'.
 //   - Who writes never moves: the service, instance and task of a
 //     ServiceInstance are fixed once written (ValidateServiceInstanceUpdate),
-//     and an instance of a task is owned by that task, deleted with it.
+//     and an instance of a task is owned by that task, deleted with it. It
+//     is created only on the instance its task runs on: the resource service
+//     reads the task and asks ValidateServiceInstanceOwner (the type's
+//     ValidateOwner hook), so no agent can register an instance of another
+//     machine's task and then report its checks.
 //   - Two reports, one view. MergeHealth takes the newer of the two keys
 //     (a tie to the servers, whose verdict on a down agent names the report
 //     it was made over) and gives one check per definition: a check nobody

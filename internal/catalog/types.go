@@ -97,6 +97,7 @@ func Register(r *resource.Registry) {
 		Mutate:         MutateServiceInstance,
 		Validate:       ValidateServiceInstance,
 		ValidateUpdate: ValidateServiceInstanceUpdate,
+		ValidateOwner:  ValidateServiceInstanceOwner,
 		Statuses: map[string]resource.StatusPayload{
 			AgentChecksStatusKey:  {Owner: resource.StatusOwner{AgentOf: instanceOf}, Proto: &pbcatalog.ChecksStatus{}, Validate: ValidateChecksStatus},
 			ServerChecksStatusKey: {Owner: resource.StatusOwner{Controller: HealthControllerName}, Proto: &pbcatalog.ChecksStatus{}, Validate: ValidateChecksStatus},

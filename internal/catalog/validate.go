@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pbcatalog "trellis.dev/trellis/api/catalog/v1"
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
@@ -140,6 +141,29 @@ func namespaceOf(id *pbresource.ID) string {
 		return ns
 	}
 	return resource.DefaultNamespace
+}
+
+// ValidateServiceInstanceOwner is the ValidateOwner hook of
+// catalog/v1/ServiceInstance: an instance of a task is on the instance
+// (machine) that task is placed on. That instance's agent alone writes its
+// checks (AgentChecksStatusKey), so an instance that named another would
+// let that one's agent speak for the task. The resource service calls it
+// when the instance is created, with its owner as stored (a task that does
+// not exist refuses the create); a task's instance, like the instance's,
+// never changes after.
+func ValidateServiceInstanceOwner(owner, res *pbresource.Resource) error {
+	si, err := resource.DecodeData[*pbcatalog.ServiceInstance](res)
+	if err != nil || si.GetTask() == "" {
+		return err
+	}
+	task, err := resource.DecodeData[*pborch.Task](owner)
+	if err != nil {
+		return resource.NewFieldError("owner", "is not a task this server can read: %v", err)
+	}
+	if task.GetInstance() != si.GetInstance() {
+		return resource.NewFieldError("data.instance", "is %q, but task %s runs on instance %q: an instance of a task is on its task's instance, whose agent alone reports its checks", si.GetInstance(), si.GetTask(), task.GetInstance())
+	}
+	return nil
 }
 
 // validateCheckDefinitions checks an instance's check definitions against

@@ -8,12 +8,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pbcatalog "trellis.dev/trellis/api/catalog/v1"
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/catalog"
+	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
 )
 
@@ -177,6 +180,43 @@ func TestServiceInstanceValidation(t *testing.T) {
 				t.Fatal("a refused instance was written")
 			}
 		})
+	}
+}
+
+// An instance of a task is on the instance its task runs on: one that
+// names another instance (whose agent would then write its checks), or a
+// task that does not exist, is refused, and nothing is written.
+func TestServiceInstanceAgreesWithItsTask(t *testing.T) {
+	w := newWorld(t)
+	task := w.task("t1", "i-1")
+	id := catalog.ServiceInstanceID("default", "t1")
+	elsewhere := okInstance()
+	elsewhere.Instance = "i-2"
+	_, err := w.write(id, task, elsewhere)
+	requireRefused(t, err, `data.instance: is "i-2", but task t1 runs on instance "i-1"`)
+	gone := proto.Clone(task).(*pbresource.ID)
+	gone.Uid = "01J00000000000000000000000"
+	_, err = w.write(id, gone, okInstance())
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("an instance of a task that does not exist: %v", err)
+	}
+	if !w.absent(id) {
+		t.Fatal("a refused instance was written")
+	}
+	// In a batch that places the task too.
+	taskData, _ := anypb.New(&pborch.Task{TaskDefinition: "web:1", Instance: "i-1", StartedBy: "test"})
+	elsewhere.Task, elsewhere.Checks = "t2", []*pbcatalog.CheckDefinition{{Name: "t2"}}
+	siData, _ := anypb.New(elsewhere)
+	_, err = w.api.WriteBatch(w.ctx, &pbresource.WriteBatchRequest{Resources: []*pbresource.Resource{
+		{Id: orchestrator.TaskID("default", "t2"), Data: taskData},
+		{Id: catalog.ServiceInstanceID("default", "t2"), Owner: orchestrator.TaskID("default", "t2"), Data: siData},
+	}})
+	requireRefused(t, err, `resources[1].data.instance: is "i-2", but task t2 runs on instance "i-1"`)
+	if !w.absent(orchestrator.TaskID("default", "t2")) {
+		t.Fatal("a refused batch wrote its task")
+	}
+	if _, err := w.write(id, task, okInstance()); err != nil {
+		t.Fatalf("an instance on its task's instance: %v", err)
 	}
 }
 

@@ -165,7 +165,11 @@
 // see WriteBatch: an owner may be created with what it owns). The
 // controller runtime's owner reaper does that: it deletes every resource
 // whose owner is no longer stored with that uid. So a resource written with
-// an owner that does not exist will be reaped. The reaper's deletes are
+// an owner that does not exist will be reaped. A type whose data must agree
+// with its owner declares Registration.ValidateOwner: then the service does
+// read the owner of every resource of the type it creates (or takes it
+// from the same batch), refuses the create when the owner does not exist,
+// and lets the hook refuse data that disagrees. The reaper's deletes are
 // FromOperations: a type deleted only through its operations is reaped
 // with its owner, which only those operations could have written or
 // deleted.

@@ -44,6 +44,16 @@ type Registration struct {
 	// the stored resource, and must be pure: it may run again when a write
 	// is retried.
 	ValidateUpdate func(stored, next *pbresource.Resource) error
+	// ValidateOwner, when set, checks a new resource against its owner:
+	// data that must agree with the resource that owns it (a service
+	// instance of a task names the instance the task runs on). The service
+	// calls it when it creates a resource that names an owner, with the
+	// owner as stored, or as the same batch writes it; an owner that does
+	// not exist (that name with that uid) refuses the create instead
+	// (FailedPrecondition). Owners are fixed once a resource is created,
+	// so it is not called again on updates. It must be pure: it may run
+	// again when a write is retried. Its error should be a FieldError.
+	ValidateOwner func(owner, res *pbresource.Resource) error
 	// Immutable types refuse any change to a stored resource's data: a
 	// change is a new resource (a TaskDefinition revision, say). Metadata
 	// may still change.

@@ -411,6 +411,9 @@ func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch boo
 				return nil, withPrefix(c.field(), err)
 			}
 			p, err := s.planWithRead(ctx, consistency, c)
+			if err == nil && p.write != nil && p.stored == nil {
+				err = s.checkOwner(ctx, consistency, cands, c)
+			}
 			if err != nil {
 				return nil, withPrefix(c.field(), err)
 			}
