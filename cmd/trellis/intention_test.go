@@ -46,7 +46,7 @@ func TestIntentionCommands(t *testing.T) {
 	// Bad input, each refused naming what is wrong; nothing changes.
 	before := expect(0, "", "", "intention", "list", "-o", "json")
 	expect(1, "", "already has a rule for default/web (allow): give --replace", "intention", "create", "web", "api", "--action", "deny")
-	expect(1, "", `--source-namespace: namespace "nope" does not exist`, "intention", "create", "web", "api", "--action", "deny", "--source-namespace", "nope")
+	expect(1, "", `data.sources[3].namespace: namespace "nope" does not exist`, "intention", "create", "web", "api", "--action", "deny", "--source-namespace", "nope")
 	expect(2, "", `DST "*": a rule for every destination is the mesh's default action`, "intention", "create", "web", "*", "--action", "deny")
 	expect(2, "", "give --action allow|deny, or -f with L7 permissions", "intention", "create", "web", "api")
 	expect(2, "", `--action: "perhaps" is not an action`, "intention", "create", "x", "api", "--action", "perhaps")
@@ -55,10 +55,12 @@ func TestIntentionCommands(t *testing.T) {
 	// L7 permissions need a destination that speaks HTTP: db's catalog
 	// Service says tcp; web's says http.
 	expect(0, "{type: catalog/v1/Service, name: db, data: {protocol: tcp}}", "applied", "resource", "apply", "-f", "-")
-	expect(1, permissionsSpec, "default/db speaks protocol tcp (its catalog/v1/Service says so): L7 permissions need a destination that speaks HTTP", "intention", "create", "admin", "db", "-f", "-")
-	// A write that skips the CLI meets the same checks in the servers.
-	expect(1, `{type: mesh/v1/Intentions, name: api, data: {sources: [{name: web, action: allow, permissions: [{action: allow, http: {path_prefix: /}}]}]}}`,
-		"data.sources[0].action: is given with permissions", "resource", "apply", "-f", "-")
+	expect(1, permissionsSpec, "data.sources[0].permissions: default/db speaks protocol tcp (its catalog/v1/Service says so): L7 permissions need a destination that speaks HTTP", "intention", "create", "admin", "db", "-f", "-")
+	// A write that skips the mesh's operations (and their checks) is
+	// refused, pointing at them; so is a delete.
+	expect(1, `{type: mesh/v1/Intentions, name: api, data: {sources: [{name: web, action: allow}]}}`,
+		"PUT /v1/intentions/{destination} (trellis intention create)", "resource", "apply", "-f", "-")
+	expect(1, "", "DELETE /v1/intentions/{destination} (trellis intention delete)", "resource", "delete", "mesh/v1/Intentions", "api")
 	if after := expect(0, "", "", "intention", "list", "-o", "json"); after != before {
 		t.Errorf("refused writes changed the intentions:\nbefore: %s\nafter: %s", before, after)
 	}

@@ -62,18 +62,32 @@ func MeshConfigID() *pbresource.ID {
 	return &pbresource.ID{Type: MeshConfigType, Tenancy: &pbresource.Tenancy{}, Name: MeshConfigName}
 }
 
-// Register registers the mesh's types. Both are written through the
-// generic API (trellis intention writes Intentions through it); the
-// checks a type's hooks cannot make alone (that a source namespace exists,
-// that an L7 rule's destination speaks HTTP) are the CLI's, before it
-// writes.
+// IntentionsPath is where the operations that write and delete
+// Intentions are served: PUT and DELETE IntentionsPath/{destination}.
+const IntentionsPath = "/v1/intentions"
+
+// SpeaksHTTP says whether a destination of the catalog's protocol
+// ("tcp", "http", "grpc"; "" is tcp) can be given L7 permissions: a proxy
+// sees HTTP requests only there.
+func SpeaksHTTP(protocol string) bool { return protocol == "http" || protocol == "grpc" }
+
+// Register registers the mesh's types.
+//
+// Intentions are written and deleted through their operations
+// (IntentionsPath, served by meshmodule; trellis intention create|delete
+// call them), which check what the type's hooks cannot see: that every
+// source namespace exists, and that a destination given L7 permissions
+// does not speak tcp by its catalog Service. The generic write refuses
+// them, pointing there. MeshConfig is written through the generic API.
 func Register(r *resource.Registry) {
 	r.Register(resource.Registration{
-		Type:     IntentionsType,
-		Proto:    &pbmesh.Intentions{},
-		Scope:    resource.ScopeNamespace,
-		Mutate:   MutateIntentions,
-		Validate: ValidateIntentions,
+		Type:           IntentionsType,
+		Proto:          &pbmesh.Intentions{},
+		Scope:          resource.ScopeNamespace,
+		Mutate:         MutateIntentions,
+		Validate:       ValidateIntentions,
+		WrittenThrough: "PUT " + IntentionsPath + "/{destination} (trellis intention create)",
+		DeletedThrough: "DELETE " + IntentionsPath + "/{destination} (trellis intention delete)",
 	})
 	r.Register(resource.Registration{
 		Type:     MeshConfigType,

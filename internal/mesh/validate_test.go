@@ -44,11 +44,13 @@ func perm(action string, h *pbmesh.IntentionHTTPMatch) *pbmesh.IntentionPermissi
 	return &pbmesh.IntentionPermission{Action: action, Http: h}
 }
 
-// Every bad Intentions is refused through the generic write, naming its
-// field and the reason, and nothing is stored.
+// Every bad Intentions is refused by the type's hooks, naming its field
+// and the reason, and nothing is stored. (The writes carry the
+// operations' mark, as the mesh's operations do: the generic write
+// refuses the type.)
 func TestIntentionsRefused(t *testing.T) {
 	svc := newService(t)
-	ctx := context.Background()
+	ctx := resource.FromOperations(context.Background())
 	for _, tc := range []struct {
 		name string
 		in   *pbmesh.Intentions
@@ -109,7 +111,7 @@ func TestIntentionsRefused(t *testing.T) {
 // its methods in upper case, and compiles back into what Decide reads.
 func TestIntentionsStored(t *testing.T) {
 	svc := newService(t)
-	ctx := context.Background()
+	ctx := resource.FromOperations(context.Background())
 	in := &pbmesh.Intentions{Description: "who calls api", Sources: []*pbmesh.IntentionSource{
 		allow("web"),
 		{Name: "*", Namespace: "*", Action: "deny"},
@@ -146,6 +148,30 @@ func TestIntentionsStored(t *testing.T) {
 	d = mesh.Decide(mesh.Request{Source: mesh.Service{Namespace: "other", Name: "db"}, Destination: mesh.Service{Namespace: "default", Name: "api"}}, []mesh.Intentions{rules}, mesh.Allow)
 	if d.Allowed || d.Rule == nil || d.Rule.Precedence != 7 {
 		t.Fatalf("decision %+v, want denied by the wildcard source (precedence 7)", d)
+	}
+}
+
+// The generic write and delete refuse Intentions, pointing at the mesh's
+// operations, and write nothing: they alone check the source namespaces
+// and the destination's protocol.
+func TestIntentionsOnlyThroughOperations(t *testing.T) {
+	svc := newService(t)
+	ctx := context.Background()
+	good := resourceOf(t, mesh.IntentionsID("", "api"), &pbmesh.Intentions{Sources: []*pbmesh.IntentionSource{allow("web")}})
+	if _, err := svc.Write(ctx, &pbresource.WriteRequest{Resource: good}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "PUT /v1/intentions/{destination}") {
+		t.Fatalf("generic write = %v, want FailedPrecondition naming PUT /v1/intentions/{destination}", err)
+	}
+	if _, err := svc.Read(ctx, &pbresource.ReadRequest{Id: mesh.IntentionsID("", "api")}); status.Code(err) != codes.NotFound {
+		t.Fatalf("after a refused write, read = %v, want NotFound", err)
+	}
+	if _, err := svc.Write(resource.FromOperations(ctx), &pbresource.WriteRequest{Resource: good}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Delete(ctx, &pbresource.DeleteRequest{Id: mesh.IntentionsID("", "api")}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "DELETE /v1/intentions/{destination}") {
+		t.Fatalf("generic delete = %v, want FailedPrecondition naming DELETE /v1/intentions/{destination}", err)
+	}
+	if _, err := svc.Read(ctx, &pbresource.ReadRequest{Id: mesh.IntentionsID("", "api")}); err != nil {
+		t.Fatalf("after a refused delete, read = %v", err)
 	}
 }
 

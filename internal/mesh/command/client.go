@@ -2,10 +2,10 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+	"net/http"
+	"net/url"
 
 	pbmesh "trellis.dev/trellis/api/mesh/v1"
 	"trellis.dev/trellis/internal/cli"
@@ -15,13 +15,12 @@ import (
 	"trellis.dev/trellis/internal/resource"
 )
 
-// The mesh's reads and writes, through the HTTP API's generic resource
-// face.
+// The mesh's reads, through the HTTP API's generic resource face, and its
+// writes, through the mesh's operations (mesh.IntentionsPath).
 
 var (
 	intentionsWire = wire.Type{Group: mesh.Group, GroupVersion: mesh.GroupVersion, Kind: "Intentions"}
 	meshConfigWire = wire.Type{Group: mesh.Group, GroupVersion: mesh.GroupVersion, Kind: "MeshConfig"}
-	namespaceWire  = wire.Type{Group: "core", GroupVersion: "v1", Kind: "Namespace"}
 )
 
 // namespaceOr is ns, or the default namespace when ns is "".
@@ -49,60 +48,45 @@ func readIntentions(ctx context.Context, c *client.Client, ns, dest string) (*wi
 	return r, &in, nil
 }
 
-// errUnchanged ends an update that has nothing to write.
-var errUnchanged = errors.New("unchanged")
-
 // updateIntentions applies edit to the Intentions of a destination (a new
-// one when it has none) with a compare-and-swap, reading again and
-// retrying when someone wrote in between. An edit that leaves no source
-// deletes the resource. It returns what was stored, nil after a delete.
-func updateIntentions(ctx context.Context, c *client.Client, ns, dest string, edit func(in *pbmesh.Intentions, exists bool) error) (*wire.Resource, error) {
-	ref := client.Ref{Type: intentionsWire, Namespace: ns, Name: dest}
+// one when it has none) and writes it through the mesh's operations
+// (PUT /v1/intentions/{destination}): a compare-and-swap on the version
+// read, reading again and retrying when someone wrote in between. The
+// servers check there that every source namespace exists and that a
+// destination given L7 permissions speaks HTTP. An edit that leaves no
+// source deletes the resource (DELETE, a compare-and-swap too).
+func updateIntentions(ctx context.Context, c *client.Client, ns, dest string, edit func(in *pbmesh.Intentions) error) error {
+	path := mesh.IntentionsPath + "/" + url.PathEscape(dest)
 	for attempt := 0; ; attempt++ {
 		r, in, err := readIntentions(ctx, c, ns, dest)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		version, metadata := resource.CreateOnly, map[string]string(nil)
+		version := resource.CreateOnly
 		if r != nil {
-			version, metadata = r.Version, r.Metadata
+			version = r.Version
 		} else {
 			in = &pbmesh.Intentions{}
 		}
-		if err := edit(in, r != nil); err != nil {
-			return nil, err
+		if err := edit(in); err != nil {
+			return err
 		}
-		var out *wire.Resource
 		if len(in.GetSources()) == 0 {
-			err = c.Delete(ctx, ref, version)
+			err = c.Do(ctx, http.MethodDelete, c.URL(path, url.Values{"namespace": {ns}, "version": {version}}), nil, nil)
 		} else {
 			var data []byte
 			if data, err = cli.EncodeData(in); err != nil {
-				return nil, err
+				return err
 			}
-			out, err = c.Write(ctx, ref, wire.WriteRequest{Data: data, Metadata: metadata, Version: version})
+			err = c.Do(ctx, http.MethodPut, c.URL(path, url.Values{"namespace": {ns}}), wire.WriteRequest{Data: data, Version: version}, nil)
 		}
 		if err == nil {
-			return out, nil
+			return nil
 		}
 		if !client.IsCode(err, wire.CodeConflict) || attempt == 9 {
-			return nil, err
+			return err
 		}
 	}
-}
-
-// checkSourceNamespace refuses a source namespace that does not exist:
-// the resource API checks the namespace a resource is written into, not
-// the ones its data names.
-func checkSourceNamespace(ctx context.Context, c *client.Client, ns string) error {
-	if ns == mesh.Wildcard || ns == resource.DefaultNamespace {
-		return nil
-	}
-	_, err := c.Read(ctx, client.Ref{Type: namespaceWire, Name: ns}, true)
-	if client.IsCode(err, wire.CodeNotFound) {
-		return fmt.Errorf("--source-namespace: namespace %q does not exist (trellis resource list core/v1/Namespace lists them)", ns)
-	}
-	return err
 }
 
 // readDefaultAction reads the mesh's default action. A cluster that has
@@ -131,36 +115,6 @@ func sourceIndex(in *pbmesh.Intentions, ns, name string) int {
 		}
 	}
 	return -1
-}
-
-// catalogServiceWire is the catalog's Service, whose protocol says
-// whether a destination speaks HTTP.
-var catalogServiceWire = wire.Type{Group: "catalog", GroupVersion: "v1", Kind: "Service"}
-
-// checkL7Destination refuses L7 permissions for a destination whose
-// catalog Service says protocol tcp: a proxy sees no HTTP requests there
-// to evaluate them on. A destination not in the catalog (yet), or a
-// server without the catalog, passes: the rule waits for the service.
-func checkL7Destination(ctx context.Context, c *client.Client, ns, dest string) error {
-	r, err := c.Read(ctx, client.Ref{Type: catalogServiceWire, Namespace: ns, Name: dest}, false)
-	switch {
-	case client.IsCode(err, wire.CodeNotFound):
-		return nil
-	case client.IsCode(err, wire.CodeInvalidArgument) && strings.Contains(err.Error(), "unknown resource type"):
-		return nil
-	case err != nil:
-		return err
-	}
-	var svc struct {
-		Protocol string `json:"protocol"`
-	}
-	if err := json.Unmarshal(r.Data, &svc); err != nil {
-		return fmt.Errorf("%s: the server returned data this CLI cannot read: %w", cli.Describe(r), err)
-	}
-	if svc.Protocol == "" || strings.EqualFold(svc.Protocol, "tcp") { // tcp is the catalog's default
-		return fmt.Errorf("-f: %s/%s speaks protocol tcp (its catalog/v1/Service says so): L7 permissions need a destination that speaks HTTP (protocol http or grpc); give --action allow|deny for a tcp service", ns, dest)
-	}
-	return nil
 }
 
 // intentionsOf compiles an Intentions resource as the API returned it.

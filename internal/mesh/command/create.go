@@ -99,16 +99,8 @@ permissions. A rule for SRC that exists already is refused unless --replace.`,
 		},
 		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
 			ns, dest := namespaceOr(call.Namespace), call.Args[1]
-			if err := checkSourceNamespace(ctx, call.Client, src.GetNamespace()); err != nil {
-				return cli.Result{}, err
-			}
-			if len(src.GetPermissions()) > 0 {
-				if err := checkL7Destination(ctx, call.Client, ns, dest); err != nil {
-					return cli.Result{}, err
-				}
-			}
 			verb := "Created"
-			_, err := updateIntentions(ctx, call.Client, ns, dest, func(in *pbmesh.Intentions, _ bool) error {
+			err := updateIntentions(ctx, call.Client, ns, dest, func(in *pbmesh.Intentions) error {
 				i := sourceIndex(in, src.GetNamespace(), src.GetName())
 				switch {
 				case i < 0:

@@ -34,7 +34,7 @@ default action. Removing a destination's last rule deletes its Intentions.`,
 			if srcNS == "" {
 				srcNS = ns
 			}
-			_, err := updateIntentions(ctx, call.Client, ns, dest, func(in *pbmesh.Intentions, exists bool) error {
+			err := updateIntentions(ctx, call.Client, ns, dest, func(in *pbmesh.Intentions) error {
 				i := sourceIndex(in, srcNS, call.Args[0])
 				if i < 0 {
 					return fmt.Errorf("%s/%s has no rule for %s/%s (trellis intention list %s -n %s lists its rules)", ns, dest, srcNS, call.Args[0], dest, ns)

@@ -1,7 +1,8 @@
 // Package meshmodule is the mesh's policy as a module of the server: the
-// Intentions and MeshConfig types, and the controller that creates the
-// MeshConfig when it is missing (see internal/mesh for the types and the
-// decision).
+// Intentions and MeshConfig types, the operations that write and delete
+// Intentions (PUT and DELETE /v1/intentions/{destination}), and the
+// controller that creates the MeshConfig when it is missing (see
+// internal/mesh for the types and the decision).
 package meshmodule
 
 import (
@@ -51,7 +52,7 @@ func (meshModule) Register(r *resource.Registry) { mesh.Register(r) }
 func (meshModule) Commands(c cli.CommandEnv) []*cobra.Command { return command.Commands(c.Env) }
 
 // Setup builds the controller that creates the MeshConfig when it is
-// missing.
+// missing, and the routes that write and delete Intentions.
 func (m meshModule) Setup(d module.Deps) (module.Parts, error) {
 	if _, ok := d.Registry.Resolve(core.ClusterType); !ok {
 		return module.Parts{}, fmt.Errorf("needs the core's types (the cluster's identity is what makes the MeshConfig's controller run at every gain of leadership): add the core's module to the server")
@@ -64,7 +65,11 @@ func (m meshModule) Setup(d module.Deps) (module.Parts, error) {
 	default:
 		return module.Parts{}, fmt.Errorf("default intention %q: give %q or %q", def, mesh.Allow, mesh.Deny)
 	}
-	return module.Parts{Controllers: []controller.Controller{ConfigController(d.API, def)}}, nil
+	ops := operations{api: d.API, reg: d.Registry}
+	return module.Parts{
+		Controllers: []controller.Controller{ConfigController(d.API, def)},
+		Routes:      ops.routes(),
+	}, nil
 }
 
 // ConfigController creates the MeshConfig, with default_intention def and
