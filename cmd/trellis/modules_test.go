@@ -109,3 +109,34 @@ func TestModuleFlagsOnTheCommandLine(t *testing.T) {
 		t.Error("trellis dev takes the orchestrator's -heartbeat-ttl and none of the CA's server flags")
 	}
 }
+
+// trellis server --help lists each module's flags under its module, after
+// the command's own; a command without module flags reads as before.
+func TestHelpGroupsFlagsByModule(t *testing.T) {
+	help := func(args ...string) string {
+		var out bytes.Buffer
+		if code := execute(context.Background(), append(args, "--help"), testEnv("", &out, &out, nil)); code != 0 {
+			t.Fatalf("%v --help = %d: %s", args, code, out.String())
+		}
+		return out.String()
+	}
+	s := help("server")
+	own, ca, orch := strings.Index(s, "\nFlags:\n"), strings.Index(s, "\nFlags of the ca module:\n"), strings.Index(s, "\nFlags of the orchestrator module:\n")
+	if own < 0 || ca < own || orch < ca {
+		t.Fatalf("trellis server --help has no sections Flags, then the ca and orchestrator modules':\n%s", s)
+	}
+	for flag, at := range map[string]int{"--primary-datacenter": ca, "--connect-server-certs": ca, "--heartbeat-ttl": orch, "--data-dir": own} {
+		if i := strings.Index(s, flag); i < at {
+			t.Errorf("%s is not in its section of trellis server --help", flag)
+		}
+	}
+	if i := strings.Index(s, "--primary-datacenter"); i > orch {
+		t.Error("--primary-datacenter is under the orchestrator module")
+	}
+	if d := help("dev"); !strings.Contains(d, "\nFlags of the orchestrator module:\n") || strings.Contains(d, "ca module") {
+		t.Errorf("trellis dev --help: want the orchestrator's section and no ca section:\n%s", d)
+	}
+	if a := help("agent"); strings.Contains(a, "module:") || !strings.Contains(a, "\nFlags:\n") {
+		t.Errorf("trellis agent --help changed its flags section:\n%s", a)
+	}
+}

@@ -95,7 +95,7 @@ Flags take one dash or two: -addr and --addr are the same.`,
 	root.SetFlagErrorFunc(flagError)
 	root.CompletionOptions.DisableDefaultCmd = true // ours refuses shells other than bash, zsh and fish
 	root.SetHelpCommand(newHelpCmd())
-	root.SetUsageTemplate(groupUsage(root.UsageTemplate()))
+	root.SetUsageTemplate(moduleFlagsUsage(groupUsage(root.UsageTemplate())))
 	// The client flags (-addr, -token) go only on the commands that talk
 	// to a server over HTTP, so that `trellis server -addr ...` is refused
 	// rather than ignored. The agent and sim take -token alone: they reach

@@ -27,6 +27,15 @@
 //     server.New (Parts.Check), before anything is served. At run time
 //     the server's one gRPC interceptor and the HTTP router check them as
 //     they check the server's own (see internal/acl).
+//   - A module owns its configuration and its commands. Its settings are
+//     its own flags (Flagged: Flags for each Process, CheckFlags), bound
+//     to the module value the server is given, never fields of
+//     server.Config; the CLI adds them to `trellis server` and `trellis
+//     dev` (AddFlags), refusing a name with two owners at startup. Its
+//     commands are a cli.Commander (internal/cli, so that this package
+//     does not depend on the CLI), which the CLI asks for without setting
+//     the module up. Adding a domain then touches neither internal/server
+//     (but for its list of modules) nor cmd/trellis.
 //   - A module's runnables run after the gRPC servers are up and before the
 //     controller manager and the HTTP API, stopped in reverse, in the order
 //     of the module list and then of Parts.Runnables.

@@ -87,7 +87,11 @@ func AddFlags(fs *pflag.FlagSet, p Process, mods []Module) error {
 					continue
 				}
 				if prev, ok := owner[key]; ok {
-					err = fmt.Errorf("module %s declares the flag -%s, which %s declares too: %w", m.Name(), key, ownerWords(prev), ErrDuplicateFlag)
+					what := "the flag -" + key
+					if key[0] == '-' {
+						what = "the shorthand " + key
+					}
+					err = fmt.Errorf("module %s declares %s, which %s declares too: %w", m.Name(), what, ownerWords(prev), ErrDuplicateFlag)
 				}
 				owner[key] = "module " + m.Name()
 			}
