@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	pbagent "trellis.dev/trellis/api/agent/v1"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -77,6 +80,19 @@ func TestRegistrationKeepsOperatorAttributesAndDrain(t *testing.T) {
 	if in.GetResources().GetCpuMillis() != int64(runtime.NumCPU())*1000 || len(in.GetDrivers()) != 1 {
 		t.Errorf("resources %v drivers %v", in.GetResources(), in.GetDrivers())
 	}
+	// A generic write cannot take over the agent's proof: a session in
+	// the data is refused, naming the field and Register, and nothing
+	// changes.
+	res, _ := srv.instance(t, "i-1")
+	forged := &pborch.Instance{Cluster: "prod", Drain: true, Session: "01FORGED"}
+	data, _ := anypb.New(forged)
+	_, err := srv.res.Write(context.Background(), &pbresource.WriteRequest{Resource: &pbresource.Resource{Id: res.GetId(), Version: res.GetVersion(), Data: data}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "data.session") || !strings.Contains(err.Error(), "AgentService.Register") {
+		t.Errorf("a generic write of a session: %v; want InvalidArgument naming data.session and Register", err)
+	}
+	if _, in := srv.instance(t, "i-1"); in.GetSession() != a.Session() {
+		t.Errorf("session %q after a forged write, want the agent's %q", in.GetSession(), a.Session())
+	}
 	// The first heartbeat comes with the registration; the agent goes on
 	// heartbeating, every third of the TTL the server gave it.
 	eventually(t, "the server takes the agent's heartbeats", func() bool { return srv.acceptedHeartbeats(t) >= 3 })
@@ -100,11 +116,11 @@ func runningTask(t *testing.T) (*testServer, *procTable, *running) {
 // when the servers dropped the agent's: its next heartbeat is refused.
 func (ts *testServer) forgetSession(t *testing.T) {
 	t.Helper()
-	res, in := ts.instance(t, "i-1")
-	in.Session = "01STALE"
-	data, _ := anypb.New(in)
-	res.Data = data
-	if _, err := ts.res.Write(context.Background(), &pbresource.WriteRequest{Resource: res}); err != nil {
+	_, in := ts.instance(t, "i-1")
+	if _, err := ts.agents.Register(context.Background(), &pbagent.RegisterRequest{
+		Instance: "i-1", Cluster: in.GetCluster(),
+		Registration: &pborch.AgentRegistration{Session: "01STALE", Address: in.GetAddress(), Attributes: in.GetAttributes()},
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -112,6 +128,7 @@ func (ts *testServer) forgetSession(t *testing.T) {
 func TestReRegistersWhenTheServersForgetItsSession(t *testing.T) {
 	srv, pt, a := runningTask(t)
 	first := a.Session()
+	before, _ := srv.instance(t, "i-1")
 
 	// The next heartbeat is refused: the agent registers a new session
 	// and reports its task with it.
@@ -121,6 +138,11 @@ func TestReRegistersWhenTheServersForgetItsSession(t *testing.T) {
 		s := a.Session()
 		return s != first && in.GetSession() == s
 	})
+	// A registration is the agent's status key: the spec's generation
+	// stays.
+	if after, _ := srv.instance(t, "i-1"); after.GetGeneration() != before.GetGeneration() {
+		t.Errorf("generation %d after registering again, was %d", after.GetGeneration(), before.GetGeneration())
+	}
 	srv.waitTask(t, "default", "t1", "is reported with the new session", func(tk *storedTask) bool {
 		return tk.GetSession() == a.Session() && tk.GetLastStatus() == orchestrator.StatusRunning
 	})
@@ -248,8 +270,11 @@ func TestReportsAreBatchedAndMergedOnConflict(t *testing.T) {
 	if got := counts.count("WriteStatus"); got != 0 {
 		t.Errorf("%d WriteStatus calls, want none (reports go in batches)", got)
 	}
-	if got := counts.count("Write"); got != 1 {
-		t.Errorf("%d Write calls, want 1 (the registration)", got)
+	if got := counts.count("Register"); got != 1 {
+		t.Errorf("%d Register calls, want 1 (the registration)", got)
+	}
+	if got := counts.count("Write"); got != 0 {
+		t.Errorf("%d Write calls, want none (the registration is Register)", got)
 	}
 }
 

@@ -55,9 +55,11 @@ func waitTimeout() <-chan time.Time { return time.After(waitLimit) }
 
 // testServer is a real server in memory.
 type testServer struct {
-	srv  *server.Server
-	res  pbresource.ResourceServiceClient
-	stop func()
+	srv *server.Server
+	res pbresource.ResourceServiceClient
+	// agents is the AgentService, to register as an agent would.
+	agents pbagent.AgentServiceClient
+	stop   func()
 }
 
 func startServer(t *testing.T) *testServer { return startServerTTL(t, 0) }
@@ -113,6 +115,7 @@ func startServerTLS(t *testing.T, ttl time.Duration, tc *tlsutil.Configurator) *
 	}
 	t.Cleanup(func() { conn.Close() })
 	ts.res = pbresource.NewResourceServiceClient(conn)
+	ts.agents = pbagent.NewAgentServiceClient(conn)
 	return ts
 }
 
@@ -266,11 +269,13 @@ func (ts *testServer) instance(t testing.TB, name string) (*pbresource.Resource,
 	if err != nil {
 		t.Fatalf("read instance %s: %v", name, err)
 	}
-	var in pborch.Instance
-	if err := resp.GetResource().GetData().UnmarshalTo(&in); err != nil {
+	// As readers see it: the data with the agent's registration
+	// (status["agent"]) and the servers' verdict merged in.
+	in, err := orchestrator.DecodeInstance(resp.GetResource())
+	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.GetResource(), &in
+	return resp.GetResource(), in
 }
 
 // shDefinition is a definition of one exec container running script.

@@ -86,9 +86,26 @@ func ValidateAttributeKey(field, k string) error {
 	return nil
 }
 
+// ValidateInstanceUpdate is the ValidateUpdate hook of an Instance: a
+// write may carry data.session as stored (a store written before the
+// registration moved to status["agent"]), never change it
+// (CheckSessionUnchanged).
+func ValidateInstanceUpdate(stored, next *pbresource.Resource) error {
+	old, err := resource.DecodeData[*pborch.Instance](stored)
+	if err != nil {
+		return err
+	}
+	in, err := resource.DecodeData[*pborch.Instance](next)
+	if err != nil {
+		return err
+	}
+	return CheckSessionUnchanged(old, in)
+}
+
 // SessionHolds reports whether session proves its bearer the agent of
 // the Instance in: it is the session the agent registered last, and not
-// empty.
+// empty. in must be the merged Instance (InstanceOf), whose session is
+// its registration's.
 func SessionHolds(in *pborch.Instance, session string) bool {
 	return session != "" && in.GetSession() == session
 }

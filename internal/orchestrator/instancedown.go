@@ -14,12 +14,15 @@ import (
 const DownStatusKey = "orchestrator-instance"
 
 // InstanceOf is the Instance as every reader sees it: its data in (what
-// the agent registered and the operator set), merged with the servers'
-// verdict that it is down (status["orchestrator-instance"] of res) by
-// MergeInstance. in is res's data, decoded (a cache's, say); it is
-// returned itself when no verdict changes it, so the result must not be
-// changed.
+// the operator set), with its agent's registration (status["agent"] of
+// res) overlaid by MergeRegistration, then the servers' verdict that it
+// is down (status["orchestrator-instance"]) by MergeInstance. A store
+// written before the registration moved to status["agent"] has none,
+// and its data reads as before. in is res's data, decoded (a cache's,
+// say); it is returned itself when nothing changes it, so the result
+// must not be changed.
 func InstanceOf(res *pbresource.Resource, in *pborch.Instance) *pborch.Instance {
+	in = MergeRegistration(in, RegistrationOf(res))
 	st := res.GetStatus()[DownStatusKey]
 	if st.GetData() == nil {
 		return in
@@ -31,8 +34,8 @@ func InstanceOf(res *pbresource.Resource, in *pborch.Instance) *pborch.Instance 
 	return MergeInstance(in, down)
 }
 
-// DecodeInstance decodes res's data and merges the servers' verdict into
-// it (InstanceOf).
+// DecodeInstance decodes res's data and merges its agent's registration
+// and the servers' verdict into it (InstanceOf).
 func DecodeInstance(res *pbresource.Resource) (*pborch.Instance, error) {
 	in, err := resource.DecodeData[*pborch.Instance](res)
 	if err != nil {

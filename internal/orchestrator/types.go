@@ -28,7 +28,13 @@ func Register(r *resource.Registry) {
 		Scope:    resource.ScopeCluster,
 		Mutate:   MutateInstance,
 		Validate: ValidateInstance,
+		// The session is the agent's proof: no generic write sets or
+		// changes it (AgentService.Register does, in status["agent"]).
+		ValidateUpdate: ValidateInstanceUpdate,
 		Statuses: map[string]resource.StatusPayload{
+			// Its agent's registration: that instance's agent alone
+			// (AgentService.Register).
+			AgentStatusKey: {Owner: resource.StatusOwner{AgentOf: instanceSelf}, Proto: &pborch.AgentRegistration{}, Validate: ValidateAgentRegistration},
 			// That it is down: the instance controller.
 			DownStatusKey: {Owner: resource.StatusOwner{Controller: DownStatusKey}, Proto: &pborch.InstanceDown{}, Validate: ValidateInstanceDown},
 		},

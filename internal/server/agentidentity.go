@@ -40,6 +40,15 @@ var provesAgents = map[string]bool{
 	pbresource.ResourceService_WriteStatus_FullMethodName:   true,
 	pbresource.ResourceService_WriteStatuses_FullMethodName: true,
 	pbagent.LogService_Attach_FullMethodName:                true,
+	// Register: only a Connect leaf counts (leafOnly), which must name
+	// the instance registered; a session is what it registers.
+	pbagent.AgentService_Register_FullMethodName: true,
+}
+
+// leafOnly lists the methods of provesAgents for which only a Connect
+// leaf proves an agent, never a session.
+var leafOnly = map[string]bool{
+	pbagent.AgentService_Register_FullMethodName: true,
 }
 
 // agentIdentity is the public port's interceptor that marks a proven
@@ -47,7 +56,7 @@ var provesAgents = map[string]bool{
 func (s *Server) agentIdentity() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if provesAgents[info.FullMethod] {
-			if instance := s.provenAgent(ctx); instance != "" {
+			if instance := s.provenAgent(ctx, leafOnly[info.FullMethod]); instance != "" {
 				ctx = resource.AsAgent(ctx, instance)
 			}
 		}
@@ -59,7 +68,7 @@ func (s *Server) agentIdentity() grpc.UnaryServerInterceptor {
 func (s *Server) agentIdentityStream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if provesAgents[info.FullMethod] {
-			if instance := s.provenAgent(ss.Context()); instance != "" {
+			if instance := s.provenAgent(ss.Context(), leafOnly[info.FullMethod]); instance != "" {
 				ss = agentStream{ServerStream: ss, ctx: resource.AsAgent(ss.Context(), instance)}
 			}
 		}
@@ -76,8 +85,8 @@ type agentStream struct {
 func (a agentStream) Context() context.Context { return a.ctx }
 
 // provenAgent is the instance whose agent the call is proven to come
-// from; "" when none.
-func (s *Server) provenAgent(ctx context.Context) string {
+// from; "" when none. leaf: only by its Connect leaf.
+func (s *Server) provenAgent(ctx context.Context, leaf bool) string {
 	if p, ok := peer.FromContext(ctx); ok && s.cfg.TLS != nil {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
 			if instance, err := s.cfg.TLS.ConnectAgent(ti.State.PeerCertificates); err == nil {
@@ -85,7 +94,7 @@ func (s *Server) provenAgent(ctx context.Context) string {
 			}
 		}
 	}
-	if s.agentSessions == nil {
+	if leaf || s.agentSessions == nil {
 		return ""
 	}
 	md, _ := metadata.FromIncomingContext(ctx)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	pborch "trellis.dev/trellis/api/orchestrator/v1"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -138,6 +139,10 @@ func TestDenyAllRefusesEveryService(t *testing.T) {
 		}},
 		{"AgentService.Heartbeat", "needs agent", func() error {
 			_, err := agent.Heartbeat(denied, &pbagent.HeartbeatRequest{Instance: "i-1", Session: "s"})
+			return err
+		}},
+		{"AgentService.Register", "needs agent", func() error {
+			_, err := agent.Register(denied, &pbagent.RegisterRequest{Instance: "i-1", Registration: &pborch.AgentRegistration{Session: "s"}})
 			return err
 		}},
 		{"AgentService.WatchTasks", "needs agent", func() error {

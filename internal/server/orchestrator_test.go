@@ -120,26 +120,17 @@ func (a *fakeAgent) conn(addr string) *grpc.ClientConn {
 	return c
 }
 
-// register writes the Instance with the agent's session, as the contract
-// says: a compare-and-swap over what is stored, keeping drain, down_since
-// and the rest.
+// register registers the agent's session as the agent does, in one
+// AgentService.Register call: the server keeps drain, down_since and the
+// rest of what is stored.
 func (a *fakeAgent) register(ctx context.Context) {
 	a.t.Helper()
-	res := &pbresource.Resource{Id: orchestrator.InstanceID(a.name)}
-	in := &pborch.Instance{Attributes: map[string]string{"zone": "a"}}
-	if cur, err := a.store.Read(ctx, &pbresource.ReadRequest{Id: res.Id}); err == nil {
-		res = cur.GetResource()
-		if in, err = resource.DecodeData[*pborch.Instance](res); err != nil {
-			a.t.Fatal(err)
-		}
-	}
-	in.Session, in.RegisteredAt, in.Status = a.session, timestamppb.Now(), ""
-	data, err := anypb.New(in)
+	_, err := pbagent.NewAgentServiceClient(a.conn(a.servers[0])).Register(ctx, &pbagent.RegisterRequest{
+		Instance: a.name,
+		Registration: &pborch.AgentRegistration{Session: a.session, RegisteredAt: timestamppb.Now(),
+			Attributes: map[string]string{"zone": "a"}},
+	})
 	if err != nil {
-		a.t.Fatal(err)
-	}
-	res.Data = data
-	if _, err := a.store.Write(ctx, &pbresource.WriteRequest{Resource: res}); err != nil {
 		a.t.Fatalf("registering %s: %v", a.name, err)
 	}
 }

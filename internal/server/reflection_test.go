@@ -170,7 +170,7 @@ func TestServerServicesOnlyOnServerPort(t *testing.T) {
 	}
 	// Split by caller: the agents' services hold nothing a server calls.
 	for svc, want := range map[string][]string{
-		"trellis.agent.v1.AgentService": {"Heartbeat", "HeartbeatStream", "WatchTasks"},
+		"trellis.agent.v1.AgentService": {"Register", "Heartbeat", "HeartbeatStream", "WatchTasks"},
 		"trellis.ca.v1.CAService":       {"Sign"},
 	} {
 		if got := methodsOf(describe(t, public, svc), svc); !slices.Equal(got, want) {

@@ -68,7 +68,7 @@ func TestFleetRegistersAndRunsTasks(t *testing.T) {
 			return false
 		}
 		for _, r := range list.GetResources() {
-			in, err := resource.DecodeData[*pborch.Instance](r)
+			in, err := orchestrator.DecodeInstance(r) // as readers see it: the registration in status["agent"] merged
 			if err != nil || in.GetStatus() != orchestrator.InstanceReady || in.GetAttributes()["simulated"] != "true" || in.GetAttributes()["zone"] == "" {
 				return false
 			}

@@ -28,9 +28,15 @@ const (
 )
 
 // Instance is a machine that runs an agent (orchestrator/v1/Instance,
-// cluster-scoped, named by the agent's -name). The agent registers it;
-// people drain it and set attributes; the servers mark it down when its
-// heartbeats stop.
+// cluster-scoped, named by the agent's -name). Its data is the
+// operator's: cluster, attributes, drain. The agent registers through
+// AgentService.Register, which writes its AgentRegistration to
+// status["agent"] (only that instance's agent may); the servers mark it
+// down in status["orchestrator-instance"] when its heartbeats stop.
+// Readers see one Instance, the three merged (orchestrator.InstanceOf):
+// the registration's fields below come from status["agent"] when there
+// is one, and from the data in stores written before it existed. A
+// generic write cannot change data.session: it is the agent's proof.
 type Instance struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// cluster groups instances; schedulers place within one cluster.
@@ -42,8 +48,10 @@ type Instance struct {
 	// sets, with the agent's -attribute flags or `trellis instance
 	// set-attribute`.
 	Attributes map[string]string `protobuf:"bytes,3,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// status: "ready", "draining" or "left", as the agent and the operator
-	// set it. That the servers judged it down is their verdict,
+	// status: "ready", "draining" or "left": readers see "left" when the
+	// agent's registration says so, else as drain says; in data, the
+	// operator's (a "left" or "down" older writers put here holds until
+	// the agent registers again). That the servers judged it down is their verdict,
 	// status["orchestrator-instance"] (an InstanceDown); readers see the
 	// two merged (orchestrator.InstanceOf), "down" while the verdict holds.
 	// ("down" here is what servers before the verdict had a key wrote.)
@@ -54,6 +62,8 @@ type Instance struct {
 	Drain bool `protobuf:"varint,5,opt,name=drain,proto3" json:"drain,omitempty"`
 	// session changes every time the agent starts; tasks it reports carry
 	// it, so that reports from a previous agent process are recognised.
+	// It is the registration's (status["agent"]); a generic write of a
+	// stored Instance cannot set or change it here.
 	Session string `protobuf:"bytes,6,opt,name=session,proto3" json:"session,omitempty"`
 	// registered_at is when the current session registered.
 	RegisteredAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
@@ -238,6 +248,122 @@ func (x *InstanceDown) GetDownSince() *timestamppb.Timestamp {
 	return nil
 }
 
+// AgentRegistration is what an instance's agent says of itself when it
+// registers (AgentService.Register): the payload of the Instance's
+// status["agent"], which only that instance's agent writes. Writing it
+// never moves the Instance's generation: the data (the spec) is the
+// operator's.
+type AgentRegistration struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session changes every time the agent starts (Instance.session).
+	Session string `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// registered_at is when this session registered.
+	RegisteredAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
+	// agent_version is the trellis version of the agent.
+	AgentVersion string `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	// address is the agent's address (host:port of its API).
+	Address string `protobuf:"bytes,4,opt,name=address,proto3" json:"address,omitempty"`
+	// resources the instance offers.
+	Resources *Resources `protobuf:"bytes,5,opt,name=resources,proto3" json:"resources,omitempty"`
+	// drivers that can run here, with detail (version or why not).
+	Drivers []*DriverInfo `protobuf:"bytes,6,rep,name=drivers,proto3" json:"drivers,omitempty"`
+	// attributes are the agent's own: the built-in ones it found on its
+	// host and those of its -attribute flags. Readers see them over the
+	// operator's (data.attributes), whose built-in keys are ignored.
+	Attributes map[string]string `protobuf:"bytes,7,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// left: the agent left the cluster (trellis agent leave, or a stop
+	// with leave); the instance reads "left" until it registers again.
+	Left          bool `protobuf:"varint,8,opt,name=left,proto3" json:"left,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentRegistration) Reset() {
+	*x = AgentRegistration{}
+	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentRegistration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentRegistration) ProtoMessage() {}
+
+func (x *AgentRegistration) ProtoReflect() protoreflect.Message {
+	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentRegistration.ProtoReflect.Descriptor instead.
+func (*AgentRegistration) Descriptor() ([]byte, []int) {
+	return file_api_orchestrator_v1_instance_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AgentRegistration) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *AgentRegistration) GetRegisteredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RegisteredAt
+	}
+	return nil
+}
+
+func (x *AgentRegistration) GetAgentVersion() string {
+	if x != nil {
+		return x.AgentVersion
+	}
+	return ""
+}
+
+func (x *AgentRegistration) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *AgentRegistration) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *AgentRegistration) GetDrivers() []*DriverInfo {
+	if x != nil {
+		return x.Drivers
+	}
+	return nil
+}
+
+func (x *AgentRegistration) GetAttributes() map[string]string {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
+func (x *AgentRegistration) GetLeft() bool {
+	if x != nil {
+		return x.Left
+	}
+	return false
+}
+
 // Resources are amounts of cpu and memory.
 type Resources struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -250,7 +376,7 @@ type Resources struct {
 
 func (x *Resources) Reset() {
 	*x = Resources{}
-	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[2]
+	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -262,7 +388,7 @@ func (x *Resources) String() string {
 func (*Resources) ProtoMessage() {}
 
 func (x *Resources) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[2]
+	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -275,7 +401,7 @@ func (x *Resources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resources.ProtoReflect.Descriptor instead.
 func (*Resources) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_instance_proto_rawDescGZIP(), []int{2}
+	return file_api_orchestrator_v1_instance_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Resources) GetCpuMillis() int64 {
@@ -304,7 +430,7 @@ type DriverInfo struct {
 
 func (x *DriverInfo) Reset() {
 	*x = DriverInfo{}
-	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[3]
+	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +442,7 @@ func (x *DriverInfo) String() string {
 func (*DriverInfo) ProtoMessage() {}
 
 func (x *DriverInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[3]
+	mi := &file_api_orchestrator_v1_instance_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +455,7 @@ func (x *DriverInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverInfo.ProtoReflect.Descriptor instead.
 func (*DriverInfo) Descriptor() ([]byte, []int) {
-	return file_api_orchestrator_v1_instance_proto_rawDescGZIP(), []int{3}
+	return file_api_orchestrator_v1_instance_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DriverInfo) GetName() string {
@@ -380,7 +506,21 @@ const file_api_orchestrator_v1_instance_proto_rawDesc = "" +
 	"\fInstanceDown\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x129\n" +
 	"\n" +
-	"down_since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tdownSince\"M\n" +
+	"down_since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tdownSince\"\xdd\x03\n" +
+	"\x11AgentRegistration\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12?\n" +
+	"\rregistered_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\x12#\n" +
+	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12\x18\n" +
+	"\aaddress\x18\x04 \x01(\tR\aaddress\x12@\n" +
+	"\tresources\x18\x05 \x01(\v2\".trellis.orchestrator.v1.ResourcesR\tresources\x12=\n" +
+	"\adrivers\x18\x06 \x03(\v2#.trellis.orchestrator.v1.DriverInfoR\adrivers\x12Z\n" +
+	"\n" +
+	"attributes\x18\a \x03(\v2:.trellis.orchestrator.v1.AgentRegistration.AttributesEntryR\n" +
+	"attributes\x12\x12\n" +
+	"\x04left\x18\b \x01(\bR\x04left\x1a=\n" +
+	"\x0fAttributesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
 	"\tResources\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x01 \x01(\x03R\tcpuMillis\x12!\n" +
@@ -403,27 +543,33 @@ func file_api_orchestrator_v1_instance_proto_rawDescGZIP() []byte {
 	return file_api_orchestrator_v1_instance_proto_rawDescData
 }
 
-var file_api_orchestrator_v1_instance_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_api_orchestrator_v1_instance_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_api_orchestrator_v1_instance_proto_goTypes = []any{
 	(*Instance)(nil),              // 0: trellis.orchestrator.v1.Instance
 	(*InstanceDown)(nil),          // 1: trellis.orchestrator.v1.InstanceDown
-	(*Resources)(nil),             // 2: trellis.orchestrator.v1.Resources
-	(*DriverInfo)(nil),            // 3: trellis.orchestrator.v1.DriverInfo
-	nil,                           // 4: trellis.orchestrator.v1.Instance.AttributesEntry
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*AgentRegistration)(nil),     // 2: trellis.orchestrator.v1.AgentRegistration
+	(*Resources)(nil),             // 3: trellis.orchestrator.v1.Resources
+	(*DriverInfo)(nil),            // 4: trellis.orchestrator.v1.DriverInfo
+	nil,                           // 5: trellis.orchestrator.v1.Instance.AttributesEntry
+	nil,                           // 6: trellis.orchestrator.v1.AgentRegistration.AttributesEntry
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_api_orchestrator_v1_instance_proto_depIdxs = []int32{
-	4, // 0: trellis.orchestrator.v1.Instance.attributes:type_name -> trellis.orchestrator.v1.Instance.AttributesEntry
-	5, // 1: trellis.orchestrator.v1.Instance.registered_at:type_name -> google.protobuf.Timestamp
-	5, // 2: trellis.orchestrator.v1.Instance.down_since:type_name -> google.protobuf.Timestamp
-	2, // 3: trellis.orchestrator.v1.Instance.resources:type_name -> trellis.orchestrator.v1.Resources
-	3, // 4: trellis.orchestrator.v1.Instance.drivers:type_name -> trellis.orchestrator.v1.DriverInfo
-	5, // 5: trellis.orchestrator.v1.InstanceDown.down_since:type_name -> google.protobuf.Timestamp
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	5,  // 0: trellis.orchestrator.v1.Instance.attributes:type_name -> trellis.orchestrator.v1.Instance.AttributesEntry
+	7,  // 1: trellis.orchestrator.v1.Instance.registered_at:type_name -> google.protobuf.Timestamp
+	7,  // 2: trellis.orchestrator.v1.Instance.down_since:type_name -> google.protobuf.Timestamp
+	3,  // 3: trellis.orchestrator.v1.Instance.resources:type_name -> trellis.orchestrator.v1.Resources
+	4,  // 4: trellis.orchestrator.v1.Instance.drivers:type_name -> trellis.orchestrator.v1.DriverInfo
+	7,  // 5: trellis.orchestrator.v1.InstanceDown.down_since:type_name -> google.protobuf.Timestamp
+	7,  // 6: trellis.orchestrator.v1.AgentRegistration.registered_at:type_name -> google.protobuf.Timestamp
+	3,  // 7: trellis.orchestrator.v1.AgentRegistration.resources:type_name -> trellis.orchestrator.v1.Resources
+	4,  // 8: trellis.orchestrator.v1.AgentRegistration.drivers:type_name -> trellis.orchestrator.v1.DriverInfo
+	6,  // 9: trellis.orchestrator.v1.AgentRegistration.attributes:type_name -> trellis.orchestrator.v1.AgentRegistration.AttributesEntry
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_api_orchestrator_v1_instance_proto_init() }
@@ -437,7 +583,7 @@ func file_api_orchestrator_v1_instance_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_orchestrator_v1_instance_proto_rawDesc), len(file_api_orchestrator_v1_instance_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

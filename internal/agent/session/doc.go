@@ -18,11 +18,12 @@
 //
 // # Registration and heartbeats
 //
-// Each process start makes a new session id. The agent writes its Instance
-// by read-modify-write with CAS: it sets the built-in attributes (os, arch,
-// hostname, cpu.count, memory.bytes, kernel, driver.<name>) and those of
-// its -attribute flags, and keeps everything else an operator set, the
-// drain flag included. It heartbeats every third of the TTL the servers
+// Each process start makes a new session id. The agent registers it in
+// one AgentService.Register call: its registration (the built-in
+// attributes os, arch, hostname, cpu.count, memory.bytes, kernel,
+// driver.<name>, those of its -attribute flags, address, resources,
+// drivers) goes to the Instance's status["agent"], and the data, where an
+// operator's attributes and drain are, stays as the operator left it. It heartbeats every third of the TTL the servers
 // return, with jitter, on one heartbeat stream per connection
 // (AgentService.HeartbeatStream); a FailedPrecondition answer means the
 // servers no longer know this session (they marked the instance down and

@@ -3,28 +3,28 @@ package session
 import (
 	"runtime"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	pbagent "trellis.dev/trellis/api/agent/v1"
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	"trellis.dev/trellis/internal/orchestrator"
 )
 
-// Built-in attribute keys: the agent sets these at every registration, and
-// they are the only keys it ever removes (driver.* for drivers no longer
-// available). Every other attribute belongs to the operator.
+// Built-in attribute keys: the agent reports these of its host at every
+// registration (orchestrator's, where the merged Instance needs them).
+// Every other attribute belongs to the operator.
 const (
-	AttrOS          = "os"
-	AttrArch        = "arch"
-	AttrHostname    = "hostname"
-	AttrCPUCount    = "cpu.count"
-	AttrMemoryBytes = "memory.bytes"
-	AttrKernel      = "kernel"
+	AttrOS          = orchestrator.AttrOS
+	AttrArch        = orchestrator.AttrArch
+	AttrHostname    = orchestrator.AttrHostname
+	AttrCPUCount    = orchestrator.AttrCPUCount
+	AttrMemoryBytes = orchestrator.AttrMemoryBytes
+	AttrKernel      = orchestrator.AttrKernel
 	// AttrDriverPrefix + name is set for each available driver, to its
 	// detail (a version).
-	AttrDriverPrefix = "driver."
+	AttrDriverPrefix = orchestrator.AttrDriverPrefix
 	// AttrNetworkBridge is "true" when the instance runs bridge tasks.
 	AttrNetworkBridge = orchestrator.AttrNetworkBridge
 )
@@ -32,13 +32,7 @@ const (
 // BuiltinAttribute reports whether an attribute is one the agent sets
 // itself from what it finds on its host (operators cannot set or remove
 // those).
-func BuiltinAttribute(k string) bool {
-	switch k {
-	case AttrOS, AttrArch, AttrHostname, AttrCPUCount, AttrMemoryBytes, AttrKernel, AttrNetworkBridge:
-		return true
-	}
-	return strings.HasPrefix(k, AttrDriverPrefix)
-}
+func BuiltinAttribute(k string) bool { return orchestrator.BuiltinAttribute(k) }
 
 // Facts are what the agent found out about its host: the Instance's
 // built-in attributes, resources and drivers.
@@ -87,7 +81,7 @@ func (f Facts) attributes() map[string]string {
 	return a
 }
 
-// registration is what the agent writes into its Instance.
+// registration is what the agent registers of its Instance.
 type registration struct {
 	cluster    string
 	address    string
@@ -95,37 +89,33 @@ type registration struct {
 	version    string
 	facts      Facts
 	attributes map[string]string // the operator's, from the flags
+	left       bool
 }
 
-// mergeInstance is the Instance the agent registers, given what is stored
-// (nil when none is): the built-in attributes and those of the flags over
-// the stored ones, built-in keys the host no longer has removed, and the
-// drain flag (and every other attribute) kept as the operator left them.
-func mergeInstance(stored *pborch.Instance, r registration, registeredAt time.Time) *pborch.Instance {
-	in := &pborch.Instance{
-		RegisteredAt: timestamppb.New(registeredAt),
-		DownSince:    stored.GetDownSince(), // the servers' to say
-	}
-	attrs := make(map[string]string)
-	for k, v := range stored.GetAttributes() {
-		if !BuiltinAttribute(k) {
-			attrs[k] = v
-		}
-	}
+// registerRequest is the AgentService.Register call for r, registered at
+// registeredAt: the built-in attributes over those of the flags. What the
+// operator set (other attributes, drain) is in the Instance's data, which
+// the server keeps as it is.
+func registerRequest(instance string, r registration, registeredAt time.Time) *pbagent.RegisterRequest {
+	attrs := make(map[string]string, len(r.attributes)+8)
 	for k, v := range r.attributes {
 		attrs[k] = v
 	}
 	for k, v := range r.facts.attributes() {
 		attrs[k] = v
 	}
-	in.Cluster = r.cluster
-	in.Address = r.address
-	in.Attributes = attrs
-	in.Drain = stored.GetDrain()
-	in.Status = orchestrator.InstanceStatus(false, false, in.Drain)
-	in.Session = r.session
-	in.AgentVersion = r.version
-	in.Resources = &pborch.Resources{CpuMillis: int64(r.facts.CPUs) * 1000, MemoryBytes: r.facts.MemoryBytes}
-	in.Drivers = r.facts.Drivers
-	return in
+	return &pbagent.RegisterRequest{
+		Instance: instance,
+		Cluster:  r.cluster,
+		Registration: &pborch.AgentRegistration{
+			Session:      r.session,
+			RegisteredAt: timestamppb.New(registeredAt),
+			AgentVersion: r.version,
+			Address:      r.address,
+			Resources:    &pborch.Resources{CpuMillis: int64(r.facts.CPUs) * 1000, MemoryBytes: r.facts.MemoryBytes},
+			Drivers:      r.facts.Drivers,
+			Attributes:   attrs,
+			Left:         r.left,
+		},
+	}
 }

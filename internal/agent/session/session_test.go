@@ -8,10 +8,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
-	"trellis.dev/trellis/internal/orchestrator"
 )
 
-func TestMergeInstance(t *testing.T) {
+func TestRegisterRequest(t *testing.T) {
 	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	r := registration{
 		cluster: "prod", address: "10.0.0.5:7710", session: "s2", version: "v1",
@@ -19,16 +18,13 @@ func TestMergeInstance(t *testing.T) {
 			{Name: "exec", Available: true, Detail: "cgroups v2"},
 			{Name: "docker", Available: false, Detail: "no engine"},
 		}},
-		attributes: map[string]string{"zone": "a"},
+		attributes: map[string]string{"zone": "a", "os": "plan9"},
 	}
 	r.facts.BridgeNetwork = true
-	stored := &pborch.Instance{
-		Cluster: "default", Status: orchestrator.InstanceDown, Drain: true, Session: "s1",
-		Attributes: map[string]string{"rack": "r1", "zone": "b", "os": "plan9", "driver.docker": "27", "kernel": "5.0", "network.bridge": "false"},
-	}
-	got := mergeInstance(stored, r, at)
+	req := registerRequest("i-1", r, at)
+	got := req.GetRegistration()
 	want := map[string]string{
-		"rack": "r1", "zone": "a", "os": runtime.GOOS, "arch": got.GetAttributes()["arch"], "hostname": "box",
+		"zone": "a", "os": runtime.GOOS, "arch": got.GetAttributes()["arch"], "hostname": "box",
 		"cpu.count": "4", "memory.bytes": "8589934592", "kernel": "6.1.0", "driver.exec": "cgroups v2",
 		"network.bridge": "true",
 	}
@@ -40,15 +36,16 @@ func TestMergeInstance(t *testing.T) {
 			t.Errorf("attribute %s = %q, want %q", k, got.GetAttributes()[k], v)
 		}
 	}
-	if got.GetStatus() != orchestrator.InstanceDraining || !got.GetDrain() || got.GetSession() != "s2" || got.GetCluster() != "prod" {
-		t.Errorf("instance %v", got)
+	if req.GetInstance() != "i-1" || req.GetCluster() != "prod" || got.GetSession() != "s2" || got.GetLeft() {
+		t.Errorf("request %v", req)
 	}
 	if got.GetResources().GetCpuMillis() != 4000 || !got.GetRegisteredAt().AsTime().Equal(at) || len(got.GetDrivers()) != 2 {
-		t.Errorf("instance %v", got)
+		t.Errorf("registration %v", got)
 	}
-	// A first registration.
-	if got := mergeInstance(nil, r, at); got.GetStatus() != orchestrator.InstanceReady || got.GetDrain() {
-		t.Errorf("new instance %v", got)
+	// Leaving is a registration with left set.
+	r.left = true
+	if !registerRequest("i-1", r, at).GetRegistration().GetLeft() {
+		t.Error("left not set")
 	}
 }
 

@@ -51,18 +51,23 @@ func readInstance(ctx context.Context, c *client.Client, name string) (*wire.Res
 }
 
 // instanceView is the Instance r as readers see it
-// (orchestrator.InstanceOf): its data in, merged with the servers'
-// verdict that it is down (status["orchestrator-instance"]).
+// (orchestrator.InstanceOf): its data in, with its agent's registration
+// (status["agent"]) and the servers' verdict that it is down
+// (status["orchestrator-instance"]) merged in.
 func instanceView(r *wire.Resource, in *pborch.Instance) (*pborch.Instance, error) {
-	raw, ok := r.Status[orchestrator.DownStatusKey]
-	if !ok {
-		return in, nil
+	res := &pbresource.Resource{Status: map[string]*pbresource.Status{}}
+	for _, key := range []string{orchestrator.AgentStatusKey, orchestrator.DownStatusKey} {
+		raw, ok := r.Status[key]
+		if !ok {
+			continue
+		}
+		var st pbresource.Status
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, &st); err != nil {
+			return nil, fmt.Errorf("instance %s: the server returned a status[%q] this CLI cannot read: %w", r.ID.Name, key, err)
+		}
+		res.Status[key] = &st
 	}
-	var st pbresource.Status
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, &st); err != nil {
-		return nil, fmt.Errorf("instance %s: the server returned a status[%q] this CLI cannot read: %w", r.ID.Name, orchestrator.DownStatusKey, err)
-	}
-	return orchestrator.InstanceOf(&pbresource.Resource{Status: map[string]*pbresource.Status{orchestrator.DownStatusKey: &st}}, in), nil
+	return orchestrator.InstanceOf(res, in), nil
 }
 
 // updateInstance applies edit to an Instance with a compare-and-swap,

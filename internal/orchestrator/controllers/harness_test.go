@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"errors"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"sync"
 	"testing"
 	"time"
@@ -138,13 +139,23 @@ func (e *env) setLeader(v bool) {
 	}
 }
 
-// register writes the Instance as an agent does.
+// register writes the Instance as AgentService.Register does, drained
+// or not as the operator left it: the data, then the registration in
+// status["agent"], as the instance's agent.
 func (e *env) register(name, session string, drain bool) {
 	e.t.Helper()
 	e.writeInstance(name, func(in *pborch.Instance) {
-		in.Session, in.Drain, in.Status = session, drain, ""
+		in.Drain, in.Status = drain, ""
 		in.Attributes = map[string]string{"zone": "a"}
 	})
+	reg := &pborch.AgentRegistration{Session: session, RegisteredAt: timestamppb.New(e.clock.Now())}
+	out, err := e.api.WriteStatus(resource.AsAgent(e.ctx, name), &pbresource.WriteStatusRequest{
+		Id: orchestrator.InstanceID(name), Key: orchestrator.AgentStatusKey, Status: &pbresource.Status{Data: mustAny(e.t, reg)},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.watched(e.instances, controller.Event{Resource: out.GetResource()})
 }
 
 // writeInstance edits the stored Instance (or a new one) and writes it.

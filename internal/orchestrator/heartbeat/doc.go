@@ -41,18 +41,19 @@
 //
 // # The agent's contract
 //
-// Registering. Before it heartbeats, an agent writes its Instance
-// (orchestrator/v1/Instance, named by the agent's -name) through the
-// ResourceService: it reads the stored one if any, and writes it back as a
-// compare-and-swap on the version read (on codes.Aborted, read again and
-// retry), with
+// Registering. Before it heartbeats, an agent registers its Instance
+// (orchestrator/v1/Instance, named by the agent's -name) in one call,
+// AgentService.Register, whose AgentRegistration the server writes to
+// the Instance's status["agent"] (creating the Instance when there is
+// none), with
 //
 //   - session: a new random id, different for every registration (each
 //     start of the agent, and each registration after a refusal below);
 //   - registered_at: now;
-//   - status: "" (the server stores "ready", or "draining" when drain is
-//     set), or "ready"/"draining" to match drain; never "down" or "left";
-//   - drain, down_since and the attributes the operator set: as stored.
+//   - left: false (true only when it leaves).
+//
+// The Instance's data (drain, the attributes the operator set) is not the
+// agent's; the server keeps it as stored.
 //
 // Heartbeating. Right after registering, and then every TTL/3 with some
 // jitter, the agent calls AgentService.Heartbeat{instance, session} on any

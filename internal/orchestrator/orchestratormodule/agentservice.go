@@ -8,15 +8,20 @@ import (
 	"trellis.dev/trellis/internal/orchestrator/heartbeat"
 )
 
-// agentService is the public AgentService: heartbeats and the per-instance
-// task streams, each served by its own part. Forwarded heartbeats are
+// agentService is the public AgentService: registrations, heartbeats and
+// the per-instance task streams, each served by its own part. Forwarded heartbeats are
 // another service, HeartbeatForwarding: it takes batches on other
 // servers' word, so it is served only on the server-to-server port
 // (forwardedHeartbeats).
 type agentService struct {
 	pbagent.UnimplementedAgentServiceServer
+	registrar   registrar
 	heartbeats  *heartbeat.Service
 	assignments *assignments.Hub
+}
+
+func (a agentService) Register(ctx context.Context, req *pbagent.RegisterRequest) (*pbagent.RegisterResponse, error) {
+	return a.registrar.Register(ctx, req)
 }
 
 func (a agentService) Heartbeat(ctx context.Context, req *pbagent.HeartbeatRequest) (*pbagent.HeartbeatResponse, error) {

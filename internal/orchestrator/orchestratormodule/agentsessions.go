@@ -6,7 +6,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
@@ -28,7 +27,7 @@ func agentSessions(api resource.API) func(ctx context.Context, instance, session
 			case err != nil:
 				return false, err
 			}
-			in, err := resource.DecodeData[*pborch.Instance](resp.GetResource())
+			in, err := orchestrator.DecodeInstance(resp.GetResource()) // the session registered, in status["agent"] or (old stores) the data
 			if err != nil {
 				return false, err
 			}

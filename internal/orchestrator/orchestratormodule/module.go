@@ -72,6 +72,7 @@ func (*orchestratorModule) Commands(c cli.CommandEnv) []*cobra.Command {
 // agentPermissions is what each AgentService method needs: the agent's
 // own calls, agent.
 var agentPermissions = map[string]acl.Permission{
+	"Register":        acl.Agent,
 	"Heartbeat":       acl.Agent,
 	"HeartbeatStream": acl.Agent,
 	"WatchTasks":      acl.Agent,
@@ -142,7 +143,7 @@ func (m *orchestratorModule) Setup(d module.Deps) (module.Parts, error) {
 		Controllers:   ctls,
 		AgentSessions: agentSessions(d.API),
 		PublicServices: []module.Service{{
-			Desc: &pbagent.AgentService_ServiceDesc, Impl: agentService{heartbeats: svc, assignments: hub},
+			Desc: &pbagent.AgentService_ServiceDesc, Impl: agentService{registrar: registrar{api: d.API, now: time.Now}, heartbeats: svc, assignments: hub},
 			Permissions: agentPermissions,
 		}, logsPublic},
 		ServerServices: []module.Service{{
