@@ -40,6 +40,11 @@ func ValidateInstance(res *pbresource.Resource) error {
 	if err := resource.ValidateName("data.cluster", in.GetCluster()); err != nil {
 		return err
 	}
+	if in.GetSession() != "" {
+		// The session is the agent's proof (SessionHolds): no write of
+		// the data sets it, whether it creates the Instance or not.
+		return resource.NewFieldError("data.session", "is the agent's registration, kept in status[%q] and written by the instance's agent through AgentService.Register; a write of the Instance cannot set it", AgentStatusKey)
+	}
 	switch in.GetStatus() {
 	case InstanceReady, InstanceDraining, InstanceDown, InstanceLeft:
 	default:
@@ -84,22 +89,6 @@ func ValidateAttributeKey(field, k string) error {
 		return resource.NewFieldError(field+"["+k+"]", "%q is not a valid attribute key: letters, digits, '.', '-', '_' and '/', starting with a letter or digit", k)
 	}
 	return nil
-}
-
-// ValidateInstanceUpdate is the ValidateUpdate hook of an Instance: a
-// write may carry data.session as stored (a store written before the
-// registration moved to status["agent"]), never change it
-// (CheckSessionUnchanged).
-func ValidateInstanceUpdate(stored, next *pbresource.Resource) error {
-	old, err := resource.DecodeData[*pborch.Instance](stored)
-	if err != nil {
-		return err
-	}
-	in, err := resource.DecodeData[*pborch.Instance](next)
-	if err != nil {
-		return err
-	}
-	return CheckSessionUnchanged(old, in)
 }
 
 // SessionHolds reports whether session proves its bearer the agent of

@@ -143,13 +143,18 @@ func instanceSelf(res *pbresource.Resource) (string, error) {
 	return res.GetId().GetName(), nil
 }
 
-// CheckSessionUnchanged refuses a generic write of an Instance that sets
-// or changes data.session (stored is nil for a create): the session is
-// the agent's proof (SessionHolds), registered through
-// AgentService.Register only. It is pure.
-func CheckSessionUnchanged(stored, next *pborch.Instance) error {
-	if next.GetSession() == "" || next.GetSession() == stored.GetSession() {
-		return nil
+// WithoutRegistration is in without the fields a registration holds
+// (stores written before status["agent"] kept them in the data): what
+// Register writes back as the data once the registration is in status.
+// It is pure.
+func WithoutRegistration(in *pborch.Instance) *pborch.Instance {
+	out := proto.Clone(in).(*pborch.Instance)
+	out.Session, out.RegisteredAt, out.AgentVersion, out.Address = "", nil, "", ""
+	out.Resources, out.Drivers = nil, nil
+	for k := range out.Attributes {
+		if BuiltinAttribute(k) {
+			delete(out.Attributes, k)
+		}
 	}
-	return resource.NewFieldError("data.session", "is the agent's registration, written through AgentService.Register; a write of the Instance cannot set or change it")
+	return out
 }

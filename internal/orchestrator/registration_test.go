@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -85,28 +86,32 @@ func TestInstanceOfRegistration(t *testing.T) {
 	}
 }
 
-// A generic write may carry data.session as stored, never set or change
-// it; the refusal names the field and Register.
-func TestCheckSessionUnchanged(t *testing.T) {
-	for _, tc := range []struct {
-		name         string
-		stored, next *pborch.Instance
-		ok           bool
-	}{
-		{"no session", &pborch.Instance{}, &pborch.Instance{Drain: true}, true},
-		{"an old store's, carried", &pborch.Instance{Session: "s1"}, &pborch.Instance{Session: "s1", Drain: true}, true},
-		{"an old store's, dropped", &pborch.Instance{Session: "s1"}, &pborch.Instance{}, true},
-		{"set", &pborch.Instance{}, &pborch.Instance{Session: "mine"}, false},
-		{"changed", &pborch.Instance{Session: "s1"}, &pborch.Instance{Session: "mine"}, false},
-	} {
-		err := CheckSessionUnchanged(tc.stored, tc.next)
-		if (err == nil) != tc.ok {
-			t.Errorf("%s: %v", tc.name, err)
+// No write of an Instance's data sets data.session, a create or not:
+// the refusal names the field and Register. What an older store kept of
+// a registration in the data, Register takes out.
+func TestInstanceSessionIsNotData(t *testing.T) {
+	for _, in := range []*pborch.Instance{{Cluster: "default", Status: InstanceReady, Session: "mine"}, {Cluster: "default", Status: InstanceDraining, Drain: true, Session: "s1"}} {
+		data, err := anypb.New(in)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if err != nil && (!strings.Contains(err.Error(), "data.session") || !strings.Contains(err.Error(), "AgentService.Register")) {
-			t.Errorf("%s: the refusal does not name the field and Register: %v", tc.name, err)
+		err = ValidateInstance(&pbresource.Resource{Id: InstanceID("i-1"), Data: data})
+		if err == nil || !strings.Contains(err.Error(), "data.session") || !strings.Contains(err.Error(), "AgentService.Register") {
+			t.Errorf("%v: %v, want a refusal naming data.session and Register", in, err)
 		}
 	}
+	old := &pborch.Instance{Cluster: "default", Session: "s1", Address: "10.0.0.1:7710", AgentVersion: "0.1", Drivers: []*pborch.DriverInfo{{}},
+		Attributes: map[string]string{"rack": "r1", "os": "linux"}}
+	got := WithoutRegistration(old)
+	if got.GetSession() != "" || got.GetAddress() != "" || got.GetAgentVersion() != "" || got.GetDrivers() != nil || !maps.Equal(got.GetAttributes(), map[string]string{"rack": "r1"}) {
+		t.Errorf("WithoutRegistration: %v", got)
+	}
+	if old.GetSession() != "s1" || len(old.GetAttributes()) != 2 {
+		t.Errorf("WithoutRegistration changed its input: %v", old)
+	}
+}
+
+func TestValidateAgentRegistration(t *testing.T) {
 	if err := ValidateAgentRegistration(&pborch.AgentRegistration{RegisteredAt: timestamppb.Now()}); err == nil {
 		t.Error("a registration without a session accepted")
 	}

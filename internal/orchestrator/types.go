@@ -28,9 +28,6 @@ func Register(r *resource.Registry) {
 		Scope:    resource.ScopeCluster,
 		Mutate:   MutateInstance,
 		Validate: ValidateInstance,
-		// The session is the agent's proof: no generic write sets or
-		// changes it (AgentService.Register does, in status["agent"]).
-		ValidateUpdate: ValidateInstanceUpdate,
 		Statuses: map[string]resource.StatusPayload{
 			// Its agent's registration: that instance's agent alone
 			// (AgentService.Register).

@@ -81,10 +81,14 @@ func (s *Service) writeBatch(ctx context.Context, req *pbresource.WriteBatchRequ
 
 // batchStatuses checks a batch's status entries as WriteStatuses checks
 // its members (a field, the key and its payload, a sealed type), and
-// refuses one that names a resource the batch writes or another entry
-// names: a resource is written once. Who writes, and whether the key is
-// theirs, is checked against the stored resource when the entry is
-// planned (planStatusWithRead), before anything is written.
+// refuses one that names a resource another entry names: a resource is
+// written once. An entry may name a resource the batch writes (a
+// registration that creates its resource with its status, in one
+// commit): it is written with that member, takes no version of its own
+// (the member's is the compare-and-swap) and is checked against what the
+// member leaves (planMemberStatus). Who writes, and whether the key is
+// theirs, is checked against the resource the entry meets when it is
+// planned, before anything is written.
 func (s *Service) batchStatuses(ctx context.Context, a acl.Authorizer, reqs []*pbresource.WriteStatusRequest, first map[slotKey]int) (*batchStatusEntries, error) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -98,8 +102,11 @@ func (s *Service) batchStatuses(ctx context.Context, a acl.Authorizer, reqs []*p
 			return nil, err
 		}
 		key := nameKey(e.id)
-		if j, dup := first[key]; dup {
-			return nil, NewFieldError(statusMemberField(i)+".id", "names the resource %s writes: a batch writes each resource once", memberField(j))
+		if j, ok := first[key]; ok {
+			if e.version != "" {
+				return nil, NewFieldError(statusMemberField(i)+".version", "must be empty: the entry names the resource %s writes, whose own version is the compare-and-swap", memberField(j))
+			}
+			e.onMember = j
 		}
 		if j, dup := named[key]; dup {
 			return nil, NewFieldError(statusMemberField(i)+".id", "names the same resource as %s: a batch writes each resource once", statusMemberField(j))

@@ -75,7 +75,9 @@ func TestWriteBatchStatusRefusals(t *testing.T) {
 		{"by another than the key's owner", context.Background(), c, []*pbresource.WriteStatusRequest{progress(t, a.GetId(), "", 1)}, codes.PermissionDenied, `statuses[0]: status key "progress"`},
 		{"gone", h.ctx, c, []*pbresource.WriteStatusRequest{progress(t, widgetID("", "gone"), "", 1)}, codes.NotFound, "gone"},
 		{"bad payload", h.ctx, c, []*pbresource.WriteStatusRequest{progress(t, a.GetId(), "", -1)}, codes.InvalidArgument, "statuses[0].status.data.value: must not be negative"},
-		{"a resource the batch writes", h.ctx, widget(t, "", "a", "w"), []*pbresource.WriteStatusRequest{progress(t, a.GetId(), "", 1)}, codes.InvalidArgument, "statuses[0].id: names the resource resources[0] writes"},
+		{"a version on an entry on a member", h.ctx, widget(t, "", "a", "w"), []*pbresource.WriteStatusRequest{progress(t, a.GetId(), a.GetVersion(), 1)}, codes.InvalidArgument, "statuses[0].version: must be empty: the entry names the resource resources[0] writes"},
+		{"on a member, by another than the key's owner", context.Background(), widget(t, "", "n", "w"), []*pbresource.WriteStatusRequest{progress(t, widgetID("", "n"), "", 1)}, codes.PermissionDenied, `statuses[0]: status key "progress"`},
+		{"on a member, ahead of its generation", h.ctx, widget(t, "", "n", "w"), []*pbresource.WriteStatusRequest{observing(progress(t, widgetID("", "n"), "", 1), 2)}, codes.InvalidArgument, "statuses[0].status.observed_generation: 2 is ahead of the resource's generation 1"},
 		{"one resource twice", h.ctx, c, []*pbresource.WriteStatusRequest{progress(t, a.GetId(), "", 1), progress(t, a.GetId(), "", 2)}, codes.InvalidArgument, "statuses[1].id: names the same resource as statuses[0]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -120,5 +122,49 @@ func TestWriteBatchStatusesRetryConflicts(t *testing.T) {
 	requireCode(t, err, codes.Aborted, "version: conflict")
 	if h.stored(widgetID("", "d")) != nil {
 		t.Fatal("the batch's resource was written without its stale entry")
+	}
+}
+
+// observing sets the observed generation of a status entry.
+func observing(e *pbresource.WriteStatusRequest, generation uint64) *pbresource.WriteStatusRequest {
+	e.Status.ObservedGeneration = generation
+	return e
+}
+
+// TestWriteBatchStatusOnMember: a status entry on a resource the batch
+// writes is written with it, in the same storage write: a resource is
+// created with its status, an update carries it, and a member that
+// changes nothing is written for its status alone, under its version.
+func TestWriteBatchStatusOnMember(t *testing.T) {
+	cb := &countingBatches{}
+	h := newHarness(t, withBackend(func(b *inmem.Backend) storage.Backend { cb.Backend = b; return cb }))
+	for _, step := range []struct {
+		name       string
+		value      string
+		progress   int64
+		generation uint64
+	}{
+		{"created with its status", "v", 1, 1},
+		{"updated with its status", "w", 2, 2},
+		{"the status alone", "w", 3, 2},
+	} {
+		cb.batches = 0
+		resp, err := h.svc.WriteBatch(h.ctx, &pbresource.WriteBatchRequest{
+			Resources: []*pbresource.Resource{widget(t, "", "n", step.value)},
+			Statuses:  []*pbresource.WriteStatusRequest{observing(progress(t, widgetID("", "n"), "", step.progress), step.generation)},
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if cb.batches != 1 {
+			t.Fatalf("%s: %d storage batches, want 1", step.name, cb.batches)
+		}
+		stored := h.stored(resp.GetResources()[0].GetId())
+		if progressOf(t, stored) != step.progress || stored.GetGeneration() != step.generation {
+			t.Fatalf("%s: stored %v, want progress %d at generation %d", step.name, stored, step.progress, step.generation)
+		}
+		if !proto.Equal(resp.GetResources()[0], stored) || !proto.Equal(resp.GetStatuses()[0], stored) {
+			t.Fatalf("%s: the results are not what is stored", step.name)
+		}
 	}
 }

@@ -98,6 +98,9 @@ type statusEntry struct {
 	// authorized is set once the Write hook and the key's owner check
 	// allowed the entry.
 	authorized bool
+	// onMember is, for a batch's status entry on a resource the batch
+	// also writes, the index of that member; -1 otherwise.
+	onMember int
 }
 
 // prepareStatusMember checks member i of a request that writes several
@@ -143,7 +146,7 @@ func (r *Registry) checkStatusRequest(req *pbresource.WriteStatusRequest) (*stat
 	if err != nil {
 		return nil, err
 	}
-	return &statusEntry{reg: reg, id: id, version: req.GetVersion(), key: req.GetKey(), status: st}, nil
+	return &statusEntry{reg: reg, id: id, version: req.GetVersion(), key: req.GetKey(), status: st, onMember: -1}, nil
 }
 
 // statusPlan is what to do for one status entry given the stored resource.

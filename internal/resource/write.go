@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/acl"
 	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/storage"
 )
@@ -419,6 +420,14 @@ func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch boo
 			}
 			plans[i] = p
 		}
+		for j, e := range entries {
+			if e.onMember < 0 {
+				continue
+			}
+			if err := s.planMemberStatus(statuses.a, e, &plans[e.onMember]); err != nil {
+				return nil, withPrefix(statusMemberField(j), err)
+			}
+		}
 		var (
 			writes  []*pbresource.Resource
 			members []int
@@ -436,6 +445,9 @@ func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch boo
 			members = append(members, i)
 		}
 		for j, e := range entries {
+			if e.onMember >= 0 {
+				continue // written with its member
+			}
 			p, err := s.planStatusWithRead(ctx, consistency, statuses.a, e)
 			if err != nil {
 				return nil, withPrefix(statusMemberField(j), err)
@@ -453,7 +465,7 @@ func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch boo
 		}
 		switch {
 		case len(writes) == 0 && len(compares) == 0:
-			return results, nil
+			return withMemberStatuses(results, len(cands), entries), nil
 		case len(writes) > 0:
 			checks = append(checks, nsChecks...)
 		}
@@ -472,7 +484,7 @@ func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch boo
 			for j, i := range members {
 				results[i] = stored[j]
 			}
-			return results, nil
+			return withMemberStatuses(results, len(cands), entries), nil
 		}
 		if !isConflict(err) {
 			return nil, err
@@ -488,6 +500,44 @@ func (s *Service) applyWrites(ctx context.Context, cands []*candidate, batch boo
 		}
 	}
 	return nil, status.Errorf(codes.Aborted, "gave up after %d attempts: concurrent writes kept changing the resource; retry", maxWriteAttempts)
+}
+
+// planMemberStatus plans a batch's status entry on a resource the batch
+// also writes, against what the member's plan leaves (its write, or the
+// stored resource when it writes nothing): the Write hook and the key's
+// owner allow it there, and the member's plan then writes the status too,
+// in the same commit and under the member's compare-and-swap.
+func (s *Service) planMemberStatus(a acl.Authorizer, e *statusEntry, p *writePlan) error {
+	target := p.write
+	if target == nil {
+		target = p.stored
+	}
+	if err := s.authorizeWrite(a, e.reg, target); err != nil {
+		return err
+	}
+	if err := CheckStatusOwner(e.writer, e.reg, e.key, target); err != nil {
+		return err
+	}
+	w, err := planStatus(e, target)
+	if err != nil {
+		return err
+	}
+	if w != nil {
+		p.write = w
+	}
+	return nil
+}
+
+// withMemberStatuses fills in the results of the status entries written
+// with a member (after the members' results, in entry order): the
+// member's result.
+func withMemberStatuses(results []*pbresource.Resource, members int, entries []*statusEntry) []*pbresource.Resource {
+	for j, e := range entries {
+		if e.onMember >= 0 {
+			results[members+j] = results[e.onMember]
+		}
+	}
+	return results
 }
 
 // planWithRead reads the stored resource and plans the candidate against

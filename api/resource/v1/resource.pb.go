@@ -880,8 +880,9 @@ type WriteBatchRequest struct {
 	// statuses are status entries written in the same atomic step, each
 	// checked and allowed as WriteStatus would (a declared key by its owner
 	// alone; a version makes it a CAS). Any refusal, or a version that does
-	// not hold, fails the whole batch. A resource the batch writes cannot
-	// take a status entry too. A controller writes the plan it applies and
+	// not hold, fails the whole batch. An entry on a resource the batch
+	// writes takes no version and is written with it, so a resource can be
+	// created with its status. A controller writes the plan it applies and
 	// the status that follows from it in one commit this way. The HTTP
 	// API's /v1/batch carries none.
 	Statuses      []*WriteStatusRequest `protobuf:"bytes,3,rep,name=statuses,proto3" json:"statuses,omitempty"`

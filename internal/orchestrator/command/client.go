@@ -78,6 +78,10 @@ func updateInstance(ctx context.Context, c *client.Client, name string, edit fun
 		if err != nil {
 			return nil, err
 		}
+		// A store from before status["agent"] kept the agent's session in
+		// the data, which no write may set now: the agent registers it
+		// again.
+		in.Session = ""
 		if err := edit(in); err != nil {
 			return nil, err
 		}

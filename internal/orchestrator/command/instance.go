@@ -254,6 +254,9 @@ func newInstanceRemoveAttrCmd(e *cli.Env) *cobra.Command {
 		},
 		Run: func(ctx context.Context, call *cli.Call) (cli.Result, error) {
 			name, keys := call.Args[0], call.Args[1:]
+			if err := checkOperatorAttributes(ctx, call.Client, name, keys); err != nil {
+				return cli.Result{}, err
+			}
 			var missing []string
 			_, err := updateInstance(ctx, call.Client, name, func(in *pborch.Instance) error {
 				missing = missing[:0]
@@ -274,4 +277,27 @@ func newInstanceRemoveAttrCmd(e *cli.Env) *cobra.Command {
 			return cli.Say("instance %s: removed %s", name, strings.Join(keys, ", ")), nil
 		},
 	})
+}
+
+// checkOperatorAttributes refuses to remove an attribute the instance's
+// agent sets (its -attribute flags, in its registration) rather than an
+// operator: removing it is a change of the agent's flags.
+func checkOperatorAttributes(ctx context.Context, c *client.Client, name string, keys []string) error {
+	r, in, err := readInstance(ctx, c, name)
+	if err != nil {
+		return err
+	}
+	view, err := instanceView(r, in)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if _, operators := in.GetAttributes()[k]; operators {
+			continue
+		}
+		if _, agents := view.GetAttributes()[k]; agents {
+			return fmt.Errorf("attribute %q of instance %s is set by its agent (trellis agent -attribute %s=...), not by an operator: restart the agent without that flag to remove it", k, name, k)
+		}
+	}
+	return nil
 }

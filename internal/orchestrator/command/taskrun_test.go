@@ -125,7 +125,7 @@ func TestTaskRunChecksNetworkAndHostPorts(t *testing.T) {
 		"i1": {orchestrator.AttrNetworkBridge: "true"},
 		"i2": {orchestrator.AttrNetworkBridge: "false"},
 	} {
-		store(t, api, orchestrator.InstanceID(name), &pborch.Instance{Cluster: "default", Status: orchestrator.InstanceReady, Attributes: attrs, Session: "s"})
+		store(t, api, orchestrator.InstanceID(name), &pborch.Instance{Cluster: "default", Status: orchestrator.InstanceReady, Attributes: attrs})
 	}
 	web := func(family string) *pborch.TaskDefinition {
 		return &pborch.TaskDefinition{Family: family, Revision: 1, Network: "bridge",

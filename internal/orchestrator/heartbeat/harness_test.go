@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
@@ -96,7 +97,11 @@ func (e *env) setLeader(v bool) {
 // register stores the Instance as an agent would and returns its version.
 func (e *env) register(name, session, status string) string {
 	e.t.Helper()
-	data, err := anypb.New(&pborch.Instance{Session: session, Status: status, Drain: status == orchestrator.InstanceDraining})
+	data, err := anypb.New(&pborch.Instance{Status: status, Drain: status == orchestrator.InstanceDraining})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	reg, err := anypb.New(&pborch.AgentRegistration{Session: session, RegisteredAt: timestamppb.Now()})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -104,11 +109,17 @@ func (e *env) register(name, session, status string) string {
 	if cur, err := e.api.Read(context.Background(), &pbresource.ReadRequest{Id: res.Id}); err == nil {
 		res.Version = cur.GetResource().GetVersion()
 	}
-	out, err := e.api.Write(context.Background(), &pbresource.WriteRequest{Resource: res})
+	// One commit, as AgentService.Register writes it: the data and the
+	// registration in status["agent"].
+	out, err := e.api.WriteBatch(resource.AsAgent(context.Background(), name), &pbresource.WriteBatchRequest{
+		Resources: []*pbresource.Resource{res},
+		Statuses: []*pbresource.WriteStatusRequest{{Id: res.Id, Key: orchestrator.AgentStatusKey,
+			Status: &pbresource.Status{Data: reg}}},
+	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return out.GetResource().GetVersion()
+	return out.GetStatuses()[0].GetVersion()
 }
 
 // waitFor polls cond until it holds, failing the test after 10 seconds.

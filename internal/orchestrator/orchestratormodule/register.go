@@ -65,19 +65,21 @@ func (r registrar) Register(ctx context.Context, req *pbagent.RegisterRequest) (
 	}
 	id := orchestrator.InstanceID(name)
 	for attempt := 1; ; attempt++ {
-		res, err := r.instance(ctx, id, cluster, reg.GetLeft())
-		if status.Code(err) == codes.Aborted && attempt < maxRegisterAttempts {
-			continue
-		}
+		w, generation, err := r.instance(ctx, id, cluster, reg.GetLeft())
 		if err != nil {
 			return nil, err
 		}
-		if res == nil {
+		if w == nil {
 			return &pbagent.RegisterResponse{}, nil // leaving an Instance that is gone
 		}
-		resp, err := r.api.WriteStatus(resource.AsAgent(ctx, name), &pbresource.WriteStatusRequest{
-			Id: res.GetId(), Version: res.GetVersion(), Key: orchestrator.AgentStatusKey,
-			Status: &pbresource.Status{ObservedGeneration: res.GetGeneration(), Data: payload},
+		// One commit: the Instance (created, or its data brought in line,
+		// or as it is) and the registration on it.
+		resp, err := r.api.WriteBatch(resource.AsAgent(ctx, name), &pbresource.WriteBatchRequest{
+			Resources: []*pbresource.Resource{w},
+			Statuses: []*pbresource.WriteStatusRequest{{
+				Id: id, Key: orchestrator.AgentStatusKey,
+				Status: &pbresource.Status{ObservedGeneration: generation, Data: payload},
+			}},
 		})
 		if status.Code(err) == codes.Aborted && attempt < maxRegisterAttempts {
 			continue
@@ -85,7 +87,7 @@ func (r registrar) Register(ctx context.Context, req *pbagent.RegisterRequest) (
 		if err != nil {
 			return nil, err
 		}
-		in, err := orchestrator.DecodeInstance(resp.GetResource())
+		in, err := orchestrator.DecodeInstance(resp.GetStatuses()[0])
 		if err != nil {
 			return nil, err
 		}
@@ -93,51 +95,52 @@ func (r registrar) Register(ctx context.Context, req *pbagent.RegisterRequest) (
 	}
 }
 
-// instance is the stored Instance to register on: created with cluster
-// when there is none, given cluster when it names another, and its
-// status as drain says when the data says left or down. nil (and no
-// error) when there is none and the agent is leaving: an Instance an
-// operator removed stays removed.
-func (r registrar) instance(ctx context.Context, id *pbresource.ID, cluster string, leaving bool) (*pbresource.Resource, error) {
+// instance is the Instance to write with the registration, a
+// compare-and-swap on what was read, and the generation it will have:
+// created with cluster when there is none, given cluster when it names
+// another, and its status as drain says when the data says left or
+// down; as stored otherwise (the batch then writes the registration
+// alone). nil (and no error) when there is none and the agent is
+// leaving: an Instance an operator removed stays removed.
+func (r registrar) instance(ctx context.Context, id *pbresource.ID, cluster string, leaving bool) (*pbresource.Resource, uint64, error) {
 	resp, err := r.api.Read(ctx, &pbresource.ReadRequest{Id: id, Consistent: true})
 	switch {
 	case status.Code(err) == codes.NotFound:
 		if leaving {
-			return nil, nil
+			return nil, 0, nil
 		}
-		return r.writeData(ctx, &pbresource.Resource{Id: id}, &pborch.Instance{Cluster: cluster})
+		w, err := instanceWrite(&pbresource.Resource{Id: id, Version: resource.CreateOnly}, &pborch.Instance{Cluster: cluster})
+		return w, 1, err
 	case err != nil:
-		return nil, err
+		return nil, 0, err
 	}
 	res := resp.GetResource()
 	in, err := resource.DecodeData[*pborch.Instance](res)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	next := proto.Clone(in).(*pborch.Instance)
+	// The data is the operator's: what an older store kept of a
+	// registration there leaves it.
+	next := orchestrator.WithoutRegistration(in)
 	if !leaving {
 		next.Cluster = cluster
 		// A registration ends a "left" or "down" the data holds (older
 		// agents and servers wrote them there).
 		next.Status = orchestrator.InstanceStatus(false, false, in.GetDrain())
 	}
-	if proto.Equal(next, in) {
-		return res, nil
+	generation := res.GetGeneration()
+	if !proto.Equal(next, in) {
+		generation++
 	}
-	return r.writeData(ctx, res, next)
+	w, err := instanceWrite(res, next)
+	return w, generation, err
 }
 
-// writeData writes in as the data of res (a compare-and-swap on its
-// version when it is stored).
-func (r registrar) writeData(ctx context.Context, res *pbresource.Resource, in *pborch.Instance) (*pbresource.Resource, error) {
+// instanceWrite is in as the data of res, under res's version.
+func instanceWrite(res *pbresource.Resource, in *pborch.Instance) (*pbresource.Resource, error) {
 	data, err := anypb.New(in)
 	if err != nil {
 		return nil, err
 	}
-	w := &pbresource.Resource{Id: res.GetId(), Owner: res.GetOwner(), Metadata: res.GetMetadata(), Version: res.GetVersion(), Data: data}
-	resp, err := r.api.Write(ctx, &pbresource.WriteRequest{Resource: w})
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetResource(), nil
+	return &pbresource.Resource{Id: res.GetId(), Owner: res.GetOwner(), Metadata: res.GetMetadata(), Version: res.GetVersion(), Data: data}, nil
 }

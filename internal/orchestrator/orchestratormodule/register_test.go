@@ -15,20 +15,44 @@ import (
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
+	"trellis.dev/trellis/internal/storage"
 	"trellis.dev/trellis/internal/storage/inmem"
 )
 
+// commits counts the storage writes (a commit each: one Raft entry on a
+// cluster).
+type commits struct {
+	storage.Backend
+	n int
+}
+
+func (c *commits) WriteCAS(ctx context.Context, res *pbresource.Resource) (*pbresource.Resource, error) {
+	c.n++
+	return c.Backend.WriteCAS(ctx, res)
+}
+
+func (c *commits) WriteBatch(ctx context.Context, res []*pbresource.Resource, compares ...*pbresource.Compare) ([]*pbresource.Resource, error) {
+	c.n++
+	return c.Backend.WriteBatch(ctx, res, compares...)
+}
+
 func newRegistrar(t *testing.T) (registrar, *resource.Service) {
+	r, api, _ := newCountedRegistrar(t)
+	return r, api
+}
+
+func newCountedRegistrar(t *testing.T) (registrar, *resource.Service, *commits) {
 	t.Helper()
 	reg := resource.NewRegistry()
 	core.Register(reg)
 	orchestrator.Register(reg)
-	api := resource.NewService(resource.Config{Backend: inmem.NewBackend(), Registry: reg})
+	backend := &commits{Backend: inmem.NewBackend()}
+	api := resource.NewService(resource.Config{Backend: backend, Registry: reg})
 	if err := core.Bootstrap(context.Background(), api); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	return registrar{api: api, now: func() time.Time { return at }}, api
+	return registrar{api: api, now: func() time.Time { return at }}, api, backend
 }
 
 func registerReq(session string, left bool) *pbagent.RegisterRequest {
@@ -37,15 +61,20 @@ func registerReq(session string, left bool) *pbagent.RegisterRequest {
 	}}
 }
 
-// Register creates the Instance (data: the cluster), writes the
-// registration to status["agent"], keeps what the operator set, and
+// Register creates the Instance (data: the cluster) with the
+// registration in status["agent"] in one commit, so that watchers see a
+// new instance once, registered; it keeps what the operator set, and
 // never moves the generation once the Instance exists.
 func TestRegister(t *testing.T) {
-	r, api := newRegistrar(t)
+	r, api, backend := newCountedRegistrar(t)
 	ctx := context.Background()
+	backend.n = 0
 	resp, err := r.Register(ctx, registerReq("s1", false))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if backend.n != 1 {
+		t.Fatalf("the first registration took %d commits, want 1", backend.n)
 	}
 	if in := resp.GetInstance(); in.GetSession() != "s1" || in.GetCluster() != "prod" || in.GetStatus() != orchestrator.InstanceReady || in.GetRegisteredAt() == nil {
 		t.Fatalf("registered: %v", in)
@@ -72,10 +101,15 @@ func TestRegister(t *testing.T) {
 	}
 	drained := read()
 
-	// The agent restarts: a new session, one call, no proof of the old.
+	// The agent restarts: a new session, one call, no proof of the old,
+	// one commit.
+	backend.n = 0
 	resp, err = r.Register(ctx, registerReq("s2", false))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if backend.n != 1 {
+		t.Fatalf("registering again took %d commits, want 1", backend.n)
 	}
 	in := resp.GetInstance()
 	if in.GetSession() != "s2" || in.GetStatus() != orchestrator.InstanceDraining || !in.GetDrain() || in.GetAttributes()["rack"] != "r1" || in.GetAttributes()["zone"] != "a" {

@@ -64,7 +64,7 @@ func newRunWorld(t *testing.T, cache *controller.Cache) *runWorld {
 	})
 	w := &runWorld{t: t, api: api, url: srv.URL}
 	ready := func(attrs map[string]string) *pborch.Instance {
-		return &pborch.Instance{Cluster: "default", Status: orchestrator.InstanceReady, Attributes: attrs, Session: "s"}
+		return &pborch.Instance{Cluster: "default", Status: orchestrator.InstanceReady, Attributes: attrs}
 	}
 	w.store(orchestrator.InstanceID("i1"), ready(map[string]string{orchestrator.AttrNetworkBridge: "true"}))
 	w.store(orchestrator.InstanceID("i2"), ready(map[string]string{orchestrator.AttrNetworkBridge: "false"}))

@@ -157,7 +157,7 @@ func (h *Harness) TaskDefinition(family string, revision int64) string {
 // again keeps its status.
 func (h *Harness) Instance(name string, attrs map[string]string) {
 	h.T.Helper()
-	in := &pborch.Instance{Cluster: "default", Status: orchestrator.InstanceReady, Attributes: attrs, Session: "s1"}
+	in := &pborch.Instance{Cluster: "default", Status: orchestrator.InstanceReady, Attributes: attrs}
 	res, err := h.API.Read(h.Ctx, &pbresource.ReadRequest{Id: orchestrator.InstanceID(name)})
 	version := ""
 	if err == nil {
