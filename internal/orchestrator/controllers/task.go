@@ -47,7 +47,7 @@ func TaskController(cfg Config) (controller.Controller, error) {
 		Watches:     []controller.Watch{{Type: orchestrator.TaskType, Map: mapTask}},
 		Cached: []controller.CachedType{
 			{Type: orchestrator.TaskType, Indexes: []*controller.Index{orchestrator.LiveTasksByInstance}},
-			{Type: orchestrator.InstanceType},
+			{Type: orchestrator.InstanceType, Derived: []*controller.Derived{orchestrator.MergedInstance}},
 		},
 		Reconciler:   r,
 		ResyncPeriod: cfg.TaskResync,
@@ -79,8 +79,8 @@ func mapTask(ev controller.Event, look controller.Lookup) []controller.Request {
 		return nil
 	}
 	if o := look.Cache().Get(orchestrator.InstanceID(t.GetInstance())); o != nil {
-		if in, ok := controller.Decoded[*pborch.Instance](o); ok {
-			switch orchestrator.InstanceOf(o.Resource, in).GetStatus() {
+		if in, ok := orchestrator.CachedInstance(o); ok {
+			switch in.GetStatus() {
 			case orchestrator.InstanceReady, orchestrator.InstanceDraining:
 				return nil
 			}

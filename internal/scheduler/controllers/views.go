@@ -40,7 +40,7 @@ import (
 // when a task there changes: blockedOn).
 var cachedTypes = []controller.CachedType{
 	{Type: orchestrator.TaskType, Indexes: []*controller.Index{orchestrator.LiveTasksByInstance}, Derived: []*controller.Derived{taskView}},
-	{Type: orchestrator.InstanceType},
+	{Type: orchestrator.InstanceType, Derived: []*controller.Derived{orchestrator.MergedInstance}},
 	{Type: orchestrator.TaskDefinitionType},
 	{Type: scheduler.EnvironmentType, Indexes: []*controller.Index{blockedOn}},
 }
@@ -129,8 +129,7 @@ func (v *instanceViews) sortedLocked() []scheduler.InstanceView {
 	objs := v.cache.List(orchestrator.InstanceType) // sorted by name: instances have no namespace
 	sorted := make([]scheduler.InstanceView, 0, len(objs))
 	for _, o := range objs {
-		if in, ok := controller.Decoded[*pborch.Instance](o); ok {
-			in = orchestrator.InstanceOf(o.Resource, in)
+		if in, ok := orchestrator.CachedInstance(o); ok {
 			sorted = append(sorted, scheduler.InstanceView{Name: o.Resource.GetId().GetName(), Cluster: in.GetCluster(), Status: in.GetStatus(), Attributes: in.GetAttributes()})
 		}
 	}
