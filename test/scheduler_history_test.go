@@ -159,7 +159,10 @@ func (h *storeHistory) add(kind string, ev *wire.Event) error {
 	if kind == taskType.Kind {
 		err = decodeTask(ev.Resource.Data, ev.Resource.Status, &he.task)
 	} else {
-		err = json.Unmarshal(ev.Resource.Data, &he.inst)
+		var data json.RawMessage
+		if data, err = registeredData(ev.Resource.Data, ev.Resource.Status); err == nil {
+			err = json.Unmarshal(data, &he.inst)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("%s %s at index %d: %w", kind, he.name, he.index, err)
