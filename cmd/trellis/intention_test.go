@@ -65,6 +65,14 @@ func TestIntentionCommands(t *testing.T) {
 		t.Errorf("refused writes changed the intentions:\nbefore: %s\nafter: %s", before, after)
 	}
 
+	// L7 permissions given before the destination turned tcp are not
+	// enforced at a connection: check denies it, failing closed.
+	expect(0, permissionsSpec, "Created: default/admin → default/search (L7, 2 permissions)", "intention", "create", "admin", "search", "-f", "-")
+	expect(0, "", "may connect, and each request is decided by them", "intention", "check", "admin", "search")
+	expect(0, "{type: catalog/v1/Service, name: search, data: {protocol: tcp}}", "applied", "resource", "apply", "-f", "-")
+	expect(1, "", "which a destination that speaks no HTTP cannot enforce: denied, failing closed", "intention", "check", "admin", "search")
+	expect(2, "", "default/search speaks tcp (its catalog/v1/Service says so)", "intention", "check", "admin", "search", "--path", "/v1/items/1")
+	expect(0, "", "Deleted: default/admin → default/search", "intention", "delete", "admin", "search")
 	// A namespace that exists is taken; delete hands the decision down.
 	expect(0, "{type: core/v1/Namespace, name: payments}", "applied", "resource", "apply", "-f", "-")
 	expect(0, "", "Created: payments/billing → default/api (allow)", "intention", "create", "billing", "api", "--source-namespace", "payments", "--action", "allow")

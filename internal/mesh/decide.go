@@ -13,6 +13,10 @@ type Request struct {
 	Destination Service // exact
 	// HTTP is the request; nil asks about a connection (L4).
 	HTTP *HTTPRequest
+	// NoHTTP says that the destination's proxy sees no HTTP requests (the
+	// destination speaks tcp): a source with L7 permissions is then denied
+	// at the connection, since nothing would enforce them.
+	NoHTTP bool
 }
 
 // HTTPRequest is what an L7 permission looks at.
@@ -83,7 +87,8 @@ func specificity(s Service) int {
 // decides at once; its L7 permissions are evaluated in order, the first
 // that matches deciding, and a request none matches gets def. A
 // connection (req.HTTP nil) from a source with permissions is allowed,
-// each request then decided by them.
+// each request then decided by them, unless the destination speaks no
+// HTTP (req.NoHTTP): then it is denied, since nothing would enforce them.
 //
 // Decide is pure: the same arguments give the same Decision, whatever the
 // order of set and of its sources.
@@ -118,6 +123,10 @@ func Decide(req Request, set []Intentions, def Action) Decision {
 	if len(best.Permissions) == 0 {
 		return Decision{Allowed: best.Action == Allow, Rule: &rule,
 			Reason: fmt.Sprintf("the intention %s → %s says %s", rule.Source, rule.Destination, best.Action)}
+	}
+	if req.NoHTTP {
+		return Decision{Allowed: false, Rule: &rule,
+			Reason: fmt.Sprintf("the intention %s → %s has L7 permissions, which a destination that speaks no HTTP cannot enforce: denied, failing closed", rule.Source, rule.Destination)}
 	}
 	if req.HTTP == nil {
 		rule.PerRequest = true

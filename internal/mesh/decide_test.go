@@ -137,6 +137,9 @@ func TestDecide(t *testing.T) {
 		{name: "a wildcard destination", req: Request{Source: web, Destination: svc("default", "db")},
 			set: []Intentions{{Destination: svc("default", "*"), Sources: []Source{allowFrom("default", "web")}}}, def: Deny, allowed: true, precedence: 6, permission: -1},
 		{name: "L7: a connection may connect", req: Request{Source: web, Destination: api}, set: []Intentions{l7}, def: Deny, allowed: true, precedence: 9, permission: -1, perRequest: true},
+		{name: "L7: a destination that speaks no HTTP denies the connection", req: Request{Source: web, Destination: api, NoHTTP: true}, set: []Intentions{l7}, def: Allow, precedence: 9, permission: -1},
+		{name: "L4: a destination that speaks no HTTP takes an action", req: Request{Source: web, Destination: api, NoHTTP: true},
+			set: []Intentions{{Destination: api, Sources: []Source{allowFrom("default", "web")}}}, def: Deny, allowed: true, precedence: 9, permission: -1},
 		{name: "L7: the first permission that matches decides (deny)", req: Request{Source: web, Destination: api, HTTP: get("/admin/users")}, set: []Intentions{l7}, def: Allow, precedence: 9, permission: 0},
 		{name: "L7: prefix and method", req: Request{Source: web, Destination: api, HTTP: get("/v1/items")}, set: []Intentions{l7}, def: Deny, allowed: true, precedence: 9, permission: 1},
 		{name: "L7: a method not named falls to the default", req: Request{Source: web, Destination: api, HTTP: &HTTPRequest{Path: "/v1/items", Method: "POST"}}, set: []Intentions{l7}, def: Deny, byDefault: true, precedence: 9, permission: -1},
@@ -226,7 +229,8 @@ func TestDecideIgnoresOrder(t *testing.T) {
 			set = append(set, in)
 		}
 		req := Request{Source: exact(t, "req-src"), Destination: exact(t, "req-dst")}
-		if rapid.Bool().Draw(t, "http") {
+		req.NoHTTP = rapid.Bool().Draw(t, "no-http")
+		if !req.NoHTTP && rapid.Bool().Draw(t, "http") {
 			req.HTTP = &HTTPRequest{Path: rapid.SampledFrom([]string{"/a/1", "/b", "/c"}).Draw(t, "path"), Method: "GET"}
 		}
 		def := rapid.SampledFrom([]Action{Allow, Deny}).Draw(t, "default")

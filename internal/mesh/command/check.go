@@ -50,7 +50,9 @@ say which rule decided: the most specific intention that names SRC, one of its
 L7 permissions, or the mesh's default action.
 
 Without --path, --method or --header it asks about a connection: a source
-with L7 permissions may connect, and each of its requests is decided by them.
+with L7 permissions may connect, and each of its requests is decided by them
+(unless DST's catalog Service speaks tcp: nothing would enforce them, so the
+connection is denied).
 With any of them it asks about one HTTP request (method GET and path / unless
 given).
 
@@ -109,8 +111,17 @@ The exit status is 0 when allowed, 1 when denied.`,
 				}
 				set = append(set, in)
 			}
-			req := mesh.Request{Source: mesh.Service{Namespace: srcNS, Name: call.Args[0]}, Destination: mesh.Service{Namespace: ns, Name: dest}}
-			if path != "" || method != "" || len(headers) > 0 {
+			protocol, err := readProtocol(ctx, call.Client, ns, dest)
+			if err != nil {
+				return cli.Result{}, err
+			}
+			asksHTTP := path != "" || method != "" || len(headers) > 0
+			if asksHTTP && protocol != "" && !mesh.SpeaksHTTP(protocol) {
+				return cli.Result{}, cli.Usage(fmt.Errorf("--path, --method and --header ask about an HTTP request, but %s/%s speaks %s (its catalog/v1/Service says so): ask about a connection, without them", ns, dest, protocol))
+			}
+			req := mesh.Request{Source: mesh.Service{Namespace: srcNS, Name: call.Args[0]}, Destination: mesh.Service{Namespace: ns, Name: dest},
+				NoHTTP: protocol != "" && !mesh.SpeaksHTTP(protocol)}
+			if asksHTTP {
 				req.HTTP = &mesh.HTTPRequest{Path: path, Method: strings.ToUpper(method), Header: map[string][]string{}}
 				if req.HTTP.Path == "" {
 					req.HTTP.Path = "/"

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 
+	pbcatalog "trellis.dev/trellis/api/catalog/v1"
 	pbmesh "trellis.dev/trellis/api/mesh/v1"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/client"
@@ -21,7 +23,31 @@ import (
 var (
 	intentionsWire = wire.Type{Group: mesh.Group, GroupVersion: mesh.GroupVersion, Kind: "Intentions"}
 	meshConfigWire = wire.Type{Group: mesh.Group, GroupVersion: mesh.GroupVersion, Kind: "MeshConfig"}
+	serviceWire    = wire.Type{Group: "catalog", GroupVersion: "v1", Kind: "Service"}
 )
+
+// readProtocol reads the protocol of a destination from its catalog
+// Service; "" when the catalog has no such service (or the server no
+// catalog).
+func readProtocol(ctx context.Context, c *client.Client, ns, dest string) (string, error) {
+	r, err := c.Read(ctx, client.Ref{Type: serviceWire, Namespace: ns, Name: dest}, false)
+	switch {
+	case client.IsCode(err, wire.CodeNotFound):
+		return "", nil
+	case client.IsCode(err, wire.CodeInvalidArgument) && strings.Contains(err.Error(), "unknown resource type"):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	var svc pbcatalog.Service
+	if err := cli.DecodeData(r, &svc); err != nil {
+		return "", err
+	}
+	if svc.GetProtocol() == "" {
+		return "tcp", nil // the catalog's default
+	}
+	return svc.GetProtocol(), nil
+}
 
 // namespaceOr is ns, or the default namespace when ns is "".
 func namespaceOr(ns string) string {
