@@ -17,6 +17,7 @@ import (
 	"trellis.dev/trellis/internal/ca"
 	"trellis.dev/trellis/internal/core"
 	"trellis.dev/trellis/internal/httpapi/wire"
+	"trellis.dev/trellis/internal/mesh"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/server"
 	"trellis.dev/trellis/internal/testcluster"
@@ -146,6 +147,11 @@ func TestDenyAllRefusesEveryHTTPRoute(t *testing.T) {
 			resp, err := srv.API().Read(context.Background(), &pbresource.ReadRequest{Id: ca.ConfigID()})
 			var st pbca.CAManagerStatus
 			return err == nil && resp.GetResource().GetStatus()[ca.ManagerStatusKey].GetData().UnmarshalTo(&st) == nil && st.GetState() == ca.StateReady
+		})
+		// So does the mesh module's controller, the MeshConfig.
+		eventually(t, 30*time.Second, "the MeshConfig", func() bool {
+			_, err := srv.API().Read(context.Background(), &pbresource.ReadRequest{Id: mesh.MeshConfigID()})
+			return err == nil
 		})
 		// A namespace the requests below may read, change and delete.
 		ns, err := core.NewNamespace("team-b", "")

@@ -35,6 +35,9 @@ func TestSignRefusesServerIdentities(t *testing.T) {
 	srv := start(t, nil)
 	base := "http://" + srv.HTTPAddr()
 	td := activeRoots(t, base).TrustDomain
+	// The signer loads the root a moment after /v1/ca/roots shows it;
+	// until then every request is 503, the refusals below included.
+	signOK(t, base, newCSR(t, p256(t), []string{"spiffe://" + td + "/ns/default/dc/dc1/svc/web"}))
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
