@@ -94,7 +94,7 @@ type testComponent struct {
 	name  string
 	log   *hookLog
 	deps  component.Deps
-	check func(c *testComponent, hook string, tk component.Task) error
+	check func(ctx context.Context, c *testComponent, hook string, tk component.Task) error
 }
 
 func (c *testComponent) Name() string { return c.name }
@@ -108,7 +108,7 @@ func (c *testComponent) Start(ctx context.Context) error {
 func (c *testComponent) Prestart(ctx context.Context, tk component.Task) error {
 	c.log.add("prestart " + c.name + " " + tk.ID.GetName())
 	if c.check != nil {
-		return c.check(c, "prestart", tk)
+		return c.check(ctx, c, "prestart", tk)
 	}
 	return nil
 }
@@ -116,13 +116,13 @@ func (c *testComponent) Prestart(ctx context.Context, tk component.Task) error {
 func (c *testComponent) Poststop(ctx context.Context, tk component.Task) error {
 	c.log.add("poststop " + c.name + " " + tk.ID.GetName())
 	if c.check != nil {
-		return c.check(c, "poststop", tk)
+		return c.check(ctx, c, "poststop", tk)
 	}
 	return nil
 }
 
 // makers makes a testComponent of each name, all logging to log.
-func makers(log *hookLog, check func(*testComponent, string, component.Task) error, names ...string) []component.Maker {
+func makers(log *hookLog, check func(context.Context, *testComponent, string, component.Task) error, names ...string) []component.Maker {
 	var out []component.Maker
 	for _, n := range names {
 		out = append(out, func(d component.Deps) (component.Component, error) {
@@ -157,7 +157,7 @@ func TestComponentHooksRunInOrderAroundATask(t *testing.T) {
 		placed   *pbresource.Resource
 		agent    *Agent
 	)
-	check := func(c *testComponent, hook string, tk component.Task) error {
+	check := func(_ context.Context, c *testComponent, hook string, tk component.Task) error {
 		placedMu.Lock()
 		uid, a := placed.GetId().GetUid(), agent
 		placedMu.Unlock()
@@ -258,7 +258,7 @@ func TestPrestartErrorFailsTheStart(t *testing.T) {
 	log := &hookLog{}
 	cfg := config(t, "i-1", pt, srv)
 	cfg.NewRunner = log.wrapRunner(pt.newRunner)
-	cfg.Components = makers(log, func(c *testComponent, hook string, _ component.Task) error {
+	cfg.Components = makers(log, func(_ context.Context, c *testComponent, hook string, _ component.Task) error {
 		if c.name == "b" && hook == "prestart" {
 			return errors.New("the catalog refused the registration")
 		}
@@ -380,5 +380,100 @@ func TestPoststopDueWhileTheAgentWasAway(t *testing.T) {
 	want := []string{"prestart a t1", "prestart b t1", "run t1", "run t1", "ended t1", "poststop b t1", "poststop a t1"}
 	if got := log.of(" t1"); !slices.Equal(got, want) {
 		t.Errorf("hooks %q, want %q", got, want)
+	}
+}
+
+// An agent killed in the middle of a Prestart calls it again when it
+// starts again (the record says it was called, not that it completed),
+// then goes on: the task starts once.
+func TestPrestartCutShortIsCalledAgain(t *testing.T) {
+	srv := startServer(t)
+	pt := newProcTable(t)
+	log := &hookLog{}
+	cfg := config(t, "i-1", pt, srv)
+	cfg.NewRunner = log.wrapRunner(pt.newRunner)
+	var calls sync.Mutex
+	first := true
+	cfg.Components = makers(log, func(ctx context.Context, c *testComponent, hook string, tk component.Task) error {
+		calls.Lock()
+		block := c.name == "a" && hook == "prestart" && first
+		first = first && !block
+		calls.Unlock()
+		if block {
+			// Cut short: the agent is killed while it waits.
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}, "a", "b")
+	a1 := startAgent(t, cfg)
+	registered(t, srv, a1)
+	srv.registerDefinition(t, "default", shDefinition("pidder", pidScript))
+	srv.place(t, "default", "t1", "pidder:1", "i-1")
+	eventually(t, "a's Prestart is called", func() bool { return log.count("prestart a t1") == 1 })
+	a1.kill(t)
+	if _, tk := srv.task(t, "default", "t1"); tk.GetLastStatus() == orchestrator.StatusStopped {
+		t.Fatalf("the kill stopped the task: %s", tk.GetStopReason())
+	}
+
+	a2 := startAgent(t, cfg)
+	srv.waitTask(t, "default", "t1", "runs under the new agent", func(tk *storedTask) bool {
+		return tk.GetSession() == a2.Session() && tk.GetLastStatus() == orchestrator.StatusRunning
+	})
+	srv.editTask(t, "default", "t1", func(tk *pborch.Task) { tk.DesiredStatus = orchestrator.StatusStopped })
+	srv.waitTask(t, "default", "t1", "stops", lastStatus(orchestrator.StatusStopped))
+	want := []string{"prestart a t1", "prestart a t1", "prestart b t1", "run t1", "ended t1", "poststop b t1", "poststop a t1"}
+	if got := log.of(" t1"); !slices.Equal(got, want) {
+		t.Errorf("hooks %q, want %q", got, want)
+	}
+	if pt.starts.Load() != 1 {
+		t.Errorf("the task's containers started %d times, want once", pt.starts.Load())
+	}
+}
+
+// A Poststop's error does not hold the task: it stops, the other
+// components' Poststops run, and the agent can leave.
+func TestPoststopErrorAndLeave(t *testing.T) {
+	srv := startServer(t)
+	pt := newProcTable(t)
+	log := &hookLog{}
+	cfg := config(t, "i-1", pt, srv)
+	cfg.NewRunner = log.wrapRunner(pt.newRunner)
+	cfg.Components = makers(log, func(_ context.Context, c *testComponent, hook string, _ component.Task) error {
+		if c.name == "b" && hook == "poststop" {
+			return errors.New("the catalog is unreachable")
+		}
+		return nil
+	}, "a", "b")
+	a := startAgent(t, cfg)
+	registered(t, srv, a)
+	srv.registerDefinition(t, "default", shDefinition("pidder", pidScript))
+	srv.place(t, "default", "t1", "pidder:1", "i-1")
+	srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := RequestLeave(ctx, Control{Socket: a.ControlSocket()}); err != nil {
+		t.Fatalf("leave: %v", err)
+	}
+	tk := srv.waitTask(t, "default", "t1", "stops", lastStatus(orchestrator.StatusStopped))
+	if tk.GetStopReason() != tasks.ReasonLeaving {
+		t.Errorf("stop reason %q", tk.GetStopReason())
+	}
+	want := []string{"prestart a t1", "prestart b t1", "run t1", "ended t1", "poststop b t1", "poststop a t1"}
+	if got := log.of(" t1"); !slices.Equal(got, want) {
+		t.Errorf("hooks %q, want %q", got, want)
+	}
+	select {
+	case err := <-a.done:
+		if err != nil {
+			t.Errorf("Start = %v", err)
+		}
+		close(a.done)
+	case <-waitTimeout():
+		t.Fatal("Start did not return after the leave")
+	}
+	if got := append(log.of("stopped b"), log.of("stopped a")...); !slices.Equal(got, []string{"stopped b", "stopped a"}) {
+		t.Errorf("components stopped: %q", log.of(""))
 	}
 }
