@@ -153,6 +153,16 @@ func TestReconnectedAgentResumesItsTaskStream(t *testing.T) {
 		res, _ := srv.task(t, "default", name)
 		want[name] = res.GetId().GetUid() + "@" + res.GetVersion()
 	}
+	// The agent takes its own reports' replies in a moment after the
+	// store has them: cut the link only once it holds what is stored.
+	heldNow := func() map[string]string {
+		got := map[string]string{}
+		for _, h := range a.session.Resume().GetTasks() {
+			got[h.GetId().GetName()] = h.GetId().GetUid() + "@" + h.GetVersion()
+		}
+		return got
+	}
+	eventually(t, "the agent holds what the store has", func() bool { return maps.Equal(heldNow(), want) })
 	streams := counts.taskStreams()
 
 	link.cut()

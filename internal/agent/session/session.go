@@ -168,6 +168,11 @@ func (s *Session) Server() string { return s.server.Load().(string) }
 // taken in.
 func (s *Session) ViewIndex() uint64 { return s.viewIndex.Load() }
 
+// Resume is what the session would resume its task stream from now: the
+// tasks it holds, by uid and version, and their definitions; nil when it
+// holds no whole view. For diagnostics and tests.
+func (s *Session) Resume() *pbagent.WatchTasksResume { return s.held.resume() }
+
 var errLeft = errors.New("the instance has left the cluster")
 
 // Run connects to the servers one after another, registering the
