@@ -13,7 +13,10 @@
 //   - Pure functions of the document's text; the tests read the files.
 package markdown
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // Section is a heading of a document and what it holds, up to the next
 // heading of the same or a higher level.
@@ -113,4 +116,20 @@ func headingLevel(line string) int {
 		return 0
 	}
 	return n
+}
+
+// FirstCode is the first code block in lang of the section titled title
+// of doc: what a doc quotes of code that a test keeps compiling. The error
+// says which is missing.
+func FirstCode(doc, title, lang string) (string, error) {
+	sec, ok := Find(doc, title)
+	if !ok {
+		return "", fmt.Errorf("no section %q", title)
+	}
+	for _, b := range Blocks(sec.Body) {
+		if b.Lang == lang {
+			return b.Body, nil
+		}
+	}
+	return "", fmt.Errorf("section %q quotes no %s code", title, lang)
 }

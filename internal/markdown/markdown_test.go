@@ -62,3 +62,20 @@ func TestSectionsAndBlocks(t *testing.T) {
 		t.Error("Find found a section that is not there")
 	}
 }
+
+// FirstCode: the first block of the language in the section, and an
+// error that names what is missing.
+func TestFirstCode(t *testing.T) {
+	doc := "# A\n```sh\nls\n```\n```go\nfunc a() {}\n```\n# B\ntext\n"
+	if got, err := FirstCode(doc, "A", "go"); err != nil || got != "func a() {}\n" {
+		t.Errorf("FirstCode(A, go) = %q, %v", got, err)
+	}
+	for _, c := range []struct{ title, lang, want string }{
+		{"B", "go", `section "B" quotes no go code`},
+		{"C", "go", `no section "C"`},
+	} {
+		if _, err := FirstCode(doc, c.title, c.lang); err == nil || err.Error() != c.want {
+			t.Errorf("FirstCode(%s, %s) = %v, want %q", c.title, c.lang, err, c.want)
+		}
+	}
+}

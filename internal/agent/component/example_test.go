@@ -84,19 +84,9 @@ func TestArchitectureDocQuotesTheExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sec, ok := markdown.Find(string(doc), "Adding an agent component")
-	if !ok {
-		t.Fatal(`docs/architecture.md has no "Adding an agent component"`)
-	}
-	quote := ""
-	for _, b := range markdown.Blocks(sec.Body) {
-		if b.Lang == "go" {
-			quote = b.Body
-			break
-		}
-	}
-	if quote == "" {
-		t.Fatal(`"Adding an agent component" quotes no Go code`)
+	quote, err := markdown.FirstCode(string(doc), "Adding an agent component", "go")
+	if err != nil {
+		t.Fatalf("docs/architecture.md: %v", err)
 	}
 	if !strings.Contains(string(src), quote) {
 		t.Errorf("the quote in docs/architecture.md is not in example_test.go:\n%s", quote)
