@@ -24,10 +24,10 @@ var watchBackoff = Backoff{Base: 100 * time.Millisecond, Max: 30 * time.Second}
 // the owner and the version (not the data: the owner reaper follows every
 // type, and a full copy of the store would double the leader's memory).
 //
-// When the watch ends (cut off for falling behind, the stream broken), the
-// informer resumes it after the last index it has wholly seen, so that no
-// change is lost. When the service can no longer resume from there, it
-// lists again and compares the new list with what it remembers: what is new
+// It follows the type with resource.Follow: when the watch ends (cut off
+// for falling behind, the stream broken), it is resumed after the last
+// index wholly seen, so that no change is lost. When the service can no
+// longer resume from there, it lists again and the informer compares the new list with what it remembers: what is new
 // or changed is handed on as an upsert, what is gone as a delete, so even
 // then a change is never lost, only collapsed to its latest state. Such a
 // delete carries only the id, the owner and the version.
@@ -108,7 +108,7 @@ func newInformer(client resource.API, typ *pbresource.Type, logger *slog.Logger,
 	return &informer{
 		client:  client,
 		typ:     typ,
-		logger:  logger.With("type", ids.TypeString(typ)),
+		logger:  logger,
 		metrics: m,
 		seen:    make(seenSet),
 	}
@@ -118,109 +118,45 @@ func newInformer(client resource.API, typ *pbresource.Type, logger *slog.Logger,
 // domains whose controllers read the type, so it may follow a sealed type
 // (resource.Registration.Sealed): what it caches never leaves the process.
 func (in *informer) run(ctx context.Context) {
-	ctx = resource.FromOperations(ctx)
-	var (
-		complete uint64 // every change up to this index has been handed on
-		attempt  int    // consecutive attempts that made no progress
-	)
-	for ctx.Err() == nil {
-		if attempt > 0 {
-			t := time.NewTimer(watchBackoff.Delay(attempt, rand.Float64()))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
+	typ := ids.TypeString(in.typ)
+	resource.Follow(ctx, resource.FollowConfig{
+		Source: in.client,
+		Type:   in.typ,
 		// A controller's informer must not be cut off by a burst of batch
 		// writes: it would list its type again, in the middle of the burst.
-		w, err := in.client.Watch(storage.WithWatchBuffer(ctx, storage.ServerWatchBuffer), &pbresource.WatchListRequest{
-			Type:       in.typ,
-			Tenancy:    &pbresource.Tenancy{Namespace: ids.WildcardNamespace},
-			SinceIndex: complete,
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if complete > 0 {
-				// The service cannot resume from there (its history is
-				// gone, or it restarted): list again, at once.
-				in.logger.Info("controller watch cannot resume, listing again", "after_index", complete, "error", err)
-				in.metrics.watchRestarts.WithLabelValues(ids.TypeString(in.typ), "relist").Inc()
-				complete = 0
-				continue
-			}
-			attempt++
-			in.logger.Warn("controller watch failed to open", "attempt", attempt, "error", err)
-			continue
-		}
-		before := complete
-		complete, err = in.consume(ctx, w, complete)
-		w.Close()
-		if ctx.Err() != nil {
-			return
-		}
-		if complete > before {
-			attempt = 0
-		} else {
-			attempt++
-		}
-		in.logger.Info("controller watch ended, resuming", "after_index", complete, "error", err)
-		in.metrics.watchRestarts.WithLabelValues(ids.TypeString(in.typ), "resume").Inc()
+		Context: func(ctx context.Context) context.Context {
+			return storage.WithWatchBuffer(resource.FromOperations(ctx), storage.ServerWatchBuffer)
+		},
+		Retry:     watchBackoff,
+		Rand:      rand.Float64,
+		Restarted: func(how string) { in.metrics.watchRestarts.WithLabelValues(typ, how).Inc() },
+		Logger:    in.logger.With("component", "controller-informer"),
+	}, in)
+}
+
+// Listed implements resource.Follower: a whole listing is compared with
+// what the informer remembers, and the cache, when the type is cached,
+// is marked synced.
+func (in *informer) Listed(list []*pbresource.Resource, _ uint64) {
+	fresh := make(map[slot]*pbresource.Resource, len(list))
+	for _, res := range list {
+		fresh[slotOf(res.GetId())] = res
+	}
+	in.replace(fresh)
+	if in.cache != nil {
+		in.cache.markSynced()
 	}
 }
 
-// consume reads w until it ends and returns the index up to which every
-// change has been handed on. since is the index w was opened after (0: w
-// starts with a full snapshot).
-func (in *informer) consume(ctx context.Context, w storage.Watch, since uint64) (uint64, error) {
-	var (
-		complete = since
-		lastSeen = since
-		listing  = since == 0
-		fresh    map[slot]*pbresource.Resource
-	)
-	if listing {
-		fresh = make(map[slot]*pbresource.Resource)
-	}
-	for {
-		ev, err := w.Next(ctx)
-		if err != nil {
-			return complete, err
-		}
-		// Events of one batch share an index: an index is wholly seen only
-		// once a later one arrives (or the snapshot ends).
-		if idx := ev.GetIndex(); idx > lastSeen {
-			complete, lastSeen = lastSeen, idx
-		}
-		res := ev.GetResource()
-		switch ev.GetOp() {
-		case pbresource.WatchEvent_OP_UPSERT:
-			if listing {
-				fresh[slotOf(res.GetId())] = res
-				continue
-			}
-			in.upsert(res)
-		case pbresource.WatchEvent_OP_DELETE:
-			if listing {
-				delete(fresh, slotOf(res.GetId()))
-				continue
-			}
-			in.remove(res)
-		case pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
-			if listing {
-				in.replace(fresh)
-				listing, fresh = false, nil
-				if in.cache != nil {
-					in.cache.markSynced()
-				}
-			}
-			complete = lastSeen
-		}
-	}
-}
+// Upserted implements resource.Follower.
+func (in *informer) Upserted(res *pbresource.Resource, _ uint64) { in.upsert(res) }
+
+// Deleted implements resource.Follower.
+func (in *informer) Deleted(res *pbresource.Resource, _ uint64) { in.remove(res) }
+
+// Progressed implements resource.Follower; the informer needs no more
+// than its events.
+func (in *informer) Progressed(uint64) {}
 
 // upsert remembers res and hands it on, unless it is a repeat (a resumed
 // watch may repeat the events of its last index).

@@ -2,14 +2,10 @@ package informer
 
 import (
 	"context"
-	"log/slog"
 	"sync"
-	"time"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
-	"trellis.dev/trellis/internal/backoff"
 	"trellis.dev/trellis/internal/controller"
-	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/storage"
 )
@@ -19,7 +15,6 @@ import (
 type typeState struct {
 	in  *Informer
 	typ *pbresource.Type
-	log *slog.Logger
 
 	// mu serialises the cache's changes of the type with its subscribers:
 	// held while a change is applied and handed on, and while a
@@ -48,7 +43,6 @@ type progress struct {
 func newTypeState(in *Informer, typ *pbresource.Type) *typeState {
 	return &typeState{
 		in: in, typ: typ,
-		log:        in.log.With("type", ids.TypeString(typ)),
 		subs:       make(map[*Subscription]struct{}),
 		progressed: make(chan struct{}),
 	}
@@ -87,115 +81,42 @@ func (ts *typeState) advance(complete uint64, synced bool, changed uint64) {
 // run follows the type until ctx ends.
 func (ts *typeState) run(ctx context.Context) {
 	cfg := ts.in.cfg
-	wait := backoff.Waiter{Policy: cfg.Retry, Rand: cfg.Rand}
-	var complete uint64 // every change up to it has been applied
-	for ctx.Err() == nil {
-		wctx := ctx
-		if cfg.Local {
-			// The store's progress marks carry the index forward while
-			// the type does not change; a burst of writes must not cut
-			// the watch off.
-			wctx = storage.WithProgressMarks(storage.WithWatchBuffer(ctx, storage.ServerWatchBuffer))
-		}
-		w, err := cfg.Source.Watch(wctx, &pbresource.WatchListRequest{
-			Type:       ts.typ,
-			Tenancy:    &pbresource.Tenancy{Namespace: ids.WildcardNamespace},
-			SinceIndex: complete,
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if complete > 0 && resource.NeedsRelist(err) {
-				ts.log.Info("informer watch cannot resume, listing again", "after_index", complete, "err", err)
-				complete = 0
-				continue
-			}
-			ts.sleep(ctx, wait.Next(), "informer watch failed to open", err, complete)
-			continue
-		}
-		before := complete
-		complete, err = ts.consume(ctx, w, complete)
-		w.Close()
-		if ctx.Err() != nil {
-			return
-		}
-		if complete > before {
-			wait.Reset()
-			ts.log.Info("informer watch ended, resuming", "after_index", complete, "err", err)
-			continue
-		}
-		ts.sleep(ctx, wait.Next(), "informer watch ended without progress", err, complete)
+	fc := resource.FollowConfig{
+		Source: cfg.Source,
+		Type:   ts.typ,
+		Retry:  cfg.Retry,
+		Rand:   cfg.Rand,
+		Logger: ts.in.log,
 	}
+	if cfg.Local {
+		// The store's progress marks carry the index forward while the
+		// type does not change; a burst of writes must not cut the watch
+		// off.
+		fc.Context = func(ctx context.Context) context.Context {
+			return storage.WithProgressMarks(storage.WithWatchBuffer(ctx, storage.ServerWatchBuffer))
+		}
+	}
+	resource.Follow(ctx, fc, ts)
 }
 
-func (ts *typeState) sleep(ctx context.Context, d time.Duration, msg string, err error, complete uint64) {
-	ts.log.Warn(msg, "after_index", complete, "err", err, "retry_in", d)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+// Listed implements resource.Follower: a whole listing replaces what the
+// cache holds.
+func (ts *typeState) Listed(list []*pbresource.Resource, idx uint64) {
+	ts.advance(idx, true, ts.replace(list, idx))
 }
 
-// consume applies w's events until it fails, and returns the index up to
-// which every change has been applied. since is the index w was opened
-// after (0: w starts with a whole listing).
-func (ts *typeState) consume(ctx context.Context, w storage.Watch, since uint64) (uint64, error) {
-	var (
-		complete = since
-		lastSeen = since
-		listing  = since == 0
-		fresh    []*pbresource.Resource
-	)
-	for {
-		ev, err := w.Next(ctx)
-		if err != nil {
-			return complete, err
-		}
-		idx := ev.GetIndex()
-		switch ev.GetOp() {
-		case pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
-			// Every change up to its index has been handed over: the end
-			// of a listing or of a resumed watch's replay, or a progress
-			// mark.
-			changed := uint64(0)
-			if listing {
-				changed = ts.replace(fresh, idx)
-				listing, fresh = false, nil
-			}
-			lastSeen = max(lastSeen, idx)
-			complete = lastSeen
-			ts.advance(complete, true, changed)
-			continue
-		case pbresource.WatchEvent_OP_UPSERT, pbresource.WatchEvent_OP_DELETE:
-		default:
-			continue
-		}
-		if listing {
-			if ev.GetOp() == pbresource.WatchEvent_OP_UPSERT {
-				fresh = append(fresh, ev.GetResource())
-			}
-			continue
-		}
-		if idx > lastSeen {
-			// The store hands changes over in index order: an event at
-			// idx proves every change before it. Events of one batch
-			// share an index, so idx itself is complete only once a
-			// later index (or a mark) comes.
-			lastSeen = idx
-			complete = max(complete, idx-1)
-		}
-		var changed uint64
-		if ev.GetOp() == pbresource.WatchEvent_OP_UPSERT {
-			changed = ts.upsert(ev.GetResource(), idx)
-		} else {
-			changed = ts.remove(ev.GetResource(), idx)
-		}
-		ts.advance(complete, false, changed)
-	}
+// Upserted implements resource.Follower.
+func (ts *typeState) Upserted(res *pbresource.Resource, idx uint64) {
+	ts.advance(0, false, ts.upsert(res, idx))
 }
+
+// Deleted implements resource.Follower.
+func (ts *typeState) Deleted(res *pbresource.Resource, idx uint64) {
+	ts.advance(0, false, ts.remove(res, idx))
+}
+
+// Progressed implements resource.Follower.
+func (ts *typeState) Progressed(complete uint64) { ts.advance(complete, false, 0) }
 
 // nameOnly is id without its uid: whatever incarnation is cached.
 func nameOnly(id *pbresource.ID) *pbresource.ID {

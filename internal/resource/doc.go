@@ -185,7 +185,11 @@
 // snapshot), whose new snapshot replaces the set. Its source is a Watcher:
 // the API, or a client of a server's gRPC face. Controllers use the
 // controller runtime's informers instead, which resume from an index and
-// keep no data.
+// keep no data; consumers of changes (the agent's components, a server's
+// routes) use package informer, which keeps the data, indexed, and hands
+// out deltas. Both follow their types with Follow: one watch resumed
+// after the index it has wholly handed over, listed again only when it
+// cannot be resumed (NeedsRelist).
 //
 // # Copies
 //
