@@ -4,7 +4,8 @@
 // types, their validation and defaults, the index of instances by service
 // of the controllers' cache, and the pure decisions over them: an
 // instance's health as every reader sees it (HealthOf, MergeHealth), the
-// expiry of TTL checks (ExpireTTLChecks) and the one mapping of a task's
+// expiry of TTL checks (ExpireTTLChecks), the servers' verdict on an
+// instance whose agent is down (DownVerdict) and the one mapping of a task's
 // health onto a check's status (CheckStatusOf). The module that serves
 // them is catalogmodule; docs/catalog.md is the user's view.
 //
@@ -33,6 +34,13 @@
 //     it was made over) and gives one check per definition: a check nobody
 //     reported is critical, as Consul registers a check, so that an
 //     instance gets no traffic before its health is known.
+//   - A down agent cannot say that its tasks stopped, so the servers say
+//     it for it: while the Instance an instance runs on is marked down,
+//     the health controller writes every check critical under its own
+//     key, stamped with the time of the agent's report it overrides; the
+//     agent's next report is newer and wins by itself, and a verdict still
+//     standing when the agent registers again is withdrawn (DownVerdict).
+//     InstancesByInstance finds the instances of one Instance.
 //   - One health vocabulary. The orchestrator judges a task and a
 //     container as healthy, unhealthy or unknown (orchestrator.TaskHealth,
 //     orchestrator.ContainerHealth) over what agents report (HEALTHY,

@@ -36,3 +36,30 @@ var InstancesCached = []controller.CachedType{
 func InstancesOf(c *controller.Cache, ns, name string) []*controller.Object {
 	return c.ByIndex(ServiceInstanceType, InstancesByService.Name, ServiceKey(ns, name))
 }
+
+// InstancesByInstance is the index of the controllers' cache that files a
+// ServiceInstance of a task under the Instance (machine) it runs on: the
+// instances whose checks the health controller sets critical when that
+// Instance's agent is marked down, found without walking every instance.
+// One registered from outside Trellis runs on none and is in no key.
+var InstancesByInstance = &controller.Index{Name: "instances-by-instance", Keys: func(o *controller.Object) []string {
+	si, ok := controller.Decoded[*pbcatalog.ServiceInstance](o)
+	if !ok || si.GetInstance() == "" {
+		return nil
+	}
+	return []string{si.GetInstance()}
+}}
+
+// HealthCached is what the servers' health controller declares of the
+// cache: the service instances by service and by the Instance they run on.
+var HealthCached = []controller.CachedType{
+	{Type: ServiceInstanceType, Indexes: []*controller.Index{InstancesByService, InstancesByInstance}},
+}
+
+// InstancesOn returns the cached service instances of tasks that run on
+// the Instance called instance, in every namespace; the cache must hold
+// ServiceInstanceType with InstancesByInstance (HealthCached). The objects
+// are shared: never change them.
+func InstancesOn(c *controller.Cache, instance string) []*controller.Object {
+	return c.ByIndex(ServiceInstanceType, InstancesByInstance.Name, instance)
+}

@@ -88,3 +88,45 @@ func TestInstancesByService(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The cache files an instance of a task under the Instance it runs on;
+// one from outside Trellis runs on none and is filed nowhere.
+func TestInstancesByInstance(t *testing.T) {
+	w := newWorld(t)
+	c := controller.NewCache(controller.CheckReadOnly())
+	if err := c.Declare(catalog.HealthCached...); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ task, on string }{{"t1", "i-1"}, {"t2", "i-1"}, {"t3", "i-2"}} {
+		task := w.task(tc.task, tc.on)
+		si := okInstance()
+		si.Instance, si.Task, si.Checks = tc.on, tc.task, nil
+		res, err := w.write(catalog.ServiceInstanceID("default", tc.task), task, si)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Apply(controller.Event{Resource: res})
+	}
+	ext, err := w.write(catalog.ServiceInstanceID("default", "db-1"), nil, okExternal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Apply(controller.Event{Resource: ext})
+	on := func(instance string) []string {
+		var names []string
+		for _, o := range catalog.InstancesOn(c, instance) {
+			names = append(names, o.Resource.GetId().GetName())
+		}
+		slices.Sort(names)
+		return names
+	}
+	if got := on("i-1"); !slices.Equal(got, []string{"t1", "t2"}) {
+		t.Errorf("on i-1: %v", got)
+	}
+	if got := on("i-2"); !slices.Equal(got, []string{"t3"}) {
+		t.Errorf("on i-2: %v", got)
+	}
+	if got := on(""); got != nil {
+		t.Errorf("filed under no instance: %v", got)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/catalog"
 	"trellis.dev/trellis/internal/controller"
+	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
 )
 
@@ -23,12 +24,16 @@ import (
 const DefaultHealthResync = 5 * time.Minute
 
 // HealthController is the servers' controller that owns a
-// ServiceInstance's catalog.ServerChecksStatusKey. For now it expires the
-// TTL checks of instances registered from outside Trellis
-// (catalog.ExpireTTLChecks): it reconciles each instance, writes the
-// checks that ran out critical, and runs again when the next one would.
-// It declares catalog.InstancesCached, so the leader's cache keeps the
-// instances by service for every controller.
+// ServiceInstance's catalog.ServerChecksStatusKey. It reconciles each
+// instance: one registered from outside Trellis has its TTL checks expired
+// (catalog.ExpireTTLChecks: the checks that ran out written critical, and
+// a run again when the next one would); one of a task has every check set
+// critical while the agent of the Instance it runs on is marked down, and
+// that verdict withdrawn once the agent is back (catalog.DownVerdict). It
+// watches Instances, and maps a change of one to the service instances
+// on it (catalog.InstancesByInstance). It declares catalog.HealthCached,
+// so the leader's cache keeps the instances by service and by instance
+// for every controller.
 func HealthController(api resource.API, now func() time.Time, log *slog.Logger) []controller.Controller {
 	if now == nil {
 		now = time.Now
@@ -38,9 +43,12 @@ func HealthController(api resource.API, now func() time.Time, log *slog.Logger) 
 	}
 	r := &healthReconciler{api: api, now: now, log: log.With("controller", catalog.HealthControllerName)}
 	return []controller.Controller{{
-		Name:         catalog.HealthControllerName,
-		ManagedType:  catalog.ServiceInstanceType,
-		Cached:       catalog.InstancesCached,
+		Name:        catalog.HealthControllerName,
+		ManagedType: catalog.ServiceInstanceType,
+		Cached:      catalog.HealthCached,
+		Watches: []controller.Watch{
+			{Type: orchestrator.InstanceType, Map: mapInstanceToServiceInstances},
+		},
 		Reconciler:   r,
 		ResyncPeriod: DefaultHealthResync,
 	}}
@@ -65,6 +73,9 @@ func (r *healthReconciler) Reconcile(ctx context.Context, req controller.Request
 	if err != nil {
 		return controller.Terminal(err)
 	}
+	if si.GetInstance() != "" {
+		return r.judgeDown(ctx, res, si)
+	}
 	next, wait := catalog.ExpireTTLChecks(si, catalog.ServerChecksOf(res), r.now())
 	if next != nil {
 		payload, err := anypb.New(next)
@@ -83,6 +94,59 @@ func (r *healthReconciler) Reconcile(ctx context.Context, req controller.Request
 	}
 	if wait > 0 {
 		return controller.RequeueAfter(wait)
+	}
+	return nil
+}
+
+// mapInstanceToServiceInstances maps a change of an Instance (marked down,
+// registered again, deleted) to the service instances of the tasks on it.
+func mapInstanceToServiceInstances(ev controller.Event, look controller.Lookup) []controller.Request {
+	objs := catalog.InstancesOn(look.Cache(), ev.Resource.GetId().GetName())
+	reqs := make([]controller.Request, 0, len(objs))
+	for _, o := range objs {
+		reqs = append(reqs, controller.Request{ID: o.Resource.GetId()})
+	}
+	return reqs
+}
+
+// judgeDown writes the servers' verdict on an instance of a task
+// (catalog.DownVerdict): every check critical while the agent of its
+// Instance is down, withdrawn once it is back.
+func (r *healthReconciler) judgeDown(ctx context.Context, res *pbresource.Resource, si *pbcatalog.ServiceInstance) error {
+	down := false
+	inst, err := r.api.Read(ctx, &pbresource.ReadRequest{Id: orchestrator.InstanceID(si.GetInstance())})
+	switch {
+	case status.Code(err) == codes.NotFound:
+		down = true // no agent is there to report
+	case err != nil:
+		return err
+	default:
+		in, err := orchestrator.DecodeInstance(inst.GetResource())
+		if err != nil {
+			return controller.Terminal(err)
+		}
+		down = in.GetStatus() == orchestrator.InstanceDown
+	}
+	next := catalog.DownVerdict(si, catalog.AgentChecksOf(res), catalog.ServerChecksOf(res), down, r.now())
+	if next == nil {
+		return nil
+	}
+	payload, err := anypb.New(next)
+	if err != nil {
+		return controller.Terminal(err)
+	}
+	// A CAS on the version read: an agent report that lands meanwhile is
+	// judged by the next run.
+	if _, err := r.api.WriteStatus(resource.AsController(ctx, catalog.HealthControllerName), &pbresource.WriteStatusRequest{
+		Id: res.GetId(), Version: res.GetVersion(), Key: catalog.ServerChecksStatusKey,
+		Status: &pbresource.Status{ObservedGeneration: res.GetGeneration(), Data: payload},
+	}); err != nil {
+		return fmt.Errorf("judging the checks of %s, whose agent is down=%t: %w", res.GetId().GetName(), down, err)
+	}
+	if down {
+		r.log.Info("checks set critical: the instance's agent is down", "instance", res.GetId().GetName(), "namespace", res.GetId().GetTenancy().GetNamespace(), "on", si.GetInstance())
+	} else {
+		r.log.Info("down verdict withdrawn: the instance's agent is back", "instance", res.GetId().GetName(), "namespace", res.GetId().GetTenancy().GetNamespace(), "on", si.GetInstance())
 	}
 	return nil
 }
