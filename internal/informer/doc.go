@@ -40,5 +40,9 @@
 //     can be made consistent, as Consul's ?consistent is: WaitConsistent.
 //     Without a bound a read is the cache as it is (Consul's stale mode),
 //     which on a server the store itself holds back until the server has
-//     caught up with a leader once since its start.
+//     caught up with a leader once since its start. ParseQuery and Await
+//     are the whole of it for a route: Consul's ?index= and ?wait= (a
+//     blocking query, its wait capped at 10 minutes as Consul caps it),
+//     ?consistent and ?stale, and the index to answer with
+//     (X-Consul-Index: the type's last change).
 package informer
