@@ -41,7 +41,7 @@ import (
 const detectSlack = 2 * time.Second
 
 // runServer starts srv until the test ends.
-func runServer(t *testing.T, srv *server.Server) (stop func()) {
+func runServer(t testing.TB, srv *server.Server) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -70,7 +70,7 @@ func dialGRPC(t *testing.T, addr string) *grpc.ClientConn {
 }
 
 // eventually polls cond until it holds, failing after limit.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for !cond() {
@@ -349,7 +349,7 @@ func raftClusterTLS(t *testing.T, ttl time.Duration, tlsFor func(i int) *tlsutil
 // raftClusterStops is raftClusterTLS with each server's Config changed by
 // configure (when set), that also returns a function that stops each
 // server.
-func raftClusterStops(t *testing.T, ttl time.Duration, tlsFor func(i int) *tlsutil.Configurator, configure func(*server.Config)) ([]*server.Server, []func()) {
+func raftClusterStops(t testing.TB, ttl time.Duration, tlsFor func(i int) *tlsutil.Configurator, configure func(*server.Config)) ([]*server.Server, []func()) {
 	t.Helper()
 	ports, err := testcluster.FreePorts(6)
 	if err != nil {
@@ -398,7 +398,7 @@ func raftClusterStops(t *testing.T, ttl time.Duration, tlsFor func(i int) *tlsut
 func raftBackend(srv *server.Server) *raftstore.Backend { return srv.Backend().(*raftstore.Backend) }
 
 // leaderOf waits until one server leads and every server knows a leader.
-func leaderOf(t *testing.T, servers []*server.Server) *server.Server {
+func leaderOf(t testing.TB, servers []*server.Server) *server.Server {
 	t.Helper()
 	var leader *server.Server
 	eventually(t, 60*time.Second, "a leader", func() bool {
@@ -496,7 +496,7 @@ func TestHeartbeatTTLConfig(t *testing.T) {
 
 // heartbeatTTL are the default modules with the orchestrator's
 // -heartbeat-ttl.
-func heartbeatTTL(t *testing.T, ttl time.Duration) []module.Module {
+func heartbeatTTL(t testing.TB, ttl time.Duration) []module.Module {
 	t.Helper()
 	mods, err := server.DefaultModulesWith("-heartbeat-ttl", ttl.String())
 	if err != nil {
