@@ -63,8 +63,10 @@ type Subscription struct {
 // the type's watch goroutine, starting with what the cache holds now (as
 // Added, in namespace and name order): the consumer neither misses a
 // change nor sees one twice. fn must be quick and must not call Subscribe
-// or Cancel itself; it may read the informer. It fails with
-// ErrNotDeclared when typ is not declared.
+// or Cancel itself; it may read the informer (Get, List, ByIndex), but
+// not wait on it (WaitIndex and the like), since the type does not move
+// on until fn returns. It fails with ErrNotDeclared when typ is not
+// declared.
 func (in *Informer) Subscribe(typ *pbresource.Type, fn func(Delta)) (*Subscription, error) {
 	ts, err := in.state(typ)
 	if err != nil {

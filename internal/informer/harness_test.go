@@ -67,11 +67,12 @@ func newHarness(t tb, log testing.TB, local bool) *harness {
 	}
 	src := &breakable{inner: svc}
 	in, err := informer.New(informer.Config{
-		Source:     src,
-		Local:      local,
-		LocalIndex: backend.Store().Index,
-		Retry:      backoff.Policy{Base: time.Millisecond, Max: time.Millisecond},
-		Logger:     testlog.Logger(log),
+		Source:        src,
+		Local:         local,
+		LocalIndex:    backend.Store().Index,
+		CheckReadOnly: true,
+		Retry:         backoff.Policy{Base: time.Millisecond, Max: time.Millisecond},
+		Logger:        testlog.Logger(log),
 	})
 	if err != nil {
 		t.Fatal(err)

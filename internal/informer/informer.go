@@ -41,6 +41,9 @@ type Config struct {
 	Retry  backoff.Policy
 	Rand   func() float64
 	Logger *slog.Logger // discards when nil
+	// CheckReadOnly makes the cache catch a consumer that modifies a
+	// shared object (controller.CheckReadOnly; Verify); for tests.
+	CheckReadOnly bool
 }
 
 // Informer is an indexed local cache of the declared types, fed by one
@@ -77,8 +80,16 @@ func New(cfg Config) (*Informer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Informer{cfg: cfg, log: log, cache: controller.NewCache(), types: make(map[string]*typeState)}, nil
+	var opts []controller.CacheOption
+	if cfg.CheckReadOnly {
+		opts = append(opts, controller.CheckReadOnly())
+	}
+	return &Informer{cfg: cfg, log: log, cache: controller.NewCache(opts...), types: make(map[string]*typeState)}, nil
 }
+
+// Verify reports, under Config.CheckReadOnly, the first cached object a
+// consumer has modified (nil without it).
+func (in *Informer) Verify() error { return in.cache.Verify() }
 
 // Declare adds the types a consumer follows, with the indexes it looks
 // them up by, all or none. Consumers that declare the same type share its

@@ -36,6 +36,9 @@ func (h *harness) check(t tb, models ...*model) {
 	if got := h.cachedGroups(groups); !maps.EqualFunc(got, wantGroups, slices.Equal) {
 		t.Fatalf("the group index holds %v; recomputed from the store %v", got, wantGroups)
 	}
+	if err := h.in.Verify(); err != nil {
+		t.Fatal(err)
+	}
 	for i, m := range models {
 		held, problems := m.snapshot()
 		if len(problems) > 0 {
