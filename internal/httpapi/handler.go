@@ -334,10 +334,15 @@ func (h *Handler) authorize(r *http.Request, perm acl.Permission) error {
 }
 
 // requestNamespace is the namespace a request names for a namespace
-// permission: its ?namespace= query, or "default", as the scheduler's
-// operations read it.
+// permission: its ?namespace= query, or else Consul's ?ns= (the catalog's
+// Consul-compatible routes take either, and refuse both naming two), or
+// "default", as the scheduler's operations read it.
 func requestNamespace(r *http.Request) string {
-	if ns := r.URL.Query().Get("namespace"); ns != "" {
+	q := r.URL.Query()
+	if ns := q.Get("namespace"); ns != "" {
+		return ns
+	}
+	if ns := q.Get("ns"); ns != "" {
 		return ns
 	}
 	return "default"

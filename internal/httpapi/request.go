@@ -323,10 +323,16 @@ func parseFlag(name, v string) (bool, error) {
 	return b, nil
 }
 
-// tokenFrom reads the caller's ACL token: X-Trellis-Token, or else an
-// Authorization: Bearer header.
+// tokenFrom reads the caller's ACL token: X-Trellis-Token, or else
+// X-Consul-Token, or else an Authorization: Bearer header.
 func tokenFrom(r *http.Request) string {
 	if tok := r.Header.Get("X-Trellis-Token"); tok != "" {
+		return tok
+	}
+	// Consul's header, which its clients (the consul/api package,
+	// Prometheus's consul_sd_configs) send to the catalog's
+	// Consul-compatible routes.
+	if tok := r.Header.Get("X-Consul-Token"); tok != "" {
 		return tok
 	}
 	auth := r.Header.Get("Authorization")
