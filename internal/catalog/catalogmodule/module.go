@@ -10,6 +10,7 @@ import (
 
 	"trellis.dev/trellis/internal/catalog"
 	"trellis.dev/trellis/internal/module"
+	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
 )
 
@@ -29,11 +30,24 @@ func (catalogModule) Name() string { return "catalog" }
 
 func (catalogModule) Register(r *resource.Registry) { catalog.Register(r) }
 
-// Setup builds the health controller, run on the leader.
+// Setup builds the health controller, run on the leader, and, on a
+// server with an informer, Consul's catalog and health read routes
+// (consulAPI), which answer on every server.
 func (m catalogModule) Setup(d module.Deps) (module.Parts, error) {
 	if d.API == nil {
 		return module.Parts{}, errors.New("needs the resource API")
 	}
 	hc := HealthController(d.API, m.cfg.Now, d.Logger)
-	return module.Parts{Controllers: hc}, nil
+	parts := module.Parts{Controllers: hc}
+	if d.Informer != nil {
+		machines := false
+		if d.Registry != nil {
+			_, machines = d.Registry.Resolve(orchestrator.InstanceType)
+		}
+		if err := d.Informer.Declare(consulTypes(machines)...); err != nil {
+			return module.Parts{}, err
+		}
+		parts.Routes = append(parts.Routes, consulAPI{in: d.Informer, datacenter: d.Cluster.Datacenter, machines: machines}.routes()...)
+	}
+	return parts, nil
 }
