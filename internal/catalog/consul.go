@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"net"
 	"slices"
 	"sort"
 	"strconv"
@@ -251,12 +252,18 @@ func machineNode(dc string, m *pbresource.Resource, in *pborch.Instance) ConsulN
 	for k, v := range in.GetAttributes() {
 		meta[k] = v
 	}
+	// An agent registers host:port (its own API's); a node's address is
+	// the host alone.
+	addr := in.GetAddress()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		addr = host
+	}
 	tagged := map[string]string{}
-	if in.GetAddress() != "" {
-		tagged["lan"] = in.GetAddress()
+	if addr != "" {
+		tagged["lan"] = addr
 	}
 	return ConsulNode{
-		ID: m.GetId().GetUid(), Node: m.GetId().GetName(), Address: in.GetAddress(), Datacenter: dc,
+		ID: m.GetId().GetUid(), Node: m.GetId().GetName(), Address: addr, Datacenter: dc,
 		TaggedAddresses: tagged, Meta: meta, CreateIndex: idx, ModifyIndex: idx,
 	}
 }
