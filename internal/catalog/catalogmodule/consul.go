@@ -61,11 +61,10 @@ func (c consulAPI) routes() []httpapi.Route {
 
 // consulQuery is a Consul-shaped request's parameters.
 type consulQuery struct {
-	namespace  string
-	blocking   blocking
-	consistent bool
-	passing    bool
-	tags       []string
+	namespace string
+	query     informer.Query // ?index, ?wait, ?consistent, ?stale
+	passing   bool
+	tags      []string
 }
 
 // Parameters every Consul read takes, and those Trellis refuses by name
@@ -126,18 +125,10 @@ func (c consulAPI) parse(r *http.Request, extra ...string) (consulQuery, error) 
 		}
 	}
 	var err error
-	if q.blocking, err = parseBlocking(one("index"), one("wait")); err != nil {
-		return q, err
-	}
-	if q.consistent, err = consulFlag("consistent", one("consistent"), values.Has("consistent")); err != nil {
-		return q, err
-	}
-	stale, err := consulFlag("stale", one("stale"), values.Has("stale"))
-	if err != nil {
-		return q, err
-	}
-	if stale && q.consistent {
-		return q, httpapi.InputError("stale", "a read is either consistent or stale, not both")
+	if q.query, err = informer.ParseQuery(values); err != nil {
+		// ParseQuery's refusal names the parameter: "index: ..."
+		field, reason, _ := strings.Cut(strings.TrimPrefix(err.Error(), informer.ErrBadQuery.Error()+": "), ": ")
+		return q, httpapi.InputError(field, "%s", reason)
 	}
 	if _, err := consulFlag("cached", one("cached"), values.Has("cached")); err != nil {
 		return q, err
@@ -150,35 +141,46 @@ func (c consulAPI) parse(r *http.Request, extra ...string) (consulQuery, error) 
 	return q, nil
 }
 
-// answer waits as q asks (consistent, then blocking on a change of any of
-// types past q's index), then writes what view builds, with the index it
-// answers at in X-Consul-Index. The index is read before the view is
-// built, so the view holds at least every change up to it.
+// answer waits as q asks (informer.Await: loaded, consistent when asked,
+// then blocking on a change of any of types past q's index), then writes
+// what view builds, with the index it answers at in X-Consul-Index. The
+// index is read before the view is built, so the view holds at least
+// every change up to it.
 func (c consulAPI) answer(w http.ResponseWriter, r *http.Request, q consulQuery, types []*pbresource.Type, view func() any) error {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(httpapi.Stopping(r.Context()), cancel)
 	defer stop()
-	for _, typ := range types {
-		if q.consistent {
-			if _, err := c.in.WaitConsistent(ctx, typ); err != nil {
-				return fmt.Errorf("a consistent read: %w", err)
+	var idx uint64
+	if len(types) == 1 {
+		var err error
+		if idx, err = c.in.Await(ctx, types[0], q.query); err != nil {
+			return err
+		}
+	} else {
+		// Loaded (and consistent, when asked) for each type, then
+		// blocking on a change of any.
+		for _, typ := range types {
+			if _, err := c.in.Await(ctx, typ, informer.Query{Consistent: q.query.Consistent}); err != nil {
+				return err
 			}
-		} else if err := c.in.WaitIndex(ctx, typ, 0); err != nil {
-			return fmt.Errorf("the catalog is not loaded yet: %w", err)
 		}
-	}
-	if q.blocking.index > 0 {
-		wctx, wcancel := context.WithTimeout(ctx, q.blocking.wait)
-		c.waitChange(wctx, types, q.blocking.index)
-		wcancel()
-		if r.Context().Err() != nil {
-			return r.Context().Err()
+		if q.query.MinIndex > 0 {
+			wait := q.query.Wait
+			if wait <= 0 {
+				wait = informer.DefaultQueryWait
+			}
+			wctx, wcancel := context.WithTimeout(ctx, min(wait, informer.MaxQueryWait))
+			c.waitChange(wctx, types, q.query.MinIndex)
+			wcancel()
+			if err := r.Context().Err(); err != nil {
+				return err
+			}
 		}
-	}
-	idx := uint64(1) // Consul never answers 0: a client would spin on it
-	for _, typ := range types {
-		idx = max(idx, c.in.LastChange(typ))
+		idx = 1 // Consul never answers 0: a client would spin on it
+		for _, typ := range types {
+			idx = max(idx, c.in.LastChange(typ))
+		}
 	}
 	body := view()
 	w.Header().Set("X-Consul-Index", strconv.FormatUint(idx, 10))
@@ -190,10 +192,6 @@ func (c consulAPI) answer(w http.ResponseWriter, r *http.Request, q consulQuery,
 // waitChange returns once any of types has changed past after, or ctx
 // ends.
 func (c consulAPI) waitChange(ctx context.Context, types []*pbresource.Type, after uint64) {
-	if len(types) == 1 {
-		_, _ = c.in.WaitChange(ctx, types[0], after)
-		return
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan struct{}, len(types))
@@ -311,4 +309,24 @@ func (c consulAPI) nodes(w http.ResponseWriter, r *http.Request) error {
 		}
 		return catalog.ConsulNodes(c.datacenter, machines, data, external)
 	})
+}
+
+// consulFlag reads a Consul boolean parameter: present without a value,
+// or a value strconv.ParseBool takes.
+func consulFlag(name, v string, given bool) (bool, error) {
+	if !given {
+		return false, nil
+	}
+	if v == "" {
+		return true, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, httpapi.InputError(name, "must be given bare, or as 1, true, 0 or false, got %q", v)
+	}
+	return b, nil
+}
+
+func notServed(name, why string) error {
+	return httpapi.InputError(name, "is not served by Trellis's Consul-compatible API: %s", why)
 }

@@ -289,10 +289,10 @@ func TestConsulBlockingQuery(t *testing.T) {
 func TestConsulRefusesBadParameters(t *testing.T) {
 	h := newConsulHarness(t)
 	for _, tc := range []struct{ path, want string }{
-		{"/v1/health/service/db?wait=forever", "wait: must be a duration"},
-		{"/v1/health/service/db?wait=-1s", "wait: must not be negative"},
-		{"/v1/health/service/db?index=x", "index: must be a non-negative integer"},
-		{"/v1/health/service/db?index=-1", "index: must be a non-negative integer"},
+		{"/v1/health/service/db?wait=forever", `wait: "forever" is not a duration`},
+		{"/v1/health/service/db?wait=-1s", `wait: "-1s" is not a duration`},
+		{"/v1/health/service/db?index=x", `index: "x" is not a non-negative integer`},
+		{"/v1/health/service/db?index=-1", `index: "-1" is not a non-negative integer`},
 		{"/v1/health/service/db?passing=maybe", "passing: must be given bare"},
 		{"/v1/health/service/db?filter=Service.Port==1", "filter: is not served"},
 		{"/v1/health/service/db?dc=dc2", `dc: this server answers for datacenter "dc1" only`},
@@ -300,7 +300,7 @@ func TestConsulRefusesBadParameters(t *testing.T) {
 		{"/v1/health/service/db?pasing", `unknown parameter "pasing"`},
 		{"/v1/catalog/services?passing", `unknown parameter "passing"`},
 		{"/v1/health/service/db?index=1&index=2", "index: given 2 times"},
-		{"/v1/health/service/db?stale&consistent", "stale: a read is either consistent or stale"},
+		{"/v1/health/service/db?stale&consistent", "consistent and stale: ask for one of them"},
 	} {
 		code, _, body := h.get(t, tc.path, "operator")
 		var e wire.Error
