@@ -10,6 +10,11 @@
 //	  → Poststop of each component whose Prestart was called, in reverse
 //	network namespace torn down → the task reported STOPPED
 //
+// A component that must follow its tasks' health (health-sync) also
+// implements HealthObserver: the task manager gives it each change of a
+// task's TaskHealth between its Prestart and its Poststop, on the
+// runner's report path, so it only keeps the value and writes from Start.
+//
 // The agent composes its components in one list (agent.DefaultComponents,
 // or agent.Config.Components), each made by a Maker from Deps: what a
 // component may use of the agent, never the agent itself.

@@ -103,6 +103,9 @@ func Snapshot(spec lifecycle.TaskSpec, st lifecycle.State) agent.Snapshot {
 		if c.Handle != nil {
 			cs.RuntimeID = c.Handle.ID
 		}
+		if hasCheck {
+			cs.HealthOutput = c.Health.Output
+		}
 		s.Containers = append(s.Containers, cs)
 	}
 	return s

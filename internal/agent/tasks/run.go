@@ -172,6 +172,7 @@ func (m *Manager) finishLocked(e *task, reason string) effects {
 
 // onSnapshot is the runners' Report callback.
 func (m *Manager) onSnapshot(e *task, s Snapshot) {
+	m.observeHealth(e, s)
 	m.mu.Lock()
 	if e.phase == phaseDone || e.forgotten {
 		m.mu.Unlock()

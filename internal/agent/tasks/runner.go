@@ -139,6 +139,8 @@ type ContainerStatus struct {
 	// UNKNOWN ("" when it has no health check).
 	Status string `json:"status"`
 	Health string `json:"health,omitempty"`
+	// HealthOutput is what its health check last said.
+	HealthOutput string `json:"health_output,omitempty"`
 	// ExitCode is set once it has exited; -1 when the code is unknown.
 	ExitCode   *int      `json:"exit_code,omitempty"`
 	Reason     string    `json:"reason,omitempty"`

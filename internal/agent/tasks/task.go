@@ -6,6 +6,7 @@ import (
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/agent/component"
 	"trellis.dev/trellis/internal/orchestrator"
 )
 
@@ -40,7 +41,10 @@ type task struct {
 	// host tasks).
 	net *taskNetwork
 	// hooks is where the task is with the components' hooks (hooks.go).
-	hooks  hookProgress
+	hooks hookProgress
+	// health is the last TaskHealth given to the components that observe
+	// it (health.go); set only on the runner's report path.
+	health *component.TaskHealth
 	token  string
 	runner TaskRunner
 
