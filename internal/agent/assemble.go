@@ -5,6 +5,7 @@ import (
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/agent/component"
+	"trellis.dev/trellis/internal/agent/healthsync"
 	"trellis.dev/trellis/internal/agent/session"
 	"trellis.dev/trellis/internal/agent/tasks"
 )
@@ -64,6 +65,8 @@ func ReadAgentFile(dataDir string) (httpAddr string, err error) { return tasks.R
 
 // DefaultComponents are the agent's components (package component), in
 // the order their Prestarts run for a task (their Poststops run in
-// reverse). None yet: mesh-init, health-sync and the sidecar proxy are
-// the next.
-func DefaultComponents() []component.Maker { return nil }
+// reverse). health-sync comes after mesh-init, so that its Poststop (every
+// check critical) runs before mesh-init's removes the instance.
+func DefaultComponents() []component.Maker {
+	return []component.Maker{healthsync.New(healthsync.Config{})}
+}
