@@ -30,7 +30,8 @@ func (catalogModule) Name() string { return "catalog" }
 
 func (catalogModule) Register(r *resource.Registry) { catalog.Register(r) }
 
-// Setup builds the health controller, run on the leader, and, on a
+// Setup builds the health controller, run on the leader, the operation
+// that refreshes TTL checks (checkOps), and, on a
 // server with an informer, Consul's catalog and health read routes
 // (consulAPI), which answer on every server.
 func (m catalogModule) Setup(d module.Deps) (module.Parts, error) {
@@ -38,7 +39,11 @@ func (m catalogModule) Setup(d module.Deps) (module.Parts, error) {
 		return module.Parts{}, errors.New("needs the resource API")
 	}
 	hc := HealthController(d.API, m.cfg.Now, d.Logger)
-	parts := module.Parts{Controllers: hc}
+	now := m.cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	parts := module.Parts{Controllers: hc, Routes: checkOps{api: d.API, now: now}.routes()}
 	if d.Informer != nil {
 		machines := false
 		if d.Registry != nil {
