@@ -23,6 +23,8 @@ type typeState struct {
 	subs map[*Subscription]struct{}
 	// complete mirrors progress's, for a joining subscriber's deltas.
 	complete uint64
+	// deltas counts the deltas handed on, by op (Collector).
+	deltas deltaCounts
 
 	// pmu guards the progress, which readers ask while a subscriber runs.
 	pmu        sync.Mutex
@@ -209,6 +211,7 @@ func nsName(id *pbresource.ID) [2]string {
 
 func (ts *typeState) dispatchLocked(d Delta) {
 	ts.complete = max(ts.complete, d.Index)
+	ts.deltas[d.Op].Add(1)
 	for s := range ts.subs {
 		s.fn(d)
 	}

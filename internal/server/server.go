@@ -230,6 +230,9 @@ func New(cfg Config) (_ *Server, err error) {
 	if s.informer, err = s.newInformer(); err != nil {
 		return nil, err
 	}
+	if err := s.metrics.Register(s.informer.Collector()); err != nil {
+		return nil, err
+	}
 	routes, err := s.setupModules(mods)
 	if err != nil {
 		return nil, err
