@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"math/rand/v2"
+	"time"
 
+	"trellis.dev/trellis/internal/backoff"
 	"trellis.dev/trellis/internal/informer"
 	"trellis.dev/trellis/internal/storage/inmem"
 )
@@ -17,6 +19,11 @@ func (s *Server) newInformer() (*informer.Informer, error) {
 	cfg := informer.Config{
 		Source: s.api,
 		Local:  true,
+		// Its watches fail only while this server has not caught up with
+		// a leader (each failure after the store's hold timeout) or is
+		// stopping: retried soon, so that a server that has caught up
+		// lists its types within seconds, not after a 30 s backoff.
+		Retry:  backoff.Policy{Base: 100 * time.Millisecond, Max: 2 * time.Second},
 		Rand:   rand.Float64,
 		Logger: s.log.With("component", "informer"),
 	}
