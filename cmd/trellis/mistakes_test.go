@@ -254,7 +254,7 @@ func TestBlankArgumentsAreRefusedBeforeAnyRequest(t *testing.T) {
 // API. The agent and sim take -token to present to the servers they reach
 // at -server; `agent leave` talks to the agent's control socket.
 func TestClientFlagsOnlyOnClientCommands(t *testing.T) {
-	clients := []string{"resource", "operator", "snapshot", "instance", "taskdef", "task", "env", "deploy", "deployment", "rollback", "ca", "intention"}
+	clients := []string{"resource", "operator", "snapshot", "instance", "taskdef", "task", "env", "deploy", "deployment", "rollback", "ca", "intention", "service"}
 	walkCommands(func(c *cobra.Command) {
 		path := pathArgs(c)
 		if len(path) == 0 {
@@ -440,9 +440,8 @@ func TestOtherToolsWordsSayWhatToUse(t *testing.T) {
 		want string
 	}{
 		{[]string{"members"}, "trellis instance list"},
-		{[]string{"service", "list"}, "the service catalog is not there yet"},
-		{[]string{"services"}, "the service catalog is not there yet"},
-		{[]string{"catalog", "services"}, "the service catalog is not there yet"},
+		{[]string{"services"}, "trellis service list"},
+		{[]string{"catalog", "services"}, "trellis service list"},
 		{[]string{"node", "status"}, "trellis instance list"},
 		{[]string{"job", "run", "web.nomad"}, "trellis task run"},
 		{[]string{"alloc", "status", "x", "-verbose"}, "trellis task show TASK"},

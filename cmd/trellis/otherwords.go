@@ -13,7 +13,6 @@ var otherTools = map[string]string{
 	"nodes": "a node is an instance here: trellis instance list, trellis instance show NAME, trellis instance drain NAME",
 
 	"catalog":  serviceCatalogHint,
-	"service":  serviceCatalogHint,
 	"services": serviceCatalogHint,
 
 	"job": "a Nomad job is a task definition here (trellis taskdef register -f FILE), run on every matching " +
@@ -31,7 +30,7 @@ var otherTools = map[string]string{
 }
 
 const (
-	serviceCatalogHint = "the service catalog is not there yet: it comes with the mesh. Until then a task definition's " +
-		"family stands for a service: trellis taskdef list, trellis task list -A, and the machines: trellis instance list"
+	serviceCatalogHint = "the service catalog is trellis service: trellis service list, trellis service show NAME " +
+		"(and Consul's own HTTP API reads it: /v1/catalog/services, /v1/health/service/NAME; docs/catalog.md)"
 	allocHint = "an allocation is a task here: trellis task list -A, trellis task show TASK, trellis task logs TASK"
 )

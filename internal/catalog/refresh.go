@@ -11,6 +11,21 @@ import (
 	pbcatalog "trellis.dev/trellis/api/catalog/v1"
 )
 
+// ChecksPath is the catalog's operation that refreshes a TTL check of an
+// instance registered from outside Trellis:
+// PUT ChecksPath/{instance}/checks/{check}?namespace=, body CheckRefresh.
+// It needs namespace:write, and writes the servers' status key
+// (ServerChecksStatusKey) as the health controller, which alone
+// owns it: a generic WriteStatus of that key is refused.
+const ChecksPath = "/v1/catalog/instances"
+
+// CheckRefresh is the body of a refresh: the check's new status
+// (passing, warning or critical) and a note, its output.
+type CheckRefresh struct {
+	Status string `json:"status"`
+	Note   string `json:"note,omitempty"`
+}
+
 // Refusals of RefreshTTLCheck. Each is wrapped with what names the
 // instance or check.
 var (

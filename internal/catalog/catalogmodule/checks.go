@@ -20,21 +20,6 @@ import (
 	"trellis.dev/trellis/internal/storage"
 )
 
-// ChecksPath is the catalog's operation that refreshes a TTL check of an
-// instance registered from outside Trellis:
-// PUT ChecksPath/{instance}/checks/{check}?namespace=, body CheckRefresh.
-// It needs namespace:write, and writes the servers' status key
-// (catalog.ServerChecksStatusKey) as the health controller, which alone
-// owns it: a generic WriteStatus of that key is refused.
-const ChecksPath = "/v1/catalog/instances"
-
-// CheckRefresh is the body of a refresh: the check's new status
-// (passing, warning or critical) and a note, its output.
-type CheckRefresh struct {
-	Status string `json:"status"`
-	Note   string `json:"note,omitempty"`
-}
-
 // checkOps refreshes TTL checks.
 type checkOps struct {
 	api resource.API
@@ -42,7 +27,7 @@ type checkOps struct {
 }
 
 func (o checkOps) routes() []httpapi.Route {
-	const one = ChecksPath + "/{instance}/checks/{check}"
+	const one = catalog.ChecksPath + "/{instance}/checks/{check}"
 	return []httpapi.Route{
 		{Pattern: "PUT " + one, Permission: acl.NamespaceWrite, Handler: o.put},
 		{Pattern: one, Permission: acl.Public, Handler: httpapi.MethodNotAllowed("PUT")},
@@ -52,7 +37,7 @@ func (o checkOps) routes() []httpapi.Route {
 // refresh sets check of the instance name in ns (catalog.RefreshTTLCheck),
 // a compare-and-swap on the version read, reading again when a write
 // lands in between, and returns the instance's health as readers see it.
-func (o checkOps) refresh(ctx context.Context, ns, name, check string, body CheckRefresh) (*pbcatalog.ChecksStatus, error) {
+func (o checkOps) refresh(ctx context.Context, ns, name, check string, body catalog.CheckRefresh) (*pbcatalog.ChecksStatus, error) {
 	id := catalog.ServiceInstanceID(ns, name)
 	for attempt := 0; ; attempt++ {
 		resp, err := o.api.Read(ctx, &pbresource.ReadRequest{Id: id, Consistent: true})
@@ -97,7 +82,7 @@ func (o checkOps) put(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var body CheckRefresh
+	var body catalog.CheckRefresh
 	if err := httpapi.DecodeJSON(r, &body); err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/catalog"
-	"trellis.dev/trellis/internal/catalog/catalogmodule"
 	"trellis.dev/trellis/internal/httpapi/wire"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
@@ -55,7 +54,7 @@ func (h *consulHarness) serverChecks(t *testing.T, ns, name string) *pbcatalog.C
 func TestRefreshTTLCheckOperation(t *testing.T) {
 	h := newConsulHarness(t)
 	h.register(t, "default", "db-1", "db", "10.0.0.9", 5432)
-	path := catalogmodule.ChecksPath + "/db-1/checks/alive"
+	path := catalog.ChecksPath + "/db-1/checks/alive"
 
 	if code, e := h.put(t, path, "writer", `{"status":"warning","note":"replica lag 3s"}`); code != http.StatusOK {
 		t.Fatalf("refresh = %d %v", code, e)
@@ -90,11 +89,11 @@ func TestRefreshTTLCheckOperation(t *testing.T) {
 		{"no token", path, "", `{"status":"passing"}`, http.StatusForbidden, "namespace:write"},
 		{"a reader", path, "reader", `{"status":"passing"}`, http.StatusForbidden, "namespace:write"},
 		{"a writer of another namespace", path + "?namespace=payments", "writer", `{"status":"passing"}`, http.StatusForbidden, "namespace:write"},
-		{"a check it does not have", catalogmodule.ChecksPath + "/db-1/checks/disk", "writer", `{"status":"passing"}`, http.StatusBadRequest, `check: default/db-1: check "disk": no such check`},
+		{"a check it does not have", catalog.ChecksPath + "/db-1/checks/disk", "writer", `{"status":"passing"}`, http.StatusBadRequest, `check: default/db-1: check "disk": no such check`},
 		{"a status that is none", path, "writer", `{"status":"ok"}`, http.StatusBadRequest, `status: status "ok": not a check status`},
 		{"an unknown field", path, "writer", `{"state":"passing"}`, http.StatusBadRequest, "state"},
-		{"an instance of a task", catalogmodule.ChecksPath + "/api-1/checks/api-1", "writer", `{"status":"passing"}`, http.StatusConflict, "its checks are its agent's"},
-		{"an instance that does not exist", catalogmodule.ChecksPath + "/nope/checks/alive", "writer", `{"status":"passing"}`, http.StatusNotFound, ""},
+		{"an instance of a task", catalog.ChecksPath + "/api-1/checks/api-1", "writer", `{"status":"passing"}`, http.StatusConflict, "its checks are its agent's"},
+		{"an instance that does not exist", catalog.ChecksPath + "/nope/checks/alive", "writer", `{"status":"passing"}`, http.StatusNotFound, ""},
 	} {
 		code, e := h.put(t, tc.path, tc.token, tc.body)
 		if code != tc.code || !strings.Contains(e.Error, tc.want) {

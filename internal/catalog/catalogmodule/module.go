@@ -8,7 +8,11 @@ import (
 	"errors"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"trellis.dev/trellis/internal/catalog"
+	"trellis.dev/trellis/internal/catalog/command"
+	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
@@ -29,6 +33,9 @@ type catalogModule struct{ cfg Config }
 func (catalogModule) Name() string { return "catalog" }
 
 func (catalogModule) Register(r *resource.Registry) { catalog.Register(r) }
+
+// Commands are the catalog's commands: trellis service (cli.Commander).
+func (catalogModule) Commands(c cli.CommandEnv) []*cobra.Command { return command.Commands(c) }
 
 // Setup builds the health controller, run on the leader, the operation
 // that refreshes TTL checks (checkOps), and, on a
