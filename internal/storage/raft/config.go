@@ -92,12 +92,24 @@ type Tuning struct {
 // the heartbeat timeout, and the leader lease (a leader that has not
 // heard from a quorum within it steps down) is half of it, the ratios
 // of raft's defaults.
+//
+// CommitTimeout is 15 ms, not raft's 50: a follower learns that an entry
+// is committed, and applies it, only on the leader's next AppendEntries,
+// which, when no other write follows, comes after the commit timeout plus
+// up to as much jitter. Everything a follower serves from its own store
+// (the catalog's reads and watches, DNS) lagged the leader by 50-100 ms
+// after the last write of a quiet spell; measured with
+// BenchmarkChangeSeenBy1000WatchersOn3Servers, a write seen by 1,000
+// watchers over 3 servers took p99 113 ms at 50 ms and 25 ms at 10 ms.
+// The cost is an idle leader's empty AppendEntries to each follower every
+// 15-30 ms, tens a second of a few hundred bytes; under writes it sends
+// them anyway.
 func DefaultTuning() Tuning {
 	return Tuning{
 		HeartbeatTimeout:   500 * time.Millisecond,
 		ElectionTimeout:    500 * time.Millisecond,
 		LeaderLeaseTimeout: 250 * time.Millisecond,
-		CommitTimeout:      50 * time.Millisecond,
+		CommitTimeout:      15 * time.Millisecond,
 		SnapshotInterval:   120 * time.Second,
 		SnapshotThreshold:  8192,
 		TrailingLogs:       10240,
