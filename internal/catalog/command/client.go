@@ -51,10 +51,11 @@ func listInstances(ctx context.Context, c *client.Client, ns string) ([]instance
 
 // healthOf reads the instances of service name in ns with their health
 // and checks as every reader sees them (the servers merge the agent's
-// report and their own), through the Consul-compatible health route.
+// report and their own), through the Consul-compatible health route,
+// consistent: a command run after a write (register, check) sees it.
 func healthOf(ctx context.Context, c *client.Client, ns, name string) (map[string]catalog.ConsulServiceEntry, error) {
 	var entries []catalog.ConsulServiceEntry
-	if err := c.Do(ctx, "GET", c.URL("/v1/health/service/"+url.PathEscape(name), url.Values{"ns": {ns}}), nil, &entries); err != nil {
+	if err := c.Do(ctx, "GET", c.URL("/v1/health/service/"+url.PathEscape(name), url.Values{"ns": {ns}, "consistent": {""}}), nil, &entries); err != nil {
 		return nil, err
 	}
 	out := make(map[string]catalog.ConsulServiceEntry, len(entries))
