@@ -6,6 +6,7 @@ import (
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/agent/component"
 	"trellis.dev/trellis/internal/agent/healthsync"
+	"trellis.dev/trellis/internal/agent/meshinit"
 	"trellis.dev/trellis/internal/agent/session"
 	"trellis.dev/trellis/internal/agent/tasks"
 )
@@ -68,5 +69,5 @@ func ReadAgentFile(dataDir string) (httpAddr string, err error) { return tasks.R
 // reverse). health-sync comes after mesh-init, so that its Poststop (every
 // check critical) runs before mesh-init's removes the instance.
 func DefaultComponents() []component.Maker {
-	return []component.Maker{healthsync.New(healthsync.Config{})}
+	return []component.Maker{meshinit.New, healthsync.New(healthsync.Config{})}
 }
