@@ -200,11 +200,14 @@ func notIgnored(sigs []os.Signal) []os.Signal {
 // it stops, a second signal other than SIGPIPE kills the tasks still
 // stopping rather than waiting out their stop timeouts; notes says so.
 func runDev(ctx context.Context, cfg server.Config, instances int, dataDir string, network *agent.NetworkConfig, log *slog.Logger, notes io.Writer, started func(s *server.Server, agentSockets []string)) error {
-	sigs := make(chan os.Signal, 4)
+	raw := make(chan os.Signal, 4)
 	if handled := notIgnored(devSignals); len(handled) > 0 { // none would mean all
-		signal.Notify(sigs, handled...)
+		signal.Notify(raw, handled...)
 	}
-	defer signal.Stop(sigs)
+	defer signal.Stop(raw)
+	filtered := make(chan struct{})
+	defer close(filtered)
+	sigs := filterPipe(raw, filtered, outputBroken)
 	s, err := server.New(cfg)
 	if err != nil {
 		return err
