@@ -34,10 +34,11 @@ type tryIt struct {
 }
 
 var tryIts = map[string]tryIt{
-	"orchestrator.md: Try it on one machine": {},
-	"ca.md: Try it":                          {tools: []string{"openssl", "jq", "curl", "grpcurl"}},
-	"intentions.md: Try it":                  {tools: []string{"cat"}},
-	"catalog.md: Try it":                     {tools: []string{"curl", "sed", "grep"}},
+	"orchestrator.md: Try it on one machine":           {},
+	"ca.md: Try it":                                    {tools: []string{"openssl", "jq", "curl", "grpcurl"}},
+	"intentions.md: Try it":                            {tools: []string{"cat"}},
+	"catalog.md: Try it":                               {tools: []string{"curl", "sed", "grep"}},
+	"catalog.md: Try it: a mesh task registers itself": {tools: []string{"cut", "tee", "grep", "tr"}},
 	"networking.md: Try it": {
 		cni: true, docker: true, tools: []string{"go", "nsenter", "curl", "sed", "cut", "tee"},
 		cleanup: "docker rmi -f netdemo:1 >/dev/null 2>&1; rm -rf /tmp/netdemo",
@@ -97,7 +98,8 @@ func TestDocsTryIt(t *testing.T) {
 					t.Errorf("docs/%s:%d: %q is not in tryIts: say there what it needs", name, sec.Line, sec.Title)
 					continue
 				}
-				t.Run(sec.Title, func(t *testing.T) { runTryIt(t, bin, name, sec, spec, devs) })
+				docT := t
+				t.Run(sec.Title, func(t *testing.T) { runTryIt(t, docT, bin, name, sec, spec, devs) })
 			}
 		})
 	}
@@ -109,7 +111,8 @@ func TestDocsTryIt(t *testing.T) {
 }
 
 // runTryIt runs one section.
-func runTryIt(t *testing.T, bin, doc string, sec markdown.Section, spec tryIt, devs map[string]*docDev) {
+// docT is the doc's test, which the devs its sections share outlive.
+func runTryIt(t *testing.T, docT *testing.T, bin, doc string, sec markdown.Section, spec tryIt, devs map[string]*docDev) {
 	requireTryIt(t, spec)
 	var devFlags []string
 	isDev := false
@@ -140,7 +143,7 @@ func runTryIt(t *testing.T, bin, doc string, sec markdown.Section, spec tryIt, d
 		key := strings.Join(devFlags, " ")
 		d := devs[key]
 		if d == nil {
-			d = startDocDev(t, bin, devFlags)
+			d = startDocDev(t, docT, bin, devFlags)
 			devs[key] = d
 		}
 		env = append(env, "TRELLIS_ADDR="+d.addr)
@@ -254,8 +257,10 @@ type docDev struct {
 
 // startDocDev starts trellis dev with flags, on free ports and a bridge
 // and subnet of its own, and waits until its banner is out and its
-// instances are ready; it is stopped with SIGINT at the end of the test.
-func startDocDev(t *testing.T, bin string, flags []string) *docDev {
+// instances are ready; it is stopped with SIGINT at the end of owner, the
+// test of the doc whose sections share it (not t, the section that
+// happens to start it: the next section would find it stopped).
+func startDocDev(t *testing.T, owner testing.TB, bin string, flags []string) *docDev {
 	t.Helper()
 	n := 1
 	for i, f := range flags {
@@ -267,7 +272,7 @@ func startDocDev(t *testing.T, bin string, flags []string) *docDev {
 	bridge := "trdoc" + suffix[:6]
 	args := append([]string{"dev", "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0",
 		"-bridge-name", bridge, "-bridge-subnet", fmt.Sprintf("10.252.%d.0/24", rand.IntN(256))}, flags...)
-	logPath := filepath.Join(t.TempDir(), "dev.log")
+	logPath := filepath.Join(owner.TempDir(), "dev.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -280,12 +285,12 @@ func startDocDev(t *testing.T, bin string, flags []string) *docDev {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
+	owner.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-done:
 		case <-time.After(90 * time.Second):
-			t.Errorf("trellis dev did not stop within 90 s of SIGINT")
+			owner.Errorf("trellis dev did not stop within 90 s of SIGINT")
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-done
 		}
