@@ -14,6 +14,7 @@ require (
 	github.com/hashicorp/go-metrics v0.6.0
 	github.com/hashicorp/raft v1.7.3
 	github.com/hashicorp/raft-wal v0.4.2
+	github.com/miekg/dns v1.1.73
 	github.com/oklog/ulid/v2 v2.1.2
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
