@@ -121,7 +121,7 @@ type devProc struct {
 // banner; through the shell command wrap ("$@" is dev) when set.
 func (h *devHost) startDev(t *testing.T, tmp string, wrap ...string) *devProc {
 	t.Helper()
-	args := []string{"dev", "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-raft-addr", "127.0.0.1:0", "-log-level", "info"}
+	args := []string{"dev", "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-raft-addr", "127.0.0.1:0", "-dns-addr", "127.0.0.1:0", "-log-level", "info"}
 	if h.bridge != "" {
 		args = append(args, "-bridge-name", h.bridge, "-bridge-subnet", h.subnet)
 	}

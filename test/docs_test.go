@@ -270,7 +270,7 @@ func startDocDev(t *testing.T, owner testing.TB, bin string, flags []string) *do
 	}
 	suffix := randomSuffix(t)
 	bridge := "trdoc" + suffix[:6]
-	args := append([]string{"dev", "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0",
+	args := append([]string{"dev", "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-dns-addr", "127.0.0.1:0",
 		"-bridge-name", bridge, "-bridge-subnet", fmt.Sprintf("10.252.%d.0/24", rand.IntN(256))}, flags...)
 	logPath := filepath.Join(owner.TempDir(), "dev.log")
 	logFile, err := os.Create(logPath)

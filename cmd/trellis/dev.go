@@ -99,6 +99,10 @@ As root with the CNI plugins installed (make dev installs them), the agents run
 tasks with network: bridge too: they share the bridge -bridge-name, each leasing
 addresses from its own part of -bridge-subnet (docs/networking.md).
 
+The server answers DNS for the catalog's services on -dns-addr (default
+127.0.0.1:8600, UDP and TCP): dig @127.0.0.1 -p 8600 api.service.default.trellis
+(docs/catalog.md).
+
 It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 		Example: `  trellis dev
   trellis dev -instances 3

@@ -40,7 +40,7 @@ func startDev(t *testing.T, extra ...string) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
-		done <- execute(ctx, append([]string{"dev", "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-log-level", "warn"}, extra...),
+		done <- execute(ctx, append([]string{"dev", "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-dns-addr", "127.0.0.1:0", "-log-level", "warn"}, extra...),
 			testEnv("", pw, stderr, nil))
 		pw.Close()
 	}()

@@ -57,11 +57,11 @@ func TestClashingModulesAreRefusedAtStartup(t *testing.T) {
 			"module dns declares the flag -heartbeat-ttl, which module orchestrator declares too: every flag has one owner"},
 		{"flag of the process", []module.Module{&flagger{name: "dns", flag: "http-addr"}},
 			"module dns declares the flag -http-addr, which trellis server itself declares too"},
-		{"flag of two new modules", []module.Module{&flagger{name: "a", flag: "dns-addr"}, &flagger{name: "b", flag: "dns-addr"}},
-			"module b declares the flag -dns-addr, which module a declares too"},
-		{"command of another module", []module.Module{&flagger{name: "dns", flag: "dns-addr", cmd: "ca"}},
+		{"flag of two new modules", []module.Module{&flagger{name: "a", flag: "example-addr"}, &flagger{name: "b", flag: "example-addr"}},
+			"module b declares the flag -example-addr, which module a declares too"},
+		{"command of another module", []module.Module{&flagger{name: "dns", flag: "example-addr", cmd: "ca"}},
 			`module dns gives the command "ca", which module ca gives too`},
-		{"command of the CLI", []module.Module{&flagger{name: "dns", flag: "dns-addr", cmd: "resource"}},
+		{"command of the CLI", []module.Module{&flagger{name: "dns", flag: "example-addr", cmd: "resource"}},
 			`module dns gives the command "resource", which the CLI itself gives too`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,17 +87,17 @@ func TestClashingModulesAreRefusedAtStartup(t *testing.T) {
 // sets up; one the module does not declare for a process is refused there.
 func TestModuleFlagsOnTheCommandLine(t *testing.T) {
 	e := testEnv("", &bytes.Buffer{}, &bytes.Buffer{}, nil)
-	mods := []module.Module{&flagger{name: "dns", flag: "dns-addr"}}
+	mods := []module.Module{&flagger{name: "dns", flag: "example-addr"}}
 	cmd := mustCmd(newServerCmd(e, append(server.DefaultModules(), mods...)))
-	if err := cmd.ParseFlags([]string{"--dns-addr", "127.0.0.1:8600", "--heartbeat-ttl", "3s"}); err != nil {
+	if err := cmd.ParseFlags([]string{"--example-addr", "127.0.0.1:8600", "--heartbeat-ttl", "3s"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := mods[0].(*flagger).value; got != "127.0.0.1:8600" {
-		t.Errorf("the module's -dns-addr = %q, want 127.0.0.1:8600", got)
+		t.Errorf("the module's -example-addr = %q, want 127.0.0.1:8600", got)
 	}
-	f := cmd.Flags().Lookup("dns-addr")
+	f := cmd.Flags().Lookup("example-addr")
 	if f == nil || f.Annotations[module.FlagModuleAnnotation][0] != "dns" {
-		t.Errorf("-dns-addr is not annotated with its module: %+v", f)
+		t.Errorf("-example-addr is not annotated with its module: %+v", f)
 	}
 	for name, want := range map[string]string{"heartbeat-ttl": "orchestrator", "primary-datacenter": "ca", "connect-server-certs": "ca"} {
 		if f := cmd.Flags().Lookup(name); f == nil || f.Annotations[module.FlagModuleAnnotation][0] != want {

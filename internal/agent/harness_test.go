@@ -75,7 +75,7 @@ func startServerTTL(t *testing.T, ttl time.Duration) *testServer {
 // tc's certificate (plaintext when tc is nil).
 func startServerTLS(t *testing.T, ttl time.Duration, tc *tlsutil.Configurator) *testServer {
 	t.Helper()
-	mods, err := server.DefaultModulesWith("-heartbeat-ttl", ttl.String())
+	mods, err := server.DefaultModulesWith("-heartbeat-ttl", ttl.String(), "-dns-addr", "")
 	if err != nil {
 		t.Fatal(err)
 	}

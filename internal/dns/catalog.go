@@ -34,18 +34,29 @@ func endpointOf(o *controller.Object, si *pbcatalog.ServiceInstance) Endpoint {
 	return ep
 }
 
-// Cached are the types the answers read, with the index and derived
-// value they look them up by: a process declares them on its informer
-// (informer.Informer.Declare) before it starts.
-var Cached = []controller.CachedType{
-	{Type: catalog.ServiceInstanceType, Indexes: []*controller.Index{catalog.InstancesByService}, Derived: []*controller.Derived{EndpointOf}},
-	{Type: catalog.ServiceType},
-	{Type: orchestrator.InstanceType, Derived: []*controller.Derived{orchestrator.MergedInstance}},
+// CachedTypes are the types the answers read, with the index and derived
+// values they look them up by: a process declares them on its informer
+// (informer.Informer.Declare) before it starts. machines adds the
+// orchestrator's Instances (<instance>.instance.trellis.), for a process
+// whose server serves them.
+func CachedTypes(machines bool) []controller.CachedType {
+	types := []controller.CachedType{
+		{Type: catalog.ServiceInstanceType, Indexes: []*controller.Index{catalog.InstancesByService}, Derived: []*controller.Derived{EndpointOf}},
+		{Type: catalog.ServiceType},
+	}
+	if machines {
+		types = append(types, controller.CachedType{Type: orchestrator.InstanceType, Derived: []*controller.Derived{orchestrator.MergedInstance}})
+	}
+	return types
 }
 
-// InformerCatalog is a Catalog over an informer that holds Cached: the
-// cache as it is when asked (a server's or an agent's; no round trip).
-type InformerCatalog struct{ In *informer.Informer }
+// InformerCatalog is a Catalog over an informer that holds
+// CachedTypes(Machines): the cache as it is when asked (a server's or an
+// agent's; no round trip).
+type InformerCatalog struct {
+	In       *informer.Informer
+	Machines bool
+}
 
 // Service returns the cached instances of the service; it is known when
 // its Service resource or any instance is cached.
@@ -66,6 +77,9 @@ func (c InformerCatalog) Service(ns, name string) ([]Endpoint, bool) {
 // Instance returns the host of the cached Instance's address (invalid
 // when it is not an IP address).
 func (c InformerCatalog) Instance(name string) (netip.Addr, bool) {
+	if !c.Machines {
+		return netip.Addr{}, false
+	}
 	o := c.In.Get(orchestrator.InstanceID(name))
 	if o == nil {
 		return netip.Addr{}, false
@@ -85,10 +99,10 @@ func (c InformerCatalog) Instance(name string) (netip.Addr, bool) {
 	return a.Unmap(), true
 }
 
-// Synced reports whether the informer has listed every type of Cached
+// Synced reports whether the informer has listed every type it reads
 // whole.
 func (c InformerCatalog) Synced() bool {
-	for _, ct := range Cached {
+	for _, ct := range CachedTypes(c.Machines) {
 		if !c.In.Synced(ct.Type) {
 			return false
 		}

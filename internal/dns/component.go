@@ -27,11 +27,11 @@ func NewAgentComponent(addr string, ttl uint32) *AgentComponent {
 // binds the address, so that an agent whose -dns-addr is taken fails to
 // start, saying so.
 func (c *AgentComponent) Make(d component.Deps) (component.Component, error) {
-	if err := d.Informer.Declare(Cached...); err != nil {
+	if err := d.Informer.Declare(CachedTypes(true)...); err != nil {
 		return nil, err
 	}
 	cfg := c.cfg
-	cfg.Catalog = InformerCatalog{In: d.Informer}
+	cfg.Catalog = InformerCatalog{In: d.Informer, Machines: true}
 	if d.Logger != nil {
 		cfg.Logger = d.Logger.With("component", "dns")
 	}

@@ -12,8 +12,8 @@ import (
 	"trellis.dev/trellis/internal/server"
 )
 
-// dnsModule stands for a domain with a flag of its own (the catalog's
-// -dns-addr): what Setup saw is recorded.
+// dnsModule stands for a domain with a flag of its own (-example-addr):
+// what Setup saw is recorded.
 type dnsModule struct {
 	addr    string
 	checked module.Settings
@@ -27,12 +27,12 @@ func (m *dnsModule) Setup(module.Deps) (module.Parts, error) {
 	return module.Parts{}, nil
 }
 func (m *dnsModule) Flags(fs *pflag.FlagSet, p module.Process) {
-	fs.StringVar(&m.addr, "dns-addr", "127.0.0.1:8600", "the DNS interface's address")
+	fs.StringVar(&m.addr, "example-addr", "127.0.0.1:8600", "the example's address")
 }
 func (m *dnsModule) CheckFlags(s module.Settings) error {
 	m.checked = s
 	if !strings.Contains(m.addr, ":") {
-		return errors.New("-dns-addr: not host:port")
+		return errors.New("-example-addr: not host:port")
 	}
 	return nil
 }
@@ -43,7 +43,7 @@ func (m *dnsModule) CheckFlags(s module.Settings) error {
 func TestModuleFlagReachesSetup(t *testing.T) {
 	m := &dnsModule{}
 	mods := append(server.DefaultModules(), m)
-	if err := module.ParseFlags(mods, module.Server, "-dns-addr", "127.0.0.1:8653"); err != nil {
+	if err := module.ParseFlags(mods, module.Server, "-example-addr", "127.0.0.1:8653"); err != nil {
 		t.Fatal(err)
 	}
 	srv, err := server.New(server.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Datacenter: "dc7", Modules: mods})
@@ -52,17 +52,17 @@ func TestModuleFlagReachesSetup(t *testing.T) {
 	}
 	_ = srv
 	if m.setUp != "127.0.0.1:8653" || m.checked.Datacenter != "dc7" {
-		t.Errorf("Setup saw -dns-addr %q, CheckFlags the datacenter %q; want 127.0.0.1:8653 and dc7", m.setUp, m.checked.Datacenter)
+		t.Errorf("Setup saw -example-addr %q, CheckFlags the datacenter %q; want 127.0.0.1:8653 and dc7", m.setUp, m.checked.Datacenter)
 	}
 
 	bad := &dnsModule{}
 	mods = append(server.DefaultModules(), bad)
-	if err := module.ParseFlags(mods, module.Server, "--dns-addr=nowhere"); err != nil {
+	if err := module.ParseFlags(mods, module.Server, "--example-addr=nowhere"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = server.New(server.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Modules: mods})
-	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "-dns-addr: not host:port") || bad.setUp != "" {
-		t.Errorf("server.New with a bad -dns-addr = %v (set up with %q); want a configuration error naming -dns-addr, before any Setup", err, bad.setUp)
+	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "-example-addr: not host:port") || bad.setUp != "" {
+		t.Errorf("server.New with a bad -example-addr = %v (set up with %q); want a configuration error naming -example-addr, before any Setup", err, bad.setUp)
 	}
 }
 

@@ -498,7 +498,7 @@ func TestHeartbeatTTLConfig(t *testing.T) {
 // -heartbeat-ttl.
 func heartbeatTTL(t testing.TB, ttl time.Duration) []module.Module {
 	t.Helper()
-	mods, err := server.DefaultModulesWith("-heartbeat-ttl", ttl.String())
+	mods, err := server.DefaultModulesWith("-heartbeat-ttl", ttl.String(), "-dns-addr", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 type Agent struct {
 	Name     string
 	HTTPAddr string // the agent's local API (task metadata, logs, leave)
+	DNSAddr  string // its DNS interface (-dns-addr), UDP and TCP
 	DataDir  string
 	LogPath  string
 
@@ -42,17 +43,18 @@ func StartAgent(o AgentOptions) (*Agent, error) {
 	if o.Name == "" || len(o.Servers) == 0 {
 		return nil, errors.New("testcluster: an agent needs a name and at least one server")
 	}
-	ports, err := FreePorts(1)
+	ports, err := FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
 	a := &Agent{
 		Name:     o.Name,
 		HTTPAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		DNSAddr:  fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		DataDir:  filepath.Join(o.Dir, o.Name),
 		LogPath:  filepath.Join(o.Dir, o.Name+".log"),
 	}
-	args := []string{"agent", "-name", o.Name, "-data-dir", a.DataDir, "-http-addr", a.HTTPAddr}
+	args := []string{"agent", "-name", o.Name, "-data-dir", a.DataDir, "-http-addr", a.HTTPAddr, "-dns-addr", a.DNSAddr}
 	args = append(args, serverAndAttributeFlags(o.Servers, o.Attributes)...)
 	args = append(args, o.Extra...)
 	a.process = process{name: "agent " + o.Name, bin: o.Bin, args: args, logPath: a.LogPath}

@@ -41,8 +41,10 @@ type Member struct {
 	RaftAddr string
 	// ServerAddr is the server-to-server port, which -retry-join names.
 	ServerAddr string
-	DataDir    string
-	LogPath    string
+	// DNSAddr is the DNS interface (-dns-addr), UDP and TCP.
+	DNSAddr string
+	DataDir string
+	LogPath string
 
 	process
 }
@@ -64,22 +66,23 @@ type Options struct {
 // Start launches the servers with -bootstrap-expect and -retry-join naming
 // each other, and waits until all of them agree on a leader.
 func Start(ctx context.Context, o Options) (*Cluster, error) {
-	ports, err := FreePorts(4 * o.Servers)
+	ports, err := FreePorts(5 * o.Servers)
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{}
 	var serverAddrs []string
 	for i := range o.Servers {
-		serverAddrs = append(serverAddrs, fmt.Sprintf("127.0.0.1:%d", ports[4*i+3]))
+		serverAddrs = append(serverAddrs, fmt.Sprintf("127.0.0.1:%d", ports[5*i+3]))
 	}
 	for i := range o.Servers {
 		m := &Member{
 			Name:       fmt.Sprintf("server%d", i),
-			HTTPAddr:   fmt.Sprintf("127.0.0.1:%d", ports[4*i]),
-			GRPCAddr:   fmt.Sprintf("127.0.0.1:%d", ports[4*i+1]),
-			RaftAddr:   fmt.Sprintf("127.0.0.1:%d", ports[4*i+2]),
+			HTTPAddr:   fmt.Sprintf("127.0.0.1:%d", ports[5*i]),
+			GRPCAddr:   fmt.Sprintf("127.0.0.1:%d", ports[5*i+1]),
+			RaftAddr:   fmt.Sprintf("127.0.0.1:%d", ports[5*i+2]),
 			ServerAddr: serverAddrs[i],
+			DNSAddr:    fmt.Sprintf("127.0.0.1:%d", ports[5*i+4]),
 			DataDir:    filepath.Join(o.Dir, fmt.Sprintf("server%d", i)),
 			LogPath:    filepath.Join(o.Dir, fmt.Sprintf("server%d.log", i)),
 		}
@@ -90,6 +93,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			"-grpc-addr", m.GRPCAddr,
 			"-raft-addr", m.RaftAddr,
 			"-server-addr", m.ServerAddr,
+			"-dns-addr", m.DNSAddr,
 			"-bootstrap-expect", strconv.Itoa(o.Servers),
 		}
 		for j, a := range serverAddrs {
