@@ -104,7 +104,7 @@ The agent answers DNS on -dns-addr (default 127.0.0.1:8600, UDP and TCP):
 (SRV) of the service's passing instances, <tag>.<service>.service... for those
 with a tag, <instance>.instance.trellis. for an instance's address. It answers
 from the catalog as the agent's own cache holds it, never asking a server (see
-docs/catalog.md); -dns-addr "" turns it off.
+docs/dns.md); -dns-addr "" turns it off.
 
 The agent keeps a leaf cache of Connect CA certificates: its own agent leaf
 (spiffe://<trust-domain>/agent/client/dc/<dc>/id/<name>) and one per service
@@ -208,7 +208,7 @@ an operator hands out for a first join (see docs/tls.md).`,
 	fs.StringVar(&cfg.Datacenter, "datacenter", "dc1", "the servers' datacenter: the name their server certificates carry (server.<dc>.trellis) and the one the agent's Connect CA leaves name")
 	fs.BoolVar(&cfg.AutoEncrypt, "auto-encrypt", false, "get the agent's leaf from the servers' Connect CA (over TLS checked with -tls-ca-file, which is all the agent needs) and present it to the servers: mutual TLS with no certificate file to hand out")
 	fs.DurationVar(&cfg.ResignWindow, "ca-resign-window", 30*time.Second, "after the Connect CA's active root changes, re-sign the leaves at a random moment within this window, so a fleet does not sign at once")
-	fs.StringVar(&dnsAddr, "dns-addr", dns.DefaultAddr, "address of the DNS interface, UDP and TCP (host:port), which answers <service>.service.<namespace>.trellis. (A, AAAA, SRV) with the passing instances of the catalog, from the agent's own cache, without asking a server (see docs/catalog.md); empty serves none")
+	fs.StringVar(&dnsAddr, "dns-addr", dns.DefaultAddr, "address of the DNS interface, UDP and TCP (host:port), which answers <service>.service.<namespace>.trellis. (A, AAAA, SRV) with the passing instances of the catalog, from the agent's own cache, without asking a server (see docs/dns.md); empty serves none")
 	netFlags.register(fs)
 	addLogLevelFlag(fs, &logLevel, "info")
 	e.ClientFlags.RegisterToken(fs)

@@ -101,7 +101,7 @@ addresses from its own part of -bridge-subnet (docs/networking.md).
 
 The server answers DNS for the catalog's services on -dns-addr (default
 127.0.0.1:8600, UDP and TCP): dig @127.0.0.1 -p 8600 api.service.default.trellis
-(docs/catalog.md).
+(docs/dns.md).
 
 It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 		Example: `  trellis dev
