@@ -70,9 +70,10 @@ func (f *healthFeed) set(health, output string) {
 // removes it in its Poststop, noting the instance's health as it was just
 // before the removal.
 type registrar struct {
-	deps     component.Deps
-	mu       sync.Mutex
-	atRemove *pbcatalog.ChecksStatus
+	deps       component.Deps
+	mu         sync.Mutex
+	registered int
+	atRemove   *pbcatalog.ChecksStatus
 }
 
 func (r *registrar) Name() string { return "registrar" }
@@ -80,13 +81,17 @@ func (r *registrar) Name() string { return "registrar" }
 func (r *registrar) Start(ctx context.Context) error { <-ctx.Done(); return nil }
 
 func (r *registrar) Prestart(ctx context.Context, t component.Task) error {
-	si := &pbcatalog.ServiceInstance{Service: "web", Address: "127.0.0.1", Port: 8080, Instance: r.deps.Instance, Task: t.ID.GetName(),
+	r.mu.Lock()
+	r.registered++
+	d := r.deps
+	r.mu.Unlock()
+	si := &pbcatalog.ServiceInstance{Service: "web", Address: "127.0.0.1", Port: 8080, Instance: d.Instance, Task: t.ID.GetName(),
 		Checks: []*pbcatalog.CheckDefinition{{Name: t.ID.GetName() + "/app"}}}
 	data, err := anypb.New(si)
 	if err != nil {
 		return err
 	}
-	return r.deps.Servers.Call(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+	return d.Servers.Call(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 		_, err := pbresource.NewResourceServiceClient(cc).Write(ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{
 			Id: catalog.ServiceInstanceID(t.ID.GetTenancy().GetNamespace(), t.ID.GetName()), Owner: t.ID, Data: data}})
 		return err
@@ -95,7 +100,10 @@ func (r *registrar) Prestart(ctx context.Context, t component.Task) error {
 
 func (r *registrar) Poststop(ctx context.Context, t component.Task) error {
 	id := catalog.ServiceInstanceID(t.ID.GetTenancy().GetNamespace(), t.ID.GetName())
-	return r.deps.Servers.Call(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+	r.mu.Lock()
+	d := r.deps
+	r.mu.Unlock()
+	return d.Servers.Call(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 		rs := pbresource.NewResourceServiceClient(cc)
 		resp, err := rs.Read(ctx, &pbresource.ReadRequest{Id: id})
 		if status.Code(err) == codes.NotFound {
@@ -114,8 +122,9 @@ func (r *registrar) Poststop(ctx context.Context, t component.Task) error {
 
 // A mesh task's container health becomes its catalog check through a
 // real agent and server: health-sync hears it through the task manager
-// and writes it over the agent's link, as the agent. When the task stops,
-// its check is critical before the instance is removed.
+// and writes it over the agent's link, as the agent, after an agent
+// restart too. When the task stops, its check is critical before the
+// instance is removed.
 func TestHealthSyncKeepsTheCatalogCheck(t *testing.T) {
 	srv := startServer(t)
 	pt := newProcTable(t)
@@ -124,7 +133,12 @@ func TestHealthSyncKeepsTheCatalogCheck(t *testing.T) {
 	cfg.NewRunner = feed.wrap(pt.newRunner)
 	reg := &registrar{}
 	cfg.Components = []component.Maker{
-		func(d component.Deps) (component.Component, error) { reg.deps = d; return reg, nil },
+		func(d component.Deps) (component.Component, error) {
+			reg.mu.Lock()
+			reg.deps = d
+			reg.mu.Unlock()
+			return reg, nil
+		},
 		healthsync.New(healthsync.Config{Interval: 20 * time.Millisecond}),
 	}
 	a := startAgent(t, cfg)
@@ -147,6 +161,14 @@ func TestHealthSyncKeepsTheCatalogCheck(t *testing.T) {
 		c := check()
 		return c.GetStatus() == catalog.CheckPassing && c.GetOutput() == "GET /health: 200 OK"
 	})
+
+	// The agent is killed and restarts: the task runs on, its Prestarts
+	// are not called again, and the new agent's health-sync follows it.
+	a.kill(t)
+	a = startAgent(t, cfg)
+	srv.waitTask(t, "default", "t1", "is reported by the new agent", func(tk *storedTask) bool {
+		return tk.GetSession() == a.Session() && tk.GetLastStatus() == orchestrator.StatusRunning
+	})
 	feed.set(orchestrator.HealthUnhealthy, "GET /health: 503 Service Unavailable")
 	eventually(t, "the check turns critical", func() bool {
 		c := check()
@@ -158,8 +180,11 @@ func TestHealthSyncKeepsTheCatalogCheck(t *testing.T) {
 	srv.editTask(t, "default", "t1", func(tk *pborch.Task) { tk.DesiredStatus = orchestrator.StatusStopped })
 	srv.waitTask(t, "default", "t1", "stops", lastStatus(orchestrator.StatusStopped))
 	reg.mu.Lock()
-	at := reg.atRemove
+	at, registered := reg.atRemove, reg.registered
 	reg.mu.Unlock()
+	if registered != 1 {
+		t.Errorf("the instance was registered %d times", registered)
+	}
 	if at == nil || at.GetHealth() != catalog.CheckCritical || !strings.HasPrefix(at.GetChecks()[0].GetOutput(), healthsync.StoppingOutput) {
 		t.Fatalf("the instance's health when it was removed: %v, want every check critical, the task stopping", at)
 	}

@@ -35,9 +35,11 @@ type Config struct {
 	Catalog Catalog
 }
 
-// New returns the Maker of health-sync with cfg.
-func New(cfg Config) component.Maker {
+// New returns the Maker of health-sync with cfg. Each agent it makes a
+// component for gets its own (the defaults filled in for that agent).
+func New(config Config) component.Maker {
 	return func(d component.Deps) (component.Component, error) {
+		cfg := config
 		if cfg.Interval <= 0 {
 			cfg.Interval = DefaultInterval
 		}
