@@ -97,4 +97,13 @@ func TestSnapshot(t *testing.T) {
 	if h := Snapshot(spec, st).Health; h != "UNHEALTHY" {
 		t.Fatalf("unhealthy: %s", h)
 	}
+	// The check's output goes with the container's health (health-sync
+	// writes it into the catalog's check); a container without a check
+	// has none.
+	st.Containers[0].Health.Output = "exit code 1: not ready"
+	st.Containers[1].Health.Output = "stale"
+	s = Snapshot(spec, st)
+	if s.Containers[0].HealthOutput != "exit code 1: not ready" || s.Containers[1].HealthOutput != "" {
+		t.Fatalf("health outputs %q, %q", s.Containers[0].HealthOutput, s.Containers[1].HealthOutput)
+	}
 }
