@@ -271,3 +271,30 @@ func TestAnotherAgentCannotRegisterThisInstancesService(t *testing.T) {
 		t.Errorf("i-2 wrote t1's checks: %v, want PermissionDenied", err)
 	}
 }
+
+// With the agent's default components, mesh-init registers what
+// health-sync reports: a mesh task without health checks has its own
+// check, passing while it runs, and the instance is gone once the task is
+// STOPPED.
+func TestDefaultComponentsRegisterAndReport(t *testing.T) {
+	srv := startServer(t)
+	pt := newProcTable(t)
+	a := startAgent(t, config(t, "i-1", pt, srv))
+	registered(t, srv, a)
+	td := shDefinition("webapp", pidScript)
+	td.Mesh = &pborch.TaskMesh{Port: 8080}
+	srv.registerDefinition(t, "default", td)
+	srv.place(t, "default", "t1", "webapp:1", "i-1")
+	srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
+	var health *pbcatalog.ChecksStatus
+	eventually(t, "the task's own check passes", func() bool {
+		res, _ := srv.serviceInstance(t, "t1")
+		health = catalog.HealthOf(res)
+		return res != nil && len(health.GetChecks()) == 1 && health.GetChecks()[0].GetName() == "t1" && health.GetHealth() == catalog.CheckPassing
+	})
+	srv.editTask(t, "default", "t1", func(tk *pborch.Task) { tk.DesiredStatus = orchestrator.StatusStopped })
+	srv.waitTask(t, "default", "t1", "stops", lastStatus(orchestrator.StatusStopped))
+	if res, _ := srv.serviceInstance(t, "t1"); res != nil {
+		t.Errorf("the service instance is still registered once the task is STOPPED: %v", res)
+	}
+}

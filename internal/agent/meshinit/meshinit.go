@@ -58,7 +58,7 @@ func (m *meshInit) Prestart(ctx context.Context, t component.Task) error {
 	}
 	return m.servers.Call(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 		rs := pbresource.NewResourceServiceClient(cc)
-		if err := ensureService(ctx, rs, reg.Service); err != nil {
+		if err := m.ensureService(ctx, rs, reg.Service); err != nil {
 			return err
 		}
 		created, err := register(ctx, rs, reg.Instance)
@@ -72,12 +72,21 @@ func (m *meshInit) Prestart(ctx context.Context, t component.Task) error {
 	})
 }
 
-// ensureService creates svc when nothing is stored under its name.
-func ensureService(ctx context.Context, rs pbresource.ResourceServiceClient, svc *pbresource.Resource) error {
-	_, err := rs.Read(ctx, &pbresource.ReadRequest{Id: svc.GetId()})
+// ensureService creates svc when nothing is stored under its name. One
+// that is stored is left as it is; that it speaks another protocol than
+// the task's mesh block says is logged (the Service decides what the
+// proxies do).
+func (m *meshInit) ensureService(ctx context.Context, rs pbresource.ResourceServiceClient, svc *pbresource.Resource) error {
+	resp, err := rs.Read(ctx, &pbresource.ReadRequest{Id: svc.GetId()})
 	if status.Code(err) != codes.NotFound {
 		if err != nil {
 			return fmt.Errorf("read service %s: %w", svc.GetId().GetName(), err)
+		}
+		stored, errS := resource.DecodeData[*pbcatalog.Service](resp.GetResource())
+		want, errW := resource.DecodeData[*pbcatalog.Service](svc)
+		if errS == nil && errW == nil && stored.GetProtocol() != want.GetProtocol() {
+			m.log.Warn("the service exists with another protocol than the task's mesh block says; it is left as it is",
+				"service", ids.String(svc.GetId()), "protocol", stored.GetProtocol(), "mesh.protocol", want.GetProtocol())
 		}
 		return nil
 	}
