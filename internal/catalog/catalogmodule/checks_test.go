@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	consul "github.com/hashicorp/consul/api"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	pbcatalog "trellis.dev/trellis/api/catalog/v1"
@@ -62,7 +63,7 @@ func TestRefreshTTLCheckOperation(t *testing.T) {
 	if cs := h.serverChecks(t, "default", "db-1"); cs.GetHealth() != catalog.CheckWarning || cs.GetChecks()[0].GetOutput() != "replica lag 3s" {
 		t.Fatalf("after the refresh: %v", cs)
 	}
-	entries, _, err := h.client.Health().Service("db", "", false, nil)
+	entries, _, err := h.client.Health().Service("db", "", false, &consul.QueryOptions{RequireConsistent: true})
 	if err != nil || len(entries) != 1 || entries[0].Checks[0].Status != "warning" || entries[0].Checks[0].Output != "replica lag 3s" {
 		t.Fatalf("Consul's answer after the refresh: %+v, %v", entries, err)
 	}
