@@ -5,17 +5,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	pbcatalog "trellis.dev/trellis/api/catalog/v1"
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
-	"trellis.dev/trellis/internal/agent/component"
 	"trellis.dev/trellis/internal/agent/healthsync"
 	"trellis.dev/trellis/internal/catalog"
 	"trellis.dev/trellis/internal/orchestrator"
@@ -65,63 +61,80 @@ func (f *healthFeed) set(health, output string) {
 	}
 }
 
-// registrar stands in for mesh-init, another component: it registers the
-// task's ServiceInstance (one check, "<task>/app") in its Prestart and
-// removes it in its Poststop, noting the instance's health as it was just
-// before the removal.
-type registrar struct {
-	deps       component.Deps
-	mu         sync.Mutex
-	registered int
-	atRemove   *pbcatalog.ChecksStatus
+// instanceEvents records the changes of the catalog's service instances
+// as the servers' watchers see them, in order.
+type instanceEvents struct {
+	mu     sync.Mutex
+	events []*pbresource.WatchEvent
 }
 
-func (r *registrar) Name() string { return "registrar" }
-
-func (r *registrar) Start(ctx context.Context) error { <-ctx.Done(); return nil }
-
-func (r *registrar) Prestart(ctx context.Context, t component.Task) error {
-	r.mu.Lock()
-	r.registered++
-	d := r.deps
-	r.mu.Unlock()
-	si := &pbcatalog.ServiceInstance{Service: "web", Address: "127.0.0.1", Port: 8080, Instance: d.Instance, Task: t.ID.GetName(),
-		Checks: []*pbcatalog.CheckDefinition{{Name: t.ID.GetName() + "/app"}}}
-	data, err := anypb.New(si)
+func watchInstances(t *testing.T, srv *testServer) *instanceEvents {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := srv.res.WatchList(ctx, &pbresource.WatchListRequest{Type: catalog.ServiceInstanceType, Tenancy: &pbresource.Tenancy{Namespace: "default"}})
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
-	return d.Servers.Call(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
-		_, err := pbresource.NewResourceServiceClient(cc).Write(ctx, &pbresource.WriteRequest{Resource: &pbresource.Resource{
-			Id: catalog.ServiceInstanceID(t.ID.GetTenancy().GetNamespace(), t.ID.GetName()), Owner: t.ID, Data: data}})
-		return err
-	})
+	ev := &instanceEvents{}
+	go func() {
+		for {
+			e, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			ev.mu.Lock()
+			ev.events = append(ev.events, e)
+			ev.mu.Unlock()
+		}
+	}()
+	return ev
 }
 
-func (r *registrar) Poststop(ctx context.Context, t component.Task) error {
-	id := catalog.ServiceInstanceID(t.ID.GetTenancy().GetNamespace(), t.ID.GetName())
-	r.mu.Lock()
-	d := r.deps
-	r.mu.Unlock()
-	return d.Servers.Call(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
-		rs := pbresource.NewResourceServiceClient(cc)
-		resp, err := rs.Read(ctx, &pbresource.ReadRequest{Id: id})
-		if status.Code(err) == codes.NotFound {
-			return nil
+// beforeDelete is the instance called name as it was last written before
+// it was deleted; nil when it has not been deleted.
+func (ev *instanceEvents) beforeDelete(name string) (*pbresource.Resource, bool) {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	var last *pbresource.Resource
+	for _, e := range ev.events {
+		if e.GetResource().GetId().GetName() != name {
+			continue
 		}
-		if err != nil {
-			return err
+		switch e.GetOp() {
+		case pbresource.WatchEvent_OP_UPSERT:
+			last = e.GetResource()
+		case pbresource.WatchEvent_OP_DELETE:
+			return last, true
 		}
-		r.mu.Lock()
-		r.atRemove = catalog.HealthOf(resp.GetResource())
-		r.mu.Unlock()
-		_, err = rs.Delete(ctx, &pbresource.DeleteRequest{Id: id})
-		return err
-	})
+	}
+	return nil, false
+}
+
+// creates counts the creations of the instance called name.
+func (ev *instanceEvents) creates(name string) int {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	n, exists := 0, false
+	for _, e := range ev.events {
+		if e.GetResource().GetId().GetName() != name {
+			continue
+		}
+		switch e.GetOp() {
+		case pbresource.WatchEvent_OP_UPSERT:
+			if !exists {
+				n++
+			}
+			exists = true
+		case pbresource.WatchEvent_OP_DELETE:
+			exists = false
+		}
+	}
+	return n
 }
 
 // A mesh task's container health becomes its catalog check through a
-// real agent and server: health-sync hears it through the task manager
+// real agent (its own components, mesh-init and health-sync) and server: health-sync hears it through the task manager
 // and writes it over the agent's link, as the agent, after an agent
 // restart too. When the task stops, its check is critical before the
 // instance is removed.
@@ -131,19 +144,14 @@ func TestHealthSyncKeepsTheCatalogCheck(t *testing.T) {
 	feed := &healthFeed{}
 	cfg := config(t, "i-1", pt, srv)
 	cfg.NewRunner = feed.wrap(pt.newRunner)
-	reg := &registrar{}
-	cfg.Components = []component.Maker{
-		func(d component.Deps) (component.Component, error) {
-			reg.mu.Lock()
-			reg.deps = d
-			reg.mu.Unlock()
-			return reg, nil
-		},
-		healthsync.New(healthsync.Config{Interval: 20 * time.Millisecond}),
-	}
+	// The agent's own components: mesh-init registers the instance,
+	// health-sync (after it) keeps its checks.
+	cfg.Components = nil
+	events := watchInstances(t, srv)
 	a := startAgent(t, cfg)
 	registered(t, srv, a)
 	def := shDefinition("web", pidScript)
+	def.Containers[0].HealthCheck = &pborch.HealthCheck{Command: []string{"/bin/true"}} // the feed stands in for it
 	def.Mesh = &pborch.TaskMesh{Port: 8080}
 	srv.registerDefinition(t, "default", def)
 	srv.place(t, "default", "t1", "web:1", "i-1")
@@ -179,13 +187,17 @@ func TestHealthSyncKeepsTheCatalogCheck(t *testing.T) {
 
 	srv.editTask(t, "default", "t1", func(tk *pborch.Task) { tk.DesiredStatus = orchestrator.StatusStopped })
 	srv.waitTask(t, "default", "t1", "stops", lastStatus(orchestrator.StatusStopped))
-	reg.mu.Lock()
-	at, registered := reg.atRemove, reg.registered
-	reg.mu.Unlock()
-	if registered != 1 {
-		t.Errorf("the instance was registered %d times", registered)
+	var last *pbresource.Resource
+	eventually(t, "the instance is removed", func() bool {
+		var deleted bool
+		last, deleted = events.beforeDelete("t1")
+		return deleted
+	})
+	if n := events.creates("t1"); n != 1 {
+		t.Errorf("the instance was registered %d times", n)
 	}
-	if at == nil || at.GetHealth() != catalog.CheckCritical || !strings.HasPrefix(at.GetChecks()[0].GetOutput(), healthsync.StoppingOutput) {
+	at := catalog.HealthOf(last)
+	if at.GetHealth() != catalog.CheckCritical || !strings.HasPrefix(at.GetChecks()[0].GetOutput(), healthsync.StoppingOutput) {
 		t.Fatalf("the instance's health when it was removed: %v, want every check critical, the task stopping", at)
 	}
 	if _, err := srv.res.Read(context.Background(), &pbresource.ReadRequest{Id: catalog.ServiceInstanceID("default", "t1")}); status.Code(err) != codes.NotFound {
