@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	pbcatalog "trellis.dev/trellis/api/catalog/v1"
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
@@ -31,6 +32,9 @@ type consulAPI struct {
 	// machines: the server has the orchestrator's Instances, which are
 	// Consul's nodes.
 	machines bool
+	// changes are the services' own indexes, for the blocking queries of
+	// one service.
+	changes *serviceChanges
 }
 
 // consulTypes are the informer's types the routes read.
@@ -147,12 +151,34 @@ func (c consulAPI) parse(r *http.Request, extra ...string) (consulQuery, error) 
 // index is read before the view is built, so the view holds at least
 // every change up to it.
 func (c consulAPI) answer(w http.ResponseWriter, r *http.Request, q consulQuery, types []*pbresource.Type, view func() any) error {
+	return c.answerAt(w, r, q, types, "", view)
+}
+
+// answerAt is answer; with a service key, a blocking query waits for that
+// service to change (serviceChanges) and answers with its index.
+func (c consulAPI) answerAt(w http.ResponseWriter, r *http.Request, q consulQuery, types []*pbresource.Type, service string, view func() any) error {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(httpapi.Stopping(r.Context()), cancel)
 	defer stop()
 	var idx uint64
-	if len(types) == 1 {
+	if service != "" {
+		// Loaded (and consistent, when asked), then blocking on the
+		// service's own changes.
+		if _, err := c.in.Await(ctx, types[0], informer.Query{Consistent: q.query.Consistent}); err != nil {
+			return err
+		}
+		if q.query.MinIndex > 0 {
+			wctx, wcancel := context.WithTimeout(ctx, waitOf(q.query))
+			c.changes.wait(wctx, service, q.query.MinIndex)
+			wcancel()
+			if err := r.Context().Err(); err != nil {
+				return err
+			}
+		}
+		idx, _ = c.changes.of(service)
+		idx = max(idx, 1)
+	} else if len(types) == 1 {
 		var err error
 		if idx, err = c.in.Await(ctx, types[0], q.query); err != nil {
 			return err
@@ -166,11 +192,7 @@ func (c consulAPI) answer(w http.ResponseWriter, r *http.Request, q consulQuery,
 			}
 		}
 		if q.query.MinIndex > 0 {
-			wait := q.query.Wait
-			if wait <= 0 {
-				wait = informer.DefaultQueryWait
-			}
-			wctx, wcancel := context.WithTimeout(ctx, min(wait, informer.MaxQueryWait))
+			wctx, wcancel := context.WithTimeout(ctx, waitOf(q.query))
 			c.waitChange(wctx, types, q.query.MinIndex)
 			wcancel()
 			if err := r.Context().Err(); err != nil {
@@ -187,6 +209,15 @@ func (c consulAPI) answer(w http.ResponseWriter, r *http.Request, q consulQuery,
 	w.Header().Set("X-Consul-LastContact", "0")
 	httpapi.WriteJSON(w, http.StatusOK, body)
 	return nil
+}
+
+// waitOf is how long a blocking query q waits: its wait, the default
+// when it names none, never over the cap.
+func waitOf(q informer.Query) time.Duration {
+	if q.Wait <= 0 {
+		return informer.DefaultQueryWait
+	}
+	return min(q.Wait, informer.MaxQueryWait)
 }
 
 // waitChange returns once any of types has changed past after, or ctx
@@ -266,7 +297,7 @@ func (c consulAPI) catalogService(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	name := r.PathValue("service")
-	return c.answer(w, r, q, []*pbresource.Type{catalog.ServiceInstanceType}, func() any {
+	return c.answerAt(w, r, q, []*pbresource.Type{catalog.ServiceInstanceType}, catalog.ServiceKey(q.namespace, name), func() any {
 		return catalog.ConsulCatalogServices(c.datacenter, c.instancesOf(q.namespace, name), q.tags)
 	})
 }
@@ -277,7 +308,7 @@ func (c consulAPI) healthService(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	name := r.PathValue("service")
-	return c.answer(w, r, q, []*pbresource.Type{catalog.ServiceInstanceType}, func() any {
+	return c.answerAt(w, r, q, []*pbresource.Type{catalog.ServiceInstanceType}, catalog.ServiceKey(q.namespace, name), func() any {
 		return catalog.ConsulEntries(c.datacenter, c.instancesOf(q.namespace, name), catalog.ConsulQuery{Passing: q.passing, Tags: q.tags})
 	})
 }

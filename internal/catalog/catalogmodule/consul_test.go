@@ -249,8 +249,10 @@ func TestConsulBlockingQuery(t *testing.T) {
 	}
 	at := meta.LastIndex
 
-	// Nothing changes: the query holds for its wait, then answers as
-	// before, at the same index.
+	// Nothing of db changes (another service does): the query holds for
+	// its wait, then answers as before, at the same index: db's own.
+	h.register(t, "default", "cache-1", "cache", "10.0.0.11", 6379)
+	h.setCheck(t, "default", "cache-1", catalog.CheckPassing)
 	start := time.Now()
 	same, meta2, err := h.client.Health().Service("db", "", true, &consul.QueryOptions{WaitIndex: at, WaitTime: 200 * time.Millisecond})
 	if err != nil {
@@ -281,6 +283,20 @@ func TestConsulBlockingQuery(t *testing.T) {
 	}
 	if r.meta.LastIndex <= at || len(r.entries) != 0 {
 		t.Fatalf("after the check went critical: index %d (was %d), %+v", r.meta.LastIndex, at, r.entries)
+	}
+
+	// An instance that leaves wakes its service's watchers too.
+	at = r.meta.LastIndex
+	go func() {
+		e, m, err := h.client.Health().Service("db", "", false, &consul.QueryOptions{WaitIndex: at, WaitTime: 5 * time.Minute})
+		got <- result{e, m, err}
+	}()
+	if _, err := h.api.Delete(context.Background(), &pbresource.DeleteRequest{Id: catalog.ServiceInstanceID("default", "db-1")}); err != nil {
+		t.Fatal(err)
+	}
+	r = <-got
+	if r.err != nil || r.meta.LastIndex <= at || len(r.entries) != 0 {
+		t.Fatalf("after db-1 left: index %d (was %d), %+v, %v", r.meta.LastIndex, at, r.entries, r.err)
 	}
 }
 

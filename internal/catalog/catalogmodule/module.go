@@ -77,7 +77,11 @@ func (m *catalogModule) Setup(d module.Deps) (module.Parts, error) {
 		if err := d.Informer.Declare(consulTypes(machines)...); err != nil {
 			return module.Parts{}, err
 		}
-		parts.Routes = append(parts.Routes, consulAPI{in: d.Informer, datacenter: d.Cluster.Datacenter, machines: machines}.routes()...)
+		changes := newServiceChanges()
+		if _, err := d.Informer.Subscribe(catalog.ServiceInstanceType, changes.apply); err != nil {
+			return module.Parts{}, err
+		}
+		parts.Routes = append(parts.Routes, consulAPI{in: d.Informer, datacenter: d.Cluster.Datacenter, machines: machines, changes: changes}.routes()...)
 	}
 	if m.cfg.DNSAddr == "" {
 		return parts, nil
