@@ -34,8 +34,7 @@ type serviceInstanceJSON struct {
 	ID struct {
 		UID string `json:"uid"`
 	} `json:"id"`
-	Version string `json:"version"`
-	Data    struct {
+	Data struct {
 		Service string `json:"service"`
 		Address string `json:"address"`
 		Port    int    `json:"port"`

@@ -194,8 +194,10 @@ func TestMeshInitSurvivesAKilledAgent(t *testing.T) {
 		t.Fatalf("Prestart again: %v", err)
 	}
 	after, _ := srv.serviceInstance(t, "t1")
-	if after.GetId().GetUid() != before.GetId().GetUid() || after.GetVersion() != before.GetVersion() {
-		t.Errorf("the instance was written again: uid %s version %s, was %s %s", after.GetId().GetUid(), after.GetVersion(), before.GetId().GetUid(), before.GetVersion())
+	// Its generation moves only with its data (health-sync's reports are
+	// status, and move its version).
+	if after.GetId().GetUid() != before.GetId().GetUid() || after.GetGeneration() != before.GetGeneration() {
+		t.Errorf("the instance was written again: uid %s generation %d, was %s %d", after.GetId().GetUid(), after.GetGeneration(), before.GetId().GetUid(), before.GetGeneration())
 	}
 	if n := len(srv.list(t, catalog.ServiceInstanceType)); n != 1 {
 		t.Errorf("%d service instances, want 1", n)
@@ -250,7 +252,7 @@ func TestAnotherAgentCannotRegisterThisInstancesService(t *testing.T) {
 		t.Errorf("i-2 registered t2: %v", res)
 	}
 	after, si := srv.serviceInstance(t, "t1")
-	if after.GetVersion() != before.GetVersion() || si.GetInstance() != "i-1" {
+	if after.GetGeneration() != before.GetGeneration() || si.GetInstance() != "i-1" {
 		t.Errorf("t1's instance changed: %v", after)
 	}
 	// i-2's mesh-init leaves t1's instance alone at the stop of a task of
@@ -296,5 +298,33 @@ func TestDefaultComponentsRegisterAndReport(t *testing.T) {
 	srv.waitTask(t, "default", "t1", "stops", lastStatus(orchestrator.StatusStopped))
 	if res, _ := srv.serviceInstance(t, "t1"); res != nil {
 		t.Errorf("the service instance is still registered once the task is STOPPED: %v", res)
+	}
+}
+
+// A Prestart called again after the task's address changed (a namespace
+// set up again) updates the instance it registered, in place: the same
+// resource, the new address.
+func TestMeshInitUpdatesAMovedAddress(t *testing.T) {
+	srv := startServer(t)
+	pt := newProcTable(t)
+	a := startAgent(t, config(t, "i-1", pt, srv))
+	registered(t, srv, a)
+	td := meshDefinition("webapp", pidScript)
+	srv.registerDefinition(t, "default", td)
+	placed := srv.place(t, "default", "t1", "webapp:1", "i-1")
+	srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
+	before, _ := srv.serviceInstance(t, "t1")
+
+	mi, err := meshinit.New(component.Deps{Instance: "i-1", Address: "192.0.2.7", Servers: agentServers{a.Agent}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mi.Prestart(context.Background(), component.Task{ID: placed.GetId(), Definition: td, Network: component.Network{Mode: orchestrator.NetworkHost}}); err != nil {
+		t.Fatalf("Prestart: %v", err)
+	}
+	after, si := srv.serviceInstance(t, "t1")
+	if after.GetId().GetUid() != before.GetId().GetUid() || after.GetGeneration() != before.GetGeneration()+1 || si.GetAddress() != "192.0.2.7" {
+		t.Errorf("after a Prestart at a new address: uid %s (was %s), generation %d (was %d), address %s",
+			after.GetId().GetUid(), before.GetId().GetUid(), after.GetGeneration(), before.GetGeneration(), si.GetAddress())
 	}
 }
