@@ -2,6 +2,7 @@ package dns
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 
 	miekg "github.com/miekg/dns"
@@ -155,13 +156,13 @@ func (a answerer) addressRR(name string, addr netip.Addr) miekg.RR {
 
 // addresses answers name with the A or AAAA records of addrs, each once.
 func (a answerer) addresses(name string, addrs []netip.Addr) {
-	seen := make(map[netip.Addr]bool, len(addrs))
+	seen := make([]netip.Addr, 0, len(addrs)) // a service's few: a scan beats a map
 	for _, addr := range addrs {
 		addr = addr.Unmap()
-		if seen[addr] {
+		if slices.Contains(seen, addr) {
 			continue
 		}
-		seen[addr] = true
+		seen = append(seen, addr)
 		if rr := a.addressRR(name, addr); rr != nil {
 			a.r.Answer = append(a.r.Answer, rr)
 		}
@@ -210,17 +211,18 @@ func (a answerer) service(cat Catalog, n Name) {
 // srv answers with an SRV record per instance, its address's record in
 // the additional section (each once).
 func (a answerer) srv(eps []Endpoint) {
-	seen := map[netip.Addr]bool{}
+	seen := make([]netip.Addr, 0, len(eps))
+	a.r.Answer = slices.Grow(a.r.Answer, len(eps))
 	for _, ep := range eps {
 		target := ep.Host
 		if ep.Addr.IsValid() {
 			target = AddrName(ep.Addr)
 		}
 		a.r.Answer = append(a.r.Answer, &miekg.SRV{Hdr: a.hdr(a.q.Name, miekg.TypeSRV), Priority: 1, Weight: 1, Port: ep.Port, Target: target})
-		if !ep.Addr.IsValid() || seen[ep.Addr.Unmap()] {
+		if !ep.Addr.IsValid() || slices.Contains(seen, ep.Addr.Unmap()) {
 			continue
 		}
-		seen[ep.Addr.Unmap()] = true
+		seen = append(seen, ep.Addr.Unmap())
 		b := answerer{r: a.r, q: miekg.Question{Qtype: miekg.TypeANY}, o: a.o}
 		if rr := b.addressRR(target, ep.Addr); rr != nil {
 			a.r.Extra = append(a.r.Extra, rr)

@@ -184,6 +184,10 @@ func listen(addr string) (net.PacketConn, net.Listener, error) {
 	}
 }
 
+// packBuffers hold the replies as they are packed, one per query being
+// answered.
+var packBuffers = sync.Pool{New: func() any { b := make([]byte, 0, miekg.MaxMsgSize); return &b }}
+
 // serve answers one query, truncated to what its transport carries: over
 // UDP the client's EDNS0 size (at most MaxUDPSize; 512 bytes without
 // EDNS0), with TC set when records were left out, so that the client asks
@@ -205,8 +209,23 @@ func (s *Server) serve(w miekg.ResponseWriter, req *miekg.Msg) {
 			size = min(max(int(opt.UDPSize()), miekg.MinMsgSize), MaxUDPSize)
 		}
 	}
-	reply.Truncate(size)
-	if err := w.WriteMsg(reply); err != nil {
+	// Pack once; only a reply that does not fit is truncated (which
+	// measures it again, record by record) and packed again.
+	bp := packBuffers.Get().(*[]byte)
+	defer packBuffers.Put(bp)
+	wire, err := reply.PackBuffer(*bp)
+	if err == nil && len(wire) > size {
+		reply.Truncate(size)
+		wire, err = reply.PackBuffer(*bp)
+	}
+	if err != nil {
+		s.log.Error("DNS reply does not pack", "question", req.Question, "err", err)
+		m := new(miekg.Msg)
+		m.SetRcode(req, miekg.RcodeServerFailure)
+		_ = w.WriteMsg(m)
+		return
+	}
+	if _, err := w.Write(wire); err != nil {
 		s.log.Debug("DNS reply not sent", "to", w.RemoteAddr(), "err", err)
 	}
 }
