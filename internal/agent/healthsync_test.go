@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -203,4 +204,47 @@ func TestHealthSyncKeepsTheCatalogCheck(t *testing.T) {
 	if _, err := srv.res.Read(context.Background(), &pbresource.ReadRequest{Id: catalog.ServiceInstanceID("default", "t1")}); status.Code(err) != codes.NotFound {
 		t.Fatalf("the instance after the task stopped: %v", err)
 	}
+}
+
+// An agent that goes down cannot say its tasks are gone: the servers set
+// its instances' checks critical, and lift that once it is back.
+func TestDownAgentsChecksGoCritical(t *testing.T) {
+	srv := startServerTTL(t, 2*time.Second)
+	pt := newProcTable(t)
+	feed := &healthFeed{}
+	cfg := config(t, "i-1", pt, srv)
+	cfg.NewRunner = feed.wrap(pt.newRunner)
+	cfg.Components = nil // mesh-init and health-sync
+	a := startAgent(t, cfg)
+	registered(t, srv, a)
+	def := shDefinition("web", pidScript)
+	def.Containers[0].HealthCheck = &pborch.HealthCheck{Command: []string{"/bin/true"}}
+	def.Mesh = &pborch.TaskMesh{Port: 8080}
+	srv.registerDefinition(t, "default", def)
+	srv.place(t, "default", "t1", "web:1", "i-1")
+	srv.waitTask(t, "default", "t1", "runs", lastStatus(orchestrator.StatusRunning))
+	check := func() *pbcatalog.CheckStatus {
+		resp, err := srv.res.Read(context.Background(), &pbresource.ReadRequest{Id: catalog.ServiceInstanceID("default", "t1")})
+		if err != nil {
+			t.Fatalf("the service instance: %v", err)
+		}
+		return catalog.HealthOf(resp.GetResource()).GetChecks()[0]
+	}
+	feed.set(orchestrator.HealthHealthy, "GET /health: 200 OK")
+	eventually(t, "the check passes", func() bool { return check().GetStatus() == catalog.CheckPassing })
+
+	a.kill(t) // its heartbeats stop; the task runs on
+	eventually(t, "the servers set the check critical", func() bool {
+		c := check()
+		return c.GetStatus() == catalog.CheckCritical && c.GetOutput() == catalog.AgentDownOutput+"i-1"
+	})
+	if _, in := srv.instance(t, "i-1"); in.GetStatus() != orchestrator.InstanceDown {
+		t.Fatalf("instance i-1 is %s, want down", in.GetStatus())
+	}
+
+	startAgent(t, cfg)
+	eventually(t, "the agent's report shows again", func() bool {
+		c := check()
+		return c.GetStatus() == catalog.CheckPassing && c.GetOutput() == "GET /health: 200 OK"
+	})
 }
