@@ -32,6 +32,9 @@ type consulAPI struct {
 	// machines: the server has the orchestrator's Instances, which are
 	// Consul's nodes.
 	machines bool
+	// serverID names this server (module.Cluster.ServerID), as
+	// /v1/agent/self's NodeName.
+	serverID string
 	// changes are the services' own indexes, for the blocking queries of
 	// one service.
 	changes *serviceChanges
@@ -49,7 +52,10 @@ func consulTypes(machines bool) []controller.CachedType {
 // routes are Consul's read routes. A service's routes need namespace:read
 // on the namespace asked for (?ns=, Consul's, or ?namespace=); the nodes
 // are the cluster's Instances, which need operator:read, as reading them
-// through the resource API does.
+// through the resource API does. /v1/agent/self says only which
+// datacenter this is, which a catalog reader needs (Prometheus's
+// consul_sd_configs asks it first when its configuration names none), so
+// it needs what reading the catalog does.
 func (c consulAPI) routes() []httpapi.Route {
 	return []httpapi.Route{
 		{Pattern: "GET /v1/catalog/services", Permission: acl.NamespaceRead, Handler: c.services},
@@ -60,6 +66,8 @@ func (c consulAPI) routes() []httpapi.Route {
 		{Pattern: "/v1/health/service/{service}", Permission: acl.Public, Handler: httpapi.MethodNotAllowed("GET")},
 		{Pattern: "GET /v1/catalog/nodes", Permission: acl.OperatorRead, Handler: c.nodes},
 		{Pattern: "/v1/catalog/nodes", Permission: acl.Public, Handler: httpapi.MethodNotAllowed("GET")},
+		{Pattern: "GET /v1/agent/self", Permission: acl.NamespaceRead, Handler: c.self},
+		{Pattern: "/v1/agent/self", Permission: acl.Public, Handler: httpapi.MethodNotAllowed("GET")},
 	}
 }
 
@@ -360,4 +368,24 @@ func consulFlag(name, v string, given bool) (bool, error) {
 
 func notServed(name, why string) error {
 	return httpapi.InputError(name, "is not served by Trellis's Consul-compatible API: %s", why)
+}
+
+// consulSelf is the part of Consul's /v1/agent/self that tools read to
+// learn the datacenter they talk to.
+type consulSelf struct {
+	Config struct {
+		Datacenter string
+		NodeName   string
+		Server     bool
+	}
+}
+
+func (c consulAPI) self(w http.ResponseWriter, r *http.Request) error {
+	if _, err := httpapi.Params(r); err != nil {
+		return err
+	}
+	var out consulSelf
+	out.Config.Datacenter, out.Config.NodeName, out.Config.Server = c.datacenter, c.serverID, true
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }

@@ -223,6 +223,11 @@ func TestConsulClientReadsCatalog(t *testing.T) {
 		t.Fatalf("catalog service db ?tag=primary = %+v, %v", cat, err)
 	}
 
+	self, err := h.client.Agent().Self()
+	if err != nil || self["Config"]["Datacenter"] != "dc1" {
+		t.Fatalf("agent/self = %v, %v", self, err)
+	}
+
 	operator, _ := consul.NewClient(&consul.Config{Address: strings.TrimPrefix(h.url, "http://"), Token: "operator"})
 	nodes, _, err := operator.Catalog().Nodes(nil)
 	if err != nil {
@@ -349,6 +354,7 @@ func TestConsulRoutesRefuseOutsiders(t *testing.T) {
 		{"/v1/catalog/service/db?ns=payments", "reader"},
 		{"/v1/catalog/services?ns=payments", "reader"},
 		{"/v1/catalog/nodes", "reader"},
+		{"/v1/agent/self", ""},
 	} {
 		code, _, body := h.get(t, tc.path, tc.token)
 		if code != http.StatusForbidden || !strings.Contains(body, "permission denied") {

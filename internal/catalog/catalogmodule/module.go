@@ -81,7 +81,7 @@ func (m *catalogModule) Setup(d module.Deps) (module.Parts, error) {
 		if _, err := d.Informer.Subscribe(catalog.ServiceInstanceType, changes.apply); err != nil {
 			return module.Parts{}, err
 		}
-		parts.Routes = append(parts.Routes, consulAPI{in: d.Informer, datacenter: d.Cluster.Datacenter, machines: machines, changes: changes}.routes()...)
+		parts.Routes = append(parts.Routes, consulAPI{in: d.Informer, datacenter: d.Cluster.Datacenter, serverID: d.Cluster.ServerID, machines: machines, changes: changes}.routes()...)
 	}
 	if m.cfg.DNSAddr == "" {
 		return parts, nil
