@@ -37,9 +37,12 @@ const (
 //   - every check is critical once the task stops or is stopping, so that
 //     traffic leaves it before its containers exit.
 //
-// A check keeps its changed_at while its status does not change. It is
-// pure; it never changes prev.
-func Report(si *pbcatalog.ServiceInstance, task string, h component.TaskHealth, prev *pbcatalog.ChecksStatus, now time.Time) *pbcatalog.ChecksStatus {
+// A change of outputs alone (a probe that answers with a time, say) is
+// written only once outputEvery has passed since prev was reported, as
+// Consul's check_update_interval does: a status change is written at once
+// and carries the outputs with it. A check keeps its changed_at while its
+// status does not change. It is pure; it never changes prev.
+func Report(si *pbcatalog.ServiceInstance, task string, h component.TaskHealth, prev *pbcatalog.ChecksStatus, now time.Time, outputEvery time.Duration) *pbcatalog.ChecksStatus {
 	before := make(map[string]*pbcatalog.CheckStatus, len(prev.GetChecks()))
 	for _, c := range prev.GetChecks() {
 		before[c.GetName()] = c
@@ -51,6 +54,7 @@ func Report(si *pbcatalog.ServiceInstance, task string, h component.TaskHealth, 
 	at := timestamppb.New(now)
 	next := &pbcatalog.ChecksStatus{ReportedAt: at}
 	same := prev != nil && len(prev.GetChecks()) == len(si.GetChecks())
+	outputOnly := same // only outputs differ, so far
 	for _, def := range si.GetChecks() {
 		status, output := checkOf(def.GetName(), task, h, containers)
 		c := &pbcatalog.CheckStatus{Name: def.GetName(), Status: status, Output: truncate(output), ChangedAt: at, CheckedAt: at}
@@ -60,11 +64,11 @@ func Report(si *pbcatalog.ServiceInstance, task string, h component.TaskHealth, 
 				same = false
 			}
 		} else {
-			same = false
+			same, outputOnly = false, false
 		}
 		next.Checks = append(next.Checks, c)
 	}
-	if same {
+	if same || outputOnly && now.Before(prev.GetReportedAt().AsTime().Add(outputEvery)) {
 		return nil
 	}
 	next.Health = catalog.Aggregate(next.Checks)

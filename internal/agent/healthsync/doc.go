@@ -20,7 +20,10 @@
 //     a quiet spell, then every changed instance of the agent goes in one
 //     WriteStatuses (one Raft entry). A check that flaps costs one write
 //     per interval for the whole agent; a health that did not change (same
-//     status and output) is not written at all.
+//     status and output) is not written at all, and a change of outputs
+//     alone (a probe that answers with the time) at most every
+//     DefaultOutputInterval, five minutes, as Consul's
+//     check_update_interval: a status change carries the outputs with it.
 //   - A stop is written at once, before the instance goes. The snapshot
 //     that says a task is stopping turns every check critical without
 //     waiting for the interval, so that traffic leaves it while its

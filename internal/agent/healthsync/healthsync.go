@@ -25,8 +25,15 @@ const Name = "health-sync"
 // per check per change. A task that stops is written at once.
 const DefaultInterval = time.Second
 
+// DefaultOutputInterval is how often a change of a check's output alone,
+// its status the same, is written (Consul's check_update_interval).
+const DefaultOutputInterval = 5 * time.Minute
+
 // Config tunes health-sync. Its zero value is the production setting.
 type Config struct {
+	// OutputInterval is how often a change of outputs alone is written
+	// (DefaultOutputInterval when zero).
+	OutputInterval time.Duration
 	// Interval is how long changes are gathered into one write
 	// (DefaultInterval when zero); a failed write is tried again after it.
 	Interval time.Duration
@@ -42,6 +49,9 @@ func New(config Config) component.Maker {
 		cfg := config
 		if cfg.Interval <= 0 {
 			cfg.Interval = DefaultInterval
+		}
+		if cfg.OutputInterval <= 0 {
+			cfg.OutputInterval = DefaultOutputInterval
 		}
 		if cfg.Catalog == nil {
 			if d.Servers == nil {
@@ -243,6 +253,7 @@ func (s *HealthSync) flush(ctx context.Context, uid string) {
 
 	now := s.clock.Now()
 	failed := map[*pending]bool{}
+	held := map[*pending]bool{}
 	req := &pbresource.WriteStatusesRequest{}
 	type member struct {
 		p    *pending
@@ -271,8 +282,12 @@ func (s *HealthSync) flush(ctx context.Context, uid string) {
 				s.log.Error("cannot decode a service instance; not reporting its checks", "instance", res.GetId().GetName(), "err", err)
 				continue
 			}
-			cs := Report(si, p.task.ID.GetName(), p.health, p.written[res.GetId().GetName()], now)
+			prev := p.written[res.GetId().GetName()]
+			cs := Report(si, p.task.ID.GetName(), p.health, prev, now, s.cfg.OutputInterval)
 			if cs == nil {
+				if Report(si, p.task.ID.GetName(), p.health, prev, now, 0) != nil {
+					held[p] = true // outputs alone changed: written once their interval is up
+				}
 				continue
 			}
 			payload, err := anypb.New(cs)
@@ -323,7 +338,7 @@ func (s *HealthSync) flush(ctx context.Context, uid string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range work {
-		if !failed[p] && p.tr.seq == p.seq {
+		if !failed[p] && !held[p] && p.tr.seq == p.seq {
 			p.tr.dirty = false
 		}
 		if p.instances == nil {

@@ -72,9 +72,24 @@ func TestContainerHealthBecomesTheCatalogCheck(t *testing.T) {
 			t.Fatalf("aggregate %s", h)
 		}
 
-		// The same health again writes nothing.
+		// The app's check answers otherwise, still failing: the output
+		// alone changed, written only once the output interval is up.
 		n, _ := cat.count()
-		hs.TaskHealthChanged(web, running(container("app", sick, "GET /health: 503 Service Unavailable"), container("db", healthy, "")))
+		hs.TaskHealthChanged(web, running(container("app", sick, "GET /health: 503 (retry in 5s)"), container("db", healthy, "")))
+		time.Sleep(10 * healthsync.DefaultInterval)
+		synctest.Wait()
+		if m, _ := cat.count(); m != n || w.checks(webID)["web-1/app"][1] != "GET /health: 503 Service Unavailable" {
+			t.Fatalf("an output-only change written within the output interval (%d writes): %v", m-n, w.checks(webID))
+		}
+		time.Sleep(healthsync.DefaultOutputInterval)
+		synctest.Wait()
+		if m, _ := cat.count(); m != n+1 || w.checks(webID)["web-1/app"] != [2]string{critical, "GET /health: 503 (retry in 5s)"} {
+			t.Fatalf("the output once its interval is up (%d writes): %v", m-n, w.checks(webID))
+		}
+
+		// The same health again writes nothing.
+		n, _ = cat.count()
+		hs.TaskHealthChanged(web, running(container("app", sick, "GET /health: 503 (retry in 5s)"), container("db", healthy, "")))
 		time.Sleep(2 * healthsync.DefaultInterval)
 		synctest.Wait()
 		if m, _ := cat.count(); m != n {
