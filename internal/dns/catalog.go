@@ -109,3 +109,13 @@ func (c InformerCatalog) Synced() bool {
 	}
 	return true
 }
+
+// Revision changes whenever a type the answers read changes: the sum of
+// the informer's last change of each (Raft indexes, which only grow).
+func (c InformerCatalog) Revision() uint64 {
+	var r uint64
+	for _, ct := range CachedTypes(c.Machines) {
+		r += c.In.LastChange(ct.Type)
+	}
+	return r
+}

@@ -21,6 +21,13 @@
 //     answer needs of an instance (its address, port, tags, and whether it
 //     passes) is worked out once per change, as the cache applies it
 //     (EndpointOf, a controller.Derived), not once per query.
+//   - A repeated question is answered from the reply packed before, while
+//     the catalog's revision (Revisioned: the informer's last change of
+//     each type it reads) stays the same: Answer is a function of the
+//     query, the catalog and the rotation alone, so the kept reply is
+//     the one it would make. This took an agent on one core from 17,800
+//     to 30,000-43,000 queries/s for a service of 10 instances, beside
+//     nsd's 37,000-40,000 (bench/README.md, "DNS").
 //   - Only passing instances are answered (catalog.HealthOf: an instance
 //     whose checks are not all passing, or not yet reported, gets no
 //     traffic). A name that exists (a Service resource, or an instance that

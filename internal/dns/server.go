@@ -27,6 +27,7 @@ type Server struct {
 	log  *slog.Logger
 
 	rotate atomic.Uint32
+	cache  replyCache
 	ready  chan struct{}
 	bound  atomic.Pointer[net.UDPAddr]
 
@@ -201,7 +202,6 @@ func (s *Server) serve(w miekg.ResponseWriter, req *miekg.Msg) {
 			_ = w.WriteMsg(m)
 		}
 	}()
-	reply := Answer(req, s.cat, Options{TTL: s.ttl, Rotate: s.rotate.Add(1)})
 	size := miekg.MaxMsgSize
 	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
 		size = miekg.MinMsgSize
@@ -209,10 +209,27 @@ func (s *Server) serve(w miekg.ResponseWriter, req *miekg.Msg) {
 			size = min(max(int(opt.UDPSize()), miekg.MinMsgSize), MaxUDPSize)
 		}
 	}
-	// Pack once; only a reply that does not fit is truncated (which
-	// measures it again, record by record) and packed again.
+	rotation := int(s.rotate.Add(1) % rotations)
 	bp := packBuffers.Get().(*[]byte)
 	defer packBuffers.Put(bp)
+
+	// A repeated question of an unchanged catalog is answered with the
+	// reply packed before (Answer is a function of the query, the
+	// catalog and the rotation alone).
+	rc, cacheable := s.cat.(Revisioned)
+	var rev uint64
+	key, keyed := keyOf(req, size, rotation)
+	cacheable = cacheable && keyed
+	if cacheable {
+		rev = rc.Revision()
+		if wire, ok := s.cache.get(rev, key, req.Id, *bp); ok {
+			s.write(w, wire)
+			return
+		}
+	}
+	reply := Answer(req, s.cat, Options{TTL: s.ttl, Rotate: uint32(rotation)})
+	// Pack once; only a reply that does not fit is truncated (which
+	// measures it again, record by record) and packed again.
 	wire, err := reply.PackBuffer(*bp)
 	if err == nil && len(wire) > size {
 		reply.Truncate(size)
@@ -225,6 +242,15 @@ func (s *Server) serve(w miekg.ResponseWriter, req *miekg.Msg) {
 		_ = w.WriteMsg(m)
 		return
 	}
+	// Kept only when the catalog did not move while it was answered, and
+	// never a SERVFAIL (a catalog not synced yet).
+	if cacheable && reply.Rcode != miekg.RcodeServerFailure && rc.Revision() == rev {
+		s.cache.put(rev, key, wire)
+	}
+	s.write(w, wire)
+}
+
+func (s *Server) write(w miekg.ResponseWriter, wire []byte) {
 	if _, err := w.Write(wire); err != nil {
 		s.log.Debug("DNS reply not sent", "to", w.RemoteAddr(), "err", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,6 +196,58 @@ func TestCheckAddr(t *testing.T) {
 		err := CheckAddr("-dns-addr", addr)
 		if (want == "") != (err == nil) || err != nil && (!strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "-dns-addr: ")) {
 			t.Errorf("CheckAddr(%q) = %v; want %q", addr, err, want)
+		}
+	}
+}
+
+// revCatalog is a catalog that says when it changes.
+type revCatalog struct {
+	mu  sync.Mutex
+	cat fakeCatalog
+	rev uint64
+}
+
+func (c *revCatalog) get() fakeCatalog { c.mu.Lock(); defer c.mu.Unlock(); return c.cat }
+func (c *revCatalog) Service(ns, name string) ([]Endpoint, bool) {
+	return c.get().Service(ns, name)
+}
+func (c *revCatalog) Instance(name string) (netip.Addr, bool) { return c.get().Instance(name) }
+func (c *revCatalog) Synced() bool                            { return true }
+func (c *revCatalog) Revision() uint64                        { c.mu.Lock(); defer c.mu.Unlock(); return c.rev }
+func (c *revCatalog) set(cat fakeCatalog, rev uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cat, c.rev = cat, rev
+}
+
+// Replies are kept per revision of the catalog: a repeated question gets
+// the same records under its own id and case, and a new revision is
+// answered anew.
+func TestServerKeepsRepliesOfARevision(t *testing.T) {
+	one := fakeCatalog{services: map[string][]Endpoint{"default/api": {ep("api-1", "10.0.0.1", 80, true)}}}
+	two := fakeCatalog{services: map[string][]Endpoint{"default/api": {ep("api-2", "10.0.0.2", 80, true)}}}
+	cat := &revCatalog{cat: one, rev: 1}
+	addr := startServer(t, cat)
+	ask := func(name string) (*miekg.Msg, string) {
+		q := query(name, miekg.TypeA)
+		r := exchange(t, "udp", addr, q)
+		if r.Id != q.Id || len(r.Answer) != 1 || r.Question[0].Name != name || r.Answer[0].Header().Name != name {
+			t.Fatalf("%s: %v", name, r)
+		}
+		return r, r.Answer[0].(*miekg.A).A.String()
+	}
+	for range 3 {
+		if _, a := ask("api.service.trellis."); a != "10.0.0.1" {
+			t.Fatalf("revision 1: %s", a)
+		}
+	}
+	if _, a := ask("API.service.trellis."); a != "10.0.0.1" {
+		t.Fatalf("revision 1, upper case: %s", a)
+	}
+	cat.set(two, 2)
+	for range 3 {
+		if _, a := ask("api.service.trellis."); a != "10.0.0.2" {
+			t.Fatalf("revision 2: %s; want the new instance", a)
 		}
 	}
 }
