@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// changes is what the watchers of one cell report to the loop that
+// makes the changes: for the change under way, when each watcher first
+// saw it.
+type changes struct {
+	watchers int
+	cur      atomic.Pointer[change]
+}
+
+// change is one change: the value that shows it (a watcher compares
+// what it read with want) and when each watcher first read it.
+type change struct {
+	want int
+	at   []time.Time
+	left atomic.Int64
+	done chan struct{}
+}
+
+// begin makes want the change under way; call it before the write.
+func (cs *changes) begin(want int) *change {
+	c := &change{want: want, at: make([]time.Time, cs.watchers), done: make(chan struct{})}
+	c.left.Store(int64(cs.watchers))
+	cs.cur.Store(c)
+	return c
+}
+
+// seen is watcher w's report that it read value at t. Only the first
+// read of the change's value counts, once per watcher.
+func (cs *changes) seen(w int, value int, t time.Time, last **change) {
+	c := cs.cur.Load()
+	if c == nil || c == *last || value != c.want {
+		return
+	}
+	*last = c
+	c.at[w] = t
+	if c.left.Add(-1) == 0 {
+		close(c.done)
+	}
+}
+
+// wait returns when every watcher has seen c, the last of them the
+// latest time, or fails after limit naming how many had not.
+func (c *change) wait(ctx context.Context, limit time.Duration) (time.Time, error) {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-c.done:
+	case <-t.C:
+		return time.Time{}, fmt.Errorf("%d of %d watchers had not seen a change after %s", c.left.Load(), len(c.at), limit)
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+	var last time.Time
+	for _, at := range c.at {
+		if at.After(last) {
+			last = at
+		}
+	}
+	return last, nil
+}
+
+// watchResult is what a watch cell measured: for each change, from the
+// write's sending (and from its acknowledgement) until the last watcher
+// had it, and the write alone.
+type watchResult struct {
+	fromSend, fromAck, write []time.Duration
+	watchers, servers        int
+}
