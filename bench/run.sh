@@ -4,7 +4,9 @@
 # leader failover (SIGKILL under writes, and during daemon deployments),
 # then the Connect CA's leaf signatures on 3 servers, then a root
 # rotation under 5,000 simulated agents holding leaves, then what task
-# networking (network: bridge) adds to a task's start and its traffic.
+# networking (network: bridge) adds to a task's start and its traffic,
+# then the catalog's health API: a check's change seen by 1,000 blocking
+# queries, and 10,000 registered instances.
 # Installs etcd 3.4 (Debian's etcd-server) and the CNI plugins when they
 # are missing.
 #
@@ -13,7 +15,8 @@
 # FAILOVERBENCH_ARGS to failoverbench (FAILOVERBENCH_ARGS="-cells writes");
 # CABENCH_ARGS to cabench (CABENCH_ARGS="-duration 20s"); CAROTBENCH_ARGS
 # to carotbench (CAROTBENCH_ARGS="-limits 10000"); NETBENCH_ARGS to
-# netbench (NETBENCH_ARGS="-starts 200").
+# netbench (NETBENCH_ARGS="-starts 200"); CATALOGBENCH_ARGS to
+# catalogbench (CATALOGBENCH_ARGS="-cells watch").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bench/results
@@ -29,6 +32,7 @@ go test -run '^$' -bench . -benchmem ./internal/... | tee bench/results/gobench.
 (cd bench && go run ./cmd/failoverbench -trellis ../bin/trellis -out results/failoverbench.md ${FAILOVERBENCH_ARGS:-})
 (cd bench && go run ./cmd/cabench -trellis ../bin/trellis -out results/cabench.md ${CABENCH_ARGS:-})
 (cd bench && go run ./cmd/carotbench -trellis ../bin/trellis -out results/carotbench.md ${CAROTBENCH_ARGS:-})
+(cd bench && go run ./cmd/catalogbench -trellis ../bin/trellis -out results/catalogbench.md ${CATALOGBENCH_ARGS:-})
 if [ ! -x /usr/lib/cni/bridge ]; then
   echo "bench: installing containernetworking-plugins (task networking)" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins

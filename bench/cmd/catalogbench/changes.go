@@ -67,10 +67,42 @@ func (c *change) wait(ctx context.Context, limit time.Duration) (time.Time, erro
 	return last, nil
 }
 
+// lastBy is, for each of n servers, when the last of its watchers saw c
+// (watcher w watches server w mod n). Call it after wait.
+func (c *change) lastBy(n int) []time.Time {
+	last := make([]time.Time, n)
+	for w, at := range c.at {
+		if at.After(last[w%n]) {
+			last[w%n] = at
+		}
+	}
+	return last
+}
+
 // watchResult is what a watch cell measured: for each change, from the
 // write's sending (and from its acknowledgement) until the last watcher
-// had it, and the write alone.
+// had it, the write alone, and from the sending until the last watcher
+// of the leader, and of the followers, had it.
 type watchResult struct {
 	fromSend, fromAck, write []time.Duration
+	onLeader, onFollowers    []time.Duration
 	watchers, servers        int
+}
+
+// record adds change c, sent at start and acknowledged at ack, whose
+// last watcher saw it at last; leader is the index of the server that
+// leads.
+func (r *watchResult) record(c *change, start, ack, last time.Time, leader int) {
+	r.fromSend = append(r.fromSend, last.Sub(start))
+	r.fromAck = append(r.fromAck, last.Sub(ack))
+	r.write = append(r.write, ack.Sub(start))
+	var followers time.Time
+	for i, t := range c.lastBy(r.servers) {
+		if i == leader {
+			r.onLeader = append(r.onLeader, t.Sub(start))
+		} else if t.After(followers) {
+			followers = t
+		}
+	}
+	r.onFollowers = append(r.onFollowers, followers.Sub(start))
 }

@@ -41,3 +41,29 @@ func TestChangeWaitNamesTheMissing(t *testing.T) {
 		t.Errorf("wait = %v", err)
 	}
 }
+
+func TestRecordSplitsLeaderAndFollowers(t *testing.T) {
+	cs := &changes{watchers: 6}
+	base := time.Unix(100, 0)
+	c := cs.begin(1)
+	lasts := make([]*change, 6)
+	// Watchers 0 and 3 watch server 0, 1 and 4 server 1, 2 and 5 server 2.
+	for w, ms := range []int{10, 20, 30, 40, 25, 5} {
+		cs.seen(w, 1, base.Add(time.Duration(ms)*time.Millisecond), &lasts[w])
+	}
+	last, err := c.wait(context.Background(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &watchResult{servers: 3}
+	r.record(c, base, base.Add(2*time.Millisecond), last, 1)
+	if r.fromSend[0] != 40*time.Millisecond || r.fromAck[0] != 38*time.Millisecond || r.write[0] != 2*time.Millisecond {
+		t.Errorf("fromSend, fromAck, write = %v, %v, %v", r.fromSend, r.fromAck, r.write)
+	}
+	if r.onLeader[0] != 25*time.Millisecond {
+		t.Errorf("onLeader = %v, want 25ms (server 1's last watcher)", r.onLeader)
+	}
+	if r.onFollowers[0] != 40*time.Millisecond {
+		t.Errorf("onFollowers = %v, want 40ms (server 0's last watcher)", r.onFollowers)
+	}
+}

@@ -126,8 +126,8 @@ func run() int {
 			if err != nil {
 				fail("watch (etcd)", err)
 			}
-			if er != nil && !b.reportWatch(tr, er) {
-				failed = true
+			if er != nil {
+				b.reportWatch(tr, er)
 			}
 		}
 	}

@@ -10,9 +10,9 @@ import (
 
 func ms(d time.Duration) string { return report.Round(d).String() }
 
-// reportWatch writes the watch cell's table and says whether the target
-// was met.
-func (b *bench) reportWatch(tr, er *watchResult) bool {
+// reportWatch writes the watch cell's table and whether the target was
+// met (a missed target is a figure, not a failure of the run).
+func (b *bench) reportWatch(tr, er *watchResult) {
 	ts, es := summarize(tr.fromSend), summarize(er.fromSend)
 	ta, ea := summarize(tr.fromAck), summarize(er.fromAck)
 	tw, ew := summarize(tr.write), summarize(er.write)
@@ -30,13 +30,13 @@ func (b *bench) reportWatch(tr, er *watchResult) bool {
 	row("write sent → last watcher", ts, es)
 	row("write acknowledged → last watcher", ta, ea)
 	row("the write alone", tw, ew)
-	met := ts.p99 <= watchTarget
+	row("write sent → last watcher of the leader", summarize(tr.onLeader), summarize(er.onLeader))
+	row("write sent → last watcher of the followers", summarize(tr.onFollowers), summarize(er.onFollowers))
 	verdict := "met"
-	if !met {
+	if ts.p99 > watchTarget {
 		verdict = "**not met**"
 	}
 	fmt.Fprintf(b.out, "\nTarget: p99 ≤ %s from the write's sending: %s (%s).\n\n", watchTarget, verdict, ms(ts.p99))
-	return met
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }

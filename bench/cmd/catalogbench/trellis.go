@@ -77,6 +77,16 @@ func (cl *cluster) leaderAPI() pbresource.ResourceServiceClient {
 	return cl.res[0]
 }
 
+// leaderIndex is the index of the leader among the members.
+func leaderIndex(cl *cluster) int {
+	for i, m := range cl.Members {
+		if m == cl.leader {
+			return i
+		}
+	}
+	return 0
+}
+
 // follower is a server that does not lead.
 func (cl *cluster) follower() *testcluster.Member {
 	for _, m := range cl.Members {

@@ -125,9 +125,7 @@ func (b *bench) trellisWatch(ctx context.Context) (*watchResult, error) {
 			return nil, fmt.Errorf("change %d: %w", k, err)
 		}
 		if k >= b.warmup {
-			r.fromSend = append(r.fromSend, last.Sub(start))
-			r.fromAck = append(r.fromAck, last.Sub(ack))
-			r.write = append(r.write, ack.Sub(start))
+			r.record(c, start, ack, last, leaderIndex(cl))
 		}
 		pause(ctx, b.gap)
 	}
