@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
+
+	"trellis.dev/trellis/internal/testcluster"
 )
 
 // changes is what the watchers of one cell report to the loop that
@@ -87,6 +90,9 @@ type watchResult struct {
 	fromSend, fromAck, write []time.Duration
 	onLeader, onFollowers    []time.Duration
 	watchers, servers        int
+	// serverCPU and clientCPU are the CPU time the servers (summed) and
+	// this process used over the measured changes, pauses included.
+	serverCPU, clientCPU time.Duration
 }
 
 // record adds change c, sent at start and acknowledged at ack, whose
@@ -105,4 +111,31 @@ func (r *watchResult) record(c *change, start, ack, last time.Time, leader int) 
 		}
 	}
 	r.onFollowers = append(r.onFollowers, followers.Sub(start))
+}
+
+// cpuMeter reads the CPU time some processes and this one have used.
+type cpuMeter struct {
+	pids              []int
+	servers0, client0 time.Duration
+}
+
+func newCPUMeter(pids []int) *cpuMeter {
+	m := &cpuMeter{pids: pids}
+	m.servers0, m.client0 = m.read()
+	return m
+}
+
+func (m *cpuMeter) read() (servers, client time.Duration) {
+	for _, pid := range m.pids {
+		d, _ := testcluster.CPUTime(pid)
+		servers += d
+	}
+	client, _ = testcluster.CPUTime(os.Getpid())
+	return servers, client
+}
+
+// since is what the processes and this one used since the meter began.
+func (m *cpuMeter) since() (servers, client time.Duration) {
+	s, c := m.read()
+	return s - m.servers0, c - m.client0
 }

@@ -98,6 +98,14 @@ func (ec *etcdCluster) stop() {
 	}
 }
 
+func (ec *etcdCluster) pids() []int {
+	var out []int
+	for _, cmd := range ec.cmds {
+		out = append(out, cmd.Process.Pid)
+	}
+	return out
+}
+
 // rss is each member's resident size, in bytes.
 func (ec *etcdCluster) rss() ([]int64, error) {
 	var out []int64
@@ -176,7 +184,11 @@ func (b *bench) etcdWatch(ctx context.Context) (*watchResult, error) {
 		}()
 	}
 	r := &watchResult{watchers: b.watchers, servers: len(ec.clis)}
+	var cpu *cpuMeter
 	for k := range b.warmup + b.changes {
+		if k == b.warmup {
+			cpu = newCPUMeter(ec.pids())
+		}
 		select {
 		case err := <-errs:
 			return nil, fmt.Errorf("an etcd watcher failed: %w", err)
@@ -197,6 +209,7 @@ func (b *bench) etcdWatch(ctx context.Context) (*watchResult, error) {
 		}
 		pause(ctx, b.gap)
 	}
+	r.serverCPU, r.clientCPU = cpu.since()
 	return r, nil
 }
 

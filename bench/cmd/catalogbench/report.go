@@ -32,6 +32,10 @@ func (b *bench) reportWatch(tr, er *watchResult) {
 	row("the write alone", tw, ew)
 	row("write sent → last watcher of the leader", summarize(tr.onLeader), summarize(er.onLeader))
 	row("write sent → last watcher of the followers", summarize(tr.onFollowers), summarize(er.onFollowers))
+	perChange := func(d time.Duration, n int) time.Duration { return d / time.Duration(max(n, 1)) }
+	fmt.Fprintf(b.out, "| CPU per change, servers (summed) · this client | %s · %s | | | %s · %s | | | %s · %s | |\n",
+		ms(perChange(tr.serverCPU, ts.n)), ms(perChange(tr.clientCPU, ts.n)), ms(perChange(er.serverCPU, es.n)), ms(perChange(er.clientCPU, es.n)),
+		ratio(tr.serverCPU, er.serverCPU), ratio(tr.clientCPU, er.clientCPU))
 	verdict := "met"
 	if ts.p99 > watchTarget {
 		verdict = "**not met**"

@@ -87,6 +87,14 @@ func leaderIndex(cl *cluster) int {
 	return 0
 }
 
+func serverPIDs(cl *cluster) []int {
+	var out []int
+	for _, m := range cl.Members {
+		out = append(out, m.PID())
+	}
+	return out
+}
+
 // follower is a server that does not lead.
 func (cl *cluster) follower() *testcluster.Member {
 	for _, m := range cl.Members {

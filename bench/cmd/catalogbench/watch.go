@@ -104,7 +104,11 @@ func (b *bench) trellisWatch(ctx context.Context) (*watchResult, error) {
 	}
 	fmt.Fprintf(b.progress, "catalogbench: %d watchers over %d servers, %d changes\n", b.watchers, len(cl.Members), b.changes)
 	r := &watchResult{watchers: b.watchers, servers: len(cl.Members)}
+	var cpu *cpuMeter
 	for k := range b.warmup + b.changes {
+		if k == b.warmup {
+			cpu = newCPUMeter(serverPIDs(cl))
+		}
 		select {
 		case err := <-errs:
 			return nil, fmt.Errorf("a watcher failed: %w", err)
@@ -129,6 +133,7 @@ func (b *bench) trellisWatch(ctx context.Context) (*watchResult, error) {
 		}
 		pause(ctx, b.gap)
 	}
+	r.serverCPU, r.clientCPU = cpu.since()
 	return r, nil
 }
 
