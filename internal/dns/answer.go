@@ -208,8 +208,9 @@ func (a answerer) service(cat Catalog, n Name) {
 	a.addresses(a.q.Name, addrs)
 }
 
-// srv answers with an SRV record per instance, its address's record in
-// the additional section (each once).
+// srv answers with an SRV record per instance, each once (a record set
+// has no duplicates, RFC 2181), its address's record in the additional
+// section (each once).
 func (a answerer) srv(eps []Endpoint) {
 	seen := make([]netip.Addr, 0, len(eps))
 	a.r.Answer = slices.Grow(a.r.Answer, len(eps))
@@ -217,6 +218,12 @@ func (a answerer) srv(eps []Endpoint) {
 		target := ep.Host
 		if ep.Addr.IsValid() {
 			target = AddrName(ep.Addr)
+		}
+		if slices.ContainsFunc(a.r.Answer, func(rr miekg.RR) bool {
+			s, ok := rr.(*miekg.SRV)
+			return ok && s.Port == ep.Port && s.Target == target
+		}) {
+			continue // two instances at one address and port (host tasks of two agents on one machine): one record
 		}
 		a.r.Answer = append(a.r.Answer, &miekg.SRV{Hdr: a.hdr(a.q.Name, miekg.TypeSRV), Priority: 1, Weight: 1, Port: ep.Port, Target: target})
 		if !ep.Addr.IsValid() || slices.Contains(seen, ep.Addr.Unmap()) {
