@@ -255,6 +255,37 @@ func TestAnotherAgentCannotRegisterThisInstancesService(t *testing.T) {
 	if after.GetGeneration() != before.GetGeneration() || si.GetInstance() != "i-1" {
 		t.Errorf("t1's instance changed: %v", after)
 	}
+	// Nor may i-2's agent write or delete t1's instance itself, over its
+	// link (a proven agent): the servers refuse it.
+	forged := proto.Clone(after).(*pbresource.Resource)
+	forged.Version = ""
+	forgedSI := proto.Clone(si).(*pbcatalog.ServiceInstance)
+	forgedSI.Address = "203.0.113.9"
+	forged.Data, _ = anypb.New(forgedSI)
+	for what, call := range map[string]func(context.Context, pbresource.ResourceServiceClient) error{
+		"write": func(ctx context.Context, rs pbresource.ResourceServiceClient) error {
+			_, err := rs.Write(ctx, &pbresource.WriteRequest{Resource: forged})
+			return err
+		},
+		"write in a batch": func(ctx context.Context, rs pbresource.ResourceServiceClient) error {
+			_, err := rs.WriteBatch(ctx, &pbresource.WriteBatchRequest{Resources: []*pbresource.Resource{forged}})
+			return err
+		},
+		"delete": func(ctx context.Context, rs pbresource.ResourceServiceClient) error {
+			_, err := rs.Delete(ctx, &pbresource.DeleteRequest{Id: after.GetId()})
+			return err
+		},
+	} {
+		err := agentServers{a2.Agent}.Call(context.Background(), func(ctx context.Context, cc grpc.ClientConnInterface) error {
+			return call(ctx, pbresource.NewResourceServiceClient(cc))
+		})
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "on instance i-1: only that instance's agent writes it") {
+			t.Errorf("i-2's %s of t1's instance: %v, want PermissionDenied", what, err)
+		}
+	}
+	if now, nowSI := srv.serviceInstance(t, "t1"); now == nil || nowSI.GetAddress() != si.GetAddress() || now.GetGeneration() != before.GetGeneration() {
+		t.Errorf("t1's instance after i-2's attempts: %v", now)
+	}
 	// i-2's mesh-init leaves t1's instance alone at the stop of a task of
 	// that name on i-2.
 	if err := mi.Poststop(context.Background(), component.Task{ID: t1.GetId(), Definition: td}); err != nil {

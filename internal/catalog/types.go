@@ -98,6 +98,9 @@ func Register(r *resource.Registry) {
 		Validate:       ValidateServiceInstance,
 		ValidateUpdate: ValidateServiceInstanceUpdate,
 		ValidateOwner:  ValidateServiceInstanceOwner,
+		// Among agents, only the agent of the instance a task runs on
+		// registers, changes or removes its service instance (mesh-init).
+		AgentWritten: instanceOf,
 		Statuses: map[string]resource.StatusPayload{
 			AgentChecksStatusKey:  {Owner: resource.StatusOwner{AgentOf: instanceOf}, Proto: &pbcatalog.ChecksStatus{}, Validate: ValidateChecksStatus},
 			ServerChecksStatusKey: {Owner: resource.StatusOwner{Controller: HealthControllerName}, Proto: &pbcatalog.ChecksStatus{}, Validate: ValidateChecksStatus},

@@ -61,6 +61,9 @@ func (s *Service) writeBatch(ctx context.Context, req *pbresource.WriteBatchRequ
 		if err := s.authorizeWrite(a, c.reg, c.res); err != nil {
 			return nil, withPrefix(memberField(i), err)
 		}
+		if err := CheckAgentWrite(StatusWriterOf(ctx), c.reg, c.res); err != nil {
+			return nil, withPrefix(memberField(i), err)
+		}
 		if err := checkWrittenThrough(ctx, c.reg); err != nil {
 			return nil, withPrefix(memberField(i), err)
 		}

@@ -60,6 +60,11 @@ func (s *Service) delete(ctx context.Context, req *pbresource.DeleteRequest) err
 	if err := s.authorizeWrite(a, reg, target); err != nil {
 		return err
 	}
+	if stored != nil {
+		if err := CheckAgentWrite(StatusWriterOf(ctx), reg, stored); err != nil {
+			return err
+		}
+	}
 	if err := checkDeletedThrough(ctx, reg, stored); err != nil {
 		return err
 	}

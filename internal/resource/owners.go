@@ -145,3 +145,24 @@ func CheckStatusOwner(w StatusWriter, reg Registration, key string, stored *pbre
 	}
 	return status.Errorf(codes.PermissionDenied, "%s of %s is written only by its owner, the agent of instance %s; %s may not write it", what, stored.GetId().GetName(), instance, w)
 }
+
+// CheckAgentWrite decides whether w may create, change or delete res, a
+// resource of reg's type, as far as agents go: nil unless the type names
+// the agent that writes it (Registration.AgentWritten), w is a proven
+// agent, and res is another instance's; then PermissionDenied, naming
+// both. For a change, res is the resource as it would be written (a type
+// that sets AgentWritten keeps the instance it names fixed); for a
+// delete, as stored. It is pure.
+func CheckAgentWrite(w StatusWriter, reg Registration, res *pbresource.Resource) error {
+	if reg.AgentWritten == nil || w.Agent == "" {
+		return nil
+	}
+	instance, err := reg.AgentWritten(res)
+	if err != nil {
+		return status.Errorf(codes.PermissionDenied, "%s is written only by the agent of the instance it is on, which cannot be told: %v", ids.String(res.GetId()), err)
+	}
+	if instance == "" || instance == w.Agent {
+		return nil
+	}
+	return status.Errorf(codes.PermissionDenied, "%s is on instance %s: only that instance's agent writes it among agents; %s may not", ids.String(res.GetId()), instance, w)
+}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	pbresource "trellis.dev/trellis/api/resource/v1"
@@ -137,4 +138,34 @@ func TestForgedStatusWritesWriteNothing(t *testing.T) {
 	gone.Id = &pbresource.ID{Type: jobType, Tenancy: &pbresource.Tenancy{Namespace: "default"}, Name: "gone"}
 	_, err := h.svc.WriteStatus(resource.AsAgent(plain, "i-1"), gone)
 	requireCode(t, err, codes.NotFound)
+}
+
+// Among agents, only the agent a type names writes a resource of it;
+// callers that are no agent, and resources that are no agent's, are left
+// to the ACLs.
+func TestCheckAgentWrite(t *testing.T) {
+	onInstance := func(res *pbresource.Resource) (string, error) { return res.GetMetadata()["on"], nil }
+	reg := resource.Registration{Type: &pbresource.Type{Group: "g", GroupVersion: "v1", Kind: "K"}, AgentWritten: onInstance}
+	res := func(on string) *pbresource.Resource {
+		return &pbresource.Resource{Id: &pbresource.ID{Type: reg.Type, Name: "r"}, Metadata: map[string]string{"on": on}}
+	}
+	for _, tc := range []struct {
+		name   string
+		reg    resource.Registration
+		writer resource.StatusWriter
+		res    *pbresource.Resource
+		denied bool
+	}{
+		{"its agent", reg, resource.StatusWriter{Agent: "i-1"}, res("i-1"), false},
+		{"another agent", reg, resource.StatusWriter{Agent: "i-2"}, res("i-1"), true},
+		{"no agent", reg, resource.StatusWriter{}, res("i-1"), false},
+		{"a controller", reg, resource.StatusWriter{Controller: "c"}, res("i-1"), false},
+		{"a resource on no instance", reg, resource.StatusWriter{Agent: "i-2"}, res(""), false},
+		{"a type that names no agent", resource.Registration{Type: reg.Type}, resource.StatusWriter{Agent: "i-2"}, res("i-1"), false},
+	} {
+		err := resource.CheckAgentWrite(tc.writer, tc.reg, tc.res)
+		if got := grpcstatus.Code(err) == codes.PermissionDenied; got != tc.denied || (!tc.denied && err != nil) {
+			t.Errorf("%s: %v, want denied %v", tc.name, err, tc.denied)
+		}
+	}
 }

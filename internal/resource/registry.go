@@ -112,6 +112,13 @@ type Registration struct {
 	// not declared takes conditions alone, from anyone who may write the
 	// resource.
 	Statuses map[string]StatusPayload
+	// AgentWritten, when set, names the instance whose agent alone may
+	// write a resource of the type among agents (a service instance of a
+	// task: the instance the task runs on); "" when it is none's. A caller
+	// proven to be another instance's agent (AsAgent) is refused the
+	// create, change or delete of it (CheckAgentWrite). Callers that are
+	// no agent are left to the type's ACLs. It must be pure.
+	AgentWritten func(*pbresource.Resource) (string, error)
 
 	// dataTypeURL is the type URL of the data the service stores, set by
 	// Register so that a write does not build it.

@@ -351,6 +351,9 @@ func (s *Service) write(ctx context.Context, req *pbresource.WriteRequest) (*pbr
 	if err := s.authorizeWrite(a, c.reg, c.res); err != nil {
 		return nil, err
 	}
+	if err := CheckAgentWrite(StatusWriterOf(ctx), c.reg, c.res); err != nil {
+		return nil, err
+	}
 	if err := checkWrittenThrough(ctx, c.reg); err != nil {
 		return nil, err
 	}

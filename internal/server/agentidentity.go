@@ -39,7 +39,13 @@ import (
 var provesAgents = map[string]bool{
 	pbresource.ResourceService_WriteStatus_FullMethodName:   true,
 	pbresource.ResourceService_WriteStatuses_FullMethodName: true,
-	pbagent.LogService_Attach_FullMethodName:                true,
+	// The writes of the types whose resources only their instance's
+	// agent writes among agents (resource.Registration.AgentWritten: a
+	// service instance of a task), so that another agent is refused.
+	pbresource.ResourceService_Write_FullMethodName:      true,
+	pbresource.ResourceService_WriteBatch_FullMethodName: true,
+	pbresource.ResourceService_Delete_FullMethodName:     true,
+	pbagent.LogService_Attach_FullMethodName:             true,
 	// Register: only a Connect leaf counts (leafOnly), which must name
 	// the instance registered; a session is what it registers.
 	pbagent.AgentService_Register_FullMethodName: true,

@@ -33,5 +33,6 @@
 //     agent runs Poststops in reverse order).
 //   - The servers hold the rules: an instance of a task must be on the
 //     instance (machine) the task runs on (catalog.ValidateServiceInstanceOwner),
-//     and only that instance's agent reports its checks.
+//     only that instance's agent may write or delete it among agents
+//     (resource.Registration.AgentWritten), and only it reports its checks.
 package meshinit
