@@ -38,3 +38,8 @@ if [ ! -x /usr/lib/cni/bridge ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins
 fi
 (cd bench && go run ./cmd/netbench -out results/netbench.md ${NETBENCH_ARGS:-})
+if ! command -v dnsperf >/dev/null || ! command -v nsd >/dev/null || ! command -v dig >/dev/null; then
+  echo "bench: installing dnsperf, nsd and dig (the DNS benchmark and its peer)" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dnsperf nsd bind9-dnsutils
+fi
+(cd bench && go run ./cmd/dnsbench -trellis ../bin/trellis -out results/dnsbench.md ${DNSBENCH_ARGS:-})
