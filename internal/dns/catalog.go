@@ -80,6 +80,12 @@ func (c InformerCatalog) Instance(name string) (netip.Addr, bool) {
 	if !c.Machines {
 		return netip.Addr{}, false
 	}
+	if !c.In.Synced(orchestrator.InstanceType) {
+		// Not listed yet (or not readable with this process's token): the
+		// name may exist, so NODATA, never NXDOMAIN; the services' names
+		// do not wait for it (Synced).
+		return netip.Addr{}, true
+	}
 	o := c.In.Get(orchestrator.InstanceID(name))
 	if o == nil {
 		return netip.Addr{}, false
@@ -99,10 +105,11 @@ func (c InformerCatalog) Instance(name string) (netip.Addr, bool) {
 	return a.Unmap(), true
 }
 
-// Synced reports whether the informer has listed every type it reads
-// whole.
+// Synced reports whether the informer has listed the catalog's types
+// whole (the Instances, which only <instance>.instance.trellis. reads, are
+// waited for by Instance alone).
 func (c InformerCatalog) Synced() bool {
-	for _, ct := range CachedTypes(c.Machines) {
+	for _, ct := range CachedTypes(false) {
 		if !c.In.Synced(ct.Type) {
 			return false
 		}
