@@ -5,6 +5,7 @@
 # then the Connect CA's leaf signatures on 3 servers, then a root
 # rotation under 5,000 simulated agents holding leaves, then what task
 # networking (network: bridge) adds to a task's start and its traffic,
+# then an agent's DNS against nsd,
 # then the catalog's health API: a check's change seen by 1,000 blocking
 # queries, and 10,000 registered instances.
 # Installs etcd 3.4 (Debian's etcd-server) and the CNI plugins when they
@@ -32,7 +33,6 @@ go test -run '^$' -bench . -benchmem ./internal/... | tee bench/results/gobench.
 (cd bench && go run ./cmd/failoverbench -trellis ../bin/trellis -out results/failoverbench.md ${FAILOVERBENCH_ARGS:-})
 (cd bench && go run ./cmd/cabench -trellis ../bin/trellis -out results/cabench.md ${CABENCH_ARGS:-})
 (cd bench && go run ./cmd/carotbench -trellis ../bin/trellis -out results/carotbench.md ${CAROTBENCH_ARGS:-})
-(cd bench && go run ./cmd/catalogbench -trellis ../bin/trellis -out results/catalogbench.md ${CATALOGBENCH_ARGS:-})
 if [ ! -x /usr/lib/cni/bridge ]; then
   echo "bench: installing containernetworking-plugins (task networking)" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins
@@ -43,3 +43,4 @@ if ! command -v dnsperf >/dev/null || ! command -v nsd >/dev/null || ! command -
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dnsperf nsd bind9-dnsutils
 fi
 (cd bench && go run ./cmd/dnsbench -trellis ../bin/trellis -out results/dnsbench.md ${DNSBENCH_ARGS:-})
+(cd bench && go run ./cmd/catalogbench -trellis ../bin/trellis -out results/catalogbench.md ${CATALOGBENCH_ARGS:-})
