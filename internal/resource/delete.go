@@ -48,7 +48,14 @@ func (s *Service) delete(ctx context.Context, req *pbresource.DeleteRequest) err
 	// through its operations. The read may be stale: it only informs them,
 	// and the delete itself is decided by the backend.
 	target := &pbresource.Resource{Id: id}
-	stored, err := s.readCurrent(ctx, storage.EventualConsistency, id)
+	consistency := storage.EventualConsistency
+	if reg.AgentWritten != nil && StatusWriterOf(ctx).Agent != "" {
+		// Whose it is decides the delete (CheckAgentWrite): read it as
+		// the leader has it, or a follower behind could let another
+		// agent remove what it has not seen yet.
+		consistency = storage.StrongConsistency
+	}
+	stored, err := s.readCurrent(ctx, consistency, id)
 	if err != nil {
 		return err
 	}
