@@ -93,14 +93,10 @@ type Leaf struct {
 // *ca.Refusal (bad input), a *RateLimitedError (over the limit), or
 // Unavailable (no active root yet, or a signing key whose leaves do not
 // verify: selfcheck.go).
-func (s *Signer) Sign(_ context.Context, csrPEM []byte) (Leaf, error) {
-	st := s.state.Load()
-	if st == nil {
-		msg := errNoActiveRoot.Error()
-		if b := s.broken.Load(); b != nil {
-			msg = "the CA cannot sign on this server: " + (*b).Error()
-		}
-		return Leaf{}, status.Error(codes.Unavailable, msg)
+func (s *Signer) Sign(ctx context.Context, csrPEM []byte) (Leaf, error) {
+	st, err := s.awaitState(ctx)
+	if err != nil {
+		return Leaf{}, err
 	}
 	if err := st.selfCheck.refusal(st.rootID); err != nil {
 		return Leaf{}, err
@@ -142,6 +138,41 @@ func (s *Signer) Sign(_ context.Context, csrPEM []byte) (Leaf, error) {
 		NotAfter: leaf.NotAfter,
 		ID:       id,
 	}, nil
+}
+
+// stateWait bounds how long a request waits for a signer that has no
+// state yet: the root shows in the store (GET /v1/ca/roots) a moment
+// before this server's signer has followed it, and its key, in; a
+// request in that moment waits instead of failing.
+const stateWait = 3 * time.Second
+
+// awaitState is what to sign with: the state, once the signer has one
+// (waiting up to stateWait for the first), or Unavailable saying why
+// there is none.
+func (s *Signer) awaitState(ctx context.Context) (*signingState, error) {
+	var timeout <-chan time.Time
+	for {
+		changed := s.stateChanged()
+		if st := s.state.Load(); st != nil {
+			return st, nil
+		}
+		if timeout == nil {
+			t := time.NewTimer(stateWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-changed:
+			continue
+		case <-ctx.Done():
+		case <-timeout:
+		}
+		msg := errNoActiveRoot.Error()
+		if b := s.broken.Load(); b != nil {
+			msg = "the CA cannot sign on this server: " + (*b).Error()
+		}
+		return nil, status.Error(codes.Unavailable, msg)
+	}
 }
 
 // checkLeaf verifies leaf when its key's self-check is due, and on a
