@@ -57,6 +57,7 @@ type bench struct {
 	instances, perService     int
 	reads                     int
 	settle                    time.Duration
+	profile                   bool
 }
 
 var allCells = []string{"watch", "read"}
@@ -76,6 +77,7 @@ func run() int {
 	flag.IntVar(&b.perService, "per-service", 1000, "read: instances of each service, of service x among them")
 	flag.IntVar(&b.reads, "reads", 300, "read: fresh requests timed")
 	flag.DurationVar(&b.settle, "settle", 10*time.Second, "read: pause after the instances are written, before the resident sizes are read")
+	flag.BoolVar(&b.profile, "profile", false, "watch: serve the servers' profiles (-enable-debug) and fetch each one's CPU profile of 10 s of the measured changes into the kept working directory")
 	outPath := flag.String("out", "", "also write the report to this file")
 	keep := flag.Bool("keep", false, "keep the working directory (data dirs and logs) even when every cell succeeds")
 	flag.Parse()
@@ -107,7 +109,7 @@ func run() int {
 	}
 	b.dir, b.out, b.progress = h.Dir, h.Out, os.Stderr
 	failed := false
-	defer func() { h.End(failed || *keep, "data dirs and logs") }()
+	defer func() { h.End(failed || *keep || b.profile, "data dirs, logs and profiles") }()
 	fail := func(cell string, err error) {
 		failed = true
 		fmt.Fprintf(b.out, "**%s: failed: %v**\n\n", cell, err)

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc"
@@ -39,7 +42,11 @@ func (b *bench) startCluster(ctx context.Context, dir string) (*cluster, error) 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	c, err := testcluster.Start(ctx, testcluster.Options{Bin: b.trellis, Dir: dir, Servers: 3, Extra: []string{"-log-level", "warn"}})
+	extra := []string{"-log-level", "warn"}
+	if b.profile {
+		extra = append(extra, "-enable-debug")
+	}
+	c, err := testcluster.Start(ctx, testcluster.Options{Bin: b.trellis, Dir: dir, Servers: 3, Extra: extra})
 	if err != nil {
 		return nil, err
 	}
@@ -75,6 +82,46 @@ func (cl *cluster) leaderAPI() pbresource.ResourceServiceClient {
 		}
 	}
 	return cl.res[0]
+}
+
+// fetchProfiles saves each server's CPU profile of the next d into dir
+// (server<i>.cpu.pprof), in the background; wait for it with the
+// returned function.
+func fetchProfiles(ctx context.Context, cl *cluster, dir string, d time.Duration) func() error {
+	errs := make(chan error, len(cl.Members))
+	for i, m := range cl.Members {
+		go func() {
+			errs <- func() error {
+				url := fmt.Sprintf("http://%s/v1/debug/pprof/profile?seconds=%d", m.HTTPAddr, int(d.Seconds()))
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+				if err != nil {
+					return err
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return err
+				}
+				defer resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("GET %s: %s", url, resp.Status)
+				}
+				f, err := os.Create(filepath.Join(dir, fmt.Sprintf("server%d.cpu.pprof", i)))
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				_, err = io.Copy(f, resp.Body)
+				return err
+			}()
+		}()
+	}
+	return func() error {
+		var all []error
+		for range cl.Members {
+			all = append(all, <-errs)
+		}
+		return errors.Join(all...)
+	}
 }
 
 // leaderIndex is the index of the leader among the members.

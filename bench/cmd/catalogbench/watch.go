@@ -108,6 +108,14 @@ func (b *bench) trellisWatch(ctx context.Context) (*watchResult, error) {
 	for k := range b.warmup + b.changes {
 		if k == b.warmup {
 			cpu = newCPUMeter(serverPIDs(cl))
+			if b.profile {
+				profiles := fetchProfiles(ctx, cl, dir, 10*time.Second)
+				defer func() {
+					if err := profiles(); err != nil {
+						fmt.Fprintf(b.progress, "catalogbench: profiles: %v\n", err)
+					}
+				}()
+			}
 		}
 		select {
 		case err := <-errs:
