@@ -23,7 +23,8 @@
 //     status and output) is not written at all, and a change of outputs
 //     alone (a probe that answers with the time) at most every
 //     DefaultOutputInterval, five minutes, as Consul's
-//     check_update_interval: a status change carries the outputs with it.
+//     check_update_interval: a change of the health itself (a container
+//     unknown, then unhealthy) carries the outputs with it.
 //   - A stop is written at once, before the instance goes. The snapshot
 //     that says a task is stopping turns every check critical without
 //     waiting for the interval, so that traffic leaves it while its

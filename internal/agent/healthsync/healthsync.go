@@ -99,6 +99,9 @@ type tracked struct {
 	// each, by name.
 	instances []*pbresource.Resource
 	written   map[string]*pbcatalog.ChecksStatus
+	// judged is the health whose judgements (not its outputs) were last
+	// written: a change of outputs alone waits for OutputInterval.
+	judged *component.TaskHealth
 }
 
 func (s *HealthSync) Name() string { return Name }
@@ -234,6 +237,7 @@ type pending struct {
 	health    component.TaskHealth
 	instances []*pbresource.Resource
 	written   map[string]*pbcatalog.ChecksStatus
+	judged    *component.TaskHealth
 }
 
 // flush writes what changed, of the task with uid only or ("") of every
@@ -247,7 +251,7 @@ func (s *HealthSync) flush(ctx context.Context, uid string) {
 		if !tr.dirty || !tr.heard || uid != "" && u != uid {
 			continue
 		}
-		work = append(work, &pending{tr: tr, seq: tr.seq, task: tr.task, health: tr.health, instances: tr.instances, written: tr.written})
+		work = append(work, &pending{tr: tr, seq: tr.seq, task: tr.task, health: tr.health, instances: tr.instances, written: tr.written, judged: tr.judged})
 	}
 	s.mu.Unlock()
 
@@ -283,7 +287,11 @@ func (s *HealthSync) flush(ctx context.Context, uid string) {
 				continue
 			}
 			prev := p.written[res.GetId().GetName()]
-			cs := Report(si, p.task.ID.GetName(), p.health, prev, now, s.cfg.OutputInterval)
+			every := s.cfg.OutputInterval
+			if p.judged == nil || !sameJudgement(*p.judged, p.health) {
+				every = 0 // the health itself changed: its outputs go with it
+			}
+			cs := Report(si, p.task.ID.GetName(), p.health, prev, now, every)
 			if cs == nil {
 				if Report(si, p.task.ID.GetName(), p.health, prev, now, 0) != nil {
 					held[p] = true // outputs alone changed: written once their interval is up
@@ -338,6 +346,10 @@ func (s *HealthSync) flush(ctx context.Context, uid string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range work {
+		if !failed[p] {
+			h := p.health
+			p.tr.judged = &h
+		}
 		if !failed[p] && !held[p] && p.tr.seq == p.seq {
 			p.tr.dirty = false
 		}
@@ -357,4 +369,19 @@ func (s *HealthSync) flush(ctx context.Context, uid string) {
 		}
 		p.tr.instances = keep
 	}
+}
+
+// sameJudgement says whether two healths judge the task and its
+// containers alike, whatever their checks' outputs say.
+func sameJudgement(a, b component.TaskHealth) bool {
+	if a.Status != b.Status || a.Stopping != b.Stopping || a.Health != b.Health || len(a.Containers) != len(b.Containers) {
+		return false
+	}
+	for i, c := range a.Containers {
+		d := b.Containers[i]
+		if c.Name != d.Name || c.HasCheck != d.HasCheck || c.Health != d.Health {
+			return false
+		}
+	}
+	return true
 }

@@ -87,6 +87,23 @@ func TestContainerHealthBecomesTheCatalogCheck(t *testing.T) {
 			t.Fatalf("the output once its interval is up (%d writes): %v", m-n, w.checks(webID))
 		}
 
+		// A health that is judged otherwise but maps onto the same status
+		// (unhealthy, then unknown: both critical) is written with its
+		// output at once.
+		n, _ = cat.count()
+		hs.TaskHealthChanged(web, running(container("app", orchestrator.TaskHealthUnknown, ""), container("db", healthy, "")))
+		time.Sleep(healthsync.DefaultInterval)
+		synctest.Wait()
+		if m, _ := cat.count(); m != n+1 || w.checks(webID)["web-1/app"] != [2]string{critical, "the container is unknown"} {
+			t.Fatalf("unhealthy to unknown (%d writes): %v", m-n, w.checks(webID))
+		}
+		hs.TaskHealthChanged(web, running(container("app", sick, "GET /health: 503 (retry in 5s)"), container("db", healthy, "")))
+		time.Sleep(healthsync.DefaultInterval)
+		synctest.Wait()
+		if got := w.checks(webID)["web-1/app"]; got != [2]string{critical, "GET /health: 503 (retry in 5s)"} {
+			t.Fatalf("unknown to unhealthy: %v", got)
+		}
+
 		// The same health again writes nothing.
 		n, _ = cat.count()
 		hs.TaskHealthChanged(web, running(container("app", sick, "GET /health: 503 (retry in 5s)"), container("db", healthy, "")))
