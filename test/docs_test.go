@@ -39,6 +39,8 @@ var tryIts = map[string]tryIt{
 	"intentions.md: Try it":                            {tools: []string{"cat"}},
 	"catalog.md: Try it":                               {tools: []string{"curl", "sed", "grep"}},
 	"catalog.md: Try it: a mesh task registers itself": {tools: []string{"cut", "tee", "grep", "tr"}},
+	"catalog.md: Try it: a container's health becomes its check": {tools: []string{"cut", "tee", "grep", "touch", "rm", "sleep"},
+		cleanup: "rm -f /tmp/hs-api-ready /tmp/hs-api.yaml /tmp/hs-run.txt"},
 	"networking.md: Try it": {
 		cni: true, docker: true, tools: []string{"go", "nsenter", "curl", "sed", "cut", "tee"},
 		cleanup: "docker rmi -f netdemo:1 >/dev/null 2>&1; rm -rf /tmp/netdemo",
