@@ -44,7 +44,7 @@ type consulAPI struct {
 func consulTypes(machines bool) []controller.CachedType {
 	types := slices.Clone(catalog.InstancesCached)
 	if machines {
-		types = append(types, controller.CachedType{Type: orchestrator.InstanceType})
+		types = append(types, controller.CachedType{Type: orchestrator.InstanceType, Derived: []*controller.Derived{orchestrator.MergedInstance}})
 	}
 	return types
 }
@@ -265,8 +265,10 @@ func (c consulAPI) consulInstance(o *controller.Object) (catalog.ConsulInstance,
 	ci := catalog.ConsulInstance{Resource: o.Resource, Data: si}
 	if c.machines && si.GetInstance() != "" {
 		if m := c.in.Get(orchestrator.InstanceID(si.GetInstance())); m != nil {
-			if data, ok := controller.Decoded[*pborch.Instance](m); ok {
-				ci.Node, ci.NodeData = m.Resource, orchestrator.InstanceOf(m.Resource, data)
+			// Merged once per change of the Instance by the cache, not
+			// once per answer (MergedInstance).
+			if data, ok := orchestrator.CachedInstance(m); ok {
+				ci.Node, ci.NodeData = m.Resource, data
 			}
 		}
 	}
@@ -331,9 +333,9 @@ func (c consulAPI) nodes(w http.ResponseWriter, r *http.Request) error {
 		var data []*pborch.Instance
 		if c.machines {
 			for _, o := range c.in.List(orchestrator.InstanceType) {
-				if in, ok := controller.Decoded[*pborch.Instance](o); ok {
+				if in, ok := orchestrator.CachedInstance(o); ok {
 					machines = append(machines, o.Resource)
-					data = append(data, orchestrator.InstanceOf(o.Resource, in))
+					data = append(data, in)
 				}
 			}
 		}
