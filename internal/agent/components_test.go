@@ -477,3 +477,42 @@ func TestPoststopErrorAndLeave(t *testing.T) {
 		t.Errorf("components stopped: %q", log.of(""))
 	}
 }
+
+// selectiveComponent is a testComponent whose hooks concern the tasks of
+// one definition family only (component.Selective).
+type selectiveComponent struct {
+	testComponent
+	family string
+}
+
+func (c *selectiveComponent) Applies(tk component.Task) bool {
+	return tk.Definition.GetFamily() == c.family
+}
+
+// A component that says a task is not its own (component.Selective) gets
+// neither hook for it, and nothing of it goes in the task's record; the
+// other components' hooks run as ever, and its own tasks get both.
+func TestSelectiveComponentSkipsOtherTasks(t *testing.T) {
+	srv := startServer(t)
+	pt := newProcTable(t)
+	log := &hookLog{}
+	cfg := config(t, "i-1", pt, srv)
+	cfg.NewRunner = log.wrapRunner(pt.newRunner)
+	cfg.Components = append(makers(log, nil, "a"), func(d component.Deps) (component.Component, error) {
+		return &selectiveComponent{testComponent: testComponent{name: "mesh", log: log, deps: d}, family: "meshy"}, nil
+	})
+	a := startAgent(t, cfg)
+	registered(t, srv, a)
+	srv.registerDefinition(t, "default", shDefinition("plain", "exit 0"))
+	srv.registerDefinition(t, "default", shDefinition("meshy", "exit 0"))
+	srv.place(t, "default", "t1", "plain:1", "i-1")
+	srv.place(t, "default", "t2", "meshy:1", "i-1")
+	srv.waitTask(t, "default", "t1", "ends", lastStatus(orchestrator.StatusStopped))
+	srv.waitTask(t, "default", "t2", "ends", lastStatus(orchestrator.StatusStopped))
+	if got, want := log.of(" t1"), []string{"prestart a t1", "run t1", "ended t1", "poststop a t1"}; !slices.Equal(got, want) {
+		t.Errorf("hooks of the plain task %q, want %q", got, want)
+	}
+	if got, want := log.of(" t2"), []string{"prestart a t2", "prestart mesh t2", "run t2", "ended t2", "poststop mesh t2", "poststop a t2"}; !slices.Equal(got, want) {
+		t.Errorf("hooks of the mesh task %q, want %q", got, want)
+	}
+}

@@ -33,6 +33,16 @@ type Component interface {
 	Poststop(ctx context.Context, t Task) error
 }
 
+// Selective is a component whose hooks concern some tasks only (a mesh
+// task's): the agent calls its Prestart and Poststop, and records their
+// progress in the task's record, only for the tasks it applies to, so
+// that every other task costs it nothing. Applies must be a pure function
+// of the task (of its definition, say): it is asked again after a
+// restart.
+type Selective interface {
+	Applies(t Task) bool
+}
+
 // Maker makes a component from what it may use of the agent. The agent
 // calls it once, when it is made.
 type Maker func(d Deps) (Component, error)

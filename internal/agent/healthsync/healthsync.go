@@ -106,6 +106,10 @@ type tracked struct {
 
 func (s *HealthSync) Name() string { return Name }
 
+// Applies: health-sync's hooks concern mesh tasks only
+// (component.Selective).
+func (s *HealthSync) Applies(t component.Task) bool { return t.Definition.GetMesh() != nil }
+
 // Prestart starts following a mesh task; a task without a mesh block has
 // no service instance, and health-sync nothing to do for it.
 func (s *HealthSync) Prestart(_ context.Context, t component.Task) error {

@@ -49,6 +49,9 @@ func (*meshInit) Start(ctx context.Context) error {
 	return nil
 }
 
+// Applies: mesh-init's hooks concern mesh tasks only (component.Selective).
+func (*meshInit) Applies(t component.Task) bool { return t.Definition.GetMesh() != nil }
+
 // Prestart registers the task's service instance, and its service when
 // there is none, before the task's first container starts.
 func (m *meshInit) Prestart(ctx context.Context, t component.Task) error {

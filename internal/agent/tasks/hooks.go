@@ -106,11 +106,14 @@ func (m *Manager) prestart(e *task) error {
 	for _, h := range m.cfg.Hooks {
 		name := h.Name()
 		m.mu.Lock()
+		t := m.hookTaskLocked(e)
 		done := e.hooks.Ran || e.hooks.prestartDone(name)
+		if s, ok := h.(component.Selective); ok && !s.Applies(t) {
+			done = true // not its task: no call, nothing recorded, no Poststop
+		}
 		if !done {
 			e.hooks.calling(name)
 		}
-		t := m.hookTaskLocked(e)
 		m.mu.Unlock()
 		if done {
 			continue
