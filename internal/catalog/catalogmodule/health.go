@@ -78,16 +78,8 @@ func (r *healthReconciler) Reconcile(ctx context.Context, req controller.Request
 	}
 	next, wait := catalog.ExpireTTLChecks(si, catalog.ServerChecksOf(res), r.now())
 	if next != nil {
-		payload, err := anypb.New(next)
-		if err != nil {
-			return controller.Terminal(err)
-		}
-		// A CAS on the version read: a refresh that lands meanwhile wins,
-		// and the next run judges it.
-		if _, err := r.api.WriteStatus(resource.AsController(ctx, catalog.HealthControllerName), &pbresource.WriteStatusRequest{
-			Id: res.GetId(), Version: res.GetVersion(), Key: catalog.ServerChecksStatusKey,
-			Status: &pbresource.Status{ObservedGeneration: res.GetGeneration(), Data: payload},
-		}); err != nil {
+		// A refresh that lands meanwhile wins, and the next run judges it.
+		if err := r.writeServerChecks(ctx, res, next); err != nil {
 			return fmt.Errorf("expiring the TTL checks of %s: %w", res.GetId().GetName(), err)
 		}
 		r.log.Info("TTL checks expired", "instance", res.GetId().GetName(), "namespace", res.GetId().GetTenancy().GetNamespace(), "health", next.GetHealth())
@@ -131,16 +123,8 @@ func (r *healthReconciler) judgeDown(ctx context.Context, res *pbresource.Resour
 	if next == nil {
 		return nil
 	}
-	payload, err := anypb.New(next)
-	if err != nil {
-		return controller.Terminal(err)
-	}
-	// A CAS on the version read: an agent report that lands meanwhile is
-	// judged by the next run.
-	if _, err := r.api.WriteStatus(resource.AsController(ctx, catalog.HealthControllerName), &pbresource.WriteStatusRequest{
-		Id: res.GetId(), Version: res.GetVersion(), Key: catalog.ServerChecksStatusKey,
-		Status: &pbresource.Status{ObservedGeneration: res.GetGeneration(), Data: payload},
-	}); err != nil {
+	// An agent report that lands meanwhile is judged by the next run.
+	if err := r.writeServerChecks(ctx, res, next); err != nil {
 		return fmt.Errorf("judging the checks of %s, whose agent is down=%t: %w", res.GetId().GetName(), down, err)
 	}
 	if down {
@@ -149,4 +133,19 @@ func (r *healthReconciler) judgeDown(ctx context.Context, res *pbresource.Resour
 		r.log.Info("down verdict withdrawn: the instance's agent is back", "instance", res.GetId().GetName(), "namespace", res.GetId().GetTenancy().GetNamespace(), "on", si.GetInstance())
 	}
 	return nil
+}
+
+// writeServerChecks writes next as the servers' verdict on res's checks
+// (catalog.ServerChecksStatusKey), as the health controller, with a CAS on
+// the version read.
+func (r *healthReconciler) writeServerChecks(ctx context.Context, res *pbresource.Resource, next *pbcatalog.ChecksStatus) error {
+	payload, err := anypb.New(next)
+	if err != nil {
+		return controller.Terminal(err)
+	}
+	_, err = r.api.WriteStatus(resource.AsController(ctx, catalog.HealthControllerName), &pbresource.WriteStatusRequest{
+		Id: res.GetId(), Version: res.GetVersion(), Key: catalog.ServerChecksStatusKey,
+		Status: &pbresource.Status{ObservedGeneration: res.GetGeneration(), Data: payload},
+	})
+	return err
 }
