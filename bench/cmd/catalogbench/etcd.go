@@ -24,9 +24,13 @@ type etcdCluster struct {
 	leader int // index of the member that leads
 }
 
-// startEtcd starts the members (each dies with this process), waits
+// startEtcd starts the members in b.dir/name (each dies with this process), waits
 // until each is healthy, dials each and finds the leader.
-func (b *bench) startEtcd(ctx context.Context, dir string) (*etcdCluster, error) {
+func (b *bench) startEtcd(ctx context.Context, name string) (*etcdCluster, error) {
+	dir := filepath.Join(b.dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	layout, err := etcdpeer.Layout(3)
 	if err != nil {
 		return nil, err
@@ -144,11 +148,7 @@ func parseVmRSS(status string) (int64, error) {
 // each change a Put on the leader of the change's number; a watcher has
 // the change when it has received the event with that number.
 func (b *bench) etcdWatch(ctx context.Context) (*watchResult, error) {
-	dir := filepath.Join(b.dir, "watch-etcd")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	ec, err := b.startEtcd(ctx, dir)
+	ec, err := b.startEtcd(ctx, "watch-etcd")
 	if err != nil {
 		return nil, err
 	}
@@ -227,11 +227,7 @@ func etcdValueSize(total, n, keyLen int) int { return max(total/n-keyLen, 1) }
 // follower (read from its own store, as a Trellis follower answers from
 // its informer).
 func (b *bench) etcdRead(ctx context.Context, bodySize int) (*readResult, error) {
-	dir := filepath.Join(b.dir, "read-etcd")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	ec, err := b.startEtcd(ctx, dir)
+	ec, err := b.startEtcd(ctx, "read-etcd")
 	if err != nil {
 		return nil, err
 	}
@@ -259,12 +255,8 @@ func (b *bench) etcdRead(ctx context.Context, bodySize int) (*readResult, error)
 	if err := flush(); err != nil {
 		return nil, err
 	}
-	settle := time.NewTimer(b.settle)
-	select {
-	case <-settle.C:
-	case <-ctx.Done():
-		settle.Stop()
-		return nil, ctx.Err()
+	if err := b.settleWait(ctx); err != nil {
+		return nil, err
 	}
 	r := &readResult{}
 	if r.rss, err = ec.rss(); err != nil {
@@ -293,4 +285,16 @@ func (b *bench) etcdRead(ctx context.Context, bodySize int) (*readResult, error)
 		r.bodySize, r.entries = size, len(resp.Kvs)
 	}
 	return r, nil
+}
+
+// settleWait waits b.settle, or until ctx ends (its error).
+func (b *bench) settleWait(ctx context.Context) error {
+	settle := time.NewTimer(b.settle)
+	defer settle.Stop()
+	select {
+	case <-settle.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -70,12 +70,8 @@ func (b *bench) trellisRead(ctx context.Context) (*readResult, error) {
 			req.Resources = nil
 		}
 	}
-	settle := time.NewTimer(b.settle)
-	select {
-	case <-settle.C:
-	case <-ctx.Done():
-		settle.Stop()
-		return nil, ctx.Err()
+	if err := b.settleWait(ctx); err != nil {
+		return nil, err
 	}
 	r := &readResult{}
 	for i, m := range cl.Members {
