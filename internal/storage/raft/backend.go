@@ -57,6 +57,7 @@ type Backend struct {
 	conns    *connPool
 	metrics  *metrics
 	catch    *catchUp
+	nudge    *commitNudge // nil when Tuning.CommitNudge is off
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -182,6 +183,11 @@ func Open(cfg Config) (*Backend, error) {
 	})
 	b.raft.RegisterObserver(b.observer)
 
+	if b.tuning.CommitNudge > 0 {
+		b.nudge = newCommitNudge(b.tuning.CommitNudge)
+		b.wg.Add(1)
+		go func() { defer b.wg.Done(); b.runCommitNudge() }()
+	}
 	b.wg.Add(3)
 	go func() { defer b.wg.Done(); b.runLeadership() }()
 	go func() { defer b.wg.Done(); b.runObserver() }()

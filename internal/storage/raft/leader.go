@@ -138,6 +138,9 @@ func (b *Backend) applyLocal(ctx context.Context, cmd *pbstorage.Command) ([]*pb
 		return nil, classifyApplyError(err)
 	}
 	b.metrics.apply.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	if b.nudge != nil {
+		b.nudge.applied(f.Index())
+	}
 	res, ok := f.Response().(*applyResult)
 	if !ok {
 		return nil, fmt.Errorf("unexpected apply response %T", f.Response())

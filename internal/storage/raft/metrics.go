@@ -16,7 +16,7 @@ type metrics struct {
 	applyErrors *prometheus.CounterVec
 	forward     *prometheus.HistogramVec
 
-	state, term, lastIndex, commitIndex, appliedIndex, snapshotIndex, voters, leader, storeIndex *prometheus.Desc
+	state, term, lastIndex, commitIndex, appliedIndex, snapshotIndex, voters, leader, storeIndex, commitNudges *prometheus.Desc
 }
 
 var raftStates = []hraft.RaftState{hraft.Follower, hraft.Candidate, hraft.Leader, hraft.Shutdown}
@@ -48,6 +48,7 @@ func newMetrics(b *Backend) *metrics {
 		voters:        prometheus.NewDesc("trellis_raft_voters", "Voters in this server's latest Raft configuration.", nil, nil),
 		leader:        prometheus.NewDesc("trellis_raft_leader", "1 when this server is the leader and has caught up.", nil, nil),
 		storeIndex:    prometheus.NewDesc("trellis_store_index", "Index of the last change applied to the resource store.", nil, nil),
+		commitNudges:  prometheus.NewDesc("trellis_raft_commit_nudges_total", "Barriers this server appended as the leader to tell followers of a commit at once, after the last write of a burst.", nil, nil),
 	}
 }
 
@@ -56,7 +57,7 @@ func newMetrics(b *Backend) *metrics {
 func (b *Backend) Metrics() prometheus.Collector { return b.metrics }
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.state, m.term, m.lastIndex, m.commitIndex, m.appliedIndex, m.snapshotIndex, m.voters, m.leader, m.storeIndex} {
+	for _, d := range []*prometheus.Desc{m.state, m.term, m.lastIndex, m.commitIndex, m.appliedIndex, m.snapshotIndex, m.voters, m.leader, m.storeIndex, m.commitNudges} {
 		ch <- d
 	}
 	m.apply.Describe(ch)
@@ -98,6 +99,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(m.leader, leader)
 	gauge(m.storeIndex, m.b.store.Index())
+	if n := m.b.nudge; n != nil {
+		ch <- prometheus.MustNewConstMetric(m.commitNudges, prometheus.CounterValue, float64(n.count.Load()))
+	}
 	m.apply.Collect(ch)
 	m.applyErrors.Collect(ch)
 	m.forward.Collect(ch)
