@@ -30,7 +30,10 @@
 //     from there (resource.NeedsRelist) does the informer list again and
 //     compare the new list with the cache: what is gone is handed on as
 //     removed, what is new or newer as added or changed. A change is then
-//     never lost, only collapsed to its latest state.
+//     never lost, only collapsed to its latest state. A listing older than
+//     what the informer holds (a lagging server the agent's link moved to)
+//     is refused whole, and the informer tries again until a server has
+//     caught up: it never steps back in time (resource.ErrStaleListing).
 //   - Reads may be bounded by an index (WaitIndex): a caller that must see
 //     a write (its own, or one another server acknowledged) waits until the
 //     informer has applied every change up to the write's index. A

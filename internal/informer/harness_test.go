@@ -39,6 +39,8 @@ var byGroup = &controller.Index{Name: "group", Keys: func(o *controller.Object) 
 // store, reached through a watcher the test can break.
 type harness struct {
 	t       tb
+	log     testing.TB
+	reg     *resource.Registry
 	backend *inmem.Backend
 	api     resource.API
 	src     *breakable
@@ -80,7 +82,34 @@ func newHarness(t tb, log testing.TB, local bool) *harness {
 	if err := in.Declare(controller.CachedType{Type: itemType, Indexes: []*controller.Index{byGroup}}); err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, backend: backend, api: svc, src: src, in: in}
+	return &harness{t: t, log: log, reg: reg, backend: backend, api: svc, src: src, in: in}
+}
+
+// server is another server: the resource service on a store of its own,
+// holding what the harness's store holds now, as of its index. The store
+// stays there (a server that lags) until caughtUpWith.
+func (h *harness) server() (*resource.Service, *inmem.Backend) {
+	h.t.Helper()
+	backend := inmem.NewBackend()
+	h.caughtUpWith(backend)
+	return resource.NewService(resource.Config{Backend: backend, Registry: h.reg, Logger: testlog.Logger(h.log)}), backend
+}
+
+// caughtUpWith brings backend's store to what the harness's store holds
+// now, as a server that installs the leader's snapshot does.
+func (h *harness) caughtUpWith(backend *inmem.Backend) {
+	h.t.Helper()
+	var all []*pbresource.Resource
+	idx, err := h.backend.Store().ForEach(func(res *pbresource.Resource) error {
+		all = append(all, res)
+		return nil
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := backend.Store().Restore(idx, all); err != nil {
+		h.t.Fatal(err)
+	}
 }
 
 // start runs the informer until the test ends.
@@ -282,17 +311,25 @@ func (b *breakable) setRefuse(f func(since uint64) error) {
 	b.mu.Unlock()
 }
 
+// moveTo makes the watches from now on open on server (as a link does
+// that fails over), refused as refuse says (nil: none).
+func (b *breakable) moveTo(server resource.Watcher, refuse func(since uint64) error) {
+	b.mu.Lock()
+	b.inner, b.refuse = server, refuse
+	b.mu.Unlock()
+}
+
 func (b *breakable) Watch(ctx context.Context, req *pbresource.WatchListRequest) (storage.Watch, error) {
 	b.mu.Lock()
 	b.since = append(b.since, req.GetSinceIndex())
-	refuse := b.refuse
+	refuse, inner := b.refuse, b.inner
 	b.mu.Unlock()
 	if refuse != nil {
 		if err := refuse(req.GetSinceIndex()); err != nil {
 			return nil, err
 		}
 	}
-	w, err := b.inner.Watch(ctx, req)
+	w, err := inner.Watch(ctx, req)
 	if err != nil {
 		return nil, err
 	}

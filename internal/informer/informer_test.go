@@ -176,6 +176,73 @@ func TestWatchThatCannotResumeListsAgain(t *testing.T) {
 	}
 }
 
+// TestListingFromALaggingServerIsRefused: when the link moves to a server
+// behind what the informer holds, and the watch cannot resume there, that
+// server's listing (older) is refused: the cache and the subscribers keep
+// the newer state, with no delta, until a server lists at least as new.
+func TestListingFromALaggingServerIsRefused(t *testing.T) {
+	h := newHarness(t, t, true)
+	m := newModel()
+	if _, err := h.in.Subscribe(itemType, m.take); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	h.put("a", "g1")
+	h.put("b", "g1")
+	lagging, laggingStore := h.server() // holds a and b; never sees what follows
+	h.remove("a")
+	h.put("b", "g2")
+	h.put("c", "g3")
+	h.check(t, m)
+	want, deltas := h.cached(), m.deltas
+
+	// The link moves to the lagging server, which cannot resume from the
+	// informer's index: the informer lists there.
+	gone := status.Error(codes.OutOfRange, "cannot resume from there")
+	cannotResume := func(since uint64) error {
+		if since > 0 {
+			return gone
+		}
+		return nil
+	}
+	moved := len(h.src.opens())
+	h.src.moveTo(lagging, cannotResume)
+	h.src.breakAll()
+	// Two listings opened: the first was read whole and refused (or the
+	// cache stepped back).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for listings := 0; listings < 2 && maps.Equal(h.cached(), want); {
+		if ctx.Err() != nil {
+			t.Fatalf("the informer did not list twice on the lagging server (opens: %v)", h.src.opens())
+		}
+		listings = 0
+		for _, since := range h.src.opens()[moved:] {
+			if since == 0 {
+				listings++
+			}
+		}
+		time.Sleep(time.Millisecond) // polls the condition, asserts nothing on time
+	}
+	if got := h.cached(); !maps.Equal(got, want) {
+		t.Fatalf("after the lagging server's listing the cache holds %v; want the newer %v kept", got, want)
+	}
+	if _, problems := m.snapshot(); len(problems) > 0 || m.deltas != deltas {
+		t.Fatalf("the stale listing made %d deltas (problems: %v); want none", m.deltas-deltas, problems)
+	}
+	if err := h.in.Verify(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The server catches up: its listing is taken, and the informer
+	// follows it.
+	h.caughtUpWith(laggingStore)
+	h.check(t, m)
+	if m.deltas != deltas {
+		t.Errorf("the caught-up listing made %d deltas; it holds what the informer held", m.deltas-deltas)
+	}
+}
+
 // TestDeclare: a type is declared before Start, with valid indexes; a read
 // of a type nobody declared fails or panics, naming it.
 func TestDeclare(t *testing.T) {

@@ -2,6 +2,8 @@ package resource
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -51,9 +53,13 @@ type FollowConfig struct {
 // whose changes it has wholly handed over (an event at index i proves every
 // change before i; an END_OF_SNAPSHOT, or a progress mark, every change up
 // to its index), so that no change is lost; only when the source can no
-// longer resume from there (NeedsRelist) does it list again. Failures that
-// made no progress are paced by cfg.Retry. The controller runtime's
-// informers and package informer's follow their types with it.
+// longer resume from there (NeedsRelist) does it list again. A listing
+// older than what it has handed over (from a server that lags) is refused
+// (ErrStaleListing): Follow resumes from what it holds, and lists again,
+// until a server has caught up; a follower never steps back in time (after
+// a cluster lost its state, only a new Follow takes the older view).
+// Failures that made no progress are paced by cfg.Retry. The controller
+// runtime's informers and package informer's follow their types with it.
 func Follow(ctx context.Context, cfg FollowConfig, f Follower) {
 	log := cfg.Logger
 	if log == nil {
@@ -66,7 +72,12 @@ func Follow(ctx context.Context, cfg FollowConfig, f Follower) {
 			cfg.Restarted(how)
 		}
 	}
-	var complete uint64 // every change up to it has been handed over
+	var (
+		complete uint64 // every change up to it has been handed over
+		// handed is the highest complete ever reached: kept across
+		// listings, since no listing may take the follower back before it.
+		handed uint64
+	)
 	for ctx.Err() == nil {
 		wctx := ctx
 		if cfg.Context != nil {
@@ -95,13 +106,22 @@ func Follow(ctx context.Context, cfg FollowConfig, f Follower) {
 			continue
 		}
 		before := complete
-		complete, err = followOne(ctx, w, complete, f)
+		complete, err = followOne(ctx, w, complete, handed, f)
 		w.Close()
 		if ctx.Err() != nil {
 			return
 		}
+		progressed := complete > before
+		if errors.Is(err, ErrStaleListing) {
+			// A server behind what the follower holds (a lagging one the
+			// link moved to): nothing was taken. Resume from what it
+			// holds, after a pause: a server still behind waits to catch
+			// up before it answers (or refuses, and it lists again).
+			complete, progressed = handed, false
+		}
+		handed = max(handed, complete)
 		restarted("resume")
-		if complete > before {
+		if progressed {
 			wait.Reset()
 			log.Info("watch ended, resuming", "after_index", complete, "err", err)
 			continue
@@ -126,10 +146,17 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// ErrStaleListing ends a watch whose listing is as of an index older than
+// what its follower has already been handed: taking it in would step the
+// follower back in time (the deletions and changes after that index
+// undone), so Follow refuses it and tries again.
+var ErrStaleListing = errors.New("stale listing")
+
 // followOne hands w's events to f until w fails, and returns the index
 // up to which every change has been handed over. since is the index w was
-// opened after (0: w starts with a whole listing).
-func followOne(ctx context.Context, w storage.Watch, since uint64, f Follower) (uint64, error) {
+// opened after (0: w starts with a whole listing); a listing older than
+// floor is refused (ErrStaleListing) without handing any of it over.
+func followOne(ctx context.Context, w storage.Watch, since, floor uint64, f Follower) (uint64, error) {
 	var (
 		complete = since
 		lastSeen = since
@@ -144,6 +171,9 @@ func followOne(ctx context.Context, w storage.Watch, since uint64, f Follower) (
 		idx := ev.GetIndex()
 		switch ev.GetOp() {
 		case pbresource.WatchEvent_OP_END_OF_SNAPSHOT:
+			if listing && idx < floor {
+				return complete, fmt.Errorf("%w: the listing is as of index %d, older than index %d already handed over", ErrStaleListing, idx, floor)
+			}
 			if listing {
 				f.Listed(fresh, idx)
 				listing, fresh = false, nil

@@ -144,3 +144,58 @@ func TestFollowResumesAfterTheIndexWhollySeen(t *testing.T) {
 		t.Errorf("restarts %v; want %v", restarts, want)
 	}
 }
+
+// TestFollowRefusesAListingOlderThanWhatItHanded: a listing from a server
+// behind the index the follower has already been handed (a lagging one,
+// after the watch could not resume) is refused whole: the follower is not
+// taken back in time. Follow resumes from what it holds, and takes the
+// first listing at least as new.
+func TestFollowRefusesAListingOlderThanWhatItHanded(t *testing.T) {
+	const (
+		up   = pbresource.WatchEvent_OP_UPSERT
+		mark = pbresource.WatchEvent_OP_END_OF_SNAPSHOT
+	)
+	broken := errors.New("stream broken")
+	tooOld := status.Error(codes.OutOfRange, "index too old")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src := &scriptedSource{cancel: cancel, script: []scripted{
+		{events: []*pbresource.WatchEvent{ev(up, "a", 5), ev(up, "b", 5), ev(mark, "", 5), ev(up, "c", 8), ev(mark, "", 9)}, end: broken},
+		{openErr: tooOld},
+		// A lagging server lists as of index 7, before c.
+		{events: []*pbresource.WatchEvent{ev(up, "a", 7), ev(mark, "", 7)}, end: broken},
+		{openErr: tooOld},
+		{events: []*pbresource.WatchEvent{ev(up, "a", 11), ev(up, "b", 11), ev(up, "c", 11), ev(mark, "", 11)}, end: broken},
+	}}
+	var restarts []string
+	rec := &recorder{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resource.Follow(ctx, resource.FollowConfig{
+			Source:    src,
+			Type:      &pbresource.Type{Group: "test", GroupVersion: "v1", Kind: "Item"},
+			Retry:     backoff.Policy{Base: time.Millisecond, Max: time.Millisecond},
+			Restarted: func(how string) { restarts = append(restarts, how) },
+		}, rec)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Follow did not end with its context")
+	}
+	if want := []uint64{0, 9, 0, 9, 0, 11}; !slices.Equal(src.since, want) {
+		t.Errorf("watches opened after %v; want %v (after the stale listing, resumed from the index held)", src.since, want)
+	}
+	want := []string{
+		"listed a,b @5", "complete 5",
+		"upsert c @8", "complete 7", "complete 9",
+		"listed a,b,c @11", "complete 11",
+	}
+	if !slices.Equal(rec.calls, want) {
+		t.Errorf("the follower was handed\n%s\nwant\n%s", strings.Join(rec.calls, "\n"), strings.Join(want, "\n"))
+	}
+	if want := []string{"resume", "relist", "resume", "relist", "resume"}; !slices.Equal(restarts, want) {
+		t.Errorf("restarts %v; want %v", restarts, want)
+	}
+}
