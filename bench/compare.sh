@@ -13,7 +13,9 @@
 #   HOG=N             run N busy loops beside every run: a loaded machine,
 #                     which may make Trellis slower but never wrong
 #   OUT=DIR           where builds, logs and reports go (default: a new
-#                     directory under /tmp, kept and printed at the end)
+#                     directory under /tmp, kept and printed at the end);
+#                     a build already there of the same commit is reused,
+#                     so the builds can be made before a quiet spell
 #
 # Needs git, go and etcd (bench/run.sh installs etcd-server); run from
 # anywhere inside the repository. Each run's orchbench report is kept in
@@ -39,13 +41,19 @@ command -v etcd >/dev/null || { echo "compare: etcd is missing (apt-get install 
 build() {
   local ref=$1 label=$2 rev
   rev=$(git -C "$top" rev-parse --verify "$ref^{commit}") || { echo "compare: $ref is not a commit" >&2; exit 1; }
+  if [ -x "$out/trellis-$label" ] && [ -x "$out/orchbench-$label" ] && [ "$(cat "$out/rev-$label" 2>/dev/null)" = "$rev" ]; then
+    echo "compare: reusing the build of $label = $ref ($rev)" >&2
+    return
+  fi
   echo "compare: building $label = $ref ($rev)" >&2
+  rm -f "$out/rev-$label"
   rm -rf "$out/src-$label"
   git -C "$top" worktree add --force --detach "$out/src-$label" "$rev" >/dev/null 2>&1
   (cd "$out/src-$label" && go build -o "$out/trellis-$label" ./cmd/trellis)
   [ -d "$out/src-$label/bench/cmd/orchbench" ] || { echo "compare: $ref has no bench/cmd/orchbench" >&2; exit 1; }
   (cd "$out/src-$label/bench" && go build -o "$out/orchbench-$label" ./cmd/orchbench)
   git -C "$top" worktree remove --force "$out/src-$label"
+  echo "$rev" >"$out/rev-$label"
 }
 
 build "$base_ref" base
