@@ -74,7 +74,10 @@ func checkedArgs(check cobra.PositionalArgs, names []string) cobra.PositionalArg
 		if check != nil {
 			if err := check(cmd, args); err != nil {
 				if cmd.HasSubCommands() && len(args) > 0 {
-					return unknownCommand(cmd, args[0])
+					return unknownCommand(cmd, args)
+				}
+				if hint := otherToolsHint(cmd, args); hint != "" {
+					return cli.Usage(fmt.Errorf("%w: %s", cli.UnknownCommand(cmd.CommandPath(), args[0], nil), hint))
 				}
 				return err
 			}
@@ -86,14 +89,35 @@ func checkedArgs(check cobra.PositionalArgs, names []string) cobra.PositionalArg
 	}
 }
 
-// unknownCommand refuses a word that is not a subcommand of cmd, with the
-// subcommands it resembles; a word of another tool given to trellis
-// itself says what to use instead (otherTools).
-func unknownCommand(cmd *cobra.Command, word string) error {
-	if hint, ok := otherTools[word]; ok && !cmd.HasParent() {
+// unknownCommand refuses words[0], which is not a subcommand of cmd, with
+// the subcommands it resembles; the words of another tool say what to use
+// instead (otherTools).
+func unknownCommand(cmd *cobra.Command, words []string) error {
+	word := words[0]
+	if hint := otherToolsHint(cmd, words); hint != "" {
 		return cli.Usage(fmt.Errorf("%w: %s", cli.UnknownCommand(cmd.CommandPath(), word, nil), hint))
 	}
 	return cli.Usage(cli.UnknownCommand(cmd.CommandPath(), word, cmd.SuggestionsFor(word)))
+}
+
+// otherToolsHint is what otherTools says of words given to cmd: of its
+// first two words after cmd's path (catalog nodes), else of the first
+// (catalog, server members); "" when it says nothing.
+func otherToolsHint(cmd *cobra.Command, words []string) string {
+	if len(words) == 0 {
+		return ""
+	}
+	key := words[0]
+	if cmd.HasParent() { // the path without "trellis "
+		_, below, _ := strings.Cut(cmd.CommandPath(), " ")
+		key = below + " " + key
+	}
+	if len(words) > 1 {
+		if hint, ok := otherTools[key+" "+words[1]]; ok {
+			return hint
+		}
+	}
+	return otherTools[key]
 }
 
 // flagError words the flag errors of every command. A value outside a
@@ -109,7 +133,7 @@ func flagError(cmd *cobra.Command, err error) error {
 	}
 	if isGroup(cmd) {
 		if words := cmd.Flags().Args(); len(words) > 0 {
-			return unknownCommand(cmd, words[0])
+			return unknownCommand(cmd, words)
 		}
 	}
 	return cli.Usage(err)
@@ -139,7 +163,7 @@ func newHelpCmd() *cobra.Command {
 				return cli.Usage(err)
 			}
 			if len(rest) > 0 {
-				return unknownCommand(target, rest[0])
+				return unknownCommand(target, rest)
 			}
 			return target.Help()
 		},

@@ -426,7 +426,7 @@ func TestOtherToolsWordsSayWhatToUse(t *testing.T) {
 	root := newRootCmd(testEnv("", io.Discard, io.Discard, nil))
 	named := regexp.MustCompile(`trellis ([a-z][a-z-]*(?: [a-z][a-z-]*)?)`)
 	for word, hint := range otherTools {
-		if c, _, err := root.Find([]string{word}); err == nil && c != root {
+		if c, rest, err := root.Find(strings.Fields(word)); err == nil && c != root && len(rest) == 0 {
 			t.Errorf("%q is a Trellis command (%s); take it out of otherTools", word, c.CommandPath())
 		}
 		for _, m := range named.FindAllStringSubmatch(hint, -1) {
@@ -446,20 +446,37 @@ func TestOtherToolsWordsSayWhatToUse(t *testing.T) {
 		{[]string{"job", "run", "web.nomad"}, "trellis task run"},
 		{[]string{"alloc", "status", "x", "-verbose"}, "trellis task show TASK"},
 		{[]string{"help", "members"}, "trellis instance list"},
+		// Two words say more than the first: Consul's catalog nodes are instances.
+		{[]string{"catalog", "nodes"}, "trellis instance list"},
+		{[]string{"help", "catalog", "nodes"}, "trellis instance list"},
+		{[]string{"acl", "bootstrap"}, "does not enforce ACLs yet"},
+		{[]string{"ui"}, "no web UI yet"},
+		// A word given to a command of Trellis: Nomad's and Consul's.
+		{[]string{"server", "members"}, "trellis operator raft list-peers"},
+		{[]string{"help", "server", "members"}, "trellis operator raft list-peers"},
+		{[]string{"connect", "ca", "get-config"}, "trellis ca config get"},
+		{[]string{"connect", "envoy", "-sidecar-for", "web"}, "no sidecar proxy yet"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, out, errOut := run(t, "", nil, tc.args...)
-			prefix := `Error: unknown command "` + tc.args[0] + `" for "trellis": `
-			if tc.args[0] == "help" {
-				prefix = `Error: unknown command "` + tc.args[1] + `" for "trellis": `
+			words := tc.args
+			if words[0] == "help" {
+				words = words[1:]
 			}
+			path, word := "trellis", words[0]
+			if words[0] == "server" || words[0] == "connect" {
+				path, word = "trellis "+words[0], words[1]
+			}
+			prefix := `Error: unknown command "` + word + `" for "` + path + `": `
 			if code != 2 || out != "" || !strings.HasPrefix(errOut, prefix) || !strings.Contains(errOut, tc.want) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 2, no output, and %q saying %q", code, out, errOut, prefix, tc.want)
 			}
 		})
 	}
 	// A mistyped subcommand of a group is still only that.
-	if _, _, errOut := run(t, "", nil, "task", "members"); strings.Contains(errOut, "instance list") {
-		t.Errorf("trellis task members: %s; want a plain unknown command", errOut)
+	for _, args := range [][]string{{"task", "members"}, {"connect", "members"}, {"server", "nodes"}} {
+		if _, _, errOut := run(t, "", nil, args...); !strings.HasPrefix(errOut, `Error: unknown command "`+args[1]+`" for "trellis `+args[0]+`"`+"\n") {
+			t.Errorf("trellis %s: %q; want a plain unknown command", strings.Join(args, " "), errOut)
+		}
 	}
 }

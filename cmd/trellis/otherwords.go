@@ -3,17 +3,31 @@ package main
 // otherTools are the first commands users of Consul and Nomad type, which
 // Trellis names otherwise or has not got yet, with what to use instead. A
 // bare "unknown command" there leaves a newcomer guessing; these still
-// exit with status 2, since nothing was done, but say where to go. Only
+// exit with status 2, since nothing was done, but say where to go. A key
+// is the words after "trellis": a word given to trellis itself (members),
+// or a command's path and the word given to it (server members); two words
+// given to trellis (catalog nodes) say more than the first alone. Only
 // words that are not Trellis commands belong here: a command added later
 // under one of them wins, and a test keeps the two apart.
 var otherTools = map[string]string{
 	"members": "the machines of a Trellis cluster are instances: trellis instance list " +
 		"(and the servers: trellis operator raft list-peers)",
-	"node":  "a node is an instance here: trellis instance list, trellis instance show NAME, trellis instance drain NAME",
-	"nodes": "a node is an instance here: trellis instance list, trellis instance show NAME, trellis instance drain NAME",
+	"node":          nodeHint,
+	"nodes":         nodeHint,
+	"catalog nodes": nodeHint,
+	"server members": "the servers are the Raft peers: trellis operator raft list-peers " +
+		"(of servers started with -data-dir; trellis dev in memory is one server without Raft)",
 
 	"catalog":  serviceCatalogHint,
 	"services": serviceCatalogHint,
+	"connect ca": "the Connect CA is trellis ca: trellis ca roots, trellis ca config get, trellis ca config set -f FILE, " +
+		"trellis ca leaf SERVICE (docs/ca.md)",
+	"connect proxy": sidecarHint,
+	"connect envoy": sidecarHint,
+
+	"acl": "Trellis does not enforce ACLs yet: any caller who reaches the API may do anything, so keep its " +
+		"ports where only trusted callers reach them (docs/tls.md)",
+	"ui": "Trellis has no web UI yet: the CLI (trellis --help) and the HTTP API (docs/http-api.md)",
 
 	"job": "a Nomad job is a task definition here (trellis taskdef register -f FILE), run on every matching " +
 		"instance by an environment (trellis env create, trellis deploy) or once on one instance (trellis task run)",
@@ -30,7 +44,11 @@ var otherTools = map[string]string{
 }
 
 const (
-	serviceCatalogHint = "the service catalog is trellis service: trellis service list, trellis service show NAME " +
+	nodeHint           = "a node is an instance here: trellis instance list, trellis instance show NAME, trellis instance drain NAME"
+	serviceCatalogHint = "the service catalog is trellis service: trellis service list, trellis service show NAME, " +
+		"trellis service register -f FILE for a service outside Trellis " +
 		"(and Consul's own HTTP API reads it: /v1/catalog/services, /v1/health/service/NAME; docs/catalog.md)"
+	sidecarHint = "Trellis has no sidecar proxy yet: a task's mesh block registers it in the catalog (docs/catalog.md), " +
+		"and trellis connect redirect-traffic writes a task's redirect rules"
 	allocHint = "an allocation is a task here: trellis task list -A, trellis task show TASK, trellis task logs TASK"
 )

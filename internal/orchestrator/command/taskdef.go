@@ -68,8 +68,9 @@ const specHelp = `FILE is YAML or JSON ("-" reads standard input):
     tags: [v1]
     meta: {team: payments}
 
-The mesh block is validated and stored; nothing acts on it yet (the agent's
-mesh-init, which registers the task in the catalog, comes next).
+With a mesh block, each task registers its service instance in the catalog
+before its containers start, and removes it once stopped (docs/catalog.md);
+the sidecar proxy is not there yet, so nothing serves the upstreams' ports.
 
 The revision is assigned: one more than the family's latest. Registering the
 same definition as the latest revision again changes nothing and says so.
