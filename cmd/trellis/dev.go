@@ -388,7 +388,9 @@ func printDevBanner(w io.Writer, s *server.Server, agentSockets []string) {
 	fmt.Fprintf(&b, "Trellis dev server (%s) is running.\n", storage)
 	fmt.Fprintf(&b, "  HTTP API:  %s\n", httpURL)
 	fmt.Fprintf(&b, "  gRPC API:  %s\n", s.GRPCAddr())
-	fmt.Fprintf(&b, "  Raft:      %s\n", s.RaftAddr())
+	if !s.InMemory() { // in memory, nothing listens on -raft-addr
+		fmt.Fprintf(&b, "  Raft:      %s\n", s.RaftAddr())
+	}
 	if instances > 0 {
 		names := make([]string, instances)
 		for i := range names {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,10 @@ func startDev(t *testing.T, extra ...string) string {
 		if !strings.Contains(banner.String(), want) {
 			t.Errorf("banner lacks %q:\n%s", want, banner.String())
 		}
+	}
+	// In memory there is no Raft, and nothing listens on -raft-addr.
+	if slices.Contains(extra, "-data-dir") != strings.Contains(banner.String(), "Raft:") {
+		t.Errorf("the banner of dev %v names a Raft address only with -data-dir:\n%s", extra, banner.String())
 	}
 	return m[1]
 }
