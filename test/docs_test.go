@@ -45,6 +45,7 @@ var tryIts = map[string]tryIt{
 		cni: true, docker: true, tools: []string{"go", "nsenter", "curl", "sed", "cut", "tee"},
 		cleanup: "docker rmi -f netdemo:1 >/dev/null 2>&1; rm -rf /tmp/netdemo",
 	},
+	"dns.md: Try it": {tools: []string{"dig", "grep"}},
 	"networking.md: Try it in two namespaces": {
 		root: true, tools: []string{"ip", "iptables-save", "iptables-restore", "python3", "curl", "setpriv", "head"},
 		cleanup: "ip netns del app 2>/dev/null; ip netns del peer 2>/dev/null; true",
@@ -58,8 +59,8 @@ var tryIts = map[string]tryIt{
 // binary with those flags, on free ports and a bridge of its own, waits
 // for its instances to be ready (as a reader switching terminals does),
 // and points the rest at it: TRELLIS_ADDR for the CLI, and the defaults
-// the docs name for curl and grpcurl (localhost:7700, 127.0.0.1:7701) are
-// replaced by its addresses, so that a dev a reader runs on this machine
+// the docs name for curl, grpcurl and dig (localhost:7700, 127.0.0.1:7701,
+// -p 8600) are replaced by its addresses, so that a dev a reader runs on this machine
 // is never in the way. The other blocks are the
 // second terminal: one shell, so that a variable set in one block is there
 // in the next, run from a directory that stands for the repository's root
@@ -151,7 +152,7 @@ func runTryIt(t *testing.T, docT *testing.T, bin, doc string, sec markdown.Secti
 		env = append(env, "TRELLIS_ADDR="+d.addr)
 		httpHost := strings.TrimPrefix(d.addr, "http://")
 		run = strings.NewReplacer("localhost:7700", httpHost, "127.0.0.1:7700", httpHost,
-			"localhost:7701", d.grpcAddr, "127.0.0.1:7701", d.grpcAddr).Replace(run)
+			"localhost:7701", d.grpcAddr, "127.0.0.1:7701", d.grpcAddr, "-p 8600", "-p "+d.dnsPort).Replace(run)
 	}
 	if spec.cleanup != "" {
 		runCleanup(t, spec.cleanup)
@@ -254,6 +255,7 @@ func devCommand(body string) (flags []string, ok bool, err error) {
 type docDev struct {
 	addr     string // the HTTP API's URL
 	grpcAddr string // the gRPC API's host:port
+	dnsPort  string // the DNS interface's port, on 127.0.0.1
 	logPath  string
 }
 
@@ -272,7 +274,13 @@ func startDocDev(t *testing.T, owner testing.TB, bin string, flags []string) *do
 	}
 	suffix := randomSuffix(t)
 	bridge := "trdoc" + suffix[:6]
-	args := append([]string{"dev", "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-dns-addr", "127.0.0.1:0",
+	// The banner does not name the DNS address: a port picked here.
+	ports, err := testcluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dnsPort := strconv.Itoa(ports[0])
+	args := append([]string{"dev", "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-dns-addr", "127.0.0.1:" + dnsPort,
 		"-bridge-name", bridge, "-bridge-subnet", fmt.Sprintf("10.252.%d.0/24", rand.IntN(256))}, flags...)
 	logPath := filepath.Join(owner.TempDir(), "dev.log")
 	logFile, err := os.Create(logPath)
@@ -303,7 +311,7 @@ func startDocDev(t *testing.T, owner testing.TB, bin string, flags []string) *do
 	})
 	// The banner names the addresses: "  HTTP API:  http://..." and
 	// "  gRPC API:  host:port".
-	d := &docDev{logPath: logPath}
+	d := &docDev{logPath: logPath, dnsPort: dnsPort}
 	banner := regexp.MustCompile(`(?m)^\s*HTTP API:\s+(http://\S+)\n\s*gRPC API:\s+(\S+)$`)
 	err = testcluster.WaitFor(t.Context(), 2*time.Minute, func() bool {
 		log, _ := os.ReadFile(logPath)
