@@ -41,12 +41,15 @@ type peerSeen struct {
 	calls []seenCall
 }
 
+// seenCall is one call: the server that took it, the client's address
+// (one per connection), the method, and the client certificate's URI SAN
+// and serial.
 type seenCall struct {
-	server, uri, serial string
+	server, addr, method, uri, serial string
 }
 
 func (p *peerSeen) record(server string, ctx context.Context, method string) {
-	if !strings.Contains(method, "AgentService") {
+	if !strings.Contains(method, "AgentService") && !strings.Contains(method, "CAService/Sign") {
 		return
 	}
 	pr, ok := peer.FromContext(ctx)
@@ -54,7 +57,7 @@ func (p *peerSeen) record(server string, ctx context.Context, method string) {
 		return
 	}
 	info, ok := pr.AuthInfo.(credentials.TLSInfo)
-	c := seenCall{server: server}
+	c := seenCall{server: server, addr: pr.Addr.String(), method: method}
 	if ok && len(info.State.PeerCertificates) > 0 {
 		leaf := info.State.PeerCertificates[0]
 		if len(leaf.URIs) > 0 {
@@ -73,7 +76,27 @@ func (p *peerSeen) saw(uri, serial, except string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.calls {
-		if c.uri == uri && c.serial == serial && c.server != except {
+		if strings.Contains(c.method, "AgentService") && c.uri == uri && c.serial == serial && c.server != except {
+			return true
+		}
+	}
+	return false
+}
+
+// signedOnTheSession reports whether a server took a Sign on a connection
+// that also carried the agent's heartbeats presenting uri: the leaf
+// cache's calls ride the session's link.
+func (p *peerSeen) signedOnTheSession(uri string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	session := map[[2]string]bool{}
+	for _, c := range p.calls {
+		if strings.Contains(c.method, "AgentService") && c.uri == uri {
+			session[[2]string{c.server, c.addr}] = true
+		}
+	}
+	for _, c := range p.calls {
+		if strings.Contains(c.method, "CAService/Sign") && session[[2]string{c.server, c.addr}] {
 			return true
 		}
 	}
@@ -342,6 +365,12 @@ func TestAutoEncrypt(t *testing.T) {
 		return false
 	})
 
+	// The agent's leaf was signed again over the session's connection:
+	// the agent has one link to the servers.
+	eventually(t, "the agent's leaf signed again on the session's connection", func() bool {
+		return seen.signedOnTheSession(wantID)
+	})
+
 	// Every server signs itself a leaf of the new root (within its
 	// window, a second).
 	newRoots := parseRoots(t, rotated)
@@ -415,6 +444,9 @@ func TestLeafCacheFollowsTheAgentsTasks(t *testing.T) {
 		return false
 	}
 	eventually(t, "a leaf for the sleeper family", func() bool { return hasLeaf("default/sleeper") && hasLeaf("agent") })
+	// With the session on a server, the cache's calls and its roots watch
+	// ride the session's connection, and it holds none of its own.
+	eventually(t, "the leaf cache riding the session's link", func() bool { return a.leafServers.Riding() })
 	cert, pool, err := a.Leaves().Get(context.Background(), leaves.ServiceKey("default", "sleeper"))
 	if err != nil {
 		t.Fatal(err)

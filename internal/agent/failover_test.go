@@ -137,6 +137,8 @@ func TestFailoverToAnotherServer(t *testing.T) {
 		s := a.Server()
 		return s != "" && s != order[0].addr()
 	})
+	// The leaf cache moved with the session: one link, one failover.
+	eventually(t, "the leaf cache riding the session's new link", func() bool { return a.leafServers.Riding() })
 	lead.place(t, "default", "t2", "sleeper:1", "i-1")
 	lead.waitTask(t, "default", "t2", "runs after the failover", lastStatus(orchestrator.StatusRunning))
 	if _, tk := lead.task(t, "default", "t1"); tk.GetLastStatus() != orchestrator.StatusRunning || tk.GetSession() != session {

@@ -17,7 +17,10 @@ import (
 // leaf per service of the tasks it runs. With auto-encrypt the agent
 // leaf is also what the agent presents to the servers.
 
-// setupLeafCache makes the cache and its link to the servers. With
+// setupLeafCache makes the cache and its link to the servers: the
+// session's connection while the session is on a server (onServer), a
+// connection of its own before the session's first (with auto-encrypt the
+// agent joins only once it holds its leaf) and between two. With
 // auto-encrypt it also sets how the agent dials the servers: checking
 // them against the cluster CA at first; once the cache holds the agent
 // leaf and the CA's roots, presenting the leaf and asking each server for

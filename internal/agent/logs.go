@@ -21,13 +21,18 @@ import (
 // while it is on a server, it keeps a link there on which the server asks
 // for a task's logs, and answers each ask with the output.
 
-// onServer is what runs with each server connection: the logs' link,
-// unless it is turned off.
+// onServer is what runs with each server connection: the leaf cache's
+// calls and roots watch ride it (leafcache.go), and the logs' link runs
+// on it, unless each is turned off.
 func (a *Agent) onServer() []func(context.Context, grpc.ClientConnInterface) {
-	if a.cfg.DisableTaskLogs {
-		return nil
+	var on []func(context.Context, grpc.ClientConnInterface)
+	if a.leafServers != nil {
+		on = append(on, a.leafServers.Ride)
 	}
-	return []func(context.Context, grpc.ClientConnInterface){a.linkLogs}
+	if !a.cfg.DisableTaskLogs {
+		on = append(on, a.linkLogs)
+	}
+	return on
 }
 
 // linkLogs keeps the logs' link on the server of cc until ctx ends (the

@@ -29,8 +29,12 @@ const RetryAfterKey = "retry-after"
 
 // Servers is the cache's link to the servers over their public gRPC port:
 // Sign (CAService.Sign) and WatchRoots (a watch of the CARoot resources).
-// It uses one server at a time and moves to the next of the list when one
-// is unreachable.
+// While the agent's session is on a server (Ride), it goes over the
+// session's connection, so that the agent has one link to the servers and
+// one failover, the session's. Before the session's first connection
+// (with auto-encrypt the agent needs its leaf before it joins) and between
+// two, it dials one server at a time itself and moves to the next of the
+// list when one is unreachable.
 type Servers struct {
 	addrs []string
 	opts  []grpc.DialOption
@@ -38,7 +42,10 @@ type Servers struct {
 
 	mu sync.Mutex
 	i  int
-	cc *grpc.ClientConn
+	cc *grpc.ClientConn // its own connection, nil while riding
+	// riding is the session's connection while the session is on a
+	// server (Ride), nil otherwise.
+	riding grpc.ClientConnInterface
 }
 
 // NewServers dials addrs (gRPC host:port, tried in turn) with opts (the
@@ -50,10 +57,34 @@ func NewServers(addrs []string, log *slog.Logger, opts ...grpc.DialOption) *Serv
 	return &Servers{addrs: addrs, opts: opts, log: log}
 }
 
-// conn is the connection to the current server.
-func (s *Servers) conn() (*grpc.ClientConn, error) {
+// Ride makes cc, the session's connection to the server it is on, the
+// link until ctx ends (the session leaves that server): the link's own
+// connection is closed, and the watch of the roots on it opened again on
+// cc. cc must send the token and use the credentials the link would.
+func (s *Servers) Ride(ctx context.Context, cc grpc.ClientConnInterface) {
+	s.mu.Lock()
+	s.riding = cc
+	if s.cc != nil {
+		s.cc.Close()
+		s.cc = nil
+	}
+	s.mu.Unlock()
+	<-ctx.Done()
+	s.mu.Lock()
+	if s.riding == cc {
+		s.riding = nil
+	}
+	s.mu.Unlock()
+}
+
+// conn is the connection to the current server: the session's while it
+// rides it, else its own.
+func (s *Servers) conn() (grpc.ClientConnInterface, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.riding != nil {
+		return s.riding, nil
+	}
 	if s.cc != nil {
 		return s.cc, nil
 	}
@@ -68,9 +99,10 @@ func (s *Servers) conn() (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// failed moves to the next server when cc failed in a way another server
-// may not.
-func (s *Servers) failed(cc *grpc.ClientConn, err error) {
+// failed moves to the next server when cc, its own connection, failed in
+// a way another server may not. The session's connection is the
+// session's to leave.
+func (s *Servers) failed(cc grpc.ClientConnInterface, err error) {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Unknown:
 	default:
@@ -78,7 +110,7 @@ func (s *Servers) failed(cc *grpc.ClientConn, err error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cc != cc {
+	if s.cc == nil || grpc.ClientConnInterface(s.cc) != cc {
 		return
 	}
 	s.cc.Close()
@@ -86,7 +118,7 @@ func (s *Servers) failed(cc *grpc.ClientConn, err error) {
 	s.i++
 }
 
-// Close closes the connection.
+// Close closes its own connection.
 func (s *Servers) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -94,6 +126,14 @@ func (s *Servers) Close() {
 		s.cc.Close()
 		s.cc = nil
 	}
+}
+
+// Riding says whether the link goes over the session's connection now
+// and holds no connection of its own.
+func (s *Servers) Riding() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.riding != nil && s.cc == nil
 }
 
 // Sign has a server sign csrPEM. Over the server's limit the error is a
