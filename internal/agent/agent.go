@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"trellis.dev/trellis/internal/agent/component"
+	"trellis.dev/trellis/internal/agent/failover"
 	"trellis.dev/trellis/internal/agent/leaves"
 	"trellis.dev/trellis/internal/agent/session"
 	"trellis.dev/trellis/internal/agent/tasks"
@@ -55,6 +56,9 @@ type Agent struct {
 	leaves      *leaves.Cache
 	leafServers *leaves.Servers
 	creds       credentials.TransportCredentials
+	// servers is the agent's one failover over cfg.Servers: the session
+	// and the leaf cache's link dial the server it names.
+	servers *failover.Servers
 
 	// logReads counts the reads of task logs the servers have open here.
 	logReads atomic.Int64
@@ -114,6 +118,7 @@ func New(cfg Config) (*Agent, error) {
 	if a.address == "" {
 		a.address = advertiseAddr(ln.Addr().(*net.TCPAddr), cfg.Servers[0])
 	}
+	a.servers = failover.New(cfg.Servers)
 	if cfg.TLS != nil {
 		a.creds = credentials.NewTLS(cfg.TLS)
 	}
@@ -165,6 +170,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.session = session.New(session.Config{
 		Servers:     cfg.Servers,
+		Failover:    a.servers,
 		Name:        cfg.Name,
 		Cluster:     cfg.Cluster,
 		Address:     a.address,

@@ -40,7 +40,7 @@ func (a *Agent) setupLeafCache() error {
 		creds = insecure.NewCredentials()
 	}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, leaves.Token(cfg.Token)...)
-	a.leafServers = leaves.NewServers(cfg.Servers, a.log.With("component", "leaves"), opts...)
+	a.leafServers = leaves.NewServersOn(a.servers, a.log.With("component", "leaves"), opts...)
 	c, err := leaves.New(leaves.Config{
 		Signer: a.leafServers, Datacenter: cfg.Datacenter, Instance: cfg.Name,
 		ResignWindow: cfg.ResignWindow, Logger: a.log.With("component", "leaves"),

@@ -17,6 +17,7 @@ import (
 
 	pbca "trellis.dev/trellis/api/ca/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/agent/failover"
 	"trellis.dev/trellis/internal/backoff"
 	"trellis.dev/trellis/internal/ca"
 	"trellis.dev/trellis/internal/resource"
@@ -36,25 +37,38 @@ const RetryAfterKey = "retry-after"
 // two, it dials one server at a time itself and moves to the next of the
 // list when one is unreachable.
 type Servers struct {
-	addrs []string
-	opts  []grpc.DialOption
-	log   *slog.Logger
+	servers Failover
+	opts    []grpc.DialOption
+	log     *slog.Logger
 
-	mu sync.Mutex
-	i  int
-	cc *grpc.ClientConn // its own connection, nil while riding
+	mu     sync.Mutex
+	cc     *grpc.ClientConn // its own connection, nil while riding
+	ccAddr string           // the server cc is to
 	// riding is the session's connection while the session is on a
 	// server (Ride), nil otherwise.
 	riding grpc.ClientConnInterface
 }
 
+// Failover is the failover over the servers a link follows
+// (failover.Servers): the server to use now, and moving on from one.
+type Failover interface {
+	Current() string
+	Leave(addr string) string
+}
+
 // NewServers dials addrs (gRPC host:port, tried in turn) with opts (the
 // transport credentials, the token).
 func NewServers(addrs []string, log *slog.Logger, opts ...grpc.DialOption) *Servers {
+	return NewServersOn(failover.New(addrs), log, opts...)
+}
+
+// NewServersOn dials the server that servers, a failover shared with the
+// agent's session, names, with opts.
+func NewServersOn(servers Failover, log *slog.Logger, opts ...grpc.DialOption) *Servers {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Servers{addrs: addrs, opts: opts, log: log}
+	return &Servers{servers: servers, opts: opts, log: log}
 }
 
 // Ride makes cc, the session's connection to the server it is on, the
@@ -85,17 +99,23 @@ func (s *Servers) conn() (grpc.ClientConnInterface, error) {
 	if s.riding != nil {
 		return s.riding, nil
 	}
-	if s.cc != nil {
-		return s.cc, nil
-	}
-	if len(s.addrs) == 0 {
+	addr := s.servers.Current()
+	if addr == "" {
 		return nil, errors.New("no server address")
 	}
-	cc, err := grpc.NewClient(s.addrs[s.i%len(s.addrs)], s.opts...)
+	if s.cc != nil && s.ccAddr == addr {
+		return s.cc, nil
+	}
+	if s.cc != nil {
+		// The session moved on from that server meanwhile.
+		s.cc.Close()
+		s.cc = nil
+	}
+	cc, err := grpc.NewClient(addr, s.opts...)
 	if err != nil {
 		return nil, err
 	}
-	s.cc = cc
+	s.cc, s.ccAddr = cc, addr
 	return cc, nil
 }
 
@@ -115,7 +135,7 @@ func (s *Servers) failed(cc grpc.ClientConnInterface, err error) {
 	}
 	s.cc.Close()
 	s.cc = nil
-	s.i++
+	s.servers.Leave(s.ccAddr)
 }
 
 // Close closes its own connection.

@@ -7,7 +7,9 @@
 // # Servers
 //
 // The agent holds one gRPC connection at a time. It tries its servers in
-// turn; when the one it uses goes away (a heartbeat, the watch or a report
+// turn (Config.Failover, shared with the agent's leaf cache, which rides
+// the session's connection and dials on its own only while there is none);
+// when the one it uses goes away (a heartbeat, the watch or a report
 // fails), it closes the connection and tries the next one after an
 // exponential backoff with jitter. Everything about tasks lives in the
 // task manager, outside the connection, so a failover loses nothing: the

@@ -18,14 +18,18 @@ import (
 	pbagent "trellis.dev/trellis/api/agent/v1"
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/agent/failover"
 	"trellis.dev/trellis/internal/resource"
 )
 
 // Config says how to talk to the servers. The agent fills it from its
 // own, checked, configuration.
 type Config struct {
-	// Servers are the servers' gRPC addresses, tried in turn.
-	Servers []string
+	// Servers are the servers' gRPC addresses, tried in turn; Failover,
+	// when set, is the agent's one failover over them, shared with its
+	// other links (nil: the session's own over Servers).
+	Servers  []string
+	Failover *failover.Servers
 	// Name is the Instance's name; Cluster, Address, Version and
 	// Attributes (the operator's) what its registration writes.
 	Name, Cluster, Address, Version string
@@ -141,6 +145,9 @@ func New(cfg Config, tasks Tasks) *Session {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Failover == nil {
+		cfg.Failover = failover.New(cfg.Servers)
+	}
 	s := &Session{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, tasks: tasks, id: cfg.ID, changed: make(chan struct{}), held: newHeld()}
 	s.ttl.Store(int64(DefaultTTL))
 	s.server.Store("")
@@ -183,15 +190,16 @@ func (s *Session) Run(ctx context.Context, facts Facts) {
 	s.facts = facts
 	s.mu.Unlock()
 	failures := 0
-	for i := 0; ; i++ {
+	for {
 		if ctx.Err() != nil || s.hasLeft() {
 			return
 		}
-		addr := s.cfg.Servers[i%len(s.cfg.Servers)]
+		addr := s.cfg.Failover.Current()
 		worked, err := s.runConn(ctx, addr)
 		if ctx.Err() != nil || s.hasLeft() {
 			return
 		}
+		s.cfg.Failover.Leave(addr)
 		var wait time.Duration
 		if worked {
 			failures = 0
