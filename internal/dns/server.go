@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	miekg "github.com/miekg/dns"
@@ -31,9 +32,10 @@ type Server struct {
 	ready  chan struct{}
 	bound  atomic.Pointer[net.UDPAddr]
 
-	mu sync.Mutex
-	pc net.PacketConn // bound by Listen, served by Start
-	ln net.Listener
+	mu     sync.Mutex
+	pc     net.PacketConn // bound by Listen, served by Start
+	ln     net.Listener
+	served bool // Start has them: it closes them
 }
 
 // Config says where a Server listens and what it answers from.
@@ -110,6 +112,20 @@ func (s *Server) Listen() error {
 	return nil
 }
 
+// Close releases what Listen bound when Start will never serve it (the
+// process that built the server failed before starting it); once Start
+// has been called it does nothing, as Start closes them when it ends.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.served || s.pc == nil {
+		return nil
+	}
+	err := errors.Join(s.pc.Close(), s.ln.Close())
+	s.pc, s.ln = nil, nil
+	return err
+}
+
 // Start listens on the address, UDP and TCP (unless Listen has), and
 // serves until ctx ends, then returns nil. It fails when it cannot listen
 // (the address in use).
@@ -119,6 +135,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	pc, ln := s.pc, s.ln
+	s.served = true
 	s.mu.Unlock()
 	h := miekg.HandlerFunc(s.serve)
 	servers := []*miekg.Server{
@@ -172,7 +189,7 @@ func listen(addr string) (net.PacketConn, net.Listener, error) {
 	for try := 0; ; try++ {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, nil, fmt.Errorf("dns: listen on %s (tcp): %w", addr, err)
+			return nil, nil, listenErr(addr, "tcp", err)
 		}
 		pc, err := net.ListenPacket("udp", ln.Addr().String())
 		if err == nil {
@@ -180,9 +197,18 @@ func listen(addr string) (net.PacketConn, net.Listener, error) {
 		}
 		ln.Close()
 		if _, port, _ := net.SplitHostPort(addr); port != "0" || try == 4 {
-			return nil, nil, fmt.Errorf("dns: listen on %s (udp): %w", addr, err)
+			return nil, nil, listenErr(addr, "udp", err)
 		}
 	}
+}
+
+// listenErr words a failure to listen; a port in use with what most
+// often holds it: Consul's DNS has the same default port.
+func listenErr(addr, network string, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%s (%s) is in use (a Consul agent, another trellis dev or server? give -dns-addr another port, or -dns-addr \"\" for none): %w", addr, network, err)
+	}
+	return fmt.Errorf("dns: listen on %s (%s): %w", addr, network, err)
 }
 
 // packBuffers hold the replies as they are packed, one per query being

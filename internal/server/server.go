@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -98,6 +99,7 @@ func New(cfg Config) (_ *Server, err error) {
 	defer func() {
 		if err != nil {
 			s.closeListeners()
+			s.closeRunnables()
 		}
 	}()
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -272,6 +274,17 @@ func listen(flag, addr string) (net.Listener, error) {
 	return ln, nil
 }
 
+// closeRunnables releases what a module's runnable bound while it was set
+// up (io.Closer: the DNS interface's sockets) when it never ran: New
+// failed after it, or Start ended before it (it closes its own otherwise).
+func (s *Server) closeRunnables() {
+	for _, e := range s.extra {
+		if c, ok := e.r.(io.Closer); ok {
+			_ = c.Close()
+		}
+	}
+}
+
 func (s *Server) closeListeners() {
 	for _, ln := range []net.Listener{s.grpcLn, s.serverLn, s.httpLn, s.httpsLn} {
 		if ln != nil {
@@ -319,6 +332,7 @@ func (s *Server) Start(ctx context.Context) error {
 		mgr, err := s.newControllerManager()
 		if err != nil {
 			s.closeListeners()
+			s.closeRunnables()
 			return err
 		}
 		g.Add("controllers", mgr)
@@ -339,6 +353,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	err := g.Start(ctx)
 	s.closeListeners()
+	s.closeRunnables()
 	s.log.Info("server stopped", "err", err)
 	return err
 }

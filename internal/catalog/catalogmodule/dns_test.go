@@ -2,6 +2,8 @@ package catalogmodule_test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -178,4 +180,69 @@ func TestDNSAddrFlagIsChecked(t *testing.T) {
 			t.Errorf("trellis %s -dns-addr: %+v; want the catalog's, default 127.0.0.1:8600", p, f)
 		}
 	}
+}
+
+// A -dns-addr in use (Consul's DNS has the same default port) fails
+// server.New, as a port of the server's own does, naming the flag and the
+// address, so that trellis dev stops before any agent has begun; what the
+// failed server had bound is released, the DNS port and its own.
+func TestDNSPortInUseFailsTheServersStart(t *testing.T) {
+	_, taken := dnsServer(t)
+	mods, err := server.DefaultModulesWith("-dns-addr", taken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = server.New(server.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Modules: mods, Logger: testlog.Logger(t)})
+	want := "-dns-addr: " + taken + " (tcp) is in use (a Consul agent"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("server.New with -dns-addr %s in use: %v; want an error with %q", taken, err, want)
+	}
+
+	// A server that fails after its DNS interface is bound (a module set
+	// up after the catalog refuses) releases it: the port binds again.
+	free := freeDNSAddr(t)
+	mods, err = server.DefaultModulesWith("-dns-addr", free)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = server.New(server.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Modules: append(mods, refusingModule{}), Logger: testlog.Logger(t)})
+	if err == nil || !strings.Contains(err.Error(), "module refusing: refused") {
+		t.Fatalf("server.New with a module that refuses: %v", err)
+	}
+	for _, network := range []string{"tcp", "udp"} {
+		var err error
+		if network == "tcp" {
+			var ln net.Listener
+			if ln, err = net.Listen(network, free); err == nil {
+				ln.Close()
+			}
+		} else {
+			var pc net.PacketConn
+			if pc, err = net.ListenPacket(network, free); err == nil {
+				pc.Close()
+			}
+		}
+		if err != nil {
+			t.Errorf("the DNS port %s (%s) after the server failed: %v", free, network, err)
+		}
+	}
+}
+
+// refusingModule fails its Setup.
+type refusingModule struct{}
+
+func (refusingModule) Name() string                { return "refusing" }
+func (refusingModule) Register(*resource.Registry) {}
+func (refusingModule) Setup(module.Deps) (module.Parts, error) {
+	return module.Parts{}, errors.New("refused")
+}
+
+// freeDNSAddr is a loopback address whose port is free for TCP and UDP.
+func freeDNSAddr(t *testing.T) string {
+	t.Helper()
+	ports, err := testcluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "127.0.0.1:" + strconv.Itoa(ports[0])
 }

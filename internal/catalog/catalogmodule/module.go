@@ -100,6 +100,11 @@ func (m *catalogModule) Setup(d module.Deps) (module.Parts, error) {
 	if err != nil {
 		return module.Parts{}, fmt.Errorf("-dns-addr: %w", err)
 	}
+	// Bound now, as the server binds its own ports in server.New: a port
+	// in use fails the start before any agent of trellis dev has begun.
+	if err := srv.Listen(); err != nil {
+		return module.Parts{}, fmt.Errorf("-dns-addr: %w", err)
+	}
 	m.dns.Store(srv)
 	parts.Runnables = append(parts.Runnables, module.Runnable{Name: "dns", Run: srv})
 	return parts, nil
