@@ -359,6 +359,9 @@ func TestSecondaryPointedAtNonPrimary(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// Each case waits on its own server's start (a Raft election);
+			// they share only the two servers above, which they read.
+			t.Parallel()
 			srv, _ := startDC(t, "dc3", tt.primaryDC, tt.addr)
 			base := "http://" + srv.HTTPAddr()
 			var st map[string]any
