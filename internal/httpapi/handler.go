@@ -365,14 +365,27 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := encodeJSON(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		b, _ = json.Marshal(wire.Error{Error: "encoding the response: " + err.Error(), Code: wire.CodeInternal})
+		b, _ = encodeJSON(wire.Error{Error: "encoding the response: " + err.Error(), Code: wire.CodeInternal})
 	}
+	writeEncodedJSON(w, status, b)
+}
+
+// encodeJSON is v's JSON answer: the object, then a newline.
+func encodeJSON(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+func writeEncodedJSON(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(body)
 }
 
 // recorder remembers the status a handler wrote, for metrics and logs.

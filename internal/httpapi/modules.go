@@ -69,6 +69,17 @@ func InputError(field, format string, args ...any) error {
 // WriteJSON answers v as JSON with the status.
 func WriteJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, v) }
 
+// EncodeJSON is v's answer as WriteJSON writes it, for a route that
+// encodes an answer once and writes it to many requests
+// (WriteEncodedJSON).
+func EncodeJSON(v any) ([]byte, error) { return encodeJSON(v) }
+
+// WriteEncodedJSON answers body, made by EncodeJSON, with the status. The
+// body is not modified: requests may share it.
+func WriteEncodedJSON(w http.ResponseWriter, status int, body []byte) {
+	writeEncodedJSON(w, status, body)
+}
+
 // ToWire renders a resource as the API answers one, its data in the
 // protojson form of its registered message.
 func ToWire(reg *resource.Registry, res *pbresource.Resource) *wire.Resource { return toWire(reg, res) }

@@ -38,6 +38,9 @@ type consulAPI struct {
 	// changes are the services' own indexes, for the blocking queries of
 	// one service.
 	changes *serviceChanges
+	// answers are the encoded answers of the reads of one service, shared
+	// by the requests at the same index.
+	answers *answerCache
 }
 
 // consulTypes are the informer's types the routes read.
@@ -159,34 +162,12 @@ func (c consulAPI) parse(r *http.Request, extra ...string) (consulQuery, error) 
 // index is read before the view is built, so the view holds at least
 // every change up to it.
 func (c consulAPI) answer(w http.ResponseWriter, r *http.Request, q consulQuery, types []*pbresource.Type, view func() any) error {
-	return c.answerAt(w, r, q, types, "", view)
-}
-
-// answerAt is answer; with a service key, a blocking query waits for that
-// service to change (serviceChanges) and answers with its index.
-func (c consulAPI) answerAt(w http.ResponseWriter, r *http.Request, q consulQuery, types []*pbresource.Type, service string, view func() any) error {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(httpapi.Stopping(r.Context()), cancel)
 	defer stop()
 	var idx uint64
-	if service != "" {
-		// Loaded (and consistent, when asked), then blocking on the
-		// service's own changes.
-		if _, err := c.in.Await(ctx, types[0], informer.Query{Consistent: q.query.Consistent}); err != nil {
-			return err
-		}
-		if q.query.MinIndex > 0 {
-			wctx, wcancel := context.WithTimeout(ctx, waitOf(q.query))
-			c.changes.wait(wctx, service, q.query.MinIndex)
-			wcancel()
-			if err := r.Context().Err(); err != nil {
-				return err
-			}
-		}
-		idx, _ = c.changes.of(service)
-		idx = max(idx, 1)
-	} else if len(types) == 1 {
+	if len(types) == 1 {
 		var err error
 		if idx, err = c.in.Await(ctx, types[0], q.query); err != nil {
 			return err
@@ -212,11 +193,62 @@ func (c consulAPI) answerAt(w http.ResponseWriter, r *http.Request, q consulQuer
 			idx = max(idx, c.in.LastChange(typ))
 		}
 	}
-	body := view()
+	body, err := httpapi.EncodeJSON(view())
+	if err != nil {
+		return fmt.Errorf("encoding the answer: %w", err)
+	}
+	writeConsul(w, idx, body)
+	return nil
+}
+
+// answerService answers a read of one service (catalog.ServiceKey
+// service): loaded (and consistent, when asked), then, blocking, waiting
+// for that service to change (serviceChanges), it answers with the
+// service's own index and the answer of key at that index, shared with
+// every request for the same (answerCache); view builds it when none has
+// yet. The indexes are read before the view is built, so the view holds
+// at least every change up to them.
+func (c consulAPI) answerService(w http.ResponseWriter, r *http.Request, q consulQuery, service string, key answerKey, view func() any) error {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(httpapi.Stopping(r.Context()), cancel)
+	defer stop()
+	if _, err := c.in.Await(ctx, catalog.ServiceInstanceType, informer.Query{Consistent: q.query.Consistent}); err != nil {
+		return err
+	}
+	if q.query.MinIndex > 0 {
+		wctx, wcancel := context.WithTimeout(ctx, waitOf(q.query))
+		c.changes.wait(wctx, service, q.query.MinIndex)
+		wcancel()
+		if err := r.Context().Err(); err != nil {
+			return err
+		}
+	}
+	idx, _ := c.changes.of(service)
+	at := answerIndexes{service: max(idx, 1)}
+	if c.machines {
+		at.nodes = c.in.LastChange(orchestrator.InstanceType)
+	}
+	body, err := c.answers.get(service, key, at, func() ([]byte, error) {
+		body, err := httpapi.EncodeJSON(view())
+		if err != nil {
+			return nil, fmt.Errorf("encoding the answer: %w", err)
+		}
+		return body, nil
+	})
+	if err != nil {
+		return err
+	}
+	writeConsul(w, at.service, body)
+	return nil
+}
+
+// writeConsul writes an encoded answer at index idx, with Consul's
+// headers.
+func writeConsul(w http.ResponseWriter, idx uint64, body []byte) {
 	w.Header().Set("X-Consul-Index", strconv.FormatUint(idx, 10))
 	w.Header().Set("X-Consul-LastContact", "0")
-	httpapi.WriteJSON(w, http.StatusOK, body)
-	return nil
+	httpapi.WriteEncodedJSON(w, http.StatusOK, body)
 }
 
 // waitOf is how long a blocking query q waits: its wait, the default
@@ -307,7 +339,7 @@ func (c consulAPI) catalogService(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	name := r.PathValue("service")
-	return c.answerAt(w, r, q, []*pbresource.Type{catalog.ServiceInstanceType}, catalog.ServiceKey(q.namespace, name), func() any {
+	return c.answerService(w, r, q, catalog.ServiceKey(q.namespace, name), newAnswerKey("catalog", q), func() any {
 		return catalog.ConsulCatalogServices(c.datacenter, c.instancesOf(q.namespace, name), q.tags)
 	})
 }
@@ -318,7 +350,7 @@ func (c consulAPI) healthService(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	name := r.PathValue("service")
-	return c.answerAt(w, r, q, []*pbresource.Type{catalog.ServiceInstanceType}, catalog.ServiceKey(q.namespace, name), func() any {
+	return c.answerService(w, r, q, catalog.ServiceKey(q.namespace, name), newAnswerKey("health", q), func() any {
 		return catalog.ConsulEntries(c.datacenter, c.instancesOf(q.namespace, name), catalog.ConsulQuery{Passing: q.passing, Tags: q.tags})
 	})
 }

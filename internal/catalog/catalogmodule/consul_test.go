@@ -12,6 +12,7 @@ import (
 	"time"
 
 	consul "github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -35,9 +36,12 @@ import (
 // in-memory store and the server's kind of informer, served on a real
 // listener so that Consul's own client can read it.
 type consulHarness struct {
-	api    *resource.Service
-	url    string
-	client *consul.Client
+	api     *resource.Service
+	in      *informer.Informer
+	handler http.Handler
+	metrics *prometheus.Registry
+	url     string
+	client  *consul.Client
 }
 
 type oneServer struct{}
@@ -72,7 +76,7 @@ func (a tokenAuthorizer) NamespaceWrite(ns string) error {
 func (tokenAuthorizer) Agent() error  { return acl.ErrPermissionDenied }
 func (tokenAuthorizer) Server() error { return acl.ErrPermissionDenied }
 
-func newConsulHarness(t *testing.T) *consulHarness {
+func newConsulHarness(t testing.TB) *consulHarness {
 	t.Helper()
 	reg := resource.NewRegistry()
 	core.Register(reg)
@@ -90,7 +94,8 @@ func newConsulHarness(t *testing.T) *consulHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parts, err := m.Setup(module.Deps{API: api, Registry: reg, Informer: in, Cluster: module.Cluster{Datacenter: "dc1"}})
+	metrics := prometheus.NewRegistry()
+	parts, err := m.Setup(module.Deps{API: api, Registry: reg, Informer: in, Metrics: metrics, Cluster: module.Cluster{Datacenter: "dc1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,12 +115,12 @@ func newConsulHarness(t *testing.T) *consulHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &consulHarness{api: api, url: srv.URL, client: client}
+	return &consulHarness{api: api, in: in, handler: h, metrics: metrics, url: srv.URL, client: client}
 }
 
 // register stores an instance from outside Trellis with one TTL check,
 // "alive".
-func (h *consulHarness) register(t *testing.T, ns, name, service, addr string, port uint32, tags ...string) {
+func (h *consulHarness) register(t testing.TB, ns, name, service, addr string, port uint32, tags ...string) {
 	t.Helper()
 	data, _ := anypb.New(&pbcatalog.ServiceInstance{Service: service, Address: addr, Port: port, Tags: tags,
 		Meta:   map[string]string{"version": "16"},
@@ -125,20 +130,23 @@ func (h *consulHarness) register(t *testing.T, ns, name, service, addr string, p
 	}
 }
 
-// setCheck reports the "alive" check of instance name as the servers do.
-func (h *consulHarness) setCheck(t *testing.T, ns, name, st string) {
+// setCheck reports the "alive" check of instance name as the servers do,
+// and returns the index it was written at.
+func (h *consulHarness) setCheck(t testing.TB, ns, name, st string) uint64 {
 	t.Helper()
 	now := timestamppb.Now()
 	payload, _ := anypb.New(&pbcatalog.ChecksStatus{Checks: []*pbcatalog.CheckStatus{{Name: "alive", Status: st, Output: "set by the test", ChangedAt: now, CheckedAt: now}},
 		Health: catalog.Aggregate([]*pbcatalog.CheckStatus{{Status: st}}), ReportedAt: now})
-	if _, err := h.api.WriteStatus(resource.AsController(context.Background(), catalog.HealthControllerName), &pbresource.WriteStatusRequest{
-		Id: catalog.ServiceInstanceID(ns, name), Key: catalog.ServerChecksStatusKey, Status: &pbresource.Status{Data: payload}}); err != nil {
+	resp, err := h.api.WriteStatus(resource.AsController(context.Background(), catalog.HealthControllerName), &pbresource.WriteStatusRequest{
+		Id: catalog.ServiceInstanceID(ns, name), Key: catalog.ServerChecksStatusKey, Status: &pbresource.Status{Data: payload}})
+	if err != nil {
 		t.Fatal(err)
 	}
+	return catalog.IndexOf(resp.GetResource())
 }
 
 // get answers a raw request with token.
-func (h *consulHarness) get(t *testing.T, path, token string) (int, http.Header, string) {
+func (h *consulHarness) get(t testing.TB, path, token string) (int, http.Header, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", h.url+path, nil)
 	if token != "" {
@@ -368,5 +376,115 @@ func TestConsulRoutesRefuseOutsiders(t *testing.T) {
 	}
 	if code, _, _ := h.get(t, "/v1/health/service/db", "reader"); code != http.StatusOK {
 		t.Fatalf("the reader on the default namespace = %d", code)
+	}
+}
+
+// metric is the value of the harness's metric name, which has no labels.
+func (h *consulHarness) metric(t testing.TB, name string) float64 {
+	t.Helper()
+	families, err := h.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		m := f.GetMetric()[0]
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// Blocking queries that wait on one service answer its change with one
+// answer, built and encoded once and written to each
+// (trellis_consul_answers_built_total counts the builds); another query
+// of the same service builds its own, once, and a change builds anew.
+func TestConsulWaitersShareOneAnswer(t *testing.T) {
+	const waiters = 50
+	h := newConsulHarness(t)
+	h.register(t, "default", "db-1", "db", "10.0.0.9", 5432, "primary")
+	h.register(t, "default", "db-2", "db", "10.0.0.10", 5432, "replica")
+	h.setCheck(t, "default", "db-1", catalog.CheckCritical)
+	code, hdr, _ := h.get(t, "/v1/health/service/db?passing&consistent", "reader")
+	if code != http.StatusOK {
+		t.Fatalf("before: %d", code)
+	}
+	before := hdr.Get("X-Consul-Index")
+
+	type answer struct {
+		code        int
+		index, body string
+		err         error
+	}
+	got := make(chan answer, waiters)
+	for range waiters {
+		go func() {
+			req, _ := http.NewRequest("GET", h.url+"/v1/health/service/db?passing&index="+before, nil)
+			req.Header.Set("X-Consul-Token", "reader")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				got <- answer{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			got <- answer{code: resp.StatusCode, index: resp.Header.Get("X-Consul-Index"), body: string(b), err: err}
+		}()
+	}
+	// Every waiter is waiting before the change.
+	for h.metric(t, "trellis_consul_blocking_queries") != waiters {
+		time.Sleep(time.Millisecond)
+	}
+	built := h.metric(t, "trellis_consul_answers_built_total")
+	h.setCheck(t, "default", "db-1", catalog.CheckPassing)
+	var first answer
+	for i := range waiters {
+		a := <-got
+		if a.err != nil || a.code != http.StatusOK {
+			t.Fatalf("waiter %d: %d %s %v", i, a.code, a.body, a.err)
+		}
+		if i == 0 {
+			first = a
+			continue
+		}
+		if a.index != first.index || a.body != first.body {
+			t.Fatalf("waiter %d answered at %s with %s; another at %s with %s", i, a.index, a.body, first.index, first.body)
+		}
+	}
+	var entries []catalog.ConsulServiceEntry
+	if err := json.Unmarshal([]byte(first.body), &entries); err != nil || len(entries) != 1 || entries[0].Service.ID != "db-1" || first.index == before {
+		t.Fatalf("the waiters' answer at %s (was %s) = %s, %v", first.index, before, first.body, err)
+	}
+	if n := h.metric(t, "trellis_consul_answers_built_total") - built; n != 1 {
+		t.Fatalf("%d waiters' answers built %v times, want once", waiters, n)
+	}
+
+	// Another query of db, at the same index: built once, then shared;
+	// the order of its tags does not matter.
+	for _, path := range []string{"/v1/health/service/db?tag=primary&tag=v1", "/v1/health/service/db?tag=v1&tag=primary&tag=v1"} {
+		if code, hdr, body := h.get(t, path, "reader"); code != http.StatusOK || hdr.Get("X-Consul-Index") != first.index || body != "[]\n" {
+			t.Fatalf("GET %s = %d at %s: %s", path, code, hdr.Get("X-Consul-Index"), body)
+		}
+	}
+	if code, _, body := h.get(t, "/v1/health/service/db?passing", "reader"); code != http.StatusOK || body != first.body {
+		t.Fatalf("?passing again = %d %s", code, body)
+	}
+	if n := h.metric(t, "trellis_consul_answers_built_total") - built; n != 2 {
+		t.Fatalf("after a second query twice: built %v times, want 2", n)
+	}
+
+	// A change of db: its answers are built anew.
+	h.setCheck(t, "default", "db-2", catalog.CheckPassing)
+	all, _, err := h.client.Health().Service("db", "", true, &consul.QueryOptions{RequireConsistent: true})
+	if err != nil || len(all) != 2 {
+		t.Fatalf("after db-2 passes: %+v, %v", all, err)
+	}
+	if n := h.metric(t, "trellis_consul_answers_built_total") - built; n != 3 {
+		t.Fatalf("after a change: built %v times, want 3", n)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"trellis.dev/trellis/internal/catalog/command"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/dns"
+	"trellis.dev/trellis/internal/informer"
 	"trellis.dev/trellis/internal/module"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
@@ -77,11 +78,22 @@ func (m *catalogModule) Setup(d module.Deps) (module.Parts, error) {
 		if err := d.Informer.Declare(consulTypes(machines)...); err != nil {
 			return module.Parts{}, err
 		}
-		changes := newServiceChanges()
-		if _, err := d.Informer.Subscribe(catalog.ServiceInstanceType, changes.apply); err != nil {
+		changes, answers := newServiceChanges(), newAnswerCache(DefaultAnswerCacheBytes)
+		// A change evicts its services' answers before it moves their
+		// indexes: no answer built at the new indexes is evicted.
+		if _, err := d.Informer.Subscribe(catalog.ServiceInstanceType, func(d informer.Delta) {
+			services := servicesOf(d)
+			answers.evict(services)
+			changes.apply(services, d.Index)
+		}); err != nil {
 			return module.Parts{}, err
 		}
-		parts.Routes = append(parts.Routes, consulAPI{in: d.Informer, datacenter: d.Cluster.Datacenter, serverID: d.Cluster.ServerID, machines: machines, changes: changes}.routes()...)
+		if d.Metrics != nil {
+			if err := d.Metrics.Register(answerCollector{answers: answers, changes: changes}); err != nil {
+				return module.Parts{}, err
+			}
+		}
+		parts.Routes = append(parts.Routes, consulAPI{in: d.Informer, datacenter: d.Cluster.Datacenter, serverID: d.Cluster.ServerID, machines: machines, changes: changes, answers: answers}.routes()...)
 	}
 	if m.cfg.DNSAddr == "" {
 		return parts, nil
