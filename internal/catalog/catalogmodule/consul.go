@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -100,22 +101,8 @@ var (
 // other by name.
 func (c consulAPI) parse(r *http.Request, extra ...string) (consulQuery, error) {
 	values := r.URL.Query()
-	allowed := append(slices.Clone(consulCommonParams), extra...)
-	keys := make([]string, 0, len(values))
-	for k := range values {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		if why, ok := consulNotServed[k]; ok {
-			return consulQuery{}, notServed(k, why)
-		}
-		if !slices.Contains(allowed, k) {
-			return consulQuery{}, httpapi.InputError("query", "unknown parameter %q (this path takes: %s)", k, strings.Join(allowed, ", "))
-		}
-		if len(values[k]) > 1 && k != "tag" {
-			return consulQuery{}, httpapi.InputError(k, "given %d times; give it once", len(values[k]))
-		}
+	if err := checkParams(values, extra); err != nil {
+		return consulQuery{}, err
 	}
 	one := func(k string) string { return values.Get(k) }
 	q := consulQuery{namespace: one("namespace"), tags: values["tag"]}
@@ -382,6 +369,41 @@ func (c consulAPI) nodes(w http.ResponseWriter, r *http.Request) error {
 		}
 		return catalog.ConsulNodes(c.datacenter, machines, data, external)
 	})
+}
+
+// checkParams refuses a parameter of values that is neither common nor
+// one of extra, or given more than once (but ?tag=), naming the first in
+// order. Every answer passes here: the parameters are sorted only to
+// name a refused one.
+func checkParams(values url.Values, extra []string) error {
+	bad := false
+	for k, v := range values {
+		if !slices.Contains(consulCommonParams, k) && !slices.Contains(extra, k) || len(v) > 1 && k != "tag" {
+			bad = true
+			break
+		}
+	}
+	if !bad {
+		return nil
+	}
+	allowed := append(slices.Clone(consulCommonParams), extra...)
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if why, ok := consulNotServed[k]; ok {
+			return notServed(k, why)
+		}
+		if !slices.Contains(allowed, k) {
+			return httpapi.InputError("query", "unknown parameter %q (this path takes: %s)", k, strings.Join(allowed, ", "))
+		}
+		if len(values[k]) > 1 && k != "tag" {
+			return httpapi.InputError(k, "given %d times; give it once", len(values[k]))
+		}
+	}
+	return nil
 }
 
 // consulFlag reads a Consul boolean parameter: present without a value,
