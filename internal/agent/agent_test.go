@@ -24,6 +24,7 @@ import (
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/agent/tasks"
 	"trellis.dev/trellis/internal/driver"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 )
 
@@ -179,8 +180,8 @@ func TestAssignmentsArriveByWatch(t *testing.T) {
 	if _, other := srv.task(t, "default", "elsewhere"); other.GetSession() == a.Session() || len(other.GetContainers()) != 0 {
 		t.Errorf("a task of another instance was touched by this agent: %v", other)
 	}
-	if n, w, wt := counts.count("List"), counts.count("WatchList"), counts.count("WatchTasks"); n != 0 || w != 0 || wt != 1 {
-		t.Errorf("List called %d times, WatchList %d, WatchTasks %d; want assignments from one per-instance watch", n, w, wt)
+	if n, w, wt := counts.count("List"), counts.count("WatchList "+ids.TypeString(orchestrator.TaskType)), counts.count("WatchTasks"); n != 0 || w != 0 || wt != 1 {
+		t.Errorf("List called %d times, WatchList of the tasks %d, WatchTasks %d; want assignments from one per-instance watch", n, w, wt)
 	}
 
 	// Desired STOPPED stops it.

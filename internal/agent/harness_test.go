@@ -27,6 +27,7 @@ import (
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/client"
 	"trellis.dev/trellis/internal/driver"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 	"trellis.dev/trellis/internal/resource"
 	"trellis.dev/trellis/internal/server"
@@ -346,6 +347,9 @@ func (r *rpcs) dialOptions() []grpc.DialOption {
 			r.counts[short(method)]++
 			r.mu.Unlock()
 			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err == nil && short(method) == "WatchList" {
+				return &listStream{ClientStream: cs, r: r}, nil
+			}
 			if err != nil || short(method) != "WatchTasks" {
 				return cs, err
 			}
@@ -356,6 +360,23 @@ func (r *rpcs) dialOptions() []grpc.DialOption {
 			return ts, nil
 		}),
 	}
+}
+
+// listStream counts a WatchList stream by the type it watches too, as
+// "WatchList <type>": the leaf cache's roots watch rides the session's
+// connection, beside the informer's watches.
+type listStream struct {
+	grpc.ClientStream
+	r *rpcs
+}
+
+func (s *listStream) SendMsg(m any) error {
+	if req, ok := m.(*pbresource.WatchListRequest); ok {
+		s.r.mu.Lock()
+		s.r.counts["WatchList "+ids.TypeString(req.GetType())]++
+		s.r.mu.Unlock()
+	}
+	return s.ClientStream.SendMsg(m)
 }
 
 // taskStream records one WatchTasks stream of the agent: its request, and

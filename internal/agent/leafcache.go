@@ -40,6 +40,7 @@ func (a *Agent) setupLeafCache() error {
 		creds = insecure.NewCredentials()
 	}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, leaves.Token(cfg.Token)...)
+	opts = append(opts, cfg.DialOptions...)
 	a.leafServers = leaves.NewServersOn(a.servers, a.log.With("component", "leaves"), opts...)
 	c, err := leaves.New(leaves.Config{
 		Signer: a.leafServers, Datacenter: cfg.Datacenter, Instance: cfg.Name,

@@ -15,6 +15,7 @@ import (
 
 	pbagent "trellis.dev/trellis/api/agent/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
 )
 
@@ -113,8 +114,8 @@ func TestReconnectedAgentTakesInWhatChangedMeanwhile(t *testing.T) {
 	if n := counts.count("WatchTasks") - watches; n < 1 {
 		t.Errorf("no task stream was opened after the agent was back")
 	}
-	if n := counts.count("WatchList"); n != 0 {
-		t.Errorf("WatchList opened %d times; want the per-instance task stream only", n)
+	if n := counts.count("WatchList " + ids.TypeString(orchestrator.TaskType)); n != 0 {
+		t.Errorf("WatchList of the tasks opened %d times; want the per-instance task stream only", n)
 	}
 	if a.Session() != session {
 		t.Errorf("the session changed from %s to %s; a lost connection keeps it", session, a.Session())
