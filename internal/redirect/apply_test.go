@@ -303,3 +303,70 @@ func TestFailedIPv6RestorePutsIPv4Back(t *testing.T) {
 		wantReply(t, "still redirected", dial(t, m.app, "192.0.2.2:9000"), "proxy-outbound local=127.0.0.1:15001 orig=192.0.2.2:9000")
 	})
 }
+
+// ApplyDNS writes the DNS chain alone: queries to any resolver, a
+// loopback stub's too, reach the server, the proxy's chains stay as they
+// were, and applying it again leaves one set.
+func TestApplyDNSRedirectsEveryResolver(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, tools Tools) {
+		m := newMesh(t)
+		serve(t, m.app, "127.0.0.1:8600", "dns", false)
+		apply(t, tools, m.app, testConfig())
+		before := natTable(t, tools, m.app, IPv4)
+
+		d := DNSRedirect{Resolver: "0.0.0.0/0", To: "127.0.0.1:8600"}
+		applyDNS := func() {
+			t.Helper()
+			in(t, m.app, func() error {
+				res, err := tools.ApplyDNS(context.Background(), d)
+				if err == nil && !slices.Equal(res.Families, []Family{IPv4}) {
+					t.Errorf("ApplyDNS wrote %v, want IPv4", res.Families)
+				}
+				return err
+			})
+		}
+		applyDNS()
+		once := natTable(t, tools, m.app, IPv4)
+		applyDNS()
+		if got := natTable(t, tools, m.app, IPv4); got != once {
+			t.Errorf("after a second ApplyDNS:\n%s\nafter the first:\n%s", got, once)
+		}
+		if n := strings.Count(once, "-j "+DNSChain+"\n"); n != 1 {
+			t.Errorf("%d jumps to %s:\n%s", n, DNSChain, once)
+		}
+		for line := range strings.Lines(before) {
+			if strings.HasPrefix(line, "-A ") && !strings.Contains(once, line) {
+				t.Errorf("ApplyDNS dropped %q:\n%s", strings.TrimSpace(line), once)
+			}
+		}
+
+		wantReply(t, "to a resolver", dial(t, m.app, "192.0.2.2:53"), "dns local=127.0.0.1:8600")
+		wantReply(t, "to a loopback stub", dial(t, m.app, "127.0.0.53:53"), "dns local=127.0.0.1:8600")
+		wantReply(t, "not DNS", dial(t, m.app, "192.0.2.2:9000"), "proxy-outbound local=127.0.0.1:15001 orig=192.0.2.2:9000")
+
+		// Remove takes it away with the rest.
+		remove(t, tools, m.app)
+		if got := natTable(t, tools, m.app, IPv4); strings.Contains(got, DNSChain) {
+			t.Errorf("after Remove:\n%s", got)
+		}
+	})
+}
+
+// ApplyDNS refuses what it cannot write, naming the flag, and writes
+// nothing.
+func TestApplyDNSRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		d    DNSRedirect
+		want string
+	}{
+		{DNSRedirect{}, "--dns-resolver: required: the address whose queries are redirected"},
+		{DNSRedirect{Resolver: "0.0.0.0/0"}, "--dns-redirect-to: required with --dns-resolver: the ADDR:PORT of the DNS server queries go to"},
+		{DNSRedirect{Resolver: "any", To: "127.0.0.1:8600"}, `--dns-resolver: "any" is not an IP address or a CIDR (10.0.0.2, 0.0.0.0/0 for every resolver)`},
+		{DNSRedirect{Resolver: "0.0.0.0/0", To: "[::1]:8600"}, "--dns-redirect-to: [::1]:8600 is not of the family of --dns-resolver 0.0.0.0/0: a query cannot change IP version"},
+		{DNSRedirect{Resolver: "10.0.0.0/0", To: "127.0.0.1:8600"}, `--dns-resolver: "10.0.0.0/0" is not an IP address or a CIDR (10.0.0.2, 0.0.0.0/0 for every resolver)`},
+	} {
+		if _, err := (Tools{}).ApplyDNS(context.Background(), tc.d); err == nil || err.Error() != tc.want || !errors.Is(err, ErrConfig) {
+			t.Errorf("ApplyDNS(%+v): %v, want %q", tc.d, err, tc.want)
+		}
+	}
+}

@@ -57,8 +57,9 @@ type Config struct {
 	ExcludeOutboundCIDRs []string
 	// DNSResolver and DNSRedirectTo (--dns-resolver, --dns-redirect-to):
 	// when both are set, DNS queries (UDP and TCP port 53) sent to the
-	// resolver's address go to DNSRedirectTo (ADDR:PORT) instead, the
-	// agent's DNS server. Off when both are empty.
+	// resolver (an address, or a CIDR: 0.0.0.0/0 for every resolver) go
+	// to DNSRedirectTo (ADDR:PORT) instead, the agent's DNS server. Off
+	// when both are empty.
 	DNSResolver   string
 	DNSRedirectTo string
 	// IPv6 (--ipv6) writes the IPv6 rules too, with ip6tables, in a
@@ -104,7 +105,7 @@ const (
 type plan struct {
 	Config
 	cidrs       []netip.Prefix
-	dnsResolver netip.Addr
+	dnsResolver netip.Prefix
 	dnsTo       netip.AddrPort
 }
 
@@ -181,34 +182,45 @@ func (c Config) check() (plan, error) {
 }
 
 func (p *plan) checkDNS() error {
-	switch {
-	case p.DNSResolver == "" && p.DNSRedirectTo == "":
-		return nil
-	case p.DNSResolver == "":
-		return refuse("--dns-resolver", "required with --dns-redirect-to: the address whose queries are redirected")
-	case p.DNSRedirectTo == "":
-		return refuse("--dns-redirect-to", "required with --dns-resolver: the ADDR:PORT of the DNS server queries go to")
-	}
-	addr, err := netip.ParseAddr(p.DNSResolver)
-	if err != nil || addr.Zone() != "" {
-		return refuse("--dns-resolver", "%q is not an IP address", p.DNSResolver)
-	}
-	to, err := netip.ParseAddrPort(p.DNSRedirectTo)
-	if err != nil || to.Addr().Zone() != "" {
-		return refuse("--dns-redirect-to", "%q is not an ADDR:PORT (10.0.0.1:8600, [fd00::1]:8600)", p.DNSRedirectTo)
-	}
-	if err := checkPort("--dns-redirect-to", int(to.Port())); err != nil {
+	resolver, to, err := checkDNS(p.DNSResolver, p.DNSRedirectTo, p.IPv6)
+	if err != nil {
 		return err
 	}
-	addr, toAddr := addr.Unmap(), to.Addr().Unmap()
-	if addr.Is4() != toAddr.Is4() {
-		return refuse("--dns-redirect-to", "%s is not of the family of --dns-resolver %s: a query cannot change IP version", p.DNSRedirectTo, p.DNSResolver)
-	}
-	if addr.Is6() && !p.IPv6 {
-		return refuse("--dns-resolver", "%s is an IPv6 address, and IPv6 is not redirected: give --ipv6 too", p.DNSResolver)
-	}
-	p.dnsResolver, p.dnsTo = addr, netip.AddrPortFrom(toAddr, to.Port())
+	p.dnsResolver, p.dnsTo = resolver, to
 	return nil
+}
+
+// checkDNS checks the DNS option: both set or both empty (then the zero
+// values). The resolver is an address or a CIDR; the server an ADDR:PORT
+// of the same family.
+func checkDNS(resolver, redirectTo string, ipv6 bool) (netip.Prefix, netip.AddrPort, error) {
+	switch {
+	case resolver == "" && redirectTo == "":
+		return netip.Prefix{}, netip.AddrPort{}, nil
+	case resolver == "":
+		return netip.Prefix{}, netip.AddrPort{}, refuse("--dns-resolver", "required with --dns-redirect-to: the address whose queries are redirected")
+	case redirectTo == "":
+		return netip.Prefix{}, netip.AddrPort{}, refuse("--dns-redirect-to", "required with --dns-resolver: the ADDR:PORT of the DNS server queries go to")
+	}
+	prefix, err := parseCIDR(resolver)
+	if err != nil {
+		return netip.Prefix{}, netip.AddrPort{}, refuse("--dns-resolver", "%q is not an IP address or a CIDR (10.0.0.2, 0.0.0.0/0 for every resolver)", resolver)
+	}
+	to, err := netip.ParseAddrPort(redirectTo)
+	if err != nil || to.Addr().Zone() != "" {
+		return netip.Prefix{}, netip.AddrPort{}, refuse("--dns-redirect-to", "%q is not an ADDR:PORT (10.0.0.1:8600, [fd00::1]:8600)", redirectTo)
+	}
+	if err := checkPort("--dns-redirect-to", int(to.Port())); err != nil {
+		return netip.Prefix{}, netip.AddrPort{}, err
+	}
+	toAddr := to.Addr().Unmap()
+	if prefix.Addr().Is4() != toAddr.Is4() {
+		return netip.Prefix{}, netip.AddrPort{}, refuse("--dns-redirect-to", "%s is not of the family of --dns-resolver %s: a query cannot change IP version", redirectTo, resolver)
+	}
+	if prefix.Addr().Is6() && !ipv6 {
+		return netip.Prefix{}, netip.AddrPort{}, refuse("--dns-resolver", "%s is an IPv6 address, and IPv6 is not redirected: give --ipv6 too", resolver)
+	}
+	return prefix, netip.AddrPortFrom(toAddr, to.Port()), nil
 }
 
 func checkPort(flag string, port int) error {

@@ -48,7 +48,7 @@ func TestValidateRefusesNamingTheFlag(t *testing.T) {
 		{"redirect alone", func(c *Config) { c.DNSRedirectTo = "127.0.0.1:8600" },
 			"--dns-resolver: required with --dns-redirect-to: the address whose queries are redirected"},
 		{"resolver not an address", func(c *Config) { c.DNSResolver, c.DNSRedirectTo = "dns.local", "127.0.0.1:8600" },
-			`--dns-resolver: "dns.local" is not an IP address`},
+			`--dns-resolver: "dns.local" is not an IP address or a CIDR (10.0.0.2, 0.0.0.0/0 for every resolver)`},
 		{"redirect without a port", func(c *Config) { c.DNSResolver, c.DNSRedirectTo = "10.0.0.2", "127.0.0.1" },
 			`--dns-redirect-to: "127.0.0.1" is not an ADDR:PORT (10.0.0.1:8600, [fd00::1]:8600)`},
 		{"redirect to port 0", func(c *Config) { c.DNSResolver, c.DNSRedirectTo = "10.0.0.2", "127.0.0.1:0" },

@@ -56,7 +56,7 @@ func Rules(cfg Config, family Family) ([]string, error) {
 
 func (p plan) rules(family Family) []string {
 	inbound := p.AllInbound || len(p.AppPorts) > 0
-	dns := p.dnsResolver.IsValid() && (p.dnsResolver.Is6() == (family == IPv6))
+	dns := p.dnsResolver.IsValid() && (p.dnsResolver.Addr().Is6() == (family == IPv6))
 	out := []string{"*nat"}
 	for _, c := range chains {
 		if c == InboundChain && !inbound || c == DNSChain && !dns {
@@ -67,13 +67,9 @@ func (p plan) rules(family Family) []string {
 	add := func(chain, rule string) { out = append(out, "-A "+chain+" "+rule) }
 
 	if dns {
-		to := p.dnsTo.String()
-		for _, proto := range []string{"udp", "tcp"} {
-			add(DNSChain, fmt.Sprintf("-p %s -d %s --dport 53 -j DNAT --to-destination %s", proto, hostPrefix(p.dnsResolver), to))
-		}
 		// Before the outbound jump: a DNS query over TCP goes to the
 		// resolver, not to the proxy.
-		add("OUTPUT", "-j "+DNSChain)
+		out = append(out, dnsRules(p.dnsResolver, p.dnsTo)...)
 	}
 
 	add(OutboundChain, "-m owner --uid-owner "+strconv.Itoa(p.ProxyUID)+" -j RETURN")
@@ -124,4 +120,17 @@ func portGroups(ports []int) []string {
 	return groups
 }
 
-func hostPrefix(a netip.Addr) string { return netip.PrefixFrom(a, a.BitLen()).String() }
+// dnsRules are the DNS chain's rules and the jump to it: queries (UDP and
+// TCP port 53) to resolver go to to. A resolver of length 0 (0.0.0.0/0)
+// matches every destination, so the rules name none.
+func dnsRules(resolver netip.Prefix, to netip.AddrPort) []string {
+	dest := ""
+	if resolver.Bits() > 0 {
+		dest = " -d " + resolver.String()
+	}
+	var out []string
+	for _, proto := range []string{"udp", "tcp"} {
+		out = append(out, fmt.Sprintf("-A %s -p %s%s --dport 53 -j DNAT --to-destination %s", DNSChain, proto, dest, to))
+	}
+	return append(out, "-A OUTPUT -j "+DNSChain)
+}

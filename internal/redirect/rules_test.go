@@ -123,6 +123,14 @@ func TestRules(t *testing.T) {
 			"-A TRELLIS_DNS -p tcp -d 10.0.0.2/32 --dport 53 -j DNAT --to-destination 127.0.0.1:8600",
 			"-A OUTPUT -j TRELLIS_DNS",
 		}, seed004[3:])},
+		{"DNS to every resolver", func(c *Config) {
+			c.DNSResolver, c.DNSRedirectTo = "0.0.0.0/0", "127.0.0.1:8600"
+		}, IPv4, slices.Concat(seed004[:3], []string{
+			":TRELLIS_DNS - [0:0]",
+			"-A TRELLIS_DNS -p udp --dport 53 -j DNAT --to-destination 127.0.0.1:8600",
+			"-A TRELLIS_DNS -p tcp --dport 53 -j DNAT --to-destination 127.0.0.1:8600",
+			"-A OUTPUT -j TRELLIS_DNS",
+		}, seed004[3:])},
 		{"IPv6 keeps the IPv6 CIDRs and resolver", func(c *Config) {
 			c.IPv6 = true
 			c.ExcludeOutboundCIDRs = []string{"169.254.169.254/32", "fd00:ec2::254", "2001:db8::/32"}

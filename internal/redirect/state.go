@@ -1,6 +1,7 @@
 package redirect
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -35,11 +36,8 @@ func parseSave(out string) state {
 			if isOurChain(fields[1]) {
 				continue
 			}
-			for i := 2; i+1 < len(fields); i++ {
-				if (fields[i] == "-j" || fields[i] == "-g" || fields[i] == "--jump" || fields[i] == "--goto") && isOurChain(fields[i+1]) {
-					st.jumps = append(st.jumps, line)
-					break
-				}
+			if isOurChain(jumpTarget(fields)) {
+				st.jumps = append(st.jumps, line)
 			}
 		}
 	}
@@ -54,6 +52,31 @@ func parseSave(out string) state {
 	}
 	st.chains = ordered
 	return st
+}
+
+// jumpTarget is the chain a saved rule's fields jump or go to, or "".
+func jumpTarget(fields []string) string {
+	for i := 2; i+1 < len(fields); i++ {
+		if fields[i] == "-j" || fields[i] == "-g" || fields[i] == "--jump" || fields[i] == "--goto" {
+			return fields[i+1]
+		}
+	}
+	return ""
+}
+
+// only is the part of st that concerns chain: the chain, if it exists,
+// and the jumps to it.
+func (st state) only(chain string) state {
+	var out state
+	if slices.Contains(st.chains, chain) {
+		out.chains = []string{chain}
+	}
+	for _, j := range st.jumps {
+		if jumpTarget(strings.Fields(j)) == chain {
+			out.jumps = append(out.jumps, j)
+		}
+	}
+	return out
 }
 
 func (st state) empty() bool { return len(st.chains) == 0 && len(st.jumps) == 0 }

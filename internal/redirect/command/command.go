@@ -108,7 +108,7 @@ namespace) and the iptables tools, nf_tables or legacy.`,
 	f.StringSliceVar(&excludeOut, "exclude-outbound-port", nil, "a destination port that is not redirected (repeatable)")
 	f.StringSliceVar(&cfg.ExcludeOutboundCIDRs, "exclude-outbound-cidr", cfg.ExcludeOutboundCIDRs,
 		"a destination CIDR or address that is not redirected (repeatable); giving it replaces the default, so name the metadata address again to keep it; --exclude-outbound-cidr= for none")
-	f.StringVar(&cfg.DNSResolver, "dns-resolver", "", "redirect DNS queries (UDP and TCP 53) sent to this address...")
+	f.StringVar(&cfg.DNSResolver, "dns-resolver", "", "redirect DNS queries (UDP and TCP 53) sent to this address, or CIDR (0.0.0.0/0: to any resolver)...")
 	f.StringVar(&cfg.DNSRedirectTo, "dns-redirect-to", "", "...to this ADDR:PORT, the agent's DNS server")
 	f.BoolVar(&cfg.IPv6, "ipv6", false, "write the IPv6 rules too (ip6tables), where the namespace has an IPv6 address")
 	f.StringVar(&netns, "netns", "", "the network namespace to write in, as a file (/run/netns/NAME, /proc/PID/ns/net); this one by default")
