@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -63,6 +64,7 @@ func newAgentCmd(e *cli.Env) *cobra.Command {
 		netFlags   networkFlags
 		controlTLS tlsutil.Config
 		dnsAddr    string
+		recursors  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -104,7 +106,11 @@ The agent answers DNS on -dns-addr (default 127.0.0.1:8600, UDP and TCP):
 (SRV) of the service's passing instances, <tag>.<service>.service... for those
 with a tag, <instance>.instance.trellis. for an instance's address. It answers
 from the catalog as the agent's own cache holds it, never asking a server (see
-docs/dns.md); -dns-addr "" turns it off.
+docs/dns.md); -dns-addr "" turns it off. It also serves every task with network:
+bridge in the task's own namespace: the task's DNS queries, to whatever
+resolver, reach the agent, which answers the trellis. names and forwards every
+other name to -dns-recursor (default: the nameservers of the host's
+/etc/resolv.conf).
 
 The agent keeps a leaf cache of Connect CA certificates: its own agent leaf
 (spiffe://<trust-domain>/agent/client/dc/<dc>/id/<name>) and one per service
@@ -170,7 +176,21 @@ an operator hands out for a first join (see docs/tls.md).`,
 				if err := dns.CheckAddr("-dns-addr", dnsAddr); err != nil {
 					return cli.Usage(err)
 				}
-				cfg.Components = append(agent.DefaultComponents(), dns.NewAgentComponent(dnsAddr, 0).Make)
+				comp := dns.NewAgentComponent(dnsAddr, 0)
+				if len(recursors) > 0 {
+					var rs []netip.AddrPort
+					for _, r := range recursors {
+						ap, err := dns.ParseRecursor("-dns-recursor", r)
+						if err != nil {
+							return cli.Usage(err)
+						}
+						rs = append(rs, ap)
+					}
+					comp.WithRecursors(rs)
+				}
+				cfg.Components = append(agent.DefaultComponents(), comp.Make)
+			} else if len(recursors) > 0 {
+				return cli.Usage(fmt.Errorf("-dns-recursor: needs the agent's DNS, which -dns-addr \"\" turns off"))
 			}
 			if cfg.Drivers, err = agentDrivers(cfg, nil); err != nil {
 				return err
@@ -209,6 +229,7 @@ an operator hands out for a first join (see docs/tls.md).`,
 	fs.BoolVar(&cfg.AutoEncrypt, "auto-encrypt", false, "get the agent's leaf from the servers' Connect CA (over TLS checked with -tls-ca-file, which is all the agent needs) and present it to the servers: mutual TLS with no certificate file to hand out")
 	fs.DurationVar(&cfg.ResignWindow, "ca-resign-window", 30*time.Second, "after the Connect CA's active root changes, re-sign the leaves at a random moment within this window, so a fleet does not sign at once")
 	fs.StringVar(&dnsAddr, "dns-addr", dns.DefaultAddr, "address of the DNS interface, UDP and TCP (host:port), which answers <service>.service.<namespace>.trellis. (A, AAAA, SRV) with the passing instances of the catalog, from the agent's own cache, without asking a server (see docs/dns.md); empty serves none")
+	fs.StringArrayVar(&recursors, "dns-recursor", nil, "a DNS server (IP or IP:port) that names outside trellis. are forwarded to, from the namespaces of bridge tasks; repeatable, asked in order (default: the nameservers of the host's /etc/resolv.conf)")
 	netFlags.register(fs)
 	addLogLevelFlag(fs, &logLevel, "info")
 	e.ClientFlags.RegisterToken(fs)

@@ -15,6 +15,7 @@ import (
 	"trellis.dev/trellis/internal/agent/tasks"
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/devrun"
+	"trellis.dev/trellis/internal/dns"
 	"trellis.dev/trellis/internal/driver"
 	"trellis.dev/trellis/internal/server"
 	"trellis.dev/trellis/internal/tasknet"
@@ -81,6 +82,10 @@ func newDevAgents(n int, s *server.Server, dataDir string, run *devrun.Run, netw
 				return nil, cli.Usage(err)
 			}
 			cfg.Network = &c
+			// Each agent answers DNS in its bridge tasks' namespaces; on
+			// the host it listens on a loopback port of its own (the
+			// server has -dns-addr), so that the agents do not clash.
+			cfg.Components = append(agent.DefaultComponents(), dns.NewAgentComponent("127.0.0.1:0", 0).Make)
 		}
 		drivers, err := agentDrivers(cfg, run)
 		if err != nil {

@@ -50,6 +50,9 @@ func (a *Agent) makeComponents() ([]tasks.Hooks, error) {
 			return nil, configError("Components", "two components are named %q: a task's record could not tell their hooks apart", name)
 		}
 		seen[name] = true
+		if d, ok := c.(TaskDNS); ok && a.network != nil {
+			a.network.dns = d
+		}
 		a.components = append(a.components, c)
 		hooks = append(hooks, c)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"trellis.dev/trellis/internal/netns"
+	"trellis.dev/trellis/internal/redirect"
 	"trellis.dev/trellis/internal/tasknet"
 )
 
@@ -51,11 +53,21 @@ func (c *NetworkConfig) tasknetConfig(dataDir string) tasknet.Config {
 	return t
 }
 
+// TaskDNS serves DNS in a bridge task's namespace: the dns component
+// (dns.AgentComponent), when the agent has one.
+type TaskDNS interface {
+	// ServeTaskNamespace listens in the namespace at path, and returns
+	// the listener and the address (in the namespace) it listens on.
+	ServeTaskNamespace(path string) (io.Closer, netip.AddrPort, error)
+}
+
 // taskNetwork is the agent's task network, as the task manager uses it
 // (tasks.Networks): tasknet's, plus, in each bridge task's namespace, a
 // listener of the local API's metadata endpoint on the address the task
 // has in TRELLIS_TASK_METADATA_URI (127.0.0.1:<port>), which in the
-// task's namespace is the task's own loopback.
+// task's namespace is the task's own loopback; and, when the agent serves
+// DNS, its DNS on that loopback, where the task's queries to any resolver
+// are sent (redirect.ApplyDNS).
 type taskNetwork struct {
 	net *tasknet.Network
 	// unavailable is why bridge tasks cannot run here; nil when they can.
@@ -66,8 +78,12 @@ type taskNetwork struct {
 	metadata http.Handler
 	addr     string
 
+	// dns serves DNS in the namespaces; nil: the agent serves none.
+	dns TaskDNS
+
 	mu        sync.Mutex
 	listeners map[string]*http.Server // by task uid
+	dnsByUID  map[string]io.Closer
 }
 
 // newTaskNetwork checks the agent's network configuration against the
@@ -79,7 +95,7 @@ func newTaskNetwork(c *NetworkConfig, dataDir string, log *slog.Logger) (*taskNe
 	if err := tc.Validate(); err != nil {
 		return nil, configError("network", "%v", err)
 	}
-	n := &taskNetwork{log: log, listeners: map[string]*http.Server{}}
+	n := &taskNetwork{log: log, listeners: map[string]*http.Server{}, dnsByUID: map[string]io.Closer{}}
 	if err := tasknet.Probe(tc); err != nil {
 		n.unavailable = err
 	} else if host, err := tasknet.HostNetworks(); err != nil {
@@ -114,6 +130,7 @@ func (n *taskNetwork) Setup(ctx context.Context, req tasknet.Request) (tasknet.A
 	att, err := n.net.Setup(ctx, req)
 	if err == nil {
 		n.serveMetadata(att)
+		n.serveDNS(ctx, att)
 	}
 	return att, err
 }
@@ -125,12 +142,14 @@ func (n *taskNetwork) Adopt(att tasknet.Attachment) error {
 	err := n.net.Adopt(att)
 	if err == nil {
 		n.serveMetadata(att)
+		n.serveDNS(context.Background(), att)
 	}
 	return err
 }
 
 func (n *taskNetwork) Teardown(ctx context.Context, att tasknet.Attachment) error {
 	n.stopMetadata(att.TaskUID)
+	n.stopDNS(att.TaskUID)
 	if n.net == nil {
 		return n.unavailable
 	}
@@ -197,10 +216,55 @@ func (n *taskNetwork) close() {
 		n.net.Close()
 	}
 	n.mu.Lock()
-	all := n.listeners
-	n.listeners = map[string]*http.Server{}
+	all, dns := n.listeners, n.dnsByUID
+	n.listeners, n.dnsByUID = map[string]*http.Server{}, map[string]io.Closer{}
 	n.mu.Unlock()
 	for _, srv := range all {
 		_ = srv.Close()
+	}
+	for _, l := range dns {
+		_ = l.Close()
+	}
+}
+
+// serveDNS serves the agent's DNS in the task's namespace and sends the
+// task's DNS queries, to whatever resolver, there: the task resolves the
+// trellis. names through its agent, and every other name through the
+// recursors the agent forwards them to. A task whose namespace refuses
+// either runs on, resolving as it would without: the agent logs why.
+func (n *taskNetwork) serveDNS(ctx context.Context, att tasknet.Attachment) {
+	if n.dns == nil {
+		return
+	}
+	l, addr, err := n.dns.ServeTaskNamespace(att.Path)
+	if err != nil {
+		n.log.Warn("the task cannot resolve through the agent's DNS: cannot listen in its namespace", "task_uid", att.TaskUID, "err", err)
+		return
+	}
+	err = redirect.InNetns(att.Path, func() error {
+		_, err := redirect.ApplyDNS(ctx, redirect.DNSRedirect{Resolver: "0.0.0.0/0", To: addr.String()})
+		return err
+	})
+	if err != nil {
+		_ = l.Close()
+		n.log.Warn("the task cannot resolve through the agent's DNS: cannot redirect its queries", "task_uid", att.TaskUID, "err", err)
+		return
+	}
+	n.mu.Lock()
+	old := n.dnsByUID[att.TaskUID]
+	n.dnsByUID[att.TaskUID] = l
+	n.mu.Unlock()
+	if old != nil {
+		_ = old.Close()
+	}
+}
+
+func (n *taskNetwork) stopDNS(uid string) {
+	n.mu.Lock()
+	l := n.dnsByUID[uid]
+	delete(n.dnsByUID, uid)
+	n.mu.Unlock()
+	if l != nil {
+		_ = l.Close()
 	}
 }

@@ -58,6 +58,10 @@ func DNSRules(d DNSRedirect) ([]string, Family, error) {
 	return p.lines, p.family, err
 }
 
+// ApplyDNS writes d's rules in the current network namespace with the
+// system's iptables tools: see Tools.ApplyDNS.
+func ApplyDNS(ctx context.Context, d DNSRedirect) (Result, error) { return Tools{}.ApplyDNS(ctx, d) }
+
 // ApplyDNS writes d's rules in the nat table of the current network
 // namespace, for the resolver's family, in one iptables-restore
 // --noflush: the DNS chain and its jump, first in OUTPUT, replacing those
