@@ -101,7 +101,9 @@ addresses from its own part of -bridge-subnet (docs/networking.md).
 
 The server answers DNS for the catalog's services on -dns-addr (default
 127.0.0.1:8600, UDP and TCP): dig @127.0.0.1 -p 8600 api.service.default.trellis
-(docs/dns.md).
+(docs/dns.md). Each agent serves DNS in its bridge tasks' namespaces: a task
+resolves api.service.default.trellis through its agent, and other names through
+the host's resolvers.
 
 It prints where its APIs listen and what to try first. Stop it with Ctrl-C.`,
 		Example: `  trellis dev

@@ -480,3 +480,23 @@ func TestOtherToolsWordsSayWhatToUse(t *testing.T) {
 		}
 	}
 }
+
+// A recursor that is not an address, or one with the agent's DNS off, is
+// refused before the agent starts.
+func TestAgentDNSRecursorMistakes(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-dns-recursor", "dns.example"}, `-dns-recursor: "dns.example" is not an IP address or ADDR:PORT (10.0.0.2, 10.0.0.2:53, [fd00::2]:53)`},
+		{[]string{"-dns-recursor", "10.0.0.2:0"}, `-dns-recursor: "10.0.0.2:0": the port must be 1 to 65535`},
+		{[]string{"-dns-addr", "", "-dns-recursor", "10.0.0.2"}, `-dns-recursor: needs the agent's DNS, which -dns-addr "" turns off`},
+	} {
+		args := append([]string{"agent", "-server", "127.0.0.1:1", "-data-dir", dir, "-bridge-name", "trnone0", "-cni-plugin-dir", dir}, tc.args...)
+		code, out, errOut := run(t, "", nil, args...)
+		if code != 2 || out != "" || !strings.HasPrefix(errOut, "Error: "+tc.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}

@@ -17,8 +17,10 @@
 //     that is not the namespace's own, sends what arrives for the app's
 //     ports (or all ports but the excluded) to the proxy's inbound port
 //     (15000).
-//   - TRELLIS_DNS, only when asked for, DNATs DNS queries to one resolver
-//     to the agent's DNS server.
+//   - TRELLIS_DNS, only when asked for, DNATs DNS queries to a resolver
+//     (an address, or a CIDR: 0.0.0.0/0 for all) to the agent's DNS
+//     server. ApplyDNS writes it alone: what the agent writes in every
+//     bridge task's namespace.
 //
 // Rules (pure: a Config in, iptables-restore lines out) writes them;
 // Apply and Remove run iptables-save and iptables-restore in the current

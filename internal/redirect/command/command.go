@@ -45,7 +45,8 @@ sidecar proxy without the app knowing (seed 004, App Mesh's init container):
             goes to the proxy's inbound port (chain TRELLIS_INBOUND, from
             PREROUTING). Without --app-port, inbound traffic is left alone.
   DNS       with --dns-resolver and --dns-redirect-to, DNS queries to the
-            resolver go to another server (chain TRELLIS_DNS, from OUTPUT).
+            resolver (an address, or a CIDR: 0.0.0.0/0 for any) go to another
+            server (chain TRELLIS_DNS, from OUTPUT).
 
 The rules of each IP version are written in one iptables-restore, so that a
 failure leaves the namespace as it was. Running the command again replaces
