@@ -142,7 +142,9 @@ func (n *taskNetwork) Adopt(att tasknet.Attachment) error {
 	err := n.net.Adopt(att)
 	if err == nil {
 		n.serveMetadata(att)
-		n.serveDNS(context.Background(), att)
+		ctx, cancel := context.WithTimeout(context.Background(), dnsRedirectTimeout)
+		defer cancel()
+		n.serveDNS(ctx, att)
 	}
 	return err
 }
@@ -226,6 +228,10 @@ func (n *taskNetwork) close() {
 		_ = l.Close()
 	}
 }
+
+// dnsRedirectTimeout bounds the writing of a namespace's DNS redirect
+// when the agent adopts it (one iptables-save and one restore).
+const dnsRedirectTimeout = 30 * time.Second
 
 // serveDNS serves the agent's DNS in the task's namespace and sends the
 // task's DNS queries, to whatever resolver, there: the task resolves the
