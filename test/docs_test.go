@@ -37,7 +37,7 @@ var tryIts = map[string]tryIt{
 	"orchestrator.md: Try it on one machine": {},
 	"ca.md: Try it":                          {tools: []string{"openssl", "jq", "curl", "grpcurl"}},
 	"intentions.md: Try it":                  {tools: []string{"cat"}},
-	"dns.md: Try it": {cni: true, tools: []string{"dig", "cut", "grep", "diff", "timeout", "cat"},
+	"dns.md: Try it: a bridge task resolves through its agent": {cni: true, tools: []string{"dig", "cut", "grep", "diff", "timeout", "cat"},
 		cleanup: "rm -f /tmp/dnsdemo-api.yaml /tmp/dnsdemo-client.yaml /tmp/dnsdemo-api.txt /tmp/dnsdemo-outside.txt"},
 	"catalog.md: Try it": {tools: []string{"curl", "sed", "grep"}},
 	"catalog.md: Try it: a mesh task registers itself": {tools: []string{"cut", "tee", "grep", "tr"}},
