@@ -430,7 +430,7 @@ func caRoots(base string) camodule.RootsBody {
 }
 
 // The leaf cache holds a leaf for the family of each task the agent runs
-// (the service, until task definitions name one), signed by the server's
+// (its service, not yet a mesh block's), signed by the server's
 // CA, and drops it once the family's last task is gone. The local API
 // lists the leaves, and never a key.
 func TestLeafCacheFollowsTheAgentsTasks(t *testing.T) {

@@ -78,9 +78,10 @@ func (a *Agent) runLeafCache(ctx context.Context) (wait func()) {
 }
 
 // followServices keeps the cache's services those of the agent's tasks:
-// a task definition family in its namespace is a service until task
-// definitions name services. A family that is not a DNS label cannot be
-// a SPIFFE id's service and has no leaf.
+// a task definition family in its namespace is a service (not yet a mesh
+// block's service, which the catalog registers: nothing presents a leaf
+// until the sidecar proxy exists). A family that is not a DNS label
+// cannot be a SPIFFE id's service and has no leaf.
 func (a *Agent) followServices(ctx context.Context) {
 	var last []leaves.Key
 	for {

@@ -7,7 +7,7 @@ import (
 )
 
 // Family is a task definition family in a namespace: what the agent's
-// leaf cache names a service by until task definitions name services.
+// leaf cache names a service by (not yet by a mesh block's service).
 type Family struct {
 	Namespace, Family string
 }
