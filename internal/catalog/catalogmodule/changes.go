@@ -14,41 +14,51 @@ import (
 
 // serviceChanges keeps, for each service (catalog.ServiceKey), the index
 // of its last change: an instance of it added, changed or removed. It is
-// fed by the informer's deltas of ServiceInstances (servicesOf). A blocking query on
-// one service then waits for that service to change, not for any change
-// of the catalog, and answers with the service's own index, as Consul's
-// do: with thousands of instances, a watcher of one service is not woken
-// by every other service's health.
+// fed by the informer's deltas of ServiceInstances (servicesOf). A
+// blocking query on one service then waits for that service to change,
+// not for any change of the catalog, and answers with the service's own
+// index, as Consul's do: with thousands of instances, a watcher of one
+// service is not woken by every other service's health (each service
+// waited on has a channel of its own).
 type serviceChanges struct {
 	mu    sync.Mutex
 	last  map[string]uint64
-	moved chan struct{} // closed, and replaced, at every change
+	waits map[string]*serviceWait // the services waited on now
 	// waiting counts the blocking queries in wait.
 	waiting atomic.Int64
 }
 
+// serviceWait is what the blocking queries of one service wait on: moved
+// is closed at its next change; waiters count them, so that the last to
+// leave drops it.
+type serviceWait struct {
+	moved   chan struct{}
+	waiters int
+}
+
 func newServiceChanges() *serviceChanges {
-	return &serviceChanges{last: map[string]uint64{}, moved: make(chan struct{})}
+	return &serviceChanges{last: map[string]uint64{}, waits: map[string]*serviceWait{}}
 }
 
 // apply takes the services (servicesOf) of one delta of the
-// ServiceInstances, seen at index idx.
+// ServiceInstances, seen at index idx, and wakes their waiters.
 func (s *serviceChanges) apply(services []string, idx uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, k := range services {
 		s.last[k] = max(s.last[k], idx)
+		if w := s.waits[k]; w != nil {
+			close(w.moved)
+			delete(s.waits, k)
+		}
 	}
-	close(s.moved)
-	s.moved = make(chan struct{})
 }
 
-// of returns the index of the last change of service key (0: none seen),
-// and a channel closed at the next change of any service.
-func (s *serviceChanges) of(key string) (uint64, <-chan struct{}) {
+// of returns the index of the last change of service key (0: none seen).
+func (s *serviceChanges) of(key string) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.last[key], s.moved
+	return s.last[key]
 }
 
 // wait returns once service key has changed after index after, or ctx
@@ -57,13 +67,28 @@ func (s *serviceChanges) wait(ctx context.Context, key string, after uint64) {
 	s.waiting.Add(1)
 	defer s.waiting.Add(-1)
 	for {
-		idx, moved := s.of(key)
-		if idx > after {
+		s.mu.Lock()
+		if s.last[key] > after {
+			s.mu.Unlock()
 			return
 		}
+		w := s.waits[key]
+		if w == nil {
+			w = &serviceWait{moved: make(chan struct{})}
+			s.waits[key] = w
+		}
+		w.waiters++
+		s.mu.Unlock()
 		select {
-		case <-moved:
+		case <-w.moved:
 		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		if w.waiters--; w.waiters == 0 && s.waits[key] == w {
+			delete(s.waits, key)
+		}
+		s.mu.Unlock()
+		if ctx.Err() != nil {
 			return
 		}
 	}

@@ -211,7 +211,7 @@ func (c consulAPI) answerService(w http.ResponseWriter, r *http.Request, q consu
 			return err
 		}
 	}
-	idx, _ := c.changes.of(service)
+	idx := c.changes.of(service)
 	at := answerIndexes{service: max(idx, 1)}
 	if c.machines {
 		at.nodes = c.in.LastChange(orchestrator.InstanceType)
