@@ -290,3 +290,46 @@ func TestReaperReapsWideTrees(t *testing.T) {
 		h.expectStored(map[string]bool{"bfree": true})
 	})
 }
+
+// strongReads counts the consistent reads made through it.
+type strongReads struct {
+	resource.API
+	n int
+}
+
+func (s *strongReads) Read(ctx context.Context, req *pbresource.ReadRequest) (*pbresource.ReadResponse, error) {
+	if req.GetConsistent() {
+		s.n++
+	}
+	return s.API.Read(ctx, req)
+}
+
+// The reconcile of an owner that this server's store holds costs no
+// strong read (a leadership check with the followers): every write of an
+// owned resource asks for one. One the store does not hold is confirmed
+// with a strong read before anything is reaped.
+func TestReaperReadsStronglyOnlyAMissingOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		owner := h.write(thingType, "t1", nil)
+		h.write(partType, "p1", owner)
+		reads := &strongReads{API: h.svc}
+		r := &reaper.Reconciler{Client: reads, Registry: h.reg}
+		if err := r.Reconcile(h.ctx, controller.Request{ID: owner.GetId()}); err != nil {
+			t.Fatal(err)
+		}
+		if reads.n != 0 {
+			t.Fatalf("a stored owner cost %d strong reads, want 0", reads.n)
+		}
+		h.expectStored(map[string]bool{"t1": true, "p1": true})
+
+		h.delete(thingType, "t1")
+		if err := r.Reconcile(h.ctx, controller.Request{ID: owner.GetId()}); err != nil {
+			t.Fatal(err)
+		}
+		if reads.n != 1 {
+			t.Fatalf("a missing owner cost %d strong reads, want 1", reads.n)
+		}
+		h.expectStored(map[string]bool{"t1": false, "p1": false})
+	})
+}
