@@ -46,7 +46,9 @@ func TestTransparentTable(t *testing.T) {
 }
 
 func TestTransparentTableRefuses(t *testing.T) {
-	ep := func(app string) *pbproxy.Endpoint { return &pbproxy.Endpoint{Address: "10.0.0.9:15000", AppAddress: app} }
+	ep := func(app string) *pbproxy.Endpoint {
+		return &pbproxy.Endpoint{Address: "10.0.0.9:15000", AppAddress: app}
+	}
 	for _, tc := range []struct {
 		name string
 		out  *pbproxy.TransparentOutbound
