@@ -37,6 +37,11 @@ type Spec struct {
 	Command    []string
 	Env        map[string]string
 	WorkingDir string
+	// User and Group are the numeric uid and gid the container runs as;
+	// 0 means the agent's own (exec) or the image's (docker). The mesh's
+	// proxy runs as 1337:1337, which the redirect rules skip.
+	User  uint32
+	Group uint32
 	// Ports the container listens on (host networking for exec; published
 	// on the same host port for docker).
 	Ports []int

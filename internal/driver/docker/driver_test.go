@@ -532,3 +532,29 @@ func expectHTTP(t *testing.T, ctx context.Context, port int) {
 	}
 	t.Fatalf("GET %s: %v", url, last)
 }
+
+func TestUserAndGroup(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	d := newTestDriver(t, Config{})
+	for _, tc := range []struct {
+		name        string
+		user, group uint32
+		want        string
+	}{
+		{"the image's own", 0, 0, "0 0\n"},
+		{"user and group", 1337, 1337, "1337 1337\n"},
+		{"user alone", 1337, 0, "1337 0\n"},
+		{"group alone", 0, 4242, "0 4242\n"},
+	} {
+		spec := probeSpec(t, "ids-"+strconv.Itoa(int(tc.user))+"-"+strconv.Itoa(int(tc.group)), "ids")
+		spec.User, spec.Group = tc.user, tc.group
+		h := start(t, ctx, d, spec)
+		if exit := wait(t, ctx, d, h); exit.Code != 0 {
+			t.Fatalf("%s: exit: %+v", tc.name, exit)
+		}
+		if got := readLog(t, ctx, d, h, driver.Stdout); got != tc.want {
+			t.Errorf("%s: ids = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

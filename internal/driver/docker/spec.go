@@ -90,6 +90,7 @@ func createConfig(spec driver.Spec, own owner, network string) (*container.Confi
 		Env:        envList(spec.Env),
 		WorkingDir: spec.WorkingDir,
 		Labels:     labels(spec, own),
+		User:       userOf(spec),
 	}
 	if len(spec.Command) > 0 {
 		// The program and its arguments, as for exec: it replaces the
@@ -138,6 +139,19 @@ func createConfig(spec driver.Spec, own owner, network string) (*container.Confi
 		}
 	}
 	return cfg, host, nil
+}
+
+// userOf is the engine's user ("uid:gid") for the spec; "" keeps the
+// image's, and a zero half keeps the image's uid or gid.
+func userOf(spec driver.Spec) string {
+	switch {
+	case spec.User == 0 && spec.Group == 0:
+		return ""
+	case spec.Group == 0:
+		return strconv.FormatUint(uint64(spec.User), 10)
+	default:
+		return strconv.FormatUint(uint64(spec.User), 10) + ":" + strconv.FormatUint(uint64(spec.Group), 10)
+	}
 }
 
 // validateSpec refuses what the engine would refuse (or misread), naming

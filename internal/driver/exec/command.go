@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"trellis.dev/trellis/internal/driver"
 )
@@ -45,6 +46,37 @@ func checkSpec(spec driver.Spec) error {
 		return fmt.Errorf("memory: %d bytes is negative", spec.MemoryBytes)
 	}
 	return nil
+}
+
+// credential is the uid and gid a container's process runs as.
+type credential struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
+// credentialOf is the spec's credential, nil when it asks for the agent's
+// own; a zero User or Group alone keeps the agent's uid or gid.
+func credentialOf(spec driver.Spec, agentUID, agentGID int) *credential {
+	if spec.User == 0 && spec.Group == 0 {
+		return nil
+	}
+	c := &credential{UID: uint32(agentUID), GID: uint32(agentGID)}
+	if spec.User != 0 {
+		c.UID = spec.User
+	}
+	if spec.Group != 0 {
+		c.GID = spec.Group
+	}
+	return c
+}
+
+// sysCredential: the process gets exactly the uid and gid, with no
+// supplementary groups (none of the agent's leak in).
+func (c *credential) sysCredential() *syscall.Credential {
+	if c == nil {
+		return nil
+	}
+	return &syscall.Credential{Uid: c.UID, Gid: c.GID, Groups: []uint32{}}
 }
 
 // checkContainerName: the name becomes part of file names (the logs) and of

@@ -14,6 +14,12 @@
 // a program, a missing directory) fails Start with an error that names the
 // field and the reason; the agent reports it as the task's stop reason.
 //
+// Spec.User and Spec.Group, when either is not zero, are the process's uid
+// and gid (a zero one keeps the agent's), with no supplementary groups;
+// Exec's commands run with them too. The working directory must be one
+// that uid can enter: the agent's task directory is private to it, so a
+// container with a user of its own is given another working directory.
+//
 // Each container is its own process group (setpgid), so Signal reaches
 // the process and everything it started: kill(-pgid, sig). A SIGKILL also
 // kills the container's cgroup (cgroup.kill), which catches processes that

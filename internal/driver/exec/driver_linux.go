@@ -84,6 +84,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Handle, er
 		Dir:    dir,
 		Env:    env,
 		Netns:  spec.Netns,
+		Cred:   credentialOf(spec, os.Getuid(), os.Getgid()),
 	}
 	stdout, err := openLog(st.Stdout)
 	if err != nil {
@@ -104,7 +105,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Handle, er
 		Stdout: stdout, // *os.File: handed to the child as is, no copying goroutine
 		Stderr: stderr,
 		// Stdin nil: the child reads /dev/null.
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: st.Cred.sysCredential()},
 	}
 	cg := d.cgroups()
 	if cg.parent != "" {

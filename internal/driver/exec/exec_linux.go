@@ -40,7 +40,7 @@ func (d *Driver) Exec(ctx context.Context, h driver.Handle, cmd []string) (int, 
 	c.Dir = st.Dir
 	c.Stdout = out
 	c.Stderr = out
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: st.Cred.sysCredential()}
 	c.Cancel = func() error { return unix.Kill(-c.Process.Pid, unix.SIGKILL) }
 	// A grandchild that keeps the output pipe open must not hold Exec past
 	// its context.

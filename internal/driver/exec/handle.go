@@ -35,6 +35,9 @@ type handleState struct {
 	// Netns is the task's network namespace, where the process runs and
 	// Exec runs commands; empty for the host's network.
 	Netns string `json:"netns,omitempty"`
+	// Cred is the uid and gid the process runs as, and Exec's commands
+	// with it; nil for the agent's own.
+	Cred *credential `json:"cred,omitempty"`
 }
 
 func encodeHandle(pid int, started time.Time, st handleState) (driver.Handle, error) {

@@ -11,6 +11,7 @@
 //	alloc MIB      print "ready"; on SIGUSR1 allocate and touch MIB mebibytes,
 //	               print "allocated", and wait
 //	spew BYTES     print BYTES bytes of 'x' on stdout
+//	ids            print "<uid> <gid>" and exit 0
 //	get URL        GET URL until it answers (at most 30 s), print the body
 //	               and exit 0; exit 1 if it never answers
 package main
@@ -54,6 +55,8 @@ func main() {
 		os.Stdout.WriteString(strings.Repeat("x", atoi(arg(args, 1))))
 	case "get":
 		get(arg(args, 1))
+	case "ids":
+		fmt.Printf("%d %d\n", os.Getuid(), os.Getgid())
 	default:
 		fmt.Fprintf(os.Stderr, "driverprobe: unknown behaviour %q\n", args[0])
 		os.Exit(2)
