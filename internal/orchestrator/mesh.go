@@ -36,12 +36,21 @@ var MeshProtocols = []string{MeshProtocolTCP, MeshProtocolHTTP, MeshProtocolGRPC
 const (
 	ProxyInboundPort  = 15000
 	ProxyOutboundPort = 15001
+	// ProxyAdminPort is the proxy's admin port (/ready, /stats, /config),
+	// which the agent's health check of the proxy probes.
+	ProxyAdminPort = 19000
 )
+
+// ProxyContainer is the name of the sidecar proxy's container, which the
+// agent adds to every task of a definition with a mesh block.
+const ProxyContainer = "trellis-proxy"
+
 
 // proxyPorts names each port the proxy takes, for refusals.
 var proxyPorts = map[uint32]string{
 	ProxyInboundPort:  "the proxy's inbound port",
 	ProxyOutboundPort: "the proxy's transparent outbound port",
+	ProxyAdminPort:    "the proxy's admin port",
 }
 
 // Limits of a mesh block: Consul's for meta (64 pairs, keys of 128
@@ -108,6 +117,11 @@ func validateMesh(td *pborch.TaskDefinition) error {
 		return nil
 	}
 	const field = "data.mesh"
+	for i, c := range td.GetContainers() {
+		if c.GetName() == ProxyContainer {
+			return resource.NewFieldError(fmt.Sprintf("data.containers[%d].name", i), "%q is the name of the sidecar proxy the agent adds to a mesh task: name the container otherwise", ProxyContainer)
+		}
+	}
 	if m.GetService() != "" {
 		if err := resource.ValidateName(field+".service", m.GetService()); err != nil {
 			return err
