@@ -13,7 +13,11 @@ import (
 
 // New makes the runner of one task: an agent.NewRunnerFunc.
 func New(rc agent.RunnerConfig) (agent.TaskRunner, error) {
-	spec := Build(rc.TaskID, rc.UID, rc.Definition, rc.DriverSpec)
+	return newRunner(rc, Build(rc.TaskID, rc.UID, rc.Definition, rc.DriverSpec))
+}
+
+// newRunner makes the runner of spec, the lifecycle's spec of rc's task.
+func newRunner(rc agent.RunnerConfig, spec lifecycle.TaskSpec) (agent.TaskRunner, error) {
 	r := &runner{spec: spec, drivers: rc.Drivers}
 	lr, err := lifecycle.NewRunner(lifecycle.Config{
 		Spec:    spec,

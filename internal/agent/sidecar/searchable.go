@@ -1,0 +1,45 @@
+package sidecar
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Searchable adds the search bit for others (o+x, never o+r) to root and
+// every directory below it down to dir, so that the proxy, which runs as
+// UID, can open the socket the agent serves in dir by its path without
+// being able to list anything on the way. The agent's data dir and task
+// directories are 0700 otherwise. dir must be root or below it; root's own
+// parents must already be searchable (as /var/lib is).
+func Searchable(root, dir string) error {
+	root, dir = filepath.Clean(root), filepath.Clean(dir)
+	rel, err := filepath.Rel(root, dir)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {
+		return fmt.Errorf("task directory %s is not under the data dir %s", dir, root)
+	}
+	p := root
+	steps := []string{p}
+	if rel != "." {
+		for _, part := range strings.Split(rel, string(filepath.Separator)) {
+			p = filepath.Join(p, part)
+			steps = append(steps, p)
+		}
+	}
+	for _, d := range steps {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", d)
+		}
+		if m := fi.Mode().Perm(); m&0o001 == 0 {
+			if err := os.Chmod(d, m|0o001); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
