@@ -45,7 +45,6 @@ const (
 // agent adds to every task of a definition with a mesh block.
 const ProxyContainer = "trellis-proxy"
 
-
 // proxyPorts names each port the proxy takes, for refusals.
 var proxyPorts = map[uint32]string{
 	ProxyInboundPort:  "the proxy's inbound port",

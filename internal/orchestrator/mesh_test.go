@@ -121,7 +121,9 @@ func TestMeshRefusals(t *testing.T) {
 			"data.mesh.port: 15001 is the proxy's transparent outbound port: the app must listen on another port"},
 		{"the app on the proxy's admin port", func(td *pborch.TaskDefinition) { td.Mesh.Port = 19000 },
 			"data.mesh.port: 19000 is the proxy's admin port: the app must listen on another port"},
-		{"a container named as the proxy", func(td *pborch.TaskDefinition) { td.Containers[1].Name, td.Containers[0].DependsOn = "trellis-proxy", nil },
+		{"a container named as the proxy", func(td *pborch.TaskDefinition) {
+			td.Containers[1].Name, td.Containers[0].DependsOn = "trellis-proxy", nil
+		},
 			`data.containers[1].name: "trellis-proxy" is the name of the sidecar proxy the agent adds to a mesh task: name the container otherwise`},
 		{"a container on the proxy's port, bridge", func(td *pborch.TaskDefinition) {
 			td.Ports = append(td.Ports, &pborch.PortMapping{Name: "admin", ContainerPort: 15000})
