@@ -125,7 +125,9 @@ func TestUpdateRefusesMalformed(t *testing.T) {
 		{"no version", "snapshot.version", func(s *pbproxy.Snapshot) { s.Version = "" }},
 		{"no identity", "snapshot.identity.trust_domain", func(s *pbproxy.Snapshot) { s.Identity = nil }},
 		{"a spiffe id of another service", "snapshot.identity.spiffe_id", func(s *pbproxy.Snapshot) { s.Identity.SpiffeId = spiffeOf(testTD, "default", "web") }},
-		{"an agent's id", "snapshot.identity.spiffe_id", func(s *pbproxy.Snapshot) { s.Identity.SpiffeId = ca.AgentID{TrustDomain: testTD, Datacenter: testDC, Instance: "i"}.String() }},
+		{"an agent's id", "snapshot.identity.spiffe_id", func(s *pbproxy.Snapshot) {
+			s.Identity.SpiffeId = ca.AgentID{TrustDomain: testTD, Datacenter: testDC, Instance: "i"}.String()
+		}},
 		{"garbage leaf", "snapshot.certificates.leaf_pem", func(s *pbproxy.Snapshot) { s.Certificates.LeafPem = []byte("junk") }},
 		{"a key of another leaf", "snapshot.certificates.leaf_pem", func(s *pbproxy.Snapshot) { s.Certificates.KeyPem = otherKey }},
 		{"a leaf of another service", "snapshot.certificates.leaf_pem", func(s *pbproxy.Snapshot) {

@@ -47,17 +47,17 @@ const (
 
 func newStats() *Stats {
 	s := &Stats{
-		Registry:          prometheus.NewRegistry(),
-		Connections:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_proxy_connections_total", Help: "Connections accepted, by listener."}, []string{"listener"}),
-		Active:            prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "trellis_proxy_connections_active", Help: "Connections open, by listener."}, []string{"listener"}),
-		Bytes:             prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_proxy_bytes_total", Help: "Bytes on the wire, by listener and direction (rx, tx)."}, []string{"listener", "direction"}),
-		Requests:          prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_proxy_requests_total", Help: "HTTP requests answered, by listener and status code."}, []string{"listener", "code"}),
-		HandshakeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_proxy_tls_handshake_failures_total", Help: "TLS handshakes refused, by listener and reason."}, []string{"listener", "reason"}),
-		ProtocolErrors:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_proxy_protocol_errors_total", Help: "Connections closed for what they sent after the handshake, by listener and reason."}, []string{"listener", "reason"}),
-		IntentionDenials:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_proxy_intention_denials_total", Help: "Connections (l4) and requests (l7) the intentions denied, by source."}, []string{"source", "level"}),
+		Registry:                    prometheus.NewRegistry(),
+		Connections:                 prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_proxy_connections_total", Help: "Connections accepted, by listener."}, []string{"listener"}),
+		Active:                      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "trellis_proxy_connections_active", Help: "Connections open, by listener."}, []string{"listener"}),
+		Bytes:                       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_proxy_bytes_total", Help: "Bytes on the wire, by listener and direction (rx, tx)."}, []string{"listener", "direction"}),
+		Requests:                    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_proxy_requests_total", Help: "HTTP requests answered, by listener and status code."}, []string{"listener", "code"}),
+		HandshakeFailures:           prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_proxy_tls_handshake_failures_total", Help: "TLS handshakes refused, by listener and reason."}, []string{"listener", "reason"}),
+		ProtocolErrors:              prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_proxy_protocol_errors_total", Help: "Connections closed for what they sent after the handshake, by listener and reason."}, []string{"listener", "reason"}),
+		IntentionDenials:            prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_proxy_intention_denials_total", Help: "Connections (l4) and requests (l7) the intentions denied, by source."}, []string{"source", "level"}),
 		ConnectionsClosedBySnapshot: prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_proxy_connections_closed_by_snapshot_total", Help: "Established connections closed because a new snapshot no longer allows their peer."}),
-		SnapshotUpdates:    prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_proxy_snapshot_updates_total", Help: "Snapshots taken."}),
-		SnapshotRejections: prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_proxy_snapshot_rejections_total", Help: "Snapshots refused as malformed (the previous one kept)."}),
+		SnapshotUpdates:             prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_proxy_snapshot_updates_total", Help: "Snapshots taken."}),
+		SnapshotRejections:          prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_proxy_snapshot_rejections_total", Help: "Snapshots refused as malformed (the previous one kept)."}),
 	}
 	s.Registry.MustRegister(s.Connections, s.Active, s.Bytes, s.Requests, s.HandshakeFailures, s.ProtocolErrors,
 		s.IntentionDenials, s.ConnectionsClosedBySnapshot, s.SnapshotUpdates, s.SnapshotRejections)
