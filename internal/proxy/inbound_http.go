@@ -1,0 +1,342 @@
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"trellis.dev/trellis/internal/mesh"
+)
+
+// The inbound listener's HTTP side, for http and grpc services: HTTP/1.1
+// through one http.Server fed the connections, HTTP/2 (gRPC included,
+// negotiated by ALPN) through http2.Server.ServeConn. Each request is
+// decided by the intentions (403 when denied), given
+// X-Forwarded-Client-Cert, and forwarded to the app: over HTTP/1.1 for an
+// http service, over HTTP/2 without TLS for a grpc one.
+
+// XFCCHeader carries the verified peer's certificate to the app, in
+// Envoy's format.
+const XFCCHeader = "X-Forwarded-Client-Cert"
+
+// connInfo is what the handler knows of a request's connection.
+type connInfo struct {
+	peer   mesh.Service
+	peerID string // its SPIFFE id
+	hash   string // hex SHA-256 of its certificate
+}
+
+type connInfoKey struct{}
+
+func certHash(der []byte) string {
+	h := sha256.Sum256(der)
+	return hex.EncodeToString(h[:])
+}
+
+// XFCC is the X-Forwarded-Client-Cert value for a peer of certificate
+// hash and SPIFFE id peerID, seen by the proxy of SPIFFE id by.
+func XFCC(by, hash, peerID string) string {
+	return "By=" + by + ";Hash=" + hash + ";URI=" + peerID
+}
+
+type inboundHTTP struct {
+	p     *Proxy
+	h1    *http.Server
+	h2    *http2.Server
+	conns *chanListener
+
+	toHTTP *httputil.ReverseProxy // the app speaks HTTP/1.1
+	toGRPC *httputil.ReverseProxy // the app speaks HTTP/2 without TLS
+}
+
+func newInboundHTTP(p *Proxy) *inboundHTTP {
+	h := &inboundHTTP{p: p, conns: newChanListener()}
+	h.h1 = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: p.cfg.HeaderTimeout,
+		IdleTimeout:       p.cfg.IdleTimeout,
+		// The HTTP/2 server takes these hooks too, with its own
+		// connections, which carry their connInfo in ServeConnOpts.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if hc, ok := c.(*h1Conn); ok {
+				return context.WithValue(ctx, connInfoKey{}, hc.info)
+			}
+			return ctx
+		},
+		ConnState: func(c net.Conn, s http.ConnState) {
+			if hc, ok := c.(*h1Conn); ok {
+				hc.setState(s)
+			}
+		},
+	}
+	h.h2 = &http2.Server{IdleTimeout: p.cfg.IdleTimeout}
+	dial := &net.Dialer{Timeout: appDialTimeout}
+	h.toHTTP = h.reverse(&http.Transport{
+		DialContext:         dial.DialContext,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     p.cfg.IdleTimeout,
+	})
+	h.toGRPC = h.reverse(&http2.Transport{
+		AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			return dial.DialContext(ctx, network, addr)
+		},
+	})
+	return h
+}
+
+func (h *inboundHTTP) reverse(t http.RoundTripper) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Transport:     t,
+		FlushInterval: -1,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			app := pr.In.Context().Value(appKey{}).(string)
+			pr.SetURL(&url.URL{Scheme: "http", Host: app})
+			pr.Out.Host = pr.In.Host
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			h.p.log.Warn("proxy: inbound: the app did not answer", "err", err)
+			http.Error(w, "upstream app unreachable", http.StatusBadGateway)
+		},
+	}
+}
+
+type appKey struct{}
+
+func (h *inboundHTTP) serve() { h.h1.Serve(h.conns) }
+
+func (h *inboundHTTP) close() {
+	h.h1.Close()
+	h.conns.Close()
+}
+
+// http2Preface is what an HTTP/2 client sends first.
+const http2Preface = http2.ClientPreface
+
+// serveConn serves one inbound HTTP connection (tc over raw) until it
+// ends.
+func (h *inboundHTTP) serveConn(ctx context.Context, tc *tls.Conn, raw *countingConn, info connInfo) {
+	p := h.p
+	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+		// The preface is checked here, within the header timeout, so that
+		// a malformed one is counted and a silent client let go.
+		raw.SetReadDeadline(time.Now().Add(p.cfg.HeaderTimeout))
+		buf := make([]byte, len(http2Preface))
+		if _, err := io.ReadFull(tc, buf); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				p.stats.ProtocolErrors.WithLabelValues(inboundListener, ReasonHeaderTimeout).Inc()
+			} else {
+				p.stats.ProtocolErrors.WithLabelValues(inboundListener, ReasonHTTP2Preface).Inc()
+			}
+			return
+		}
+		if string(buf) != http2Preface {
+			p.stats.ProtocolErrors.WithLabelValues(inboundListener, ReasonHTTP2Preface).Inc()
+			p.log.Debug("proxy: inbound: malformed HTTP/2 preface", "source", info.peer.String())
+			return
+		}
+		raw.SetReadDeadline(time.Time{})
+		h.h2.ServeConn(&prefacedConn{Conn: tc, prefix: buf}, &http2.ServeConnOpts{
+			Context:    context.WithValue(ctx, connInfoKey{}, info),
+			Handler:    h,
+			BaseConfig: h.h1,
+		})
+		return
+	}
+	c := &h1Conn{Conn: tc, raw: raw, info: info, p: p, closed: make(chan struct{})}
+	if !h.conns.push(c) {
+		return
+	}
+	<-c.closed
+}
+
+// ServeHTTP decides one request and forwards it to the app.
+func (h *inboundHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := h.p
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() { p.stats.Requests.WithLabelValues(inboundListener, strconv.Itoa(sw.code())).Inc() }()
+	info, _ := r.Context().Value(connInfoKey{}).(connInfo)
+	st := p.state.Load()
+	d := mesh.Decide(mesh.Request{
+		Source: info.peer, Destination: st.self,
+		HTTP: &mesh.HTTPRequest{Path: r.URL.Path, Method: r.Method, Header: r.Header},
+	}, st.intentions, st.def)
+	if !d.Allowed {
+		p.stats.IntentionDenials.WithLabelValues(info.peer.String(), "l7").Inc()
+		http.Error(sw, DenialText(d), http.StatusForbidden)
+		return
+	}
+	r.Header.Set(XFCCHeader, XFCC(st.selfID, info.hash, info.peerID))
+	in := st.snap.GetInbound()
+	r = r.WithContext(context.WithValue(r.Context(), appKey{}, in.GetAppAddress()))
+	if in.GetProtocol() == "grpc" {
+		h.toGRPC.ServeHTTP(sw, r)
+		return
+	}
+	h.toHTTP.ServeHTTP(sw, r)
+}
+
+// DenialText is the body of a 403: which intention denied the request.
+func DenialText(d mesh.Decision) string {
+	switch {
+	case d.Rule == nil:
+		return "denied by the default intention: no intention names the caller"
+	case d.ByDefault:
+		return fmt.Sprintf("denied by the default intention: no permission of the intention %s → %s matches", d.Rule.Source, d.Rule.Destination)
+	case d.Rule.Permission >= 0:
+		return fmt.Sprintf("denied by the intention %s → %s (permission %d)", d.Rule.Source, d.Rule.Destination, d.Rule.Permission)
+	}
+	return fmt.Sprintf("denied by the intention %s → %s", d.Rule.Source, d.Rule.Destination)
+}
+
+// statusWriter records the status code of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+// prefacedConn replays the HTTP/2 preface read from it.
+type prefacedConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefacedConn) Read(b []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(b, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *prefacedConn) ConnectionState() tls.ConnectionState {
+	return c.Conn.(*tls.Conn).ConnectionState()
+}
+
+// h1Conn is an inbound HTTP/1.1 connection handed to the http.Server. It
+// counts a read that times out while request headers are awaited (a
+// slowloris client) and says when the server has closed it.
+type h1Conn struct {
+	net.Conn
+	raw  *countingConn
+	info connInfo
+	p    *Proxy
+
+	state      atomic.Int32 // http.ConnState
+	readAtIdle atomic.Int64
+	counted    atomic.Bool
+	closeOnce  sync.Once
+	closed     chan struct{}
+}
+
+func (c *h1Conn) setState(s http.ConnState) {
+	if s == http.StateIdle {
+		c.readAtIdle.Store(c.raw.read.Load())
+	}
+	c.state.Store(int32(s))
+}
+
+func (c *h1Conn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		s := http.ConnState(c.state.Load())
+		partial := c.raw.read.Load() > c.readAtIdle.Load()
+		if (s == http.StateNew || s == http.StateIdle && partial) && c.counted.CompareAndSwap(false, true) {
+			c.p.stats.ProtocolErrors.WithLabelValues(inboundListener, ReasonHeaderTimeout).Inc()
+		}
+	}
+	return n, err
+}
+
+func (c *h1Conn) Close() error {
+	err := c.Conn.Close()
+	c.closeOnce.Do(func() { close(c.closed) })
+	return err
+}
+
+// chanListener hands connections accepted elsewhere to an http.Server.
+type chanListener struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newChanListener() *chanListener {
+	return &chanListener{ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *chanListener) push(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return chanAddr{} }
+
+type chanAddr struct{}
+
+func (chanAddr) Network() string { return "inbound" }
+func (chanAddr) String() string  { return "inbound" }
