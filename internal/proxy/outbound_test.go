@@ -246,3 +246,31 @@ func metric(t *testing.T, p *Proxy, name string, labels ...string) float64 {
 	}
 	return 0
 }
+
+// TestOutboundConnectTimeout: an endpoint that accepts TCP but never
+// answers the TLS handshake is given up after the upstream's connect
+// timeout, and the connection goes to the next endpoint.
+func TestOutboundConnectTimeout(t *testing.T) {
+	c := newTestCA(t, testTD, time.Now())
+	server := tlsEcho(t, c, "counting")
+	stall, err := net.Listen("tcp", "127.0.0.1:0") // accepts (the backlog), never speaks
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stall.Close()
+	p := newTestProxy(t)
+	snap := testSnapshot(t, c, "dashboard", "tcp", "127.0.0.1:1")
+	up := countingUpstream(c, stall.Addr().String(), server)
+	up.ConnectTimeoutMs = 100
+	snap.Upstreams = []*pbproxy.Upstream{up}
+	if err := p.Update(snap); err != nil {
+		t.Fatal(err)
+	}
+	runProxy(t, p)
+	if _, echo, err := call(waitAddr(t, p, "upstream default/counting"), "hi"); err != nil || echo != "hi" {
+		t.Fatalf("call: %q, %v", echo, err)
+	}
+	if n := metric(t, p, "trellis_proxy_upstream_connect_failures_total", "upstream", "default/counting", "reason", ReasonHandshake); n != 1 {
+		t.Errorf("handshake timeouts counted: %v, want 1", n)
+	}
+}
