@@ -48,7 +48,7 @@ func TestAdmin(t *testing.T) {
 	if err := p.Update(snap); err != nil {
 		t.Fatal(err)
 	}
-	runProxy(t, p)
+	startProxy(t, p)
 	waitAddr(t, p, "upstream default/counting")
 	base := "http://" + waitAddr(t, p, adminComponent)
 
