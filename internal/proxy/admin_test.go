@@ -48,7 +48,7 @@ func TestAdmin(t *testing.T) {
 	if err := p.Update(snap); err != nil {
 		t.Fatal(err)
 	}
-	startProxy(t, p)
+	runProxy(t, p)
 	waitAddr(t, p, "upstream default/counting")
 	base := "http://" + waitAddr(t, p, adminComponent)
 

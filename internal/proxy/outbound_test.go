@@ -70,8 +70,8 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
-// startProxy runs p until the test ends.
-func startProxy(t *testing.T, p *Proxy) {
+// runProxy runs p until the test ends.
+func runProxy(t *testing.T, p *Proxy) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -137,7 +137,7 @@ func TestOutboundExplicitUpstream(t *testing.T) {
 	if err := p.Update(snap); err != nil {
 		t.Fatal(err)
 	}
-	startProxy(t, p)
+	runProxy(t, p)
 	addr := waitAddr(t, p, "upstream default/counting")
 	for i := range 3 {
 		peer, echo, err := call(addr, fmt.Sprint("hello ", i))
@@ -174,7 +174,7 @@ func TestOutboundRefusesAServerWithAnotherSPIFFEID(t *testing.T) {
 			if err := p.Update(snap); err != nil {
 				t.Fatal(err)
 			}
-			startProxy(t, p)
+			runProxy(t, p)
 			_, _, err := call(waitAddr(t, p, "upstream default/counting"), "hello")
 			if err == nil {
 				t.Fatal("the call went through")
@@ -198,7 +198,7 @@ func TestOutboundRetriesAndEjectsADeadEndpoint(t *testing.T) {
 	if err := p.Update(snap); err != nil {
 		t.Fatal(err)
 	}
-	startProxy(t, p)
+	runProxy(t, p)
 	addr := waitAddr(t, p, "upstream default/counting")
 	// Round robin tries the dead endpoint first each time, and the live
 	// one on retry, until the dead one is ejected after 5 failures.
@@ -266,7 +266,7 @@ func TestOutboundConnectTimeout(t *testing.T) {
 	if err := p.Update(snap); err != nil {
 		t.Fatal(err)
 	}
-	startProxy(t, p)
+	runProxy(t, p)
 	if _, echo, err := call(waitAddr(t, p, "upstream default/counting"), "hi"); err != nil || echo != "hi" {
 		t.Fatalf("call: %q, %v", echo, err)
 	}

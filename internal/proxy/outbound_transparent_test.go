@@ -110,7 +110,7 @@ func TestOutboundTransparent(t *testing.T) {
 	if err := p.Update(snap); err != nil {
 		t.Fatal(err)
 	}
-	startProxy(t, p)
+	runProxy(t, p)
 	waitAddr(t, p, outboundComponent)
 
 	// A known destination: over mTLS to counting's endpoint.
