@@ -45,14 +45,26 @@ func runInbound(ctx context.Context, p *Proxy) error {
 		return err
 	}
 	p.setListening(inboundListener, ln.Addr())
-	defer p.setListening(inboundListener, nil)
 	h := newInboundHTTP(p)
 	go h.serve()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	drained := make(chan struct{})
+	go func() {
+		select {
+		case <-p.draining:
+			p.setListening(inboundListener, nil)
+			ln.Close()
+			h.drain()
+		case <-ctx.Done():
+		}
+		close(drained)
+	}()
 	var wg sync.WaitGroup
 	defer func() {
+		p.setListening(inboundListener, nil)
 		ln.Close()
+		<-drained
 		h.close()
 		for _, c := range p.conns.all() {
 			c.conn.Close()
@@ -63,6 +75,12 @@ func runInbound(ctx context.Context, p *Proxy) error {
 		c, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
+				return nil
+			}
+			if p.Draining() {
+				// The connections established finish; what is left when
+				// ctx ends is closed.
+				<-ctx.Done()
 				return nil
 			}
 			var ne net.Error

@@ -85,6 +85,11 @@ func newInboundHTTP(p *Proxy) *inboundHTTP {
 		},
 	}
 	h.h2 = &http2.Server{IdleTimeout: p.cfg.IdleTimeout}
+	// Registers the HTTP/2 connections with h1, so that its Shutdown
+	// (drain) sends them GOAWAY.
+	if err := http2.ConfigureServer(h.h1, h.h2); err != nil {
+		p.log.Error("proxy: inbound: HTTP/2 graceful shutdown unavailable", "err", err)
+	}
 	dial := &net.Dialer{Timeout: appDialTimeout}
 	h.toHTTP = h.reverse(&http.Transport{
 		DialContext:         dial.DialContext,
@@ -119,6 +124,13 @@ func (h *inboundHTTP) reverse(t http.RoundTripper) *httputil.ReverseProxy {
 type appKey struct{}
 
 func (h *inboundHTTP) serve() { h.h1.Serve(h.conns) }
+
+// drain stops taking requests: HTTP/1.1 connections close once idle,
+// HTTP/2 ones get GOAWAY and close once their streams end.
+func (h *inboundHTTP) drain() {
+	h.h1.SetKeepAlivesEnabled(false)
+	go h.h1.Shutdown(context.Background())
+}
 
 func (h *inboundHTTP) close() {
 	h.h1.Close()

@@ -70,6 +70,9 @@ type Proxy struct {
 
 	listening sync.Map // component name → net.Addr
 	running   atomic.Bool
+
+	drainOnce sync.Once
+	draining  chan struct{} // closed by Drain
 }
 
 // state is a snapshot with what the proxy derives from it once: the
@@ -114,7 +117,7 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
-	p := &Proxy{cfg: cfg, log: cfg.Log, stats: newStats(), updated: make(chan struct{})}
+	p := &Proxy{cfg: cfg, log: cfg.Log, stats: newStats(), updated: make(chan struct{}), draining: make(chan struct{})}
 	p.conns.m = make(map[*trackedConn]struct{})
 	return p, nil
 }
@@ -150,6 +153,29 @@ func (p *Proxy) Snapshot() *pbproxy.Snapshot {
 		return st.snap
 	}
 	return nil
+}
+
+// Drain starts the proxy's graceful shutdown (the task is stopping): the
+// inbound listener closes, so that new connections are refused and their
+// clients retry another instance; established inbound connections
+// finish (HTTP/1.1 ones after their request in flight, HTTP/2 ones told
+// by GOAWAY); the outbound side keeps serving the app. Run returns when
+// its context ends, closing what is left.
+func (p *Proxy) Drain() {
+	p.drainOnce.Do(func() {
+		p.log.Info("proxy: draining")
+		close(p.draining)
+	})
+}
+
+// Draining says whether Drain was called.
+func (p *Proxy) Draining() bool {
+	select {
+	case <-p.draining:
+		return true
+	default:
+		return false
+	}
 }
 
 // changed is closed at the next Update.
