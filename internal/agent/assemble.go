@@ -7,6 +7,7 @@ import (
 	"trellis.dev/trellis/internal/agent/component"
 	"trellis.dev/trellis/internal/agent/healthsync"
 	"trellis.dev/trellis/internal/agent/meshinit"
+	"trellis.dev/trellis/internal/agent/proxycomp"
 	"trellis.dev/trellis/internal/agent/session"
 	"trellis.dev/trellis/internal/agent/tasks"
 )
@@ -67,7 +68,8 @@ func ReadAgentFile(dataDir string) (httpAddr string, err error) { return tasks.R
 // DefaultComponents are the agent's components (package component), in
 // the order their Prestarts run for a task (their Poststops run in
 // reverse). health-sync comes after mesh-init, so that its Poststop (every
-// check critical) runs before mesh-init's removes the instance.
+// check critical) runs before mesh-init's removes the instance; the proxy
+// component, which serves a mesh task's proxy its snapshots, comes last.
 func DefaultComponents() []component.Maker {
-	return []component.Maker{meshinit.New, healthsync.New(healthsync.Config{})}
+	return []component.Maker{meshinit.New, healthsync.New(healthsync.Config{}), proxycomp.New}
 }

@@ -429,8 +429,8 @@ func caRoots(base string) camodule.RootsBody {
 	return body
 }
 
-// The leaf cache holds a leaf for the family of each task the agent runs
-// (its service, not yet a mesh block's), signed by the server's
+// The leaf cache holds a leaf for the service of each task the agent runs
+// (its service: a mesh task's is its mesh block's), signed by the server's
 // CA, and drops it once the family's last task is gone. The local API
 // lists the leaves, and never a key.
 func TestLeafCacheFollowsTheAgentsTasks(t *testing.T) {

@@ -28,6 +28,10 @@ func (a *Agent) makeComponents() ([]tasks.Hooks, error) {
 	if err != nil {
 		host = a.address
 	}
+	var lv component.Leaves
+	if a.leaves != nil {
+		lv = a.leaves
+	}
 	seen := make(map[string]bool, len(makers))
 	var hooks []tasks.Hooks
 	for i, mk := range makers {
@@ -38,6 +42,9 @@ func (a *Agent) makeComponents() ([]tasks.Hooks, error) {
 			Informer: a.informer,
 			Logger:   a.log,
 			Clock:    a.cfg.Clock,
+
+			Datacenter: a.cfg.Datacenter,
+			Leaves:     lv,
 		})
 		if err != nil {
 			return nil, configError("Components", "component %d: %v", i, err)

@@ -77,17 +77,17 @@ func (a *Agent) runLeafCache(ctx context.Context) (wait func()) {
 	}
 }
 
-// followServices keeps the cache's services those of the agent's tasks:
-// a task definition family in its namespace is a service (not yet a mesh
-// block's service, which the catalog registers: nothing presents a leaf
-// until the sidecar proxy exists). A family that is not a DNS label
-// cannot be a SPIFFE id's service and has no leaf.
+// followServices keeps the cache's services those of the agent's tasks
+// (tasks.Manager.Services): a mesh task's is its mesh block's service,
+// whose leaf its proxy presents; any other task's is its family. A name
+// that is not a DNS label cannot be a SPIFFE id's service and has no
+// leaf.
 func (a *Agent) followServices(ctx context.Context) {
 	var last []leaves.Key
 	for {
 		changed := a.tasks.Changed()
 		var keys []leaves.Key
-		for _, f := range a.tasks.Families() {
+		for _, f := range a.tasks.Services() {
 			if resource.IsDNSLabel(f.Namespace) && resource.IsDNSLabel(f.Family) {
 				keys = append(keys, leaves.ServiceKey(f.Namespace, f.Family))
 			}

@@ -2,6 +2,8 @@ package component
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"log/slog"
 	"net/netip"
 	"time"
@@ -10,6 +12,7 @@ import (
 
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
+	"trellis.dev/trellis/internal/agent/leaves"
 	"trellis.dev/trellis/internal/informer"
 )
 
@@ -66,6 +69,23 @@ type Deps struct {
 	Logger *slog.Logger
 	// Clock is the agent's time source (tests inject theirs).
 	Clock Clock
+	// Datacenter is the agent's datacenter (its leaves' SPIFFE ids name
+	// it).
+	Datacenter string
+	// Leaves is the agent's leaf cache, which holds a leaf for the
+	// service of every task the agent runs (a mesh task's: its mesh
+	// block's service); nil when the agent runs without one.
+	Leaves Leaves
+}
+
+// Leaves is the agent's leaf cache as a component reads it
+// (leaves.Cache).
+type Leaves interface {
+	// Get returns key's leaf, waiting until it is signed or ctx ends.
+	Get(ctx context.Context, key leaves.Key) (*tls.Certificate, *x509.CertPool, error)
+	// Changed is closed at the cache's next change (a leaf signed or
+	// renewed, the roots changed).
+	Changed() <-chan struct{}
 }
 
 // Servers is the agent's link to the servers, for a component's calls.

@@ -187,6 +187,14 @@ func (c *Cache) SetServices(keys []Key) error {
 	return nil
 }
 
+// Changed is closed at the cache's next change: a leaf signed or renewed,
+// the roots or the services changed.
+func (c *Cache) Changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
 // ErrNotCached is returned by Get for a service the agent runs no task
 // of.
 var ErrNotCached = errors.New("no leaf for this service: the agent runs no task of it")

@@ -6,25 +6,34 @@ import (
 	"trellis.dev/trellis/internal/orchestrator"
 )
 
-// Family is a task definition family in a namespace: what the agent's
-// leaf cache names a service by (not yet by a mesh block's service).
+// Family is a service of the agent's tasks in a namespace: what the
+// agent's leaf cache names a leaf by (Services).
 type Family struct {
 	Namespace, Family string
 }
 
-// Families lists the families of the tasks the manager holds (running,
-// starting or stopping; not those it is done with), each once, sorted.
-func (m *Manager) Families() []Family {
+// Services lists the services of the tasks the manager holds (as
+// Families), each once, sorted: a mesh task's is its mesh block's service
+// (orchestrator.MeshService), any other task's (and a task whose
+// definition is not read yet) its family. The agent's leaf cache holds a
+// leaf for each.
+func (m *Manager) Services() []Family {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	seen := map[Family]bool{}
 	var out []Family
 	for _, e := range m.tasks {
-		family, _, err := orchestrator.ParseTaskDefinitionRef(e.stored.GetTaskDefinition())
-		if err != nil {
-			continue
+		var svc string
+		if e.def.GetMesh() != nil {
+			svc = orchestrator.MeshService(e.def)
+		} else {
+			family, _, err := orchestrator.ParseTaskDefinitionRef(e.stored.GetTaskDefinition())
+			if err != nil {
+				continue
+			}
+			svc = family
 		}
-		f := Family{Namespace: e.namespace, Family: family}
+		f := Family{Namespace: e.namespace, Family: svc}
 		if !seen[f] {
 			seen[f] = true
 			out = append(out, f)
