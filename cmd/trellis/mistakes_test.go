@@ -455,7 +455,7 @@ func TestOtherToolsWordsSayWhatToUse(t *testing.T) {
 		{[]string{"server", "members"}, "trellis operator raft list-peers"},
 		{[]string{"help", "server", "members"}, "trellis operator raft list-peers"},
 		{[]string{"connect", "ca", "get-config"}, "trellis ca config get"},
-		{[]string{"connect", "envoy", "-sidecar-for", "web"}, "no sidecar proxy yet"},
+		{[]string{"connect", "envoy", "-sidecar-for", "web"}, "the sidecar proxy is trellis proxy"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, out, errOut := run(t, "", nil, tc.args...)

@@ -48,7 +48,7 @@ const (
 	serviceCatalogHint = "the service catalog is trellis service: trellis service list, trellis service show NAME, " +
 		"trellis service register -f FILE for a service outside Trellis " +
 		"(and Consul's own HTTP API reads it: /v1/catalog/services, /v1/health/service/NAME; docs/catalog.md)"
-	sidecarHint = "Trellis has no sidecar proxy yet: a task's mesh block registers it in the catalog (docs/catalog.md), " +
-		"and trellis connect redirect-traffic writes a task's redirect rules"
+	sidecarHint = "the sidecar proxy is trellis proxy, which the agent runs in every task with a mesh block (docs/mesh.md); " +
+		"trellis connect redirect-traffic writes a task's redirect rules"
 	allocHint = "an allocation is a task here: trellis task list -A, trellis task show TASK, trellis task logs TASK"
 )

@@ -11,6 +11,7 @@ import (
 
 	"trellis.dev/trellis/internal/cli"
 	"trellis.dev/trellis/internal/module"
+	proxycommand "trellis.dev/trellis/internal/proxy/command"
 	"trellis.dev/trellis/internal/server"
 )
 
@@ -111,7 +112,7 @@ Flags take one dash or two: -addr and --addr are the same.`,
 	if err != nil {
 		return nil, err
 	}
-	own := []*cobra.Command{devCmd, serverCmd, newAgentCmd(e), newSimCmd(e), newTLSCmd(e), newConnectCmd(e), newVersionCmd(e, build), newCompletionCmd(e)}
+	own := []*cobra.Command{devCmd, serverCmd, newAgentCmd(e), newSimCmd(e), newTLSCmd(e), newConnectCmd(e), proxycommand.NewProxyCmd(e), newVersionCmd(e, build), newCompletionCmd(e)}
 	var taken []string
 	for _, c := range append(append([]*cobra.Command{}, clients...), own...) {
 		taken = append(taken, append([]string{c.Name()}, c.Aliases...)...)

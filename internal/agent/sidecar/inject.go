@@ -103,7 +103,6 @@ func proxyContainer(c Config) *pborch.ContainerDefinition {
 		Command: []string{c.Executable, "proxy",
 			"-socket", SocketPath(c.TaskDir),
 			"-task", c.TaskID,
-			"-admin-addr", "127.0.0.1:" + strconv.Itoa(AdminPort),
 		},
 		// The task directory is private to the agent; the proxy reads
 		// nothing relative to its working directory.
