@@ -139,7 +139,9 @@ func TestRunFollowsTheAgent(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, Config{Socket: sock, Task: testTask, DrainTimeout: 5 * time.Second, Log: testlog.Logger(t)}, p) }()
+	go func() {
+		done <- run(ctx, Config{Socket: sock, Task: testTask, DrainTimeout: 5 * time.Second, Log: testlog.Logger(t)}, p)
+	}()
 
 	agent.snaps <- snapshotOf(t, "v1")
 	waitFor(t, "v1", func() bool { return version(p) == "v1" })
@@ -199,7 +201,9 @@ func TestRunRedialsARefusal(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, Config{Socket: sock, Task: "default/other", DrainTimeout: time.Second, Log: testlog.Logger(t)}, p) }()
+	go func() {
+		done <- run(ctx, Config{Socket: sock, Task: "default/other", DrainTimeout: time.Second, Log: testlog.Logger(t)}, p)
+	}()
 	waitFor(t, "a second Watch", func() bool {
 		agent.mu.Lock()
 		defer agent.mu.Unlock()
