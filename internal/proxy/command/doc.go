@@ -8,6 +8,7 @@
 // runtime (internal/proxy's Proxy.Update). While the stream is down it
 // keeps serving its last snapshot and redials with backoff. On SIGTERM
 // (which the agent sends once the task's app containers have exited) it
-// drains: it waits, up to a bound, for the connections it carries to end,
+// drains (Proxy.Drain: the inbound listener closes, open connections
+// finish), waits up to a bound for the connections it carries to end,
 // then closes what is left and exits 0.
 package command

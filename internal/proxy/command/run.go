@@ -101,6 +101,9 @@ func run(ctx context.Context, cfg Config, p *proxy.Proxy) error {
 	case <-ctx.Done():
 	}
 	<-watched
+	// The inbound listener closes, so that new connections go to another
+	// instance; the connections open finish, within the bound.
+	p.Drain()
 	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 	defer cancel()
 	left := drain(drainCtx, func() int { return activeConnections(p) })

@@ -185,6 +185,9 @@ func TestRunFollowsTheAgent(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("run did not return after its context ended")
 	}
+	if !p.Draining() {
+		t.Error("the proxy did not drain")
+	}
 	if p.Addr("admin") != nil {
 		t.Error("the admin port is still up after run returned")
 	}
@@ -283,5 +286,56 @@ func TestActiveConnections(t *testing.T) {
 	p.Stats().Active.WithLabelValues("outbound").Inc()
 	if n := activeConnections(p); n != 3 {
 		t.Fatalf("%d connections, want 3", n)
+	}
+}
+
+// TestRunDrainsOnStop: once ctx ends the inbound listener refuses new
+// connections, and run waits for the one open to end before it returns.
+func TestRunDrainsOnStop(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "proxy.sock")
+	agent := serveSocket(t, sock)
+	p, err := proxy.New(proxy.Config{Log: testlog.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, Config{Socket: sock, Task: testTask, DrainTimeout: time.Minute, Log: testlog.Logger(t)}, p)
+	}()
+	snap := snapshotOf(t, "v1")
+	snap.Inbound = &pbproxy.Inbound{Address: "127.0.0.1:0", AppAddress: "127.0.0.1:1", Protocol: "tcp", DefaultIntention: "deny"}
+	agent.snaps <- snap
+	waitFor(t, "the inbound listener", func() bool { return p.Addr("inbound") != nil })
+	inbound := p.Addr("inbound").String()
+
+	// A client that has connected and not yet finished its handshake.
+	c, err := net.Dial("tcp", inbound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, "the connection to count", func() bool { return activeConnections(p) == 1 })
+
+	cancel()
+	waitFor(t, "the inbound listener to close", func() bool { return p.Addr("inbound") == nil })
+	if c2, err := net.Dial("tcp", inbound); err == nil {
+		c2.Close()
+		t.Error("a new inbound connection was accepted while draining")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("run returned (%v) with a connection open", err)
+	default:
+	}
+	c.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return once the last connection ended")
 	}
 }
