@@ -184,9 +184,19 @@ func (h *inboundHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { p.stats.Requests.WithLabelValues(inboundListener, strconv.Itoa(sw.code())).Inc() }()
 	info, _ := r.Context().Value(connInfoKey{}).(connInfo)
 	st := p.state.Load()
+	// The app gets the path decided on, decoded and normalized.
+	if norm := NormalizePath(r.URL.Path); norm != r.URL.Path || r.URL.RawPath != "" {
+		r.URL.Path, r.URL.RawPath = norm, ""
+	}
+	// The permissions see the Host header, which net/http keeps apart.
+	header := make(map[string][]string, len(r.Header)+1)
+	for k, v := range r.Header {
+		header[k] = v
+	}
+	header["Host"] = []string{r.Host}
 	d := mesh.Decide(mesh.Request{
 		Source: info.peer, Destination: st.self,
-		HTTP: &mesh.HTTPRequest{Path: r.URL.Path, Method: r.Method, Header: r.Header},
+		HTTP: &mesh.HTTPRequest{Path: r.URL.Path, Method: r.Method, Header: header},
 	}, st.intentions, st.def)
 	if !d.Allowed {
 		p.stats.IntentionDenials.WithLabelValues(info.peer.String(), "l7").Inc()

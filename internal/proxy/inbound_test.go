@@ -179,11 +179,12 @@ func TestInboundAttacks(t *testing.T) {
 		t.Fatalf("allowed call: %d %s", resp.StatusCode, body)
 	}
 
-	for _, tc := range []struct {
+	type attack struct {
 		name    string
 		attack  func(t *testing.T) error
 		counter func() float64
-	}{
+	}
+	attacks := []attack{
 		{"no client certificate", func(t *testing.T) error {
 			return refusedConn(addr, clientTLS(t, nil, nil, roots))
 		}, func() float64 { return hs(ReasonNoCertificate) }},
@@ -268,7 +269,21 @@ func TestInboundAttacks(t *testing.T) {
 			}
 			return nil
 		}, func() float64 { return proto(ReasonHeaderTimeout) }},
-	} {
+	}
+	// A denied path spelled otherwise is the path it names.
+	for _, path := range []string{"/v1/../admin/users", "//admin/users", "/./admin", "/%61dmin/users", "/v1/%2E%2E/admin"} {
+		attacks = append(attacks, attack{"the denied path spelled " + path, func(t *testing.T) error {
+			code, body, err := rawRequest(addr, clientTLS(t, webLeaf, webKey, roots, "http/1.1"), path)
+			if err != nil {
+				return err
+			}
+			if code != http.StatusForbidden {
+				return fmt.Errorf("status %d (%q), want 403", code, body)
+			}
+			return nil
+		}, func() float64 { return denials("default/web", "l7") }})
+	}
+	for _, tc := range attacks {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.counter()
 			if err := tc.attack(t); err != nil {
@@ -294,6 +309,11 @@ func TestInboundHTTPAllowed(t *testing.T) {
 
 	h1 := httpClient(clientTLS(t, webLeaf, webKey, [][]byte{c.rootPEM()}))
 	h2 := &http.Client{Timeout: 20 * time.Second, Transport: &http2.Transport{TLSClientConfig: clientTLS(t, webLeaf, webKey, [][]byte{c.rootPEM()}, "h2")}}
+	// The app gets the path the permissions decided on.
+	code, body, err := rawRequest(addr, clientTLS(t, webLeaf, webKey, [][]byte{c.rootPEM()}, "http/1.1"), "/v1//x/../items")
+	if err != nil || code != 200 || !strings.HasPrefix(body, "GET /v1/items xfcc=") {
+		t.Errorf("a path to normalize: %d %q %v, want the app to see /v1/items", code, body, err)
+	}
 	for name, client := range map[string]*http.Client{"HTTP/1.1": h1, "HTTP/2": h2} {
 		req, _ := http.NewRequest("POST", "https://"+addr+"/v1/items", strings.NewReader("x"))
 		// A caller's own XFCC is replaced, not passed on.
@@ -311,8 +331,8 @@ func TestInboundHTTPAllowed(t *testing.T) {
 			t.Errorf("%s: answered over HTTP/%d", name, resp.ProtoMajor)
 		}
 	}
-	if got := testutil.ToFloat64(p.Stats().Requests.WithLabelValues("inbound", "200")); got != 2 {
-		t.Errorf("requests counted with code 200: %v, want 2", got)
+	if got := testutil.ToFloat64(p.Stats().Requests.WithLabelValues("inbound", "200")); got != 3 {
+		t.Errorf("requests counted with code 200: %v, want 3", got)
 	}
 }
 
@@ -359,4 +379,22 @@ func TestInboundTCPClosedWhenDenied(t *testing.T) {
 	if got := testutil.ToFloat64(p.Stats().IntentionDenials.WithLabelValues("default/web", "l4")); got != 1 {
 		t.Errorf("l4 denials of default/web: %v, want 1", got)
 	}
+}
+
+// rawRequest sends a GET of path, written as is, over a new connection.
+func rawRequest(addr string, conf *tls.Config, path string) (int, string, error) {
+	c, err := tls.Dial("tcp", addr, conf)
+	if err != nil {
+		return 0, "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: api\r\nConnection: close\r\n\r\n", path)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
 }
