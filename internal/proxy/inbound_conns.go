@@ -1,10 +1,14 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/x509"
 	"net"
 	"sync"
 
+	"google.golang.org/protobuf/proto"
+
+	pbproxy "trellis.dev/trellis/api/proxy/v1"
 	"trellis.dev/trellis/internal/mesh"
 )
 
@@ -47,12 +51,28 @@ func (s *connSet) all() []*trackedConn {
 	return out
 }
 
-// recheckConns closes the established inbound connections that st no
-// longer allows: their peer's chain no longer reaches a root of st (a
-// root pruned), or the intentions now deny it.
-func (p *Proxy) recheckConns(st *state) {
+// recheckConns closes the established inbound connections that st, just
+// taken in place of prev, no longer allows: their peer's chain no longer
+// reaches a root of st (a root pruned), or the intentions now deny it.
+// When neither the roots nor the intentions changed (new endpoints of an
+// upstream, a renewed leaf), there is nothing to check.
+func (p *Proxy) recheckConns(prev, st *state) {
+	sameRoots := prev != nil && sameTrust(prev.snap, st.snap)
+	if sameRoots && proto.Equal(prev.snap.GetInbound(), st.snap.GetInbound()) {
+		return
+	}
 	for _, c := range p.conns.all() {
-		if reason, ok := p.allowedConn(st, c); !ok {
+		reason, ok := "", true
+		if !sameRoots {
+			if _, err := p.verifyPeer(st, c.certs, x509.ExtKeyUsageClientAuth); err != nil {
+				reason, ok = err.Error(), false
+			}
+		}
+		if ok {
+			d := decideConn(st, c.peer, c.http)
+			reason, ok = d.Reason, d.Allowed
+		}
+		if !ok {
 			p.log.Info("proxy: closing an inbound connection the new snapshot no longer allows", "peer", c.peer.String(), "reason", reason)
 			p.stats.ConnectionsClosedBySnapshot.Inc()
 			c.conn.Close()
@@ -67,6 +87,24 @@ func (p *Proxy) allowedConn(st *state, c *trackedConn) (string, bool) {
 	}
 	d := decideConn(st, c.peer, c.http)
 	return d.Reason, d.Allowed
+}
+
+// sameTrust says whether two snapshots trust the same roots in the same
+// trust domain.
+func sameTrust(a, b *pbproxy.Snapshot) bool {
+	if a.GetIdentity().GetTrustDomain() != b.GetIdentity().GetTrustDomain() {
+		return false
+	}
+	ra, rb := a.GetCertificates().GetRootsPem(), b.GetCertificates().GetRootsPem()
+	if len(ra) != len(rb) {
+		return false
+	}
+	for i := range ra {
+		if !bytes.Equal(ra[i], rb[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // decideConn is the L4 decision on a peer of st's inbound listener.

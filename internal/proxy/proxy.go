@@ -62,6 +62,8 @@ type Proxy struct {
 	stats *Stats
 
 	state atomic.Pointer[state]
+	// updateMu makes Updates one at a time.
+	updateMu sync.Mutex
 	// updated is closed and replaced whenever a snapshot is taken.
 	mu      sync.Mutex
 	updated chan struct{}
@@ -130,19 +132,21 @@ func (p *Proxy) Stats() *Stats { return p.stats }
 // counted, and the error names the field. Established inbound connections
 // whose peer the new snapshot no longer allows are closed.
 func (p *Proxy) Update(snap *pbproxy.Snapshot) error {
+	p.updateMu.Lock()
+	defer p.updateMu.Unlock()
 	st, err := compile(snap)
 	if err != nil {
 		p.stats.SnapshotRejections.Inc()
 		p.log.Warn("proxy: snapshot refused, keeping the previous one", "err", err)
 		return err
 	}
-	p.state.Store(st)
+	prev := p.state.Swap(st)
 	p.stats.SnapshotUpdates.Inc()
 	p.mu.Lock()
 	close(p.updated)
 	p.updated = make(chan struct{})
 	p.mu.Unlock()
-	p.recheckConns(st)
+	p.recheckConns(prev, st)
 	return nil
 }
 
