@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"trellis.dev/trellis/internal/ca"
@@ -39,6 +40,7 @@ const (
 	ReasonSPIFFE        = "bad_spiffe_id"
 	ReasonPlaintext     = "plaintext"
 	ReasonNoSnapshot    = "no_snapshot"
+	ReasonTimeout       = "timeout"
 	ReasonHandshake     = "handshake"
 )
 
@@ -176,8 +178,11 @@ func leafChain(c *tls.Certificate) []*x509.Certificate {
 // reasonOf is the label a failed handshake is counted under.
 func reasonOf(err error) string {
 	var he *HandshakeError
-	if errors.As(err, &he) {
+	switch {
+	case errors.As(err, &he):
 		return he.Reason
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return ReasonTimeout
 	}
 	return ReasonHandshake
 }

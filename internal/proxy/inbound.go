@@ -49,22 +49,23 @@ func runInbound(ctx context.Context, p *Proxy) error {
 	go h.serve()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	drained := make(chan struct{})
+	quit, drainDone := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(drainDone)
 		select {
 		case <-p.draining:
 			p.setListening(inboundListener, nil)
 			ln.Close()
 			h.drain()
-		case <-ctx.Done():
+		case <-quit:
 		}
-		close(drained)
 	}()
 	var wg sync.WaitGroup
 	defer func() {
+		close(quit)
+		<-drainDone
 		p.setListening(inboundListener, nil)
 		ln.Close()
-		<-drained
 		h.close()
 		for _, c := range p.conns.all() {
 			c.conn.Close()
@@ -113,7 +114,7 @@ func (p *Proxy) serveInbound(ctx context.Context, raw net.Conn, h *inboundHTTP) 
 	br := bufio.NewReaderSize(cc, 512)
 	first, err := br.Peek(1)
 	if err != nil {
-		p.stats.HandshakeFailures.WithLabelValues(inboundListener, ReasonHandshake).Inc()
+		p.stats.HandshakeFailures.WithLabelValues(inboundListener, reasonOf(err)).Inc()
 		return
 	}
 	if first[0] != tlsRecordHandshake {

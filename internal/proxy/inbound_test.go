@@ -149,7 +149,7 @@ func TestInboundAttacks(t *testing.T) {
 			{Action: "allow", Http: &pbmesh.IntentionHTTPMatch{PathPrefix: "/"}},
 		}},
 	}}
-	p, err := New(Config{HeaderTimeout: 300 * time.Millisecond})
+	p, err := New(Config{HeaderTimeout: 300 * time.Millisecond, HandshakeTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +238,20 @@ func TestInboundAttacks(t *testing.T) {
 			}
 			return nil
 		}, func() float64 { return hs(ReasonPlaintext) }},
+		{"a client silent after connecting", func(t *testing.T) error {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			if _, err := c.Read(make([]byte, 1)); err == nil {
+				return errors.New("the proxy sent data")
+			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				return errors.New("the connection stayed open")
+			}
+			return nil
+		}, func() float64 { return hs(ReasonTimeout) }},
 		{"a malformed HTTP/2 preface", func(t *testing.T) error {
 			c, err := tls.Dial("tcp", addr, clientTLS(t, webLeaf, webKey, roots, "h2"))
 			if err != nil {

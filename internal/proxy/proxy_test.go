@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"crypto"
 	"crypto/rand"
 	"crypto/x509"
+	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -172,5 +174,26 @@ func TestUpdateRefusesMalformed(t *testing.T) {
 	}
 	if err := p.Update(nil); err == nil {
 		t.Error("Update(nil) took it")
+	}
+}
+
+// TestRunFailsWhenTheInboundPortIsTaken: Run returns the listener's
+// error, naming the component, and stops the others.
+func TestRunFailsWhenTheInboundPortIsTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c := newTestCA(t, testTD, time.Now())
+	snap := testSnapshot(t, c, "api", "tcp", "127.0.0.1:1")
+	snap.Inbound.Address = ln.Addr().String()
+	p := newTestProxy(t)
+	if err := p.Update(snap); err != nil {
+		t.Fatal(err)
+	}
+	err = p.Run(context.Background())
+	if err == nil || !strings.HasPrefix(err.Error(), "inbound: ") {
+		t.Fatalf("Run: %v, want the inbound listener's error", err)
 	}
 }
