@@ -7,8 +7,10 @@
 // The snapshot's inputs come from the agent's informer (the upstreams'
 // ServiceInstances and Services, the Intentions of the task's service,
 // MeshConfig, the CA roots) and from its leaf cache (the leaf of the
-// task's service). Any change of them computes the task's snapshot again;
-// an equal version is not sent again.
+// task's service). A change computes again the snapshots it concerns
+// (an instance: its service's callers'; intentions: its destination's
+// tasks'; a root or MeshConfig: every one; a transparent task's: every
+// instance and Service); an equal version is not sent again.
 //
 // Design decisions:
 //

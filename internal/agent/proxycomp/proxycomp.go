@@ -95,7 +95,7 @@ func (c *Component) Start(ctx context.Context) error {
 		}
 	}()
 	for _, ct := range followed {
-		s, err := c.d.Informer.Subscribe(ct.Type, func(informer.Delta) { c.kickAll() })
+		s, err := c.d.Informer.Subscribe(ct.Type, func(d informer.Delta) { c.kick(changeOf(d)) })
 		if err != nil {
 			return err
 		}
@@ -118,11 +118,14 @@ func (c *Component) stopAll() {
 	}
 }
 
-func (c *Component) kickAll() {
+// kick has the snapshots ch concerns computed again.
+func (c *Component) kick(ch change) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, s := range c.tasks {
-		s.kick()
+		if s.interest.concerns(ch) {
+			s.kick()
+		}
 	}
 }
 

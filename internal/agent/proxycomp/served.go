@@ -15,8 +15,9 @@ import (
 // served is one mesh task the component serves: its socket's server and
 // its current snapshot.
 type served struct {
-	c    *Component
-	task component.Task
+	c        *Component
+	task     component.Task
+	interest interest
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -39,7 +40,7 @@ type served struct {
 func newServed(c *Component, t component.Task) *served {
 	ctx, cancel := context.WithCancel(c.ctx)
 	return &served{
-		c: c, task: t, ctx: ctx, cancel: cancel,
+		c: c, task: t, interest: interestOf(t), ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), wake: make(chan struct{}, 1),
 		listening: make(chan struct{}), changed: make(chan struct{}),
 	}
