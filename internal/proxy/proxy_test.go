@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"pgregory.net/rapid"
 
 	pbmesh "trellis.dev/trellis/api/mesh/v1"
 	pbproxy "trellis.dev/trellis/api/proxy/v1"
@@ -196,4 +197,39 @@ func TestRunFailsWhenTheInboundPortIsTaken(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "inbound: ") {
 		t.Fatalf("Run: %v, want the inbound listener's error", err)
 	}
+}
+
+// TestUpdateNeverPanics feeds Update snapshots made by corrupting the
+// bytes of a good one: each is taken or refused, never a panic, and a
+// refusal leaves the previous snapshot.
+func TestUpdateNeverPanics(t *testing.T) {
+	c := newTestCA(t, testTD, time.Now())
+	good := testSnapshot(t, c, "api", "http", "127.0.0.1:8080")
+	good.Inbound.Intentions = &pbmesh.Intentions{Sources: []*pbmesh.IntentionSource{{Namespace: "default", Name: "web",
+		Permissions: []*pbmesh.IntentionPermission{{Action: "allow", Http: &pbmesh.IntentionHTTPMatch{PathRegex: "/v[0-9]+/.*", Methods: []string{"GET"}}}}}}}
+	good.Upstreams = []*pbproxy.Upstream{{Namespace: "default", Service: "db", BindAddress: "127.0.0.1:9000", Protocol: "tcp",
+		SpiffeId: spiffeOf(testTD, "default", "db"), Endpoints: []*pbproxy.Endpoint{{Instance: "db-1", Address: "10.0.0.1:15000", AppAddress: "10.0.0.1:5432"}}}}
+	raw, err := proto.Marshal(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newTestProxy(t)
+	if err := p.Update(good); err != nil {
+		t.Fatal(err)
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		b := append([]byte(nil), raw...)
+		for range rapid.IntRange(1, 8).Draw(rt, "mutations") {
+			i := rapid.IntRange(0, len(b)-1).Draw(rt, "at")
+			b[i] = rapid.Byte().Draw(rt, "byte")
+		}
+		var s pbproxy.Snapshot
+		if proto.Unmarshal(b, &s) != nil {
+			return
+		}
+		before := p.Snapshot()
+		if err := p.Update(&s); err != nil && p.Snapshot() != before {
+			rt.Fatalf("a refused snapshot replaced the previous one: %v", err)
+		}
+	})
 }
