@@ -19,7 +19,8 @@
 //     other task id: PermissionDenied).
 //   - The socket is owned by the proxy's user and group (1337) with mode
 //     0660: the proxy, which runs as 1337, reaches it, and no other user
-//     of the host does (root aside).
+//     of the host does (root aside). An agent that is not root cannot
+//     run a proxy as 1337: its sockets stay its own, mode 0600.
 //   - Nothing is computed before every followed type has been listed
 //     whole: a proxy never gets a snapshot of a half-read cache (a
 //     missing MeshConfig would deny every caller).

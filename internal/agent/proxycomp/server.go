@@ -90,7 +90,8 @@ func removeSocket(path string) error {
 }
 
 // listen binds the task's socket, owned by the proxy's user and group
-// with mode 0660, and serves ProxyService on it.
+// with mode 0660 (an agent that is not root: its own, 0600), and serves
+// ProxyService on it.
 func (s *served) listen() (*grpc.Server, error) {
 	path := SocketPath(s.task.Dir)
 	if s.task.Dir == "" {
@@ -106,11 +107,18 @@ func (s *served) listen() (*grpc.Server, error) {
 		return nil, fmt.Errorf("the proxy's socket: %w", err)
 	}
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	if err := os.Chown(path, ProxyUID, ProxyGID); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("the proxy's socket: hand it to the proxy's user %d: %w", ProxyUID, err)
+	mode := os.FileMode(0o660)
+	if os.Geteuid() == 0 {
+		if err := os.Chown(path, ProxyUID, ProxyGID); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("the proxy's socket: hand it to the proxy's user %d: %w", ProxyUID, err)
+		}
+	} else {
+		// An agent that is not root cannot run a proxy as 1337 either: the
+		// socket stays its own user's, and no one else's.
+		mode = 0o600
 	}
-	if err := os.Chmod(path, 0o660); err != nil {
+	if err := os.Chmod(path, mode); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("the proxy's socket: %w", err)
 	}
