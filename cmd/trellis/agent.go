@@ -195,7 +195,12 @@ an operator hands out for a first join (see docs/tls.md).`,
 			if cfg.Drivers, err = agentDrivers(cfg, nil); err != nil {
 				return err
 			}
-			cfg.NewRunner = taskrunner.New
+			// Mesh tasks get the sidecar proxy: this binary's trellis proxy.
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("the agent's own executable, which mesh tasks' proxies run: %w", err)
+			}
+			cfg.NewRunner = taskrunner.WithProxy(exe, cfg.DataDir)
 			a, err := agent.New(cfg)
 			if err != nil {
 				return err

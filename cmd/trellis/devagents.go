@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -60,6 +61,11 @@ func newDevAgents(n int, s *server.Server, dataDir string, run *devrun.Run, netw
 	if run != nil {
 		base = run.Dir()
 	}
+	// Mesh tasks get the sidecar proxy: this binary's trellis proxy.
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("the executable, which mesh tasks' proxies run: %w", err)
+	}
 	for i := 1; i <= n; i++ {
 		name := devInstanceName(i)
 		cfg := agent.Config{
@@ -70,7 +76,7 @@ func newDevAgents(n int, s *server.Server, dataDir string, run *devrun.Run, netw
 			Attributes: map[string]string{"zone": fmt.Sprintf("zone-%d", i)},
 			HTTPAddr:   "127.0.0.1:0",
 			Logger:     log.With("agent", name),
-			NewRunner:  taskrunner.New,
+			NewRunner:  taskrunner.WithProxy(exe, base),
 		}
 		if network != nil {
 			// One bridge for all, each agent leasing from its own part of

@@ -41,8 +41,9 @@ type Config struct {
 	// TaskDir is the task's directory on the instance: the agent serves
 	// the proxy's snapshots on TaskDir/proxy.sock.
 	TaskDir string
-	// TaskID is the task's "namespace/name".
-	TaskID string
+	// Task is the task's name (its resource name), which the agent's
+	// socket answers Watch for.
+	Task string
 }
 
 // SocketPath is where the agent serves a task's proxy its snapshots.
@@ -90,8 +91,8 @@ func check(td *pborch.TaskDefinition, c Config) error {
 		return fmt.Errorf("sidecar proxy: the agent's executable %q is not an absolute path", c.Executable)
 	case !filepath.IsAbs(c.TaskDir):
 		return fmt.Errorf("sidecar proxy: the task directory %q is not an absolute path", c.TaskDir)
-	case c.TaskID == "":
-		return errors.New("sidecar proxy: the task has no id")
+	case c.Task == "":
+		return errors.New("sidecar proxy: the task has no name")
 	}
 	return nil
 }
@@ -102,7 +103,7 @@ func proxyContainer(c Config) *pborch.ContainerDefinition {
 		Driver: "exec",
 		Command: []string{c.Executable, "proxy",
 			"-socket", SocketPath(c.TaskDir),
-			"-task", c.TaskID,
+			"-task", c.Task,
 		},
 		// The task directory is private to the agent; the proxy reads
 		// nothing relative to its working directory.

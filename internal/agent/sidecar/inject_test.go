@@ -12,7 +12,7 @@ import (
 	"trellis.dev/trellis/internal/driver"
 )
 
-var cfg = sidecar.Config{Executable: "/usr/local/bin/trellis", TaskDir: "/var/lib/trellis/tasks/u1", TaskID: "default/web-1"}
+var cfg = sidecar.Config{Executable: "/usr/local/bin/trellis", TaskDir: "/var/lib/trellis/tasks/u1", Task: "web-1"}
 
 func def(mesh *pborch.TaskMesh, network string, names ...string) *pborch.TaskDefinition {
 	td := &pborch.TaskDefinition{Family: "web", Revision: 1, Network: network, Mesh: mesh}
@@ -28,7 +28,7 @@ func wantProxy() *pborch.ContainerDefinition {
 		Driver: "exec",
 		Command: []string{"/usr/local/bin/trellis", "proxy",
 			"-socket", "/var/lib/trellis/tasks/u1/proxy.sock",
-			"-task", "default/web-1"},
+			"-task", "web-1"},
 		WorkingDir: "/",
 		Essential:  proto.Bool(true),
 		Sidecar:    true,
@@ -116,14 +116,14 @@ func TestInjectRefuses(t *testing.T) {
 			`data.mesh.transparent: needs network "bridge"`},
 		{"transparent in the default network mode", def(&pborch.TaskMesh{Port: 8080, Transparent: true}, "", "app"), cfg,
 			`data.mesh.transparent: needs network "bridge"`},
-		{"no executable", def(mesh, "bridge", "app"), sidecar.Config{TaskDir: cfg.TaskDir, TaskID: cfg.TaskID},
+		{"no executable", def(mesh, "bridge", "app"), sidecar.Config{TaskDir: cfg.TaskDir, Task: cfg.Task},
 			"the agent does not know its own executable"},
-		{"a relative executable", def(mesh, "bridge", "app"), sidecar.Config{Executable: "trellis", TaskDir: cfg.TaskDir, TaskID: cfg.TaskID},
+		{"a relative executable", def(mesh, "bridge", "app"), sidecar.Config{Executable: "trellis", TaskDir: cfg.TaskDir, Task: cfg.Task},
 			`executable "trellis" is not an absolute path`},
-		{"a relative task dir", def(mesh, "bridge", "app"), sidecar.Config{Executable: cfg.Executable, TaskDir: "tasks/u1", TaskID: cfg.TaskID},
+		{"a relative task dir", def(mesh, "bridge", "app"), sidecar.Config{Executable: cfg.Executable, TaskDir: "tasks/u1", Task: cfg.Task},
 			`task directory "tasks/u1" is not an absolute path`},
-		{"no task id", def(mesh, "bridge", "app"), sidecar.Config{Executable: cfg.Executable, TaskDir: cfg.TaskDir},
-			"the task has no id"},
+		{"no task name", def(mesh, "bridge", "app"), sidecar.Config{Executable: cfg.Executable, TaskDir: cfg.TaskDir},
+			"the task has no name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := sidecar.Inject(tc.td, tc.cfg)

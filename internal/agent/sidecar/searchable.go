@@ -11,8 +11,9 @@ import (
 // every directory below it down to dir, so that the proxy, which runs as
 // UID, can open the socket the agent serves in dir by its path without
 // being able to list anything on the way. The agent's data dir and task
-// directories are 0700 otherwise. dir must be root or below it; root's own
-// parents must already be searchable (as /var/lib is).
+// directories are 0700 otherwise. dir must be root or below it. root's own
+// parents are not changed: one that others cannot search is an error
+// naming it, as the proxy could never reach its socket.
 func Searchable(root, dir string) error {
 	root, dir = filepath.Clean(root), filepath.Clean(dir)
 	rel, err := filepath.Rel(root, dir)
@@ -25,6 +26,18 @@ func Searchable(root, dir string) error {
 		for _, part := range strings.Split(rel, string(filepath.Separator)) {
 			p = filepath.Join(p, part)
 			steps = append(steps, p)
+		}
+	}
+	for a := filepath.Dir(root); ; a = filepath.Dir(a) {
+		fi, err := os.Stat(a)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s (a parent of the data dir %s) is not searchable by others (mode %v): the proxy, uid %d, could not reach its socket; chmod o+x it or use another data dir", a, root, fi.Mode().Perm(), UID)
+		}
+		if a == filepath.Dir(a) {
+			break
 		}
 	}
 	for _, d := range steps {

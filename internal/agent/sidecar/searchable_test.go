@@ -10,7 +10,15 @@ import (
 )
 
 func TestSearchable(t *testing.T) {
-	root := filepath.Join(t.TempDir(), "data")
+	top := t.TempDir()
+	// t.TempDir's own directories are private; the data dir's parents
+	// must be searchable.
+	for d := top; d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := filepath.Join(top, "data")
 	dir := filepath.Join(root, "tasks", "u1")
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o700); err != nil {
 		t.Fatal(err)
@@ -41,5 +49,18 @@ func TestSearchable(t *testing.T) {
 	}
 	if err := sidecar.Searchable(root, filepath.Join(root, "missing")); err == nil {
 		t.Error("a missing dir: no error")
+	}
+}
+
+func TestSearchableRefusesAPrivateParent(t *testing.T) {
+	private := t.TempDir() // 0700
+	root := filepath.Join(private, "data")
+	dir := filepath.Join(root, "tasks", "u1")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	err := sidecar.Searchable(root, dir)
+	if err == nil || !strings.Contains(err.Error(), "(a parent of the data dir "+root+") is not searchable by others") {
+		t.Fatalf("Searchable under a private parent: %v", err)
 	}
 }

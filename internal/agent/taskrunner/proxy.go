@@ -2,6 +2,7 @@ package taskrunner
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"trellis.dev/trellis/internal/agent"
 	"trellis.dev/trellis/internal/agent/sidecar"
@@ -14,11 +15,15 @@ import (
 // the directories from dataDir down to the task's are made searchable by
 // the proxy's user (not readable), so that it reaches its socket there.
 func WithProxy(executable, dataDir string) agent.NewRunnerFunc {
+	// The agent makes its data dir absolute (agent.New); so does this.
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
 	return func(rc agent.RunnerConfig) (agent.TaskRunner, error) {
 		if !sidecar.Needed(rc.Definition) {
 			return New(rc)
 		}
-		td, err := sidecar.Inject(rc.Definition, sidecar.Config{Executable: executable, TaskDir: rc.Dir, TaskID: rc.TaskID})
+		td, err := sidecar.Inject(rc.Definition, sidecar.Config{Executable: executable, TaskDir: rc.Dir, Task: rc.Name})
 		if err != nil {
 			return nil, err
 		}

@@ -21,7 +21,15 @@ import (
 // meshRunnerConfig is a bridge mesh task of two app containers, one of
 // which ignores SIGTERM (its stop timeout is 10 s), under a real data dir.
 func meshRunnerConfig(t *testing.T) (agent.RunnerConfig, string) {
-	data := filepath.Join(t.TempDir(), "data")
+	top := t.TempDir()
+	// t.TempDir's own directories are private; the data dir's parents
+	// must be searchable by the proxy's user.
+	for d := top; d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := filepath.Join(top, "data")
 	dir := filepath.Join(data, "tasks", "UID")
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o700); err != nil {
 		t.Fatal(err)
@@ -61,7 +69,7 @@ func TestWithProxyInjects(t *testing.T) {
 	if p.Spec.Netns != "/run/netns/t1" || p.Spec.LogDir != rc.LogDir || p.Spec.WorkingDir != "/" {
 		t.Errorf("proxy: netns %q logs %q working dir %q", p.Spec.Netns, p.Spec.LogDir, p.Spec.WorkingDir)
 	}
-	if want := []string{"/usr/local/bin/trellis", "proxy", "-socket", filepath.Join(rc.Dir, "proxy.sock"), "-task", "default/t1"}; !slices.Equal(p.Spec.Command[:6], want) {
+	if want := []string{"/usr/local/bin/trellis", "proxy", "-socket", filepath.Join(rc.Dir, "proxy.sock"), "-task", "t1"}; !slices.Equal(p.Spec.Command[:6], want) {
 		t.Errorf("proxy command %q, want it to begin %q", p.Spec.Command, want)
 	}
 	if p.Health == nil || p.Health.HTTP != "http://127.0.0.1:19000/ready" {

@@ -37,7 +37,7 @@ the task's other containers have exited, it waits for the connections it
 carries to end (at most -drain-timeout), closes what is left and exits 0.
 See docs/mesh.md.`,
 		Example: `  # what the agent runs in a mesh task (its directory under the agent's data dir)
-  trellis proxy -socket /var/lib/trellis/agent/tasks/UID/proxy.sock -task default/web-3f2a`,
+  trellis proxy -socket /var/lib/trellis/agent/tasks/UID/proxy.sock -task 01jd3k8yq0w5x6rz3b2v4n7c9e`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cfg.check(); err != nil {
@@ -51,7 +51,7 @@ See docs/mesh.md.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Socket, "socket", "", "the agent's Unix socket serving the task's snapshots (proxy.sock in the task's directory)")
-	f.StringVar(&cfg.Task, "task", "", "the id of the task the proxy serves, namespace/name")
+	f.StringVar(&cfg.Task, "task", "", "the name of the task the proxy serves (the agent's socket answers that task alone)")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "after SIGTERM, how long open connections may take to end before they are closed")
 	return cmd
 }

@@ -28,7 +28,7 @@ var redial = backoff.Policy{Base: 100 * time.Millisecond, Max: 5 * time.Second}
 type Config struct {
 	// Socket is the agent's Unix socket serving ProxyService.
 	Socket string
-	// Task is the id of the task the proxy serves ("namespace/name").
+	// Task is the name of the task the proxy serves (its resource name).
 	Task string
 	// DrainTimeout bounds the drain once ctx ends; DefaultDrainTimeout
 	// when zero.
@@ -41,7 +41,7 @@ func (c Config) check() error {
 	case c.Socket == "":
 		return errors.New("-socket: required: the agent's socket in the task's directory")
 	case c.Task == "":
-		return errors.New("-task: required: the id of the task the proxy serves (namespace/name)")
+		return errors.New("-task: required: the name of the task the proxy serves")
 	case c.DrainTimeout < 0:
 		return fmt.Errorf("-drain-timeout: %s is negative", c.DrainTimeout)
 	}

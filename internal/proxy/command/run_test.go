@@ -26,7 +26,7 @@ import (
 
 const (
 	testTD   = "11111111-2222-3333-4444-555555555555.trellis"
-	testTask = "default/web-1"
+	testTask = "web-1"
 )
 
 // snapshotOf is a valid snapshot of default/web with a fresh leaf of a new
@@ -205,7 +205,7 @@ func TestRunRedialsARefusal(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, Config{Socket: sock, Task: "default/other", DrainTimeout: time.Second, Log: testlog.Logger(t)}, p)
+		done <- run(ctx, Config{Socket: sock, Task: "other-1", DrainTimeout: time.Second, Log: testlog.Logger(t)}, p)
 	}()
 	waitFor(t, "a second Watch", func() bool {
 		agent.mu.Lock()
