@@ -3,8 +3,10 @@ package testcluster
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // Agent is one `trellis agent` process: an instance. Kill (SIGKILL) and
@@ -47,6 +49,9 @@ func StartAgent(o AgentOptions) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := searchableUpTo(o.Dir, os.TempDir()); err != nil {
+		return nil, err
+	}
 	a := &Agent{
 		Name:     o.Name,
 		HTTPAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
@@ -80,4 +85,22 @@ func serverAndAttributeFlags(servers []string, attrs map[string]string) []string
 		args = append(args, "-attribute", k+"="+attrs[k])
 	}
 	return args
+}
+
+// searchableUpTo adds o+x to dir and its parents below top: the proxies of
+// the agent's mesh tasks run as uid 1337 and reach their socket under the
+// data dir, whose parents (a test's t.TempDir, private) the agent refuses
+// otherwise. Nothing above top, or outside it, is changed.
+func searchableUpTo(dir, top string) error {
+	top = filepath.Clean(top)
+	for d := filepath.Clean(dir); strings.HasPrefix(d, top+string(filepath.Separator)); d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if err := os.Chmod(d, fi.Mode().Perm()|0o001); err != nil {
+			return err
+		}
+	}
+	return nil
 }

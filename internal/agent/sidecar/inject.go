@@ -52,15 +52,23 @@ func SocketPath(taskDir string) string { return filepath.Join(taskDir, SocketNam
 // ReadyURL is the URL of the proxy's readiness, inside the task's network.
 func ReadyURL() string { return "http://127.0.0.1:" + strconv.Itoa(AdminPort) + "/ready" }
 
-// Needed says whether a definition gets the proxy: it has a mesh block.
+// Needed says whether a definition gets the proxy: it has a mesh block
+// and network bridge. A host task's ports are the instance's, shared by
+// every host task, and the proxy's are fixed (15000, 15001, 19000): a
+// host mesh task is registered in the catalog but runs without a proxy.
 // (A definition bringing its own proxy, mesh.proxy with Envoy, comes with
 // xDS.)
-func Needed(td *pborch.TaskDefinition) bool { return td.GetMesh() != nil }
+func Needed(td *pborch.TaskDefinition) bool {
+	return td.GetMesh() != nil && orchestrator.NetworkMode(td) == orchestrator.NetworkBridge
+}
 
 // Inject returns td with the proxy added when it needs one (Needed), and
 // td itself when it does not; td is never modified. It refuses, naming the
-// field, a definition it cannot add the proxy to.
+// field, a mesh definition it cannot run.
 func Inject(td *pborch.TaskDefinition, c Config) (*pborch.TaskDefinition, error) {
+	if td.GetMesh().GetTransparent() && orchestrator.NetworkMode(td) != orchestrator.NetworkBridge {
+		return nil, fmt.Errorf("data.mesh.transparent: needs network %q: the redirect rules are written in the task's own network namespace, and a %s task shares the instance's", orchestrator.NetworkBridge, orchestrator.NetworkMode(td))
+	}
 	if !Needed(td) {
 		return td, nil
 	}
@@ -80,9 +88,6 @@ func check(td *pborch.TaskDefinition, c Config) error {
 		if ct.GetName() == ContainerName {
 			return fmt.Errorf("data.containers[%d].name: %q is the name of the sidecar proxy the agent adds to a mesh task: name the container otherwise", i, ContainerName)
 		}
-	}
-	if td.GetMesh().GetTransparent() && orchestrator.NetworkMode(td) != orchestrator.NetworkBridge {
-		return fmt.Errorf("data.mesh.transparent: needs network %q: the redirect rules are written in the task's own network namespace, and a %s task shares the instance's", orchestrator.NetworkBridge, orchestrator.NetworkMode(td))
 	}
 	switch {
 	case c.Executable == "":

@@ -61,14 +61,14 @@ func TestInject(t *testing.T) {
 			}(),
 		},
 		{
-			name: "host mesh task without transparent",
+			name: "host mesh task: no proxy (its ports would be the instance's)",
 			in:   def(&pborch.TaskMesh{Port: 8080}, "", "app"),
-			want: func() *pborch.TaskDefinition {
-				td := def(&pborch.TaskMesh{Port: 8080}, "", "app")
-				td.Containers[0].DependsOn = []*pborch.Dependency{healthy}
-				td.Containers = append(td.Containers, wantProxy())
-				return td
-			}(),
+			want: def(&pborch.TaskMesh{Port: 8080}, "", "app"),
+		},
+		{
+			name: "host mesh task, network named",
+			in:   def(&pborch.TaskMesh{Port: 8080}, "host", "app"),
+			want: def(&pborch.TaskMesh{Port: 8080}, "host", "app"),
 		},
 		{
 			name: "every container waits, after its own dependencies",

@@ -56,3 +56,28 @@ func Searchable(root, dir string) error {
 	}
 	return nil
 }
+
+// CheckExecutable says whether the proxy's user can run the program at
+// path: the file executable by others, and every directory above it
+// searchable by them. The error names what is in the way.
+func CheckExecutable(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o001 == 0 {
+		return fmt.Errorf("%s is not executable by others (mode %v): the proxy runs it as uid %d", path, fi.Mode().Perm(), UID)
+	}
+	for d := filepath.Dir(filepath.Clean(path)); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s (above %s) is not searchable by others (mode %v): the proxy runs %s as uid %d", d, path, fi.Mode().Perm(), path, UID)
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
+}

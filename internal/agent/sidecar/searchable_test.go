@@ -64,3 +64,38 @@ func TestSearchableRefusesAPrivateParent(t *testing.T) {
 		t.Fatalf("Searchable under a private parent: %v", err)
 	}
 }
+
+func TestCheckExecutable(t *testing.T) {
+	top := t.TempDir()
+	for d := top; d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(top, "bin")
+	if err := os.Mkdir(bin, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(bin, "trellis")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := sidecar.CheckExecutable(exe); err == nil || !strings.Contains(err.Error(), exe+" is not executable by others") {
+		t.Errorf("a file private to its owner: %v", err)
+	}
+	if err := os.Chmod(exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := sidecar.CheckExecutable(exe); err == nil || !strings.Contains(err.Error(), bin+" (above "+exe+") is not searchable by others") {
+		t.Errorf("a private directory above it: %v", err)
+	}
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := sidecar.CheckExecutable(exe); err != nil {
+		t.Errorf("a program anyone may run: %v", err)
+	}
+	if err := sidecar.CheckExecutable(filepath.Join(bin, "missing")); err == nil {
+		t.Error("a missing program: no error")
+	}
+}

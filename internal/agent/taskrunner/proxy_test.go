@@ -50,7 +50,7 @@ func meshRunnerConfig(t *testing.T) (agent.RunnerConfig, string) {
 
 func TestWithProxyInjects(t *testing.T) {
 	rc, data := meshRunnerConfig(t)
-	tr, err := WithProxy("/usr/local/bin/trellis", data)(rc)
+	tr, err := WithProxy("/bin/true", data)(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestWithProxyInjects(t *testing.T) {
 	if p.Spec.Netns != "/run/netns/t1" || p.Spec.LogDir != rc.LogDir || p.Spec.WorkingDir != "/" {
 		t.Errorf("proxy: netns %q logs %q working dir %q", p.Spec.Netns, p.Spec.LogDir, p.Spec.WorkingDir)
 	}
-	if want := []string{"/usr/local/bin/trellis", "proxy", "-socket", filepath.Join(rc.Dir, "proxy.sock"), "-task", "t1"}; !slices.Equal(p.Spec.Command[:6], want) {
+	if want := []string{"/bin/true", "proxy", "-socket", filepath.Join(rc.Dir, "proxy.sock"), "-task", "t1"}; !slices.Equal(p.Spec.Command[:6], want) {
 		t.Errorf("proxy command %q, want it to begin %q", p.Spec.Command, want)
 	}
 	if p.Health == nil || p.Health.HTTP != "http://127.0.0.1:19000/ready" {
@@ -92,7 +92,7 @@ func TestWithProxyLeavesOtherTasks(t *testing.T) {
 	rc, data := meshRunnerConfig(t)
 	rc.Definition = proto.CloneOf(rc.Definition)
 	rc.Definition.Mesh = nil
-	tr, err := WithProxy("/usr/local/bin/trellis", data)(rc)
+	tr, err := WithProxy("/bin/true", data)(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestWithProxyRefuses(t *testing.T) {
 	rc, data := meshRunnerConfig(t)
 	rc.Definition = proto.CloneOf(rc.Definition)
 	rc.Definition.Network = "host"
-	_, err := WithProxy("/usr/local/bin/trellis", data)(rc)
+	_, err := WithProxy("/bin/true", data)(rc)
 	if err == nil || !strings.Contains(err.Error(), `data.mesh.transparent: needs network "bridge"`) {
 		t.Fatalf("WithProxy of a transparent host task: %v", err)
 	}
@@ -120,7 +120,7 @@ func TestWithProxyRefuses(t *testing.T) {
 // ignoring SIGTERM after its stop timeout's SIGKILL.
 func TestInjectedTimeline(t *testing.T) {
 	rc, data := meshRunnerConfig(t)
-	tr, err := WithProxy("/usr/local/bin/trellis", data)(rc)
+	tr, err := WithProxy("/bin/true", data)(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
