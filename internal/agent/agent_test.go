@@ -23,6 +23,7 @@ import (
 	pborch "trellis.dev/trellis/api/orchestrator/v1"
 	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/agent/tasks"
+	"trellis.dev/trellis/internal/catalog"
 	"trellis.dev/trellis/internal/driver"
 	"trellis.dev/trellis/internal/ids"
 	"trellis.dev/trellis/internal/orchestrator"
@@ -182,6 +183,11 @@ func TestAssignmentsArriveByWatch(t *testing.T) {
 	}
 	if n, w, wt := counts.count("List"), counts.count("WatchList "+ids.TypeString(orchestrator.TaskType)), counts.count("WatchTasks"); n != 0 || w != 0 || wt != 1 {
 		t.Errorf("List called %d times, WatchList of the tasks %d, WatchTasks %d; want assignments from one per-instance watch", n, w, wt)
+	}
+	// An agent with no mesh task opens none of the proxy snapshots' watches
+	// (declared on demand): a fleet's agents cost the servers nothing for it.
+	if n := counts.count("WatchList " + ids.TypeString(catalog.ServiceInstanceType)); n != 0 {
+		t.Errorf("an agent without a mesh task watched the service instances %d times, want 0", n)
 	}
 
 	// Desired STOPPED stops it.

@@ -56,6 +56,15 @@ type Informer struct {
 	mu      sync.Mutex
 	types   map[string]*typeState // by ids.TypeString
 	started bool
+	// onDemand are the declared types followed only once a consumer asks
+	// (Follow); following holds those it asked for. ctx is Start's, while
+	// it runs; stopped once it has ended; late counts the followers Follow
+	// started after Start.
+	onDemand  map[string]bool
+	following map[string]bool
+	ctx       context.Context
+	stopped   bool
+	late      sync.WaitGroup
 }
 
 // ErrStarted is returned by Declare once the informer has started.
@@ -84,7 +93,8 @@ func New(cfg Config) (*Informer, error) {
 	if cfg.CheckReadOnly {
 		opts = append(opts, controller.CheckReadOnly())
 	}
-	return &Informer{cfg: cfg, log: log, cache: controller.NewCache(opts...), types: make(map[string]*typeState)}, nil
+	return &Informer{cfg: cfg, log: log, cache: controller.NewCache(opts...), types: make(map[string]*typeState),
+		onDemand: make(map[string]bool), following: make(map[string]bool)}, nil
 }
 
 // Verify reports, under Config.CheckReadOnly, the first cached object a
@@ -109,17 +119,77 @@ func (in *Informer) Declare(types ...controller.CachedType) error {
 		if in.types[k] == nil {
 			in.types[k] = newTypeState(in, ct.Type)
 		}
+		delete(in.onDemand, k) // a consumer follows it from Start
 	}
 	return nil
 }
 
-// Start follows every declared type until ctx ends, then returns nil.
+// DeclareOnDemand declares types as Declare does, but the informer opens
+// their watches only once a consumer calls Follow: a component that needs
+// them for some tasks only (the proxy's, for mesh tasks) costs an agent
+// without such a task no watch on the servers. Until then they read as
+// empty and not synced.
+func (in *Informer) DeclareOnDemand(types ...controller.CachedType) error {
+	in.mu.Lock()
+	fresh := map[string]bool{}
+	for _, ct := range types {
+		if k := ids.TypeString(ct.Type); in.types[k] == nil || in.onDemand[k] {
+			fresh[k] = true
+		}
+	}
+	in.mu.Unlock()
+	if err := in.Declare(types...); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for k := range fresh { // a type declared before stays followed from Start
+		in.onDemand[k] = true
+	}
+	return nil
+}
+
+// Follow opens the watches of types declared on demand (the others are
+// followed from Start anyway): at once while Start runs, at Start before
+// it. Asking again, or for a type followed already, does nothing. A type
+// not declared is refused.
+func (in *Informer) Follow(types ...*pbresource.Type) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, typ := range types {
+		k := ids.TypeString(typ)
+		ts := in.types[k]
+		if ts == nil {
+			return fmt.Errorf("%w: %s", ErrNotDeclared, k)
+		}
+		if !in.onDemand[k] {
+			continue
+		}
+		delete(in.onDemand, k)
+		in.following[k] = true
+		if in.ctx == nil || in.stopped {
+			continue // Start follows it, or has ended
+		}
+		in.late.Add(1)
+		go func() {
+			defer in.late.Done()
+			ts.run(in.ctx)
+		}()
+	}
+	return nil
+}
+
+// Start follows every declared type, but those declared on demand and not
+// yet asked for (Follow), until ctx ends, then returns nil.
 func (in *Informer) Start(ctx context.Context) error {
 	in.mu.Lock()
 	in.started = true
+	in.ctx = ctx
 	states := make([]*typeState, 0, len(in.types))
-	for _, ts := range in.types {
-		states = append(states, ts)
+	for k, ts := range in.types {
+		if !in.onDemand[k] {
+			states = append(states, ts)
+		}
 	}
 	in.mu.Unlock()
 	var wg sync.WaitGroup
@@ -130,8 +200,12 @@ func (in *Informer) Start(ctx context.Context) error {
 			ts.run(ctx)
 		}()
 	}
+	<-ctx.Done()
 	wg.Wait()
-	<-ctx.Done() // with no types, nothing else holds Start until ctx ends
+	in.mu.Lock()
+	in.stopped = true
+	in.mu.Unlock()
+	in.late.Wait()
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 
+	pbresource "trellis.dev/trellis/api/resource/v1"
 	"trellis.dev/trellis/internal/agent/component"
 	"trellis.dev/trellis/internal/ca"
 	"trellis.dev/trellis/internal/catalog"
@@ -60,7 +61,9 @@ func New(d component.Deps) (component.Component, error) {
 		if d.Informer == nil {
 			return nil, fmt.Errorf("%s needs the agent's informer", Name)
 		}
-		if err := d.Informer.Declare(followed...); err != nil {
+		// On demand: an agent opens these watches with its first mesh
+		// task (ensure), not every agent of a fleet.
+		if err := d.Informer.DeclareOnDemand(followed...); err != nil {
 			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
 	}
@@ -175,6 +178,13 @@ func (c *Component) Poststop(ctx context.Context, t component.Task) error {
 // ensure returns the task's served entry, made and started when there is
 // none. It does no I/O itself: the entry's goroutine listens.
 func (c *Component) ensure(t component.Task) *served {
+	types := make([]*pbresource.Type, len(followed))
+	for i, ct := range followed {
+		types[i] = ct.Type
+	}
+	if err := c.d.Informer.Follow(types...); err != nil {
+		c.log.Error("cannot follow what the proxy snapshots need", "err", err)
+	}
 	uid := t.ID.GetUid()
 	c.mu.Lock()
 	defer c.mu.Unlock()
