@@ -153,19 +153,30 @@ func TestManagerResync(t *testing.T) {
 		h.setLeader(true)
 		h.expect(rec, "a", "b")
 
+		// A periodic resync queues its requests evenly over a tenth of
+		// the period (here 1 minute), not all at once.
 		time.Sleep(10*time.Minute - time.Nanosecond)
 		synctest.Wait()
 		h.expect(rec)
 		time.Sleep(time.Nanosecond)
 		synctest.Wait()
-		h.expect(rec, "a", "b")
+		h.expect(rec, "a")
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		h.expect(rec, "b")
 
 		h.write(deploymentType, "c", "", nil)
 		synctest.Wait()
 		h.expect(rec, "c")
-		time.Sleep(10 * time.Minute)
+		time.Sleep(10*time.Minute - 30*time.Second)
 		synctest.Wait()
-		h.expect(rec, "a", "b", "c")
+		h.expect(rec, "a")
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		h.expect(rec, "b")
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		h.expect(rec, "c")
 	})
 }
 

@@ -74,15 +74,22 @@ func (r *runner) mapEvent(w Watch, ev Event) (reqs []Request) {
 // controller cannot reconcile.
 func (r *runner) enqueue(reqs []Request) {
 	for _, req := range reqs {
-		if req.ID == nil {
-			continue
+		if r.accepts(req) {
+			r.queue.Add(req)
 		}
-		if r.ctl.ManagedType != nil && !ids.SameType(req.ID.GetType(), r.ctl.ManagedType) {
-			r.logger.Debug("mapper returned a request of another type, dropped", "request", req.String())
-			continue
-		}
-		r.queue.Add(req)
 	}
+}
+
+// accepts says whether a mapper's request is one this runner reconciles.
+func (r *runner) accepts(req Request) bool {
+	if req.ID == nil {
+		return false
+	}
+	if r.ctl.ManagedType != nil && !ids.SameType(req.ID.GetType(), r.ctl.ManagedType) {
+		r.logger.Debug("mapper returned a request of another type, dropped", "request", req.String())
+		return false
+	}
+	return true
 }
 
 // run works the queue until ctx ends, then waits for the reconciles in
@@ -109,7 +116,7 @@ func (r *runner) run(ctx context.Context) {
 				case <-ctx.Done():
 					return
 				case <-t.C:
-					r.resync(ctx)
+					r.resync(ctx, resyncSpread(r.ctl.ResyncPeriod))
 				}
 			}
 		})
@@ -120,11 +127,19 @@ func (r *runner) run(ctx context.Context) {
 	r.metrics.depth.WithLabelValues(r.ctl.Name).Set(0)
 }
 
+// resyncSpread is the time over which a periodic resync's requests are
+// queued: a tenth of the period. All at once, the task controller's
+// minute resync at 5,000 instances ran 5,000 reconciles back to back on
+// the leader and stalled the deployment that was running then.
+func resyncSpread(period time.Duration) time.Duration { return period / 10 }
+
 // resync lists every watched type from the store and maps each resource as
-// if it had just been written. Like the informer's watch it may list a
-// sealed type: the list only feeds the controller's mapper.
-func (r *runner) resync(ctx context.Context) {
+// if it had just been written, queueing the requests evenly over spread
+// (at once when it is 0: a new leader's resync). Like the informer's watch
+// it may list a sealed type: the list only feeds the controller's mapper.
+func (r *runner) resync(ctx context.Context, spread time.Duration) {
 	ctx = resource.FromOperations(ctx)
+	var reqs []Request
 	for _, w := range r.ctl.watches() {
 		resp, err := r.client.List(ctx, &pbresource.ListRequest{
 			Type:    w.Type,
@@ -137,8 +152,15 @@ func (r *runner) resync(ctx context.Context) {
 			continue
 		}
 		for _, res := range resp.GetResources() {
-			r.enqueue(r.mapEvent(w, Event{Resource: res}))
+			for _, req := range r.mapEvent(w, Event{Resource: res}) {
+				if r.accepts(req) {
+					reqs = append(reqs, req)
+				}
+			}
 		}
+	}
+	for i, req := range reqs {
+		r.queue.AddAfter(req, spread*time.Duration(i)/time.Duration(len(reqs)))
 	}
 }
 
