@@ -40,6 +40,8 @@ var tryIts = map[string]tryIt{
 	"dns.md: Try it: a bridge task resolves through its agent": {cni: true, tools: []string{"dig", "cut", "grep", "diff", "timeout", "cat"},
 		cleanup: "rm -f /tmp/dnsdemo-api.yaml /tmp/dnsdemo-client.yaml /tmp/dnsdemo-api.txt /tmp/dnsdemo-outside.txt"},
 	"catalog.md: Try it": {tools: []string{"curl", "sed", "grep"}},
+	"mesh.md: Try it": {cni: true, tools: []string{"python3", "curl", "cut", "grep", "tail", "timeout"},
+		cleanup: "rm -f /tmp/meshdemo-counting.yaml /tmp/meshdemo-dashboard.yaml /tmp/meshdemo-codes.txt"},
 	"catalog.md: Try it: a mesh task registers itself": {tools: []string{"cut", "tee", "grep", "tr"}},
 	"catalog.md: Try it: a container's health becomes its check": {tools: []string{"cut", "tee", "grep", "touch", "rm", "sleep"},
 		cleanup: "rm -f /tmp/hs-api-ready /tmp/hs-api.yaml /tmp/hs-run.txt"},

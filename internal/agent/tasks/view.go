@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"trellis.dev/trellis/internal/agent/sidecar"
 	"trellis.dev/trellis/internal/orchestrator"
 )
 
@@ -98,6 +99,10 @@ func (m *Manager) LogRunner(namespace, name, container string) (TaskRunner, erro
 		if c.GetName() == container {
 			return e.runner, nil
 		}
+	}
+	// The sidecar proxy the agent adds to a bridge mesh task.
+	if container == sidecar.ContainerName && sidecar.Needed(e.def) {
+		return e.runner, nil
 	}
 	return nil, &noLogsError{"task " + key + " has no container " + container}
 }

@@ -70,7 +70,8 @@ const specHelp = `FILE is YAML or JSON ("-" reads standard input):
 
 With a mesh block, each task registers its service instance in the catalog
 before its containers start, and removes it once stopped (docs/catalog.md);
-the sidecar proxy is not there yet, so nothing serves the upstreams' ports.
+a bridge task also gets the sidecar proxy, the container trellis-proxy, started
+and healthy before the others (docs/mesh.md).
 
 The revision is assigned: one more than the family's latest. Registering the
 same definition as the latest revision again changes nothing and says so.
