@@ -116,8 +116,8 @@ func TestRotationUnderTraffic(t *testing.T) {
 		t.Errorf("the kept-alive client dialed %d times, want 1", n)
 	}
 	pruned := [][]byte{ca2.rootPEM()}
-	apiSnap = update(api, apiSnap, func(s *pbproxy.Snapshot) { s.Certificates.RootsPem = pruned })
-	webSnap = update(web, webSnap, func(s *pbproxy.Snapshot) { s.Certificates.RootsPem = pruned })
+	update(api, apiSnap, func(s *pbproxy.Snapshot) { s.Certificates.RootsPem = pruned })
+	update(web, webSnap, func(s *pbproxy.Snapshot) { s.Certificates.RootsPem = pruned })
 	more("the pruning", false)
 	// The kept connection's client leaf chains to the pruned root alone:
 	// the pruning closed it.
