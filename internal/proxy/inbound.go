@@ -156,7 +156,7 @@ func (p *Proxy) serveInbound(ctx context.Context, raw net.Conn, h *inboundHTTP) 
 		}
 	}
 	if isHTTP {
-		h.serveConn(ctx, tc, cc, connInfo{peer: peer, peerID: id.String(), hash: certHash(cs.PeerCertificates[0].Raw)})
+		h.serveConn(tc, cc, connInfo{peer: peer, peerID: id.String(), hash: certHash(cs.PeerCertificates[0].Raw)})
 		return
 	}
 	p.spliceToApp(tc, st.snap.GetInbound().GetAppAddress())

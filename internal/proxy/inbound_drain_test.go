@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"testing"
 	"time"
-
-	"golang.org/x/net/http2"
 )
 
 // TestInboundDrain: requests in flight when the drain starts complete,
@@ -36,7 +34,7 @@ func TestInboundDrain(t *testing.T) {
 	roots := [][]byte{c.rootPEM()}
 	clients := map[string]*http.Client{
 		"HTTP/1.1": {Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS(t, webLeaf, webKey, roots)}},
-		"HTTP/2":   {Timeout: 20 * time.Second, Transport: &http2.Transport{TLSClientConfig: clientTLS(t, webLeaf, webKey, roots, "h2")}},
+		"HTTP/2":   http2Client(clientTLS(t, webLeaf, webKey, roots, "h2")),
 	}
 	type result struct {
 		name, body string

@@ -7,7 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -18,15 +18,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/http2"
-
 	"trellis.dev/trellis/internal/mesh"
 )
 
-// The inbound listener's HTTP side, for http and grpc services: HTTP/1.1
-// through one http.Server fed the connections, HTTP/2 (gRPC included,
-// negotiated by ALPN) through http2.Server.ServeConn. Each request is
-// decided by the intentions (403 when denied), given
+// The inbound listener's HTTP side, for http and grpc services: one
+// http.Server fed the connections already handshaked and allowed,
+// HTTP/1.1 ones wrapped (h1Conn), HTTP/2 ones (gRPC included, negotiated
+// by ALPN) as their *tls.Conn, which the server serves over HTTP/2. Each
+// request is decided by the intentions (403 when denied), given
 // X-Forwarded-Client-Cert, and forwarded to the app: over HTTP/1.1 for an
 // http service, over HTTP/2 without TLS for a grpc one.
 
@@ -56,9 +55,9 @@ func XFCC(by, hash, peerID string) string {
 
 type inboundHTTP struct {
 	p     *Proxy
-	h1    *http.Server
-	h2    *http2.Server
+	srv   *http.Server
 	conns *chanListener
+	h2    sync.Map // *tls.Conn → *h2Conn, while served
 
 	toHTTP *httputil.ReverseProxy // the app speaks HTTP/1.1
 	toGRPC *httputil.ReverseProxy // the app speaks HTTP/2 without TLS
@@ -66,29 +65,40 @@ type inboundHTTP struct {
 
 func newInboundHTTP(p *Proxy) *inboundHTTP {
 	h := &inboundHTTP{p: p, conns: newChanListener()}
-	h.h1 = &http.Server{
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true) // on a *tls.Conn that negotiated h2
+	h.srv = &http.Server{
 		Handler:           h,
+		Protocols:         &protocols,
 		ReadHeaderTimeout: p.cfg.HeaderTimeout,
-		IdleTimeout:       p.cfg.IdleTimeout,
-		// The HTTP/2 server takes these hooks too, with its own
-		// connections, which carry their connInfo in ServeConnOpts.
+		IdleTimeout:       p.cfg.IdleTimeout, // HTTP/2's too
+		// What it says of peers (a malformed HTTP/2 preface, say) is for
+		// debugging: ProtocolErrors counts it.
+		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if hc, ok := c.(*h1Conn); ok {
-				return context.WithValue(ctx, connInfoKey{}, hc.info)
+			switch c := c.(type) {
+			case *h1Conn:
+				return context.WithValue(ctx, connInfoKey{}, c.info)
+			case *tls.Conn:
+				if hc, ok := h.h2.Load(c); ok {
+					return context.WithValue(ctx, connInfoKey{}, hc.(*h2Conn).info)
+				}
 			}
 			return ctx
 		},
+		// The server calls it with an HTTP/2 connection too: Active once
+		// its preface is read, Closed at its end.
 		ConnState: func(c net.Conn, s http.ConnState) {
-			if hc, ok := c.(*h1Conn); ok {
-				hc.setState(s)
+			switch c := c.(type) {
+			case *h1Conn:
+				c.setState(s)
+			case *tls.Conn:
+				if hc, ok := h.h2.Load(c); ok {
+					hc.(*h2Conn).setState(s)
+				}
 			}
 		},
-	}
-	h.h2 = &http2.Server{IdleTimeout: p.cfg.IdleTimeout}
-	// Registers the HTTP/2 connections with h1, so that its Shutdown
-	// (drain) sends them GOAWAY.
-	if err := http2.ConfigureServer(h.h1, h.h2); err != nil {
-		p.log.Error("proxy: inbound: HTTP/2 graceful shutdown unavailable", "err", err)
 	}
 	dial := &net.Dialer{Timeout: appDialTimeout}
 	h.toHTTP = h.reverse(&http.Transport{
@@ -96,11 +106,12 @@ func newInboundHTTP(p *Proxy) *inboundHTTP {
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     p.cfg.IdleTimeout,
 	})
-	h.toGRPC = h.reverse(&http2.Transport{
-		AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			return dial.DialContext(ctx, network, addr)
-		},
+	var h2c http.Protocols
+	h2c.SetUnencryptedHTTP2(true)
+	h.toGRPC = h.reverse(&http.Transport{
+		DialContext:     dial.DialContext,
+		Protocols:       &h2c,
+		IdleConnTimeout: p.cfg.IdleTimeout,
 	})
 	return h
 }
@@ -123,51 +134,45 @@ func (h *inboundHTTP) reverse(t http.RoundTripper) *httputil.ReverseProxy {
 
 type appKey struct{}
 
-func (h *inboundHTTP) serve() { h.h1.Serve(h.conns) }
+func (h *inboundHTTP) serve() {
+	if err := h.srv.Serve(h.conns); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+		h.p.log.Error("proxy: inbound: the HTTP server stopped", "err", err)
+	}
+}
 
 // drain stops taking requests: HTTP/1.1 connections close once idle,
 // HTTP/2 ones get GOAWAY and close once their streams end.
 func (h *inboundHTTP) drain() {
-	h.h1.SetKeepAlivesEnabled(false)
-	go h.h1.Shutdown(context.Background())
+	h.srv.SetKeepAlivesEnabled(false)
+	go h.srv.Shutdown(context.Background())
 }
 
 func (h *inboundHTTP) close() {
-	h.h1.Close()
+	h.srv.Close()
 	h.conns.Close()
 }
 
-// http2Preface is what an HTTP/2 client sends first.
-const http2Preface = http2.ClientPreface
-
 // serveConn serves one inbound HTTP connection (tc over raw) until it
 // ends.
-func (h *inboundHTTP) serveConn(ctx context.Context, tc *tls.Conn, raw *countingConn, info connInfo) {
+func (h *inboundHTTP) serveConn(tc *tls.Conn, raw *countingConn, info connInfo) {
 	p := h.p
 	if tc.ConnectionState().NegotiatedProtocol == "h2" {
-		// The preface is checked here, within the header timeout, so that
-		// a malformed one is counted and a silent client let go.
-		raw.SetReadDeadline(time.Now().Add(p.cfg.HeaderTimeout))
-		buf := make([]byte, len(http2Preface))
-		if _, err := io.ReadFull(tc, buf); err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
+		c := &h2Conn{info: info, p: p, closed: make(chan struct{})}
+		h.h2.Store(tc, c)
+		defer h.h2.Delete(tc)
+		// A client silent after the handshake is let go at the header
+		// timeout, as an HTTP/1.1 one is.
+		timer := time.AfterFunc(p.cfg.HeaderTimeout, func() {
+			if c.phase.CompareAndSwap(prefaceAwaited, prefaceTimedOut) {
 				p.stats.ProtocolErrors.WithLabelValues(inboundListener, ReasonHeaderTimeout).Inc()
-			} else {
-				p.stats.ProtocolErrors.WithLabelValues(inboundListener, ReasonHTTP2Preface).Inc()
+				raw.Close()
 			}
-			return
-		}
-		if string(buf) != http2Preface {
-			p.stats.ProtocolErrors.WithLabelValues(inboundListener, ReasonHTTP2Preface).Inc()
-			p.log.Debug("proxy: inbound: malformed HTTP/2 preface", "source", info.peer.String())
-			return
-		}
-		raw.SetReadDeadline(time.Time{})
-		h.h2.ServeConn(&prefacedConn{Conn: tc, prefix: buf}, &http2.ServeConnOpts{
-			Context:    context.WithValue(ctx, connInfoKey{}, info),
-			Handler:    h,
-			BaseConfig: h.h1,
 		})
+		defer timer.Stop()
+		if !h.conns.push(tc) {
+			return
+		}
+		<-c.closed
 		return
 	}
 	c := &h1Conn{Conn: tc, raw: raw, info: info, p: p, closed: make(chan struct{})}
@@ -262,23 +267,36 @@ func (w *statusWriter) code() int {
 	return w.status
 }
 
-// prefacedConn replays the HTTP/2 preface read from it.
-type prefacedConn struct {
-	net.Conn
-	prefix []byte
+// The phases of an inbound HTTP/2 connection.
+const (
+	prefaceAwaited int32 = iota
+	prefaceRead
+	prefaceTimedOut
+	prefaceFailed
+)
+
+// h2Conn follows an inbound HTTP/2 connection served by the http.Server:
+// one that ends before its preface is read (a malformed one, or none) is
+// counted, and its end is said.
+type h2Conn struct {
+	info      connInfo
+	p         *Proxy
+	phase     atomic.Int32
+	closeOnce sync.Once
+	closed    chan struct{}
 }
 
-func (c *prefacedConn) Read(b []byte) (int, error) {
-	if len(c.prefix) > 0 {
-		n := copy(b, c.prefix)
-		c.prefix = c.prefix[n:]
-		return n, nil
+func (c *h2Conn) setState(s http.ConnState) {
+	switch s {
+	case http.StateActive:
+		c.phase.CompareAndSwap(prefaceAwaited, prefaceRead)
+	case http.StateClosed:
+		if c.phase.CompareAndSwap(prefaceAwaited, prefaceFailed) {
+			c.p.stats.ProtocolErrors.WithLabelValues(inboundListener, ReasonHTTP2Preface).Inc()
+			c.p.log.Debug("proxy: inbound: no HTTP/2 preface", "source", c.info.peer.String())
+		}
+		c.closeOnce.Do(func() { close(c.closed) })
 	}
-	return c.Conn.Read(b)
-}
-
-func (c *prefacedConn) ConnectionState() tls.ConnectionState {
-	return c.Conn.(*tls.Conn).ConnectionState()
 }
 
 // h1Conn is an inbound HTTP/1.1 connection handed to the http.Server. It

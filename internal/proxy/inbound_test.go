@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"golang.org/x/net/http2"
 	"google.golang.org/protobuf/proto"
 
 	pbmesh "trellis.dev/trellis/api/mesh/v1"
@@ -114,6 +113,38 @@ func echoApp(t testing.TB) string {
 
 func httpClient(conf *tls.Config) *http.Client {
 	return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: conf, DisableKeepAlives: true}}
+}
+
+// http2Client is a client that speaks HTTP/2 alone, over TLS with conf.
+func http2Client(conf *tls.Config) *http.Client {
+	var h2 http.Protocols
+	h2.SetHTTP2(true)
+	return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: conf, Protocols: &h2}}
+}
+
+// closedWithoutResponse reads an HTTP/2 connection to its end: it must
+// end, with nothing but the server's SETTINGS (what an HTTP/2 server may
+// send before the client's preface) and a GOAWAY on it.
+func closedWithoutResponse(c *tls.Conn) error {
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	got, err := io.ReadAll(c)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return errors.New("the connection stayed open")
+	}
+	for len(got) > 0 {
+		if len(got) < 9 {
+			return fmt.Errorf("the proxy sent %q, not HTTP/2 frames", got)
+		}
+		length := int(got[0])<<16 | int(got[1])<<8 | int(got[2])
+		if typ := got[3]; typ != 0x4 && typ != 0x7 { // SETTINGS, GOAWAY
+			return fmt.Errorf("the proxy sent an HTTP/2 frame of type %d", typ)
+		}
+		if len(got) < 9+length {
+			return fmt.Errorf("the proxy sent a truncated HTTP/2 frame")
+		}
+		got = got[9+length:]
+	}
+	return nil
 }
 
 // refusedConn says whether a connection made with conf is refused: the
@@ -262,12 +293,20 @@ func TestInboundAttacks(t *testing.T) {
 				return errors.New("h2 not negotiated")
 			}
 			io.WriteString(c, "GET / HTTP/1.1\r\nHost: api\r\n\r\n")
-			c.SetReadDeadline(time.Now().Add(20 * time.Second))
-			if _, err := c.Read(make([]byte, 64)); err == nil {
-				return errors.New("the proxy answered")
-			}
-			return nil
+			return closedWithoutResponse(c)
 		}, func() float64 { return proto(ReasonHTTP2Preface) }},
+		{"a client silent after an HTTP/2 handshake", func(t *testing.T) error {
+			c, err := tls.Dial("tcp", addr, clientTLS(t, webLeaf, webKey, roots, "h2"))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if c.ConnectionState().NegotiatedProtocol != "h2" {
+				return errors.New("h2 not negotiated")
+			}
+			// It never sends its preface: the header timeout closes it.
+			return closedWithoutResponse(c)
+		}, func() float64 { return proto(ReasonHeaderTimeout) }},
 		{"a slowloris client", func(t *testing.T) error {
 			c, err := tls.Dial("tcp", addr, clientTLS(t, webLeaf, webKey, roots, "http/1.1"))
 			if err != nil {
@@ -322,7 +361,7 @@ func TestInboundHTTPAllowed(t *testing.T) {
 	want := "xfcc=" + XFCC(spiffeOf(testTD, "default", "api"), certHash(cert.Certificate[0]), spiffeOf(testTD, "default", "web"))
 
 	h1 := httpClient(clientTLS(t, webLeaf, webKey, [][]byte{c.rootPEM()}))
-	h2 := &http.Client{Timeout: 20 * time.Second, Transport: &http2.Transport{TLSClientConfig: clientTLS(t, webLeaf, webKey, [][]byte{c.rootPEM()}, "h2")}}
+	h2 := http2Client(clientTLS(t, webLeaf, webKey, [][]byte{c.rootPEM()}, "h2"))
 	// The app gets the path the permissions decided on.
 	code, body, err := rawRequest(addr, clientTLS(t, webLeaf, webKey, [][]byte{c.rootPEM()}, "http/1.1"), "/v1//x/../items")
 	if err != nil || code != 200 || !strings.HasPrefix(body, "GET /v1/items xfcc=") {
