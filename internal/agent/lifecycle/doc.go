@@ -60,7 +60,9 @@
 // unsatisfiable dependency) sends SIGTERM to every container that is not a
 // sidecar, all at once. Sidecars keep running, so that the app can still
 // reach the mesh through its proxy, until no other container is running;
-// then they get SIGTERM. A container still running StopTimeout (default
+// then they get SIGTERM. A sidecar with a DrainSignal gets it when the stop
+// begins, while the others still run: the mesh proxy then refuses new
+// inbound connections and finishes those it carries. A container still running StopTimeout (default
 // 30 s) after its own SIGTERM gets SIGKILL. Containers that never started
 // are STOPPED at once, and one whose start is in flight is signalled once it
 // has started. When no container runs the task is STOPPED, and every

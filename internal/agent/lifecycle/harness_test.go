@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"fmt"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +27,10 @@ func withCheck(c ContainerSpec) ContainerSpec {
 }
 
 func withStopTimeout(c ContainerSpec, d time.Duration) ContainerSpec { c.StopTimeout = d; return c }
+func withDrainSignal(c ContainerSpec, sig syscall.Signal) ContainerSpec {
+	c.DrainSignal = sig
+	return c
+}
 
 func dep(name string, cond Condition) Dependency { return Dependency{Container: name, Condition: cond} }
 
@@ -131,7 +136,8 @@ func formatActions(as []Action) []string {
 			}
 			out = append(out, s)
 		case ActSignal:
-			out = append(out, fmt.Sprintf("%s %s", map[bool]string{true: "kill", false: "term"}[a.Signal == 9], a.Handle.ID))
+			word := map[syscall.Signal]string{syscall.SIGKILL: "kill", syscall.SIGTERM: "term", syscall.SIGUSR1: "usr1"}[a.Signal]
+			out = append(out, fmt.Sprintf("%s %s", word, a.Handle.ID))
 		default:
 			out = append(out, fmt.Sprintf("%s %s", a.Kind, a.Handle.ID))
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"time"
 
 	"trellis.dev/trellis/internal/agent/health"
@@ -38,9 +39,13 @@ type ContainerSpec struct {
 	Essential bool
 	// Sidecar: on stop, the container keeps running until every
 	// non-sidecar container has exited.
-	Sidecar   bool
-	DependsOn []Dependency
-	Health    *HealthCheck
+	Sidecar bool
+	// DrainSignal, for a sidecar, is sent to it when a stop begins while
+	// other containers still run: the mesh proxy's cue to refuse new
+	// inbound connections before its own SIGTERM. Zero: none.
+	DrainSignal syscall.Signal
+	DependsOn   []Dependency
+	Health      *HealthCheck
 	// StopTimeout is the time between SIGTERM and SIGKILL; zero means
 	// DefaultStopTimeout.
 	StopTimeout time.Duration
@@ -122,6 +127,9 @@ func (s TaskSpec) Validate() error {
 		index[c.Name] = i
 		if c.Driver == "" {
 			return fmt.Errorf("%s.driver: must not be empty", f)
+		}
+		if c.DrainSignal != 0 && !c.Sidecar {
+			return fmt.Errorf("%s.drain_signal: only a sidecar is signalled to drain", f)
 		}
 		if c.StopTimeout < 0 {
 			return fmt.Errorf("%s.stop_timeout: must not be negative, got %s", f, c.StopTimeout)

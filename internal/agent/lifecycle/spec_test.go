@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -30,6 +31,8 @@ func TestValidate(t *testing.T) {
 			"containers[0].health_check: tcp:"},
 		{"negative stop timeout", ok(ContainerSpec{Name: "app", Driver: "exec", Essential: true, StopTimeout: -time.Second}),
 			"containers[0].stop_timeout: must not be negative"},
+		{"drain signal of a non-sidecar", ok(withDrainSignal(ctr("app", true), syscall.SIGUSR1)),
+			"containers[0].drain_signal: only a sidecar is signalled to drain"},
 		{"negative attempts", task(RestartPolicy{Attempts: -1}, ctr("app", true)), "restart_policy.attempts"},
 		{"jitter beyond 1", task(RestartPolicy{Jitter: 1.5}, ctr("app", true)), "restart_policy.jitter"},
 	}

@@ -116,6 +116,8 @@ type ContainerState struct {
 	Restarts     []time.Time `json:"restarts,omitempty"`
 	RestartAt    time.Time   `json:"restart_at,omitzero"`
 
+	// DrainAt is when a sidecar's DrainSignal was sent.
+	DrainAt time.Time `json:"drain_at,omitzero"`
 	// TermAt is when SIGTERM was sent; Killed: SIGKILL was sent too.
 	TermAt time.Time `json:"term_at,omitzero"`
 	Killed bool      `json:"killed,omitempty"`

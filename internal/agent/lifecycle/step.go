@@ -299,7 +299,8 @@ func (s *step) updateRunning() {
 }
 
 // sequenceStop drives a stop: SIGTERM to every container that is not a
-// sidecar; SIGTERM to sidecars once no other container is up; SIGKILL to
+// sidecar, and its DrainSignal to a sidecar that has one; SIGTERM to
+// sidecars once no other container is up; SIGKILL to
 // any container still up StopTimeout after its SIGTERM; STOPPED once none
 // is up, and every container destroyed.
 func (s *step) sequenceStop() {
@@ -324,6 +325,10 @@ func (s *step) sequenceStop() {
 			anyUp = true
 		case PhaseRunning:
 			anyUp = true
+			if cs.Sidecar && othersUp && cs.DrainSignal != 0 && c.DrainAt.IsZero() && c.TermAt.IsZero() {
+				c.DrainAt = s.now()
+				s.do(s.signal(c, cs.DrainSignal))
+			}
 			if c.TermAt.IsZero() && (!cs.Sidecar || !othersUp) {
 				c.TermAt = s.now()
 				s.do(s.signal(c, syscall.SIGTERM))

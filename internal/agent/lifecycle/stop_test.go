@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -55,6 +56,35 @@ func TestStopSequence(t *testing.T) {
 				{46 * sec, killed("proxy"), s("destroy app#1", "destroy proxy#1", "destroy sync#1")},
 			}),
 			wantReason: "deployment replaced",
+			wantStatus: TaskStopped,
+		},
+		{
+			name: "a sidecar with a drain signal gets it when the stop begins, and SIGTERM last",
+			spec: task(noRestarts,
+				withDrainSignal(withStopTimeout(sidecar(ctr("proxy", false)), 5*sec), syscall.SIGUSR1),
+				ctr("app", true, dep("proxy", CondStart)),
+				ctr("sync", false, dep("proxy", CondStart))),
+			moves: slices.Concat(running, []move{
+				{10 * sec, stop("deployment replaced"), s("term app#1", "term sync#1", "usr1 proxy#1")},
+				{11 * sec, exited("app", 0), nil}, // the drain signal is sent once
+				{12 * sec, exited("sync", 0), s("term proxy#1")},
+				{13 * sec, exited("proxy", 0), s("destroy app#1", "destroy proxy#1", "destroy sync#1")},
+			}),
+			wantReason: "deployment replaced",
+			wantStatus: TaskStopped,
+		},
+		{
+			name: "a sidecar alone gets no drain signal, only its SIGTERM",
+			spec: task(noRestarts,
+				withDrainSignal(sidecar(ctr("proxy", false)), syscall.SIGUSR1),
+				ctr("app", true, dep("proxy", CondStart))),
+			moves: []move{
+				{0, tick, s("start proxy")},
+				{0, started("proxy"), s("start app")},
+				{1 * sec, failed("app", "no such program"), s("term proxy#1")},
+				{2 * sec, exited("proxy", 0), s("destroy proxy#1")},
+			},
+			wantReason: "no such program",
 			wantStatus: TaskStopped,
 		},
 		{

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	"google.golang.org/protobuf/proto"
 
@@ -23,6 +24,12 @@ const (
 	AdminPort     = orchestrator.ProxyAdminPort
 	SocketName    = "proxy.sock"
 )
+
+// DrainSignal is what the lifecycle sends the proxy when its task begins
+// to stop, while the app still runs (lifecycle.ContainerSpec.DrainSignal):
+// the proxy refuses new inbound connections from then on, and exits on
+// its SIGTERM, once the app has exited.
+const DrainSignal = syscall.SIGUSR1
 
 // The proxy's health check: probed every second during its start period,
 // until its first pass lets the app start.

@@ -14,7 +14,8 @@ import (
 // dataDir the agent's data dir. A definition Inject refuses stops its task
 // with the refusal as its reason. Before the task starts, the directories
 // from dataDir down to the task's are made searchable by the proxy's user
-// (not readable), so that it reaches its socket there.
+// (not readable), so that it reaches its socket there. The proxy is
+// signalled to drain when the task begins to stop (sidecar.DrainSignal).
 func WithProxy(executable, dataDir string) agent.NewRunnerFunc {
 	// The agent makes its data dir absolute (agent.New); so does this.
 	if abs, err := filepath.Abs(dataDir); err == nil {
@@ -34,6 +35,12 @@ func WithProxy(executable, dataDir string) agent.NewRunnerFunc {
 		if err := sidecar.Searchable(dataDir, rc.Dir); err != nil {
 			return nil, fmt.Errorf("sidecar proxy: %w", err)
 		}
-		return newRunner(rc, Build(rc.TaskID, rc.UID, td, sidecar.DriverSpec(rc.DriverSpec)))
+		spec := Build(rc.TaskID, rc.UID, td, sidecar.DriverSpec(rc.DriverSpec))
+		for i := range spec.Containers {
+			if spec.Containers[i].Name == sidecar.ContainerName {
+				spec.Containers[i].DrainSignal = sidecar.DrainSignal
+			}
+		}
+		return newRunner(rc, spec)
 	}
 }

@@ -116,8 +116,9 @@ func TestWithProxyRefuses(t *testing.T) {
 
 // TestInjectedTimeline plays the injected spec through the lifecycle's
 // Step: the proxy starts first and the apps only once it is healthy; on
-// stop the apps get SIGTERM, the proxy only once both have exited, the one
-// ignoring SIGTERM after its stop timeout's SIGKILL.
+// stop the apps get SIGTERM and the proxy its drain signal, and the proxy
+// SIGTERM only once both have exited, the one ignoring SIGTERM after its
+// stop timeout's SIGKILL.
 func TestInjectedTimeline(t *testing.T) {
 	rc, data := meshRunnerConfig(t)
 	tr, err := WithProxy("/bin/true", data)(rc)
@@ -165,7 +166,8 @@ func TestInjectedTimeline(t *testing.T) {
 	}
 
 	now = now.Add(time.Minute)
-	expect("stop", step(lifecycle.StopRequested{Reason: "deployment replaced"}), "signal app terminated", "signal worker terminated")
+	expect("stop", step(lifecycle.StopRequested{Reason: "deployment replaced"}),
+		"signal app terminated", "signal trellis-proxy user defined signal 1", "signal worker terminated")
 	now = now.Add(time.Second)
 	expect("app exits", step(lifecycle.Exited{Container: "app", Incarnation: 1, Exit: driver.Exit{Code: 0}}))
 	now = now.Add(9 * time.Second) // the worker's stop timeout

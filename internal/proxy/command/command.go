@@ -2,6 +2,9 @@ package command
 
 import (
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -32,14 +35,35 @@ directory), watches the task's proxy snapshots and serves the current one:
 
 A new snapshot replaces the previous one whole; one the proxy refuses leaves
 the previous in place. While the agent is away the proxy keeps serving its
-last snapshot and redials with backoff. On SIGTERM, which the agent sends once
-the task's other containers have exited, it waits for the connections it
-carries to end (at most -drain-timeout), closes what is left and exits 0.
+last snapshot and redials with backoff.
+
+On SIGUSR1, which the agent sends when the task begins to stop, the proxy
+drains: its inbound listener closes (new connections are refused, so clients
+retry another instance), the connections open finish, and the app's outbound
+traffic is still carried. On SIGTERM, which the agent sends once the task's
+other containers have exited, it drains if it was not already, waits for the
+connections it carries to end (at most -drain-timeout), closes what is left
+and exits 0.
 See docs/mesh.md.`,
 		Example: `  # what the agent runs in a mesh task (its directory under the agent's data dir)
   trellis proxy -socket /var/lib/trellis/agent/tasks/UID/proxy.sock -task 01jd3k8yq0w5x6rz3b2v4n7c9e`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The drain signal, caught first: its default would end the
+			// process.
+			usr1 := make(chan os.Signal, 1)
+			signal.Notify(usr1, syscall.SIGUSR1)
+			defer signal.Stop(usr1)
+			drain, done := make(chan struct{}), make(chan struct{})
+			defer close(done)
+			go func() {
+				select {
+				case <-usr1:
+					close(drain)
+				case <-done:
+				}
+			}()
+			cfg.Drain = drain
 			if err := cfg.check(); err != nil {
 				return cli.Usage(err)
 			}

@@ -6,9 +6,11 @@
 // It dials the agent's Unix socket in the task's directory, watches the
 // task's snapshots (ProxyService.Watch) and applies each to the proxy
 // runtime (internal/proxy's Proxy.Update). While the stream is down it
-// keeps serving its last snapshot and redials with backoff. On SIGTERM
-// (which the agent sends once the task's app containers have exited) it
+// keeps serving its last snapshot and redials with backoff. On SIGUSR1
+// (the lifecycle's drain signal, sent as the task begins to stop) it
 // drains (Proxy.Drain: the inbound listener closes, open connections
-// finish), waits up to a bound for the connections it carries to end,
-// then closes what is left and exits 0.
+// finish, the app's outbound traffic is still carried). On SIGTERM (sent
+// once the task's app containers have exited) it drains if it had not,
+// waits up to a bound for the connections it carries to end, then closes
+// what is left and exits 0.
 package command

@@ -33,7 +33,11 @@ type Config struct {
 	// DrainTimeout bounds the drain once ctx ends; DefaultDrainTimeout
 	// when zero.
 	DrainTimeout time.Duration
-	Log          *slog.Logger
+	// Drain, when it is closed or receives, starts the drain while the
+	// proxy keeps serving the app's outbound traffic (the agent's drain
+	// signal, sent as the task begins to stop); nil: only at ctx's end.
+	Drain <-chan struct{}
+	Log   *slog.Logger
 }
 
 func (c Config) check() error {
@@ -83,6 +87,15 @@ func run(ctx context.Context, cfg Config, p *proxy.Proxy) error {
 	defer stopServing()
 	served := make(chan error, 1)
 	go func() { served <- p.Run(serveCtx) }()
+	if cfg.Drain != nil {
+		go func() {
+			select {
+			case <-cfg.Drain:
+				p.Drain()
+			case <-serveCtx.Done():
+			}
+		}()
+	}
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)

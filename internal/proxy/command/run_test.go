@@ -339,3 +339,41 @@ func TestRunDrainsOnStop(t *testing.T) {
 		t.Fatal("run did not return once the last connection ended")
 	}
 }
+
+// TestRunDrainsOnTheDrainSignal: the agent's drain signal closes the
+// inbound listener while the proxy goes on serving (its admin port, the
+// outbound side), until ctx ends.
+func TestRunDrainsOnTheDrainSignal(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "proxy.sock")
+	agent := serveSocket(t, sock)
+	p, err := proxy.New(proxy.Config{Log: testlog.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	drainCh := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, Config{Socket: sock, Task: testTask, DrainTimeout: time.Minute, Drain: drainCh, Log: testlog.Logger(t)}, p)
+	}()
+	snap := snapshotOf(t, "v1")
+	snap.Inbound = &pbproxy.Inbound{Address: "127.0.0.1:0", AppAddress: "127.0.0.1:1", Protocol: "tcp", DefaultIntention: "deny"}
+	agent.snaps <- snap
+	waitFor(t, "the inbound listener", func() bool { return p.Addr("inbound") != nil })
+
+	close(drainCh)
+	waitFor(t, "the inbound listener to close", func() bool { return p.Addr("inbound") == nil })
+	if !p.Draining() || p.Addr("admin") == nil {
+		t.Fatalf("draining %v, admin %v: want a draining proxy still serving", p.Draining(), p.Addr("admin"))
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("run returned (%v) on the drain signal", err)
+	default:
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
