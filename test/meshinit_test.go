@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
+	"trellis.dev/trellis/internal/netns"
 	"trellis.dev/trellis/internal/testcluster"
 )
 
@@ -74,6 +76,9 @@ func (e *orchEnv) serviceInstance(name string) (si serviceInstanceJSON, ok bool)
 // ServiceInstance has the task's address in its namespace and a
 // transparent proxy; the agent killed with SIGKILL and started again
 // registers nothing new, and removes the instance when the task stops.
+// The task's namespace has the redirect of a transparent task (outbound
+// TCP to the proxy's 15001, DNS to the agent) once, before and after the
+// restart, and goes, with its rules, when the task stops.
 func TestMeshBridgeTask(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
@@ -116,6 +121,8 @@ func TestMeshBridgeTask(t *testing.T) {
 		si.Data.Proxy.Port != 15000 || si.Data.Proxy.Mode != "transparent" || si.Data.Instance != a.Name || si.Data.Task != name {
 		t.Errorf("service instance %+v; the task's address is %s", si.Data, tk.Data.Network.Address)
 	}
+	nsPath := tk.Data.Network.NamespacePath
+	checkTransparentRules(t, nsPath, "after the start")
 
 	a.Kill()
 	if err := a.Start(); err != nil {
@@ -126,14 +133,45 @@ func TestMeshBridgeTask(t *testing.T) {
 	if again, ok := e.serviceInstance(name); !ok || again.ID.UID != si.ID.UID || again.Data != si.Data {
 		t.Errorf("after the restart the service instance is %+v (present %v), was %+v", again, ok, si)
 	}
+	checkTransparentRules(t, nsPath, "after the agent's restart")
 
 	e.mustCLI("task", "stop", name)
 	e.waitTask(name, "stops", func(tk taskJSON) bool { return tk.Data.LastStatus == "STOPPED" })
 	if si, ok := e.serviceInstance(name); ok {
 		t.Errorf("the service instance is still there once the task is STOPPED: %+v", si)
 	}
+	if netns.Is(nsPath) {
+		t.Errorf("the task's namespace %s, and its rules, are still there once the task is STOPPED", nsPath)
+	}
 	if t.Failed() {
 		b, _ := os.ReadFile(e.server.LogPath)
 		t.Logf("--- server log ---\n%s", tail(b, 4000))
+	}
+}
+
+// checkTransparentRules reads the nat table of the namespace at path and
+// wants the agent's redirect of a transparent mesh task there, once.
+func checkTransparentRules(t *testing.T, path, when string) {
+	t.Helper()
+	out, err := exec.Command("nsenter", "--net="+path, "iptables-save", "-t", "nat").CombinedOutput()
+	if err != nil {
+		t.Fatalf("iptables-save in %s: %v: %s", path, err, out)
+	}
+	want := map[string]int{
+		"-A OUTPUT -p tcp -m addrtype ! --dst-type LOCAL -j TRELLIS_OUTBOUND": 1,
+		"-A OUTPUT -j TRELLIS_DNS":                                1,
+		"-A TRELLIS_OUTBOUND -p tcp -j REDIRECT --to-ports 15001": 1,
+		"-A TRELLIS_OUTBOUND -m owner --uid-owner 1337 -j RETURN": 1,
+	}
+	got := map[string]int{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if _, ok := want[line]; ok {
+			got[line]++
+		}
+	}
+	for line, n := range want {
+		if got[line] != n {
+			t.Errorf("%s: %q is in the task's nat table %d times, want %d:\n%s", when, line, got[line], n, out)
+		}
 	}
 }

@@ -130,7 +130,14 @@ func (n *taskNetwork) Setup(ctx context.Context, req tasknet.Request) (tasknet.A
 	att, err := n.net.Setup(ctx, req)
 	if err == nil {
 		n.serveMetadata(att)
-		n.serveDNS(ctx, att)
+		if err = n.serveDNS(ctx, att); err != nil {
+			n.stopMetadata(att.TaskUID)
+			n.stopDNS(att.TaskUID)
+			if terr := n.net.Teardown(ctx, att); terr != nil {
+				err = fmt.Errorf("%w; and the namespace could not be torn down: %v", err, terr)
+			}
+			return tasknet.Attachment{}, err
+		}
 	}
 	return att, err
 }
@@ -144,7 +151,9 @@ func (n *taskNetwork) Adopt(att tasknet.Attachment) error {
 		n.serveMetadata(att)
 		ctx, cancel := context.WithTimeout(context.Background(), dnsRedirectTimeout)
 		defer cancel()
-		n.serveDNS(ctx, att)
+		if err := n.serveDNS(ctx, att); err != nil {
+			n.log.Warn("the adopted task's outbound traffic is not redirected to its proxy", "task_uid", att.TaskUID, "err", err)
+		}
 	}
 	return err
 }
@@ -238,23 +247,43 @@ const dnsRedirectTimeout = 30 * time.Second
 // trellis. names through its agent, and every other name through the
 // recursors the agent forwards them to. A task whose namespace refuses
 // either runs on, resolving as it would without: the agent logs why.
-func (n *taskNetwork) serveDNS(ctx context.Context, att tasknet.Attachment) {
-	if n.dns == nil {
-		return
+// For a transparent mesh task (att.Transparent) it writes the proxy's
+// outbound rules too, with the same DNS option (redirect.ApplyDNS): the
+// error it returns is that of those rules, without which the task must
+// not run.
+func (n *taskNetwork) serveDNS(ctx context.Context, att tasknet.Attachment) error {
+	var l io.Closer
+	var addr netip.AddrPort
+	if n.dns != nil {
+		var err error
+		if l, addr, err = n.dns.ServeTaskNamespace(att.Path); err != nil {
+			n.log.Warn("the task cannot resolve through the agent's DNS: cannot listen in its namespace", "task_uid", att.TaskUID, "err", err)
+			l = nil
+		}
 	}
-	l, addr, err := n.dns.ServeTaskNamespace(att.Path)
-	if err != nil {
-		n.log.Warn("the task cannot resolve through the agent's DNS: cannot listen in its namespace", "task_uid", att.TaskUID, "err", err)
-		return
+	if l == nil && !att.Transparent {
+		return nil
 	}
-	err = redirect.InNetns(att.Path, func() error {
+	err := redirect.InNetns(att.Path, func() error {
+		if att.Transparent {
+			_, err := redirect.Apply(ctx, transparentRedirect(addr))
+			return err
+		}
 		_, err := redirect.ApplyDNS(ctx, redirect.DNSRedirect{Resolver: "0.0.0.0/0", To: addr.String()})
 		return err
 	})
 	if err != nil {
-		_ = l.Close()
+		if l != nil {
+			_ = l.Close()
+		}
+		if att.Transparent {
+			return fmt.Errorf("redirect the mesh task's outbound traffic to its proxy: %w", err)
+		}
 		n.log.Warn("the task cannot resolve through the agent's DNS: cannot redirect its queries", "task_uid", att.TaskUID, "err", err)
-		return
+		return nil
+	}
+	if l == nil {
+		return nil
 	}
 	n.mu.Lock()
 	old := n.dnsByUID[att.TaskUID]
@@ -263,6 +292,21 @@ func (n *taskNetwork) serveDNS(ctx context.Context, att tasknet.Attachment) {
 	if old != nil {
 		_ = old.Close()
 	}
+	return nil
+}
+
+// transparentRedirect is the redirect of a transparent mesh task's
+// namespace: seed 004's defaults (outbound TCP to the proxy's 15001, the
+// proxy's UID and GID 1337 and loopback skipped, the metadata address
+// excluded), and, when dnsTo is valid, the DNS queries to the agent's DNS
+// there, as ApplyDNS writes them (Apply would otherwise remove that
+// chain). Inbound traffic is not redirected.
+func transparentRedirect(dnsTo netip.AddrPort) redirect.Config {
+	c := redirect.DefaultConfig()
+	if dnsTo.IsValid() {
+		c.DNSResolver, c.DNSRedirectTo = "0.0.0.0/0", dnsTo.String()
+	}
+	return c
 }
 
 func (n *taskNetwork) stopDNS(uid string) {

@@ -37,6 +37,9 @@ type Attachment struct {
 	Gateway netip.Addr   `json:"gateway"`
 	// Ports are the published ports, each host port as chosen.
 	Ports []Port `json:"ports,omitempty"`
+	// Transparent is the Request's: recorded with the
+	// attachment, so that an agent adopting it writes the same rules.
+	Transparent bool `json:"transparent,omitempty"`
 }
 
 // Request is what a task asks of its network.
@@ -47,6 +50,9 @@ type Request struct {
 	// the task's (the docker driver's holder container); otherwise the
 	// namespace is made anew.
 	HolderPID int
+	// Transparent: a mesh task with mesh.transparent, whose outbound TCP
+	// the agent redirects to its proxy (tasknet itself does nothing with it).
+	Transparent bool
 }
 
 // Network sets up and tears down the namespaces of an agent's bridge
@@ -190,7 +196,7 @@ func (n *Network) setup(ctx context.Context, req Request, path string, ports []P
 		}
 		return Attachment{}, fmt.Errorf("add the task to the %s network: %w", NetworkName, err)
 	}
-	att := Attachment{TaskUID: req.TaskUID, Path: path, Ports: ports}
+	att := Attachment{TaskUID: req.TaskUID, Path: path, Ports: ports, Transparent: req.Transparent}
 	if err := readResult(res, path, &att); err != nil {
 		_ = n.del(context.WithoutCancel(ctx), rt)
 		_ = netns.Remove(path)

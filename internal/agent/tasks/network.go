@@ -110,7 +110,7 @@ func (m *Manager) setupNetwork(e *task) error {
 	}
 
 	rec = &taskNetwork{}
-	req := tasknet.Request{TaskUID: uid, Ports: requestedPorts(def)}
+	req := tasknet.Request{TaskUID: uid, Ports: requestedPorts(def), Transparent: def.GetMesh().GetTransparent()}
 	if holder != nil {
 		h, pid, err := holder.HoldNetns(ctx, key, uid)
 		if err != nil {
