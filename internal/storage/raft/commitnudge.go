@@ -80,9 +80,21 @@ func (b *Backend) runCommitNudge() {
 		if b.raft.State() != hraft.Leader || !needsNudge(b.raft.LastIndex(), n.committed.Load()) {
 			continue
 		}
-		// A log write like any other: no restore may overlap it.
+		// A log write like any other: no restore may overlap it. Its
+		// answer is awaited with the backend's stop: a barrier raft took
+		// just before it shut down may never be answered, and Shutdown
+		// waits for this goroutine.
 		b.gate.RLock()
-		err := b.raft.Barrier(0).Error()
+		f := b.raft.Barrier(0)
+		answered := make(chan error, 1)
+		go func() { answered <- f.Error() }()
+		var err error
+		select {
+		case err = <-answered:
+		case <-b.stop:
+			b.gate.RUnlock()
+			return
+		}
 		b.gate.RUnlock()
 		if err != nil {
 			if !errors.Is(err, hraft.ErrRaftShutdown) && !errors.Is(err, hraft.ErrNotLeader) &&
