@@ -155,13 +155,7 @@ func refusedConn(addr string, conf *tls.Config) error {
 		return nil
 	}
 	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); err == nil {
-		return errors.New("the proxy sent data")
-	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		return errors.New("the connection stayed open")
-	}
-	return nil
+	return closedWithoutData(c)
 }
 
 // TestInboundAttacks is the attack list, a case each: every one
@@ -275,13 +269,7 @@ func TestInboundAttacks(t *testing.T) {
 				return err
 			}
 			defer c.Close()
-			c.SetReadDeadline(time.Now().Add(20 * time.Second))
-			if _, err := c.Read(make([]byte, 1)); err == nil {
-				return errors.New("the proxy sent data")
-			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				return errors.New("the connection stayed open")
-			}
-			return nil
+			return closedWithoutData(c)
 		}, func() float64 { return hs(ReasonTimeout) }},
 		{"a malformed HTTP/2 preface", func(t *testing.T) error {
 			c, err := tls.Dial("tcp", addr, clientTLS(t, webLeaf, webKey, roots, "h2"))
@@ -450,4 +438,16 @@ func rawRequest(addr string, conf *tls.Config, path string) (int, string, error)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body), err
+}
+
+// closedWithoutData says whether the proxy closes c without sending
+// anything: an error when it sends data, or keeps c open for 20 s.
+func closedWithoutData(c net.Conn) error {
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		return errors.New("the proxy sent data")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return errors.New("the connection stayed open")
+	}
+	return nil
 }
